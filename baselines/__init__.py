@@ -1,0 +1,1 @@
+"""Comparators that never see Q(D): the holdout split and geographic hierarchy priors."""

@@ -1,0 +1,102 @@
+"""Baselines that never see Q(D): rank rows by their frequency under a prior built from other data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from microdata.dataset import Dataset
+from microdata.domain import Domain
+from microdata.errors import CensusReconError
+from microdata.geography import coarser
+from microdata.ranking import Ranking, rank_by_frequency, rank_by_score
+
+
+@dataclass(frozen=True, eq=False)
+class EmpiricalPrior:
+    """The empirical distribution of a pool of rows over ``domain``: R(X) ranks by frequency."""
+
+    domain: Domain
+    codes: np.ndarray
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "codes", self.domain.check_codes(self.codes))
+        if len(self.codes) == 0:
+            raise CensusReconError("a prior needs at least one row in its pool")
+
+    def ranking(self, rng: np.random.Generator | None = None, limit: int | None = None) -> Ranking:
+        return rank_by_frequency(self.domain.encode(self.codes), rng=rng, limit=limit)
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return self.codes[rng.integers(0, len(self.codes), size=n)]
+
+
+@dataclass(frozen=True, eq=False)
+class BlockStrengthenedPrior:
+    """The paper's strengthening for tract targets that keep BLOCK: the other attributes come
+    from a coarser pool, BLOCK independently from its distribution in D.
+
+    A row (b, x) has probability p_D(b) · p_pool(x); the ranking orders rows by that
+    product exactly (the limit of ranking a large sample from it).
+    """
+
+    domain: Domain  # BLOCK first, then the pool's attributes
+    block_weights: np.ndarray  # p_D(b), one per BLOCK code
+    pool: EmpiricalPrior
+
+    def __post_init__(self) -> None:
+        w = np.asarray(self.block_weights, dtype=np.float64)
+        if w.shape != (self.domain.sizes[0],) or w.min() < 0 or not w.sum() > 0:
+            raise CensusReconError("block_weights must be non-negative, one per BLOCK code, not all zero")
+        object.__setattr__(self, "block_weights", w / w.sum())
+
+    def ranking(self, rng: np.random.Generator | None = None, limit: int | None = None) -> Ranking:
+        inner = self.pool.ranking(rng=rng, limit=limit)
+        blocks = np.flatnonzero(self.block_weights > 0)
+        if limit is not None:  # the top `limit` products use only the top `limit` of each factor
+            blocks = blocks[np.argsort(-self.block_weights[blocks], kind="stable")[:limit]]
+        inner_p = inner.scores / len(self.pool.codes)
+        scores = (self.block_weights[blocks][:, None] * inner_p[None, :]).reshape(-1)
+        rest = self.pool.domain.decode(inner.keys)
+        codes = np.concatenate(
+            [np.repeat(blocks, len(rest))[:, None], np.tile(rest, (len(blocks), 1))], axis=1
+        )
+        return rank_by_score(self.domain.encode(codes), scores, rng=rng, limit=limit)
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        b = rng.choice(len(self.block_weights), size=n, p=self.block_weights)
+        return np.concatenate([b[:, None], self.pool.sample(n, rng)], axis=1)
+
+
+def geographic_priors(population: Dataset, level: str, unit: str, attributes: list[str],
+                      block_domain: Domain | None = None, block_weights: np.ndarray | None = None,
+                      levels: list[str] | None = None) -> dict[str, EmpiricalPrior | BlockStrengthenedPrior]:
+    """Priors from the units enclosing ``unit`` (a tract or block), one per coarser level.
+
+    The target unit's own rows are excluded from every pool, so a baseline never sees a
+    row of D (nor of D_holdout, which has its own baseline). With ``block_domain`` and
+    ``block_weights`` given (tract targets that keep BLOCK), each prior is strengthened:
+    BLOCK is drawn from its distribution in D.
+    """
+    if population.geography is None:
+        raise CensusReconError("geographic baselines need a population with geography")
+    geo = population.geography
+    in_unit = geo.mask(level, unit)
+    wanted = levels if levels is not None else list(coarser(level))
+    allowed = set(coarser(level))
+    out: dict = {}
+    sub = population.project(attributes)
+    for lv in wanted:
+        if lv not in allowed:
+            raise CensusReconError(f"baseline level {lv!r} is not coarser than the target level {level!r}; use {sorted(allowed)}")
+        parent = geo.parent(level, unit, lv)
+        rows = (geo.units(lv) == parent) & ~in_unit
+        if not rows.any():
+            continue  # e.g. a county with a single tract: no data outside the target
+        pool = EmpiricalPrior(sub.domain, sub.codes[rows])
+        if block_domain is not None:
+            out[lv] = BlockStrengthenedPrior(block_domain, block_weights, pool)
+        else:
+            out[lv] = pool
+    return out

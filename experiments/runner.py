@@ -1,0 +1,267 @@
+"""Run one experiment config end to end: units, split, queries, RAP-Rank, baselines, metrics, files."""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from baselines.holdout import holdout_split
+from baselines.priors import EmpiricalPrior, geographic_priors
+from experiments.config import ConfigError, ExperimentConfig
+from experiments.metrics import effective_u, k_grid, match_rate_curve
+from experiments.plots import plot_match_rate
+from experiments.results import jax_info, versions, write_json, write_parquet, write_yaml
+from microdata.dataset import Dataset
+from microdata.domain import Attribute
+from microdata.marginals import Workload, answer
+from microdata.population import PopulationSpec, embedded_population
+from reconstruct.queries import MarginalPlan
+from reconstruct.rap import RAPSettings, rap_rank
+
+log = logging.getLogger(__name__)
+
+_INIT_POOL_ROWS = 20_000
+
+
+def load_population(cfg: ExperimentConfig) -> Dataset:
+    p = cfg.data.population
+    spec = PopulationSpec(
+        states=p.states,
+        counties_per_state=p.counties_per_state,
+        tracts_per_county=p.tracts_per_county,
+        blocks_per_tract=tuple(p.blocks_per_tract),
+        block_size_median=p.block_size_median,
+    )
+    pop = embedded_population(cfg.data.seed, spec)
+    missing = [a for a in cfg.attributes if a not in pop.domain]
+    if missing:
+        raise ConfigError(f"attributes {missing} are not in the data; it has {list(pop.domain.names)}")
+    return pop
+
+
+def _stable(*parts) -> int:
+    return zlib.crc32("|".join(str(p) for p in parts).encode())
+
+
+def select_units(pop: Dataset, cfg: ExperimentConfig) -> list[str]:
+    """Target units: explicit ``unit_ids``, one per state, or at random, among units with
+    between ``min_rows`` and ``max_rows`` persons; seeded by the config's seed."""
+    geo = pop.geography
+    level = cfg.target.level
+    ids, counts = np.unique(geo.units(level), return_counts=True)
+    ok = counts >= cfg.target.min_rows
+    if cfg.target.max_rows is not None:
+        ok &= counts <= cfg.target.max_rows
+    eligible = ids[ok]
+    if cfg.target.unit_ids is not None:
+        unknown = [u for u in cfg.target.unit_ids if u not in set(ids.tolist())]
+        if unknown:
+            raise ConfigError(f"target.unit_ids {unknown} are not {level}s of the data (e.g. {ids[:3].tolist()})")
+        return list(cfg.target.unit_ids)
+    if eligible.size == 0:
+        raise ConfigError(f"no {level} has between {cfg.target.min_rows} and {cfg.target.max_rows} rows")
+    rng = np.random.default_rng(_stable("units", cfg.seed))
+    if cfg.target.selection == "random":
+        pick = rng.choice(eligible.size, size=min(cfg.target.units, eligible.size), replace=False)
+        return sorted(eligible[pick].tolist())
+    # one per state, round-robin over states until enough units
+    by_state: dict[str, list[str]] = {}
+    for u in eligible.tolist():
+        by_state.setdefault(u[:2], []).append(u)
+    for s in by_state:
+        rng.shuffle(by_state[s])
+    chosen: list[str] = []
+    while len(chosen) < cfg.target.units and any(by_state.values()):
+        for s in sorted(by_state):
+            if by_state[s] and len(chosen) < cfg.target.units:
+                chosen.append(by_state[s].pop())
+    return sorted(chosen)
+
+
+@dataclass
+class UnitProblem:
+    unit: str
+    with_block: bool
+    private: Dataset  # D, over the attack domain
+    holdout: Dataset  # D_holdout
+    block_weights: np.ndarray | None
+
+
+def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool) -> UnitProblem:
+    level = cfg.target.level
+    rows = np.flatnonzero(pop.geography.mask(level, unit))
+    data = pop.take(rows).project(cfg.attributes)
+    if with_block:
+        blocks, code = np.unique(data.geography.units("block"), return_inverse=True)
+        data = data.with_column(Attribute("BLOCK", tuple(b[-4:] for b in blocks)), code, 0)
+    rng = np.random.default_rng(_stable("split", cfg.seed, unit))
+    private, holdout = holdout_split(data, rng, cfg.holdout_fraction)
+    weights = None
+    if with_block:
+        weights = np.bincount(private.column("BLOCK"), minlength=private.domain.sizes[0]).astype(np.float64)
+    return UnitProblem(unit, with_block, private, holdout, weights)
+
+
+def _method_name(init: str) -> str:
+    return "rap_rank" if init == "random" else f"rap_rank_init_{init}"
+
+
+def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
+             runs_bar: tqdm | None = None) -> tuple[pd.DataFrame, dict]:
+    """Attack one unit with every configured method; returns its curve rows and its facts."""
+    prob = prepare_unit(pop, cfg, unit, with_block)
+    D, H = prob.private, prob.holdout
+    dom = D.domain
+    truth = D.keys()
+    u = effective_u(D.distinct(), H.distinct())
+    ks = k_grid(u, cfg.grid_points)
+    limit = int(ks.max())
+
+    workload = Workload.all_kway(dom, cfg.queries.k, lower=cfg.queries.lower)
+    targets = answer(D, workload)  # Q(D): the only thing the attack sees of D
+    plan = MarginalPlan.build(workload)
+
+    priors: dict = {"holdout": EmpiricalPrior(dom, H.codes)}
+    geo_levels = [b for b in {*cfg.baselines, *cfg.attack.init} if b not in ("holdout", "random")]
+    if geo_levels:
+        priors.update(
+            geographic_priors(
+                pop, cfg.target.level, unit, cfg.attributes,
+                block_domain=dom if with_block else None,
+                block_weights=prob.block_weights,
+                levels=sorted(geo_levels),
+            )
+        )
+
+    a = cfg.attack
+    settings = RAPSettings(
+        rows=a.rows, steps=a.steps, learning_rate=a.learning_rate, sampling=a.sampling,
+        queries_per_step=a.queries_per_step, init_confidence=a.init_confidence,
+        steps_per_call=a.steps_per_call, batch=a.batch,
+    )
+    tie_rng = np.random.default_rng(_stable("ties", cfg.seed, unit, with_block))
+    frames, timings, rap_facts = [], {}, {}
+    for init in a.init:
+        name = _method_name(init)
+        if init != "random" and init not in priors:
+            log.warning("unit %s: no data for init %s (nothing outside the unit at that level); skipped", unit, init)
+            continue
+        pool = None
+        if init != "random":
+            pool = priors[init].sample(_INIT_POOL_ROWS, np.random.default_rng(_stable("pool", cfg.seed, unit, init)))
+        key = jax.random.fold_in(jax.random.key(cfg.seed), _stable("rap", unit, with_block, init) & 0x7FFFFFFF)
+        if runs_bar is not None:
+            runs_bar.reset(total=a.runs)
+            runs_bar.set_description(f"{name} K runs")
+        res = rap_rank(plan, targets, dom, key, a.runs, settings, init_pool=pool,
+                       on_batch=(runs_bar.update if runs_bar is not None else None), rng=tie_rng, limit=limit)
+        timings[name] = round(res.seconds, 3)
+        rap_facts[name] = {"mean_final_loss": float(res.final_loss.mean()),
+                           "mean_max_abs_error": float(res.max_abs_error.mean()),
+                           "distinct_candidates": int(len(res.ranking))}
+        frames.append(match_rate_curve(res.ranking, truth, ks, u).assign(method=name))
+    for b in cfg.baselines:
+        if b not in priors:
+            log.warning("unit %s: no data for baseline %s; skipped", unit, b)
+            continue
+        t0 = time.perf_counter()
+        r = priors[b].ranking(rng=tie_rng, limit=limit)
+        timings[b] = round(time.perf_counter() - t0, 3)
+        frames.append(match_rate_curve(r, truth, ks, u).assign(method=b))
+    df = pd.concat(frames, ignore_index=True)
+    df = df.assign(variant=with_block, unit=unit, u=u, n_rows=len(D), num_queries=workload.num_queries)
+    facts = {
+        "unit": unit, "with_block": with_block, "rows": len(D), "holdout_rows": len(H),
+        "distinct_rows": D.distinct(), "holdout_distinct_rows": H.distinct(), "u": u,
+        "num_queries": workload.num_queries, "num_marginals": len(workload.marginals),
+        "domain": dict(zip(dom.names, dom.sizes)), "seconds": timings, "rap": rap_facts,
+    }
+    return df, facts
+
+
+COLUMNS = ["variant", "unit", "method", "threshold", "k", "k_over_u", "num_candidates", "num_matched",
+           "match_rate", "u", "n_rows", "num_queries"]
+
+
+def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", progress: bool = True) -> Path:
+    """Run ``cfg``; write results/<name>/<hash>/ and return that directory.
+
+    Each finished unit is saved atomically under ``units/`` first, so an interrupted run
+    leaves no half-written file and a rerun of the same config resumes where it stopped.
+    """
+    t_start = time.perf_counter()
+    run_dir = Path(out_root) / cfg.name / cfg.digest()
+    units_dir = run_dir / "units"
+    units_dir.mkdir(parents=True, exist_ok=True)
+    write_yaml(run_dir / "config.yaml", cfg.model_dump(mode="json"))
+
+    pop = load_population(cfg)
+    units = select_units(pop, cfg)
+    log.info("attacking %d %ss: %s", len(units), cfg.target.level, units)
+    tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
+    frames, facts = [], []
+    unit_bar = tqdm(tasks, desc="units", disable=not progress, unit="unit")
+    runs_bar = tqdm(total=cfg.attack.runs, desc="K runs", disable=not progress, leave=False, unit="run")
+    try:
+        for wb, u in unit_bar:
+            unit_bar.set_postfix_str(f"{u} {'with' if wb else 'without'} BLOCK")
+            stem = f"{'block' if wb else 'noblock'}_{u}"
+            pq_path, js_path = units_dir / f"{stem}.parquet", units_dir / f"{stem}.json"
+            if pq_path.exists() and js_path.exists():
+                import json
+
+                frames.append(pd.read_parquet(pq_path))
+                facts.append(json.loads(js_path.read_text()))
+                continue
+            df, f = run_unit(pop, cfg, u, wb, runs_bar=runs_bar if progress else None)
+            write_parquet(pq_path, df[COLUMNS])
+            write_json(js_path, f)
+            frames.append(df[COLUMNS])
+            facts.append(f)
+    finally:
+        runs_bar.close()
+        unit_bar.close()
+
+    result = pd.concat(frames, ignore_index=True)
+    write_parquet(run_dir / "match_rate.parquet", result)
+    plot_match_rate(result, run_dir / "match_rate", title=_title(cfg), points=cfg.grid_points)
+    manifest = {
+        "name": cfg.name,
+        "config_hash": cfg.digest(),
+        "versions": versions(),
+        "jax": jax_info(),
+        "seeds": {"experiment": cfg.seed, "population": cfg.data.seed},
+        "population_rows": len(pop),
+        "units": facts,
+        "seconds_total": round(time.perf_counter() - t_start, 2),
+    }
+    write_json(run_dir / "manifest.json", manifest)
+    return run_dir
+
+
+def _title(cfg: ExperimentConfig) -> str:
+    a = cfg.attack
+    return (f"{cfg.name}: {cfg.target.level}s, all {cfg.queries.k}-way marginals, "
+            f"K={a.runs}, T={a.steps}, n'={a.rows}")
+
+
+def replot(run_dir: str | Path) -> list[Path]:
+    """Regenerate the plots of a finished run from its Parquet."""
+    import yaml
+
+    from experiments.config import parse_config
+
+    run_dir = Path(run_dir)
+    pq_path = run_dir / "match_rate.parquet"
+    if not pq_path.exists():
+        raise ConfigError(f"{run_dir} has no match_rate.parquet; is it a finished run directory?")
+    cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
+    return plot_match_rate(pd.read_parquet(pq_path), run_dir / "match_rate", title=_title(cfg), points=cfg.grid_points)

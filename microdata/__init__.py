@@ -1,0 +1,1 @@
+"""Shared vocabulary: domains, datasets, geography, sources, queries and their exact answers."""

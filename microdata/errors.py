@@ -1,0 +1,13 @@
+"""Error types shared by every censusrecon package."""
+
+
+class CensusReconError(ValueError):
+    """A value given to censusrecon is invalid; the message names it and what would be valid."""
+
+
+class DomainError(CensusReconError):
+    """An attribute, domain or coded value is invalid."""
+
+
+class GeographyError(CensusReconError):
+    """A geography level or unit is invalid."""

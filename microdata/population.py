@@ -1,0 +1,185 @@
+"""The embedded census-style synthetic population: seeded, nested geography, clustered composition."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from microdata.dataset import Dataset
+from microdata.domain import Attribute, Domain
+from microdata.errors import CensusReconError
+from microdata.geography import Geography
+
+#: The seven major census race groups (OMB's six races alone, and two or more races).
+RACES: tuple[str, ...] = (
+    "White alone",
+    "Black or African American alone",
+    "American Indian and Alaska Native alone",
+    "Asian alone",
+    "Native Hawaiian and Other Pacific Islander alone",
+    "Some Other Race alone",
+    "Two or More Races",
+)
+MAX_AGE = 115
+
+#: National shares of the race groups (roughly the 2010 census).
+_RACE_SHARES = np.array([0.724, 0.126, 0.009, 0.048, 0.002, 0.062, 0.029])
+#: Log-odds of Hispanic origin given race group.
+_HISP_LOGIT = np.array([-2.0, -3.2, -1.5, -3.5, -2.0, 2.5, 0.0])
+#: National mix of the four age profiles (families, young adults, middle age, retirees).
+_PROFILE_SHARES = np.array([0.40, 0.17, 0.30, 0.13])
+
+
+def person_domain() -> Domain:
+    """AGE (single year 0..115), SEX, HISP and RACE (7 groups)."""
+    return Domain(
+        (
+            Attribute.range("AGE", MAX_AGE + 1),
+            Attribute("SEX", ("male", "female")),
+            Attribute("HISP", ("not Hispanic or Latino", "Hispanic or Latino")),
+            Attribute("RACE", RACES),
+        )
+    )
+
+
+def _age_profiles() -> np.ndarray:
+    """Four distributions over single-year age 0..115, each with a thin tail to 115."""
+    age = np.arange(MAX_AGE + 1, dtype=np.float64)
+
+    def bump(mu, sd):
+        return np.exp(-0.5 * ((age - mu) / sd) ** 2)
+
+    tail = np.exp(-np.maximum(age - 80, 0) / 6.0) * 1e-3
+    profiles = np.stack(
+        [
+            np.where(age < 18, 1.0, 0.0) * 1.1 + bump(38, 8),  # families: children and parents
+            bump(24, 4) + 0.15 * bump(45, 15),  # young adults
+            bump(50, 10) + 0.2 * bump(20, 5),  # middle age
+            bump(74, 9) + 0.1 * bump(55, 8),  # retirees
+        ]
+    )
+    profiles = profiles + tail
+    return profiles / profiles.sum(axis=1, keepdims=True)
+
+
+def _dirichlet_children(rng, parent: np.ndarray, concentration: float, n: int) -> np.ndarray:
+    """n composition vectors scattered around ``parent`` (rows sum to 1)."""
+    alpha = np.maximum(concentration * parent, 1e-3)
+    return rng.dirichlet(alpha, size=n)
+
+
+@dataclass(frozen=True)
+class PopulationSpec:
+    """Sizes and clustering of the embedded population; every value is validated."""
+
+    states: int = 4
+    counties_per_state: int = 3
+    tracts_per_county: int = 4
+    blocks_per_tract: tuple[int, int] = (12, 36)
+    block_size_median: float = 22.0
+    block_size_sigma: float = 1.0
+    max_block_size: int = 400
+    #: Dirichlet concentrations: higher means a unit is closer to its parent.
+    concentration: tuple[float, float, float, float] = (12.0, 10.0, 6.0, 4.0)
+
+    def __post_init__(self) -> None:
+        for name in ("states", "counties_per_state", "tracts_per_county", "max_block_size"):
+            if int(getattr(self, name)) < 1:
+                raise CensusReconError(f"PopulationSpec.{name} must be >= 1, got {getattr(self, name)}")
+        lo, hi = self.blocks_per_tract
+        if not 1 <= lo <= hi:
+            raise CensusReconError(f"blocks_per_tract must be (lo, hi) with 1 <= lo <= hi, got {self.blocks_per_tract}")
+        if self.states > 99 or self.counties_per_state > 999 or self.tracts_per_county > 9999 or hi > 9999:
+            raise CensusReconError("population too large for census GEOID widths")
+        if self.block_size_median <= 0 or self.block_size_sigma <= 0:
+            raise CensusReconError("block_size_median and block_size_sigma must be positive")
+        if any(c <= 0 for c in self.concentration):
+            raise CensusReconError(f"concentrations must be positive, got {self.concentration}")
+
+
+def embedded_population(seed: int = 0, spec: PopulationSpec | None = None) -> Dataset:
+    """Generate the embedded census-style population (AGE, SEX, HISP, RACE with block geography).
+
+    Composition is clustered down the hierarchy: each state's race mix, Hispanic log-odds and
+    age-profile mix scatter around the nation's, each county's around its state's, and so on
+    to blocks, so that finer geography is a more informative prior. Block sizes are
+    log-normal (1 to ``max_block_size`` people). Fully determined by ``seed`` and ``spec``.
+
+    >>> d = embedded_population(seed=1, spec=PopulationSpec(states=1, counties_per_state=1, tracts_per_county=2))
+    >>> d.domain.names, len(d.geography.unit_ids("tract"))
+    (('AGE', 'SEX', 'HISP', 'RACE'), 2)
+    """
+    spec = spec or PopulationSpec()
+    rng = np.random.default_rng(seed)
+    c_state, c_county, c_tract, c_block = spec.concentration
+
+    # --- geography tree -----------------------------------------------------------------
+    n_state = spec.states
+    n_county = n_state * spec.counties_per_state
+    n_tract = n_county * spec.tracts_per_county
+    county_state = np.repeat(np.arange(n_state), spec.counties_per_state)
+    tract_county = np.repeat(np.arange(n_county), spec.tracts_per_county)
+    lo, hi = spec.blocks_per_tract
+    blocks_in_tract = rng.integers(lo, hi + 1, size=n_tract)
+    block_tract = np.repeat(np.arange(n_tract), blocks_in_tract)
+    n_block = block_tract.size
+    block_size = np.clip(
+        np.round(rng.lognormal(np.log(spec.block_size_median), spec.block_size_sigma, size=n_block)),
+        1,
+        spec.max_block_size,
+    ).astype(np.int64)
+
+    # --- composition, nested ------------------------------------------------------------
+    def nest(national: np.ndarray):
+        s = _dirichlet_children(rng, national, c_state, n_state)
+        c = np.stack([_dirichlet_children(rng, s[p], c_county, 1)[0] for p in county_state])
+        t = np.stack([_dirichlet_children(rng, c[p], c_tract, 1)[0] for p in tract_county])
+        b = np.stack([_dirichlet_children(rng, t[p], c_block, 1)[0] for p in block_tract])
+        return b
+
+    race_p = nest(_RACE_SHARES)
+    profile_p = nest(_PROFILE_SHARES)
+    hisp_shift = (
+        rng.normal(0, 1.0, n_state)[county_state][tract_county][block_tract]
+        + rng.normal(0, 0.7, n_county)[tract_county][block_tract]
+        + rng.normal(0, 0.5, n_tract)[block_tract]
+        + rng.normal(0, 0.4, n_block)
+    )
+
+    # --- persons --------------------------------------------------------------------------
+    person_block = np.repeat(np.arange(n_block), block_size)
+    n = person_block.size
+
+    def draw(p_rows: np.ndarray) -> np.ndarray:
+        cum = np.cumsum(p_rows, axis=1)
+        u = rng.random(p_rows.shape[0])[:, None] * cum[:, -1:]
+        return np.minimum((u > cum).sum(axis=1), p_rows.shape[1] - 1)
+
+    race = draw(race_p[person_block])
+    logit = _HISP_LOGIT[race] + hisp_shift[person_block]
+    hisp = (rng.random(n) < 1.0 / (1.0 + np.exp(-logit))).astype(np.int64)
+    profile = draw(profile_p[person_block])
+    profiles = _age_profiles()
+    # Hispanic and Some-Other-Race persons skew younger, as in census data.
+    young = (hisp == 1) & (rng.random(n) < 0.25)
+    profile = np.where(young & (profile >= 2), 0, profile)
+    age = draw(profiles[profile])
+    p_female = np.where(age < 60, 0.49, np.minimum(0.49 + (age - 60) * 0.007, 0.85))
+    sex = (rng.random(n) < p_female).astype(np.int64)
+
+    codes = np.stack([age, sex, hisp, race], axis=1).astype(np.int64)
+    state_fips = np.arange(n_state) * 2 + 1
+    county_fips = (np.arange(n_county) % spec.counties_per_state) * 2 + 1
+    tract_code = (np.arange(n_tract) % spec.tracts_per_county + 1) * 100
+    block_in_tract = np.concatenate([np.arange(k) for k in blocks_in_tract]) + 1001
+    t_of_b = block_tract
+    c_of_b = tract_county[t_of_b]
+    s_of_b = county_state[c_of_b]
+    geo = Geography.from_parts(
+        state_fips[s_of_b][person_block],
+        county_fips[c_of_b][person_block],
+        tract_code[t_of_b][person_block],
+        block_in_tract[person_block],
+    )
+    return Dataset(person_domain(), codes, geo)

@@ -1,0 +1,1 @@
+"""The attack: relaxed datasets, differentiable queries, RAP and RAP-Rank; sees published statistics only."""
