@@ -68,7 +68,7 @@ class AttackConfig(_Strict):
     runs: int = Field(100, ge=1, description="K")
     rows: int = Field(500, ge=1, description="n'")
     steps: int = Field(500, ge=1, description="T")
-    learning_rate: float = Field(0.05, gt=0)
+    learning_rate: float = Field(0.3, gt=0)
     sampling: Literal["dense", "error"] = "dense"
     queries_per_step: int = Field(1024, ge=1)
     init: list[str] = ["random"]

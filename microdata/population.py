@@ -81,7 +81,9 @@ class PopulationSpec:
     block_size_sigma: float = 1.0
     max_block_size: int = 400
     #: Dirichlet concentrations: higher means a unit is closer to its parent.
-    concentration: tuple[float, float, float, float] = (12.0, 10.0, 6.0, 4.0)
+    concentration: tuple[float, float, float, float] = (1.0, 1.5, 2.0, 3.0)
+    #: Standard deviation (years) of the adult age shift of each state, county, tract, block.
+    age_shift: tuple[float, float, float, float] = (9.0, 6.0, 8.0, 2.0)
 
     def __post_init__(self) -> None:
         for name in ("states", "counties_per_state", "tracts_per_county", "max_block_size"):
@@ -94,6 +96,8 @@ class PopulationSpec:
             raise CensusReconError("population too large for census GEOID widths")
         if self.block_size_median <= 0 or self.block_size_sigma <= 0:
             raise CensusReconError("block_size_median and block_size_sigma must be positive")
+        if any(a < 0 for a in self.age_shift):
+            raise CensusReconError(f"age_shift values must be >= 0, got {self.age_shift}")
         if any(c <= 0 for c in self.concentration):
             raise CensusReconError(f"concentrations must be positive, got {self.concentration}")
 
@@ -165,6 +169,15 @@ def embedded_population(seed: int = 0, spec: PopulationSpec | None = None) -> Da
     young = (hisp == 1) & (rng.random(n) < 0.25)
     profile = np.where(young & (profile >= 2), 0, profile)
     age = draw(profiles[profile])
+    # Places differ in age, not only in their mix of profiles: a shift in years per state,
+    # county, tract and block (local housing stock, colleges, retirement communities).
+    shift = (
+        rng.normal(0, spec.age_shift[0], n_state)[county_state][tract_county][block_tract]
+        + rng.normal(0, spec.age_shift[1], n_county)[tract_county][block_tract]
+        + rng.normal(0, spec.age_shift[2], n_tract)[block_tract]
+        + rng.normal(0, spec.age_shift[3], n_block)
+    )
+    age = np.clip(np.round(age + shift[person_block] * (age >= 18)), 0, MAX_AGE).astype(np.int64)
     p_female = np.where(age < 60, 0.49, np.minimum(0.49 + (age - 60) * 0.007, 0.85))
     sex = (rng.random(n) < p_female).astype(np.int64)
 

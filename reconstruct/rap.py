@@ -17,6 +17,8 @@ from microdata.domain import Domain
 from microdata.errors import CensusReconError
 from microdata.ranking import Ranking, rank_by_frequency
 from reconstruct.queries import MarginalPlan
+from reconstruct.relaxed import logits_from_codes, random_logits, round_relaxed
+from reconstruct.relaxed import probabilities as probs_of
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,7 @@ class RAPSettings:
 
     rows: int = 1000
     steps: int = 1000
-    learning_rate: float = 0.05
+    learning_rate: float = 0.3
     sampling: Literal["dense", "error"] = "dense"
     queries_per_step: int = 1024
     init_confidence: float = 0.5
@@ -85,23 +87,15 @@ def default_batch(settings: RAPSettings, n_runs: int) -> int:
 
 
 def _initial_logits(key, settings: RAPSettings, sizes, pool):
-    """Random logits, or logits concentrated on n' rows drawn (with replacement) from ``pool``."""
-    keys = jax.random.split(key, len(sizes) + 1)
+    """Random logits, or logits centred on n' rows drawn (with replacement) from ``pool``."""
     if pool is None:
-        return tuple(jax.random.normal(keys[i], (settings.rows, s), jnp.float32) for i, s in enumerate(sizes))
-    idx = jax.random.randint(keys[-1], (settings.rows,), 0, pool.shape[0])
-    rows = pool[idx]
-    c = settings.init_confidence
-    out = []
-    for i, s in enumerate(sizes):
-        p = c * jax.nn.one_hot(rows[:, i], s, dtype=jnp.float32) + (1.0 - c) / s
-        out.append(jnp.log(p))
-    return tuple(out)
+        return random_logits(key, settings.rows, sizes)
+    idx = jax.random.randint(key, (settings.rows,), 0, pool.shape[0])
+    return logits_from_codes(pool[idx], sizes, settings.init_confidence)
 
 
 def _loss(logits, targets, key, plan: MarginalPlan, settings: RAPSettings):
-    probs = [jax.nn.softmax(l, axis=-1) for l in logits]
-    err = plan.answers(probs) - targets
+    err = plan.answers(probs_of(logits)) - targets
     if settings.sampling == "dense":
         return jnp.sum(err**2)
     # Paper code's step: a fresh sample of queries each step, in proportion to |error|.
@@ -133,10 +127,7 @@ def _build_program(plan: MarginalPlan, settings: RAPSettings, with_pool: bool):
         return state, losses[-1]
 
     def round_one(state, run_key):
-        logits, _ = state
-        keys = jax.random.split(jax.random.fold_in(run_key, 2), len(sizes))
-        cols = [jax.random.categorical(keys[i], l, axis=-1) for i, l in enumerate(logits)]
-        return jnp.stack(cols, axis=1).astype(jnp.int32)
+        return round_relaxed(jax.random.fold_in(run_key, 2), state[0])
 
     def init_b(run_keys, pool):
         TRACE_COUNT["n"] += 1
@@ -152,7 +143,7 @@ def _build_program(plan: MarginalPlan, settings: RAPSettings, with_pool: bool):
 
     def answers_b(state):
         logits, _ = state
-        return jax.vmap(lambda ls: plan.answers([jax.nn.softmax(l, -1) for l in ls]))(logits)
+        return jax.vmap(lambda ls: plan.answers(probs_of(ls)))(logits)
 
     return (
         jax.jit(init_b),

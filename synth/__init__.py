@@ -1,0 +1,1 @@
+"""The defence (differentially private releases); empty until the DP-release issue lands."""

@@ -1,0 +1,56 @@
+"""Imports flow one way: microdata <- {reconstruct, baselines} <- synth <- experiments."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OURS = {"microdata", "reconstruct", "baselines", "synth", "experiments"}
+ALLOWED = {
+    "microdata": set(),
+    "reconstruct": {"microdata"},
+    "baselines": {"microdata"},
+    "synth": {"microdata", "reconstruct", "baselines"},
+    "experiments": {"microdata", "reconstruct", "baselines", "synth"},
+}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module.split(".")[0])
+    return out & OURS
+
+
+def test_imports_flow_one_way():
+    bad = []
+    for pkg, allowed in ALLOWED.items():
+        for f in (ROOT / pkg).rglob("*.py"):
+            for imp in _imports(f) - allowed - {pkg}:
+                bad.append(f"{f.relative_to(ROOT)} imports {imp}")
+    assert not bad, bad
+
+
+def test_every_module_opens_with_a_one_line_docstring():
+    for pkg in ALLOWED:
+        for f in (ROOT / pkg).rglob("*.py"):
+            doc = ast.get_docstring(ast.parse(f.read_text()))
+            assert doc and doc.strip(), f"{f.relative_to(ROOT)} lacks a module docstring"
+
+
+def test_library_import_has_no_side_effects():
+    import logging
+    import subprocess
+    import sys
+
+    code = (
+        "import logging, jax\n"
+        "before = (len(logging.getLogger().handlers), jax.config.jax_enable_x64)\n"
+        "import microdata.population, reconstruct.rap, baselines.priors, experiments.runner\n"
+        "after = (len(logging.getLogger().handlers), jax.config.jax_enable_x64)\n"
+        "assert before == after, (before, after)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
