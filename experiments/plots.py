@@ -56,7 +56,8 @@ def plot_match_rate(df: pd.DataFrame, out_base: Path, title: str = "", points: i
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("top-k match rate")
-    axes[0][-1].legend(loc="lower left", fontsize=8, frameon=True)
+    axes[0][-1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=9, frameon=False,
+                       title="method")
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -64,7 +65,7 @@ def plot_match_rate(df: pd.DataFrame, out_base: Path, title: str = "", points: i
     paths = [out_base.with_suffix(".png"), out_base.with_suffix(".pdf")]
     for p in paths:
         tmp = p.with_name(f".{p.name}.tmp{p.suffix}")
-        fig.savefig(tmp, dpi=130)
+        fig.savefig(tmp, dpi=130, bbox_inches="tight")
         tmp.replace(p)
     plt.close(fig)
     return paths

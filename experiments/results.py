@@ -53,6 +53,24 @@ def versions() -> dict[str, str]:
     return out
 
 
+_PACKAGES = ("microdata", "reconstruct", "baselines", "synth", "experiments")
+
+
+def code_fingerprint() -> str:
+    """12 hex digits of the SHA-256 of our packages' source: results computed by other code
+    (an upgrade, a local edit) are never silently reused by a resumed run."""
+    import hashlib
+    import importlib
+
+    h = hashlib.sha256()
+    for name in _PACKAGES:
+        pkg_dir = Path(importlib.import_module(name).__file__).parent
+        for f in sorted(pkg_dir.rglob("*.py")):
+            h.update(str(f.relative_to(pkg_dir.parent)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def jax_info() -> dict:
     import jax
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import zlib
@@ -18,7 +19,7 @@ from baselines.priors import EmpiricalPrior, geographic_priors
 from experiments.config import ConfigError, ExperimentConfig
 from experiments.metrics import effective_u, k_grid, match_rate_curve
 from experiments.plots import plot_match_rate
-from experiments.results import jax_info, versions, write_json, write_parquet, write_yaml
+from experiments.results import code_fingerprint, jax_info, versions, write_json, write_parquet, write_yaml
 from microdata.dataset import Dataset
 from microdata.domain import Attribute
 from microdata.marginals import Workload, answer
@@ -206,6 +207,7 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
     pop = load_population(cfg)
     units = select_units(pop, cfg)
     log.info("attacking %d %ss: %s", len(units), cfg.target.level, units)
+    fingerprint = code_fingerprint()
     tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
     frames, facts = [], []
     unit_bar = tqdm(tasks, desc="units", disable=not progress, unit="unit")
@@ -216,12 +218,14 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
             stem = f"{'block' if wb else 'noblock'}_{u}"
             pq_path, js_path = units_dir / f"{stem}.parquet", units_dir / f"{stem}.json"
             if pq_path.exists() and js_path.exists():
-                import json
-
-                frames.append(pd.read_parquet(pq_path))
-                facts.append(json.loads(js_path.read_text()))
-                continue
+                saved = json.loads(js_path.read_text())
+                if saved.get("code_fingerprint") == fingerprint:
+                    frames.append(pd.read_parquet(pq_path))
+                    facts.append(saved)
+                    continue
+                log.warning("unit %s was computed by other code (%s); recomputing", stem, saved.get("code_fingerprint"))
             df, f = run_unit(pop, cfg, u, wb, runs_bar=runs_bar if progress else None)
+            f["code_fingerprint"] = fingerprint
             write_parquet(pq_path, df[COLUMNS])
             write_json(js_path, f)
             frames.append(df[COLUMNS])
@@ -236,6 +240,7 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
     manifest = {
         "name": cfg.name,
         "config_hash": cfg.digest(),
+        "code_fingerprint": fingerprint,
         "versions": versions(),
         "jax": jax_info(),
         "seeds": {"experiment": cfg.seed, "population": cfg.data.seed},

@@ -36,7 +36,7 @@ class Dataset:
     geography: Geography | None = None
 
     def __post_init__(self) -> None:
-        codes = self.domain.check_codes(self.codes)
+        codes = np.array(self.domain.check_codes(self.codes), dtype=np.int64)  # own copy, then freeze
         codes.setflags(write=False)
         object.__setattr__(self, "codes", codes)
         if self.geography is not None and len(self.geography) != len(codes):

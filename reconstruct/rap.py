@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
@@ -74,8 +74,9 @@ class RAPSettings:
 
 
 def default_batch(settings: RAPSettings, n_runs: int) -> int:
-    """Runs per compiled call: small on CPU (cache-resident, 2 runs keep both cores busy),
-    large on accelerators where a big batch is what fills the device."""
+    """Runs per compiled call: small on CPU (the working set stays in cache and a batch of 4
+    keeps both cores busy: ~2-3x over one run at a time, see bench/rap.py), large on
+    accelerators, where a big batch is what fills the device."""
     if settings.batch is not None:
         return max(1, min(settings.batch, n_runs))
     backend = jax.default_backend()
@@ -220,8 +221,6 @@ def rap_rank(plan: MarginalPlan, targets: np.ndarray, domain: Domain, key: jax.A
         rng: breaks ties between equally counted rows (default: by key).
         limit: keep only the top ``limit`` rows of the ranking.
     """
-    import time
-
     if runs < 1:
         raise CensusReconError(f"runs (K) must be >= 1, got {runs}")
     targets = np.asarray(targets)

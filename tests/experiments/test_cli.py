@@ -95,3 +95,24 @@ def test_interrupted_run_leaves_no_half_written_file_and_resumes(tmp_path, root,
     runner.run_experiment(cfg, tmp_path, progress=False)
     assert calls["n"] == 11
     assert pd.read_parquet(run_dir / "match_rate.parquet").unit.nunique() == 2
+
+
+def test_resume_does_not_reuse_units_computed_by_other_code(tmp_path, root, monkeypatch):
+    cfg = load_config(root / "configs" / "tiny.yaml",
+                      ["attack.init=[random]", "attack.runs=2", "attack.steps=10", "target.with_block=[false]",
+                       "target.units=1"])
+    run_dir = runner.run_experiment(cfg, tmp_path, progress=False)
+    calls = {"n": 0}
+    real = runner.run_unit
+
+    def counting(*a, **k):
+        calls["n"] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(runner, "run_unit", counting)
+    runner.run_experiment(cfg, tmp_path, progress=False)
+    assert calls["n"] == 0  # same code: reused
+    monkeypatch.setattr(runner, "code_fingerprint", lambda: "other-code")
+    runner.run_experiment(cfg, tmp_path, progress=False)
+    assert calls["n"] == 1  # other code: recomputed
+    assert json.loads((run_dir / "manifest.json").read_text())["code_fingerprint"] == "other-code"
