@@ -9,7 +9,6 @@ import numpy as np
 from microdata.dataset import Dataset
 from microdata.domain import Domain
 from microdata.errors import CensusReconError
-from microdata.geography import coarser
 from microdata.ranking import Ranking, rank_by_frequency, rank_by_score
 
 
@@ -83,8 +82,8 @@ def geographic_priors(population: Dataset, level: str, unit: str, attributes: li
         raise CensusReconError("geographic baselines need a population with geography")
     geo = population.geography
     in_unit = geo.mask(level, unit)
-    wanted = levels if levels is not None else list(coarser(level))
-    allowed = set(coarser(level))
+    wanted = levels if levels is not None else list(geo.coarser(level))
+    allowed = set(geo.coarser(level))
     out: dict = {}
     sub = population.project(attributes)
     for lv in wanted:

@@ -33,24 +33,45 @@ class PopulationConfig(_Strict):
 
 
 class DataConfig(_Strict):
-    source: Literal["embedded"] = "embedded"
+    """Where the rows come from: the embedded population, a NIST ACS excerpt, or folktables."""
+
+    source: Literal["embedded", "acs_nist", "folktables"] = "embedded"
     seed: int = 0
     population: PopulationConfig = PopulationConfig()
+    path: str | None = Field(None, description="acs_nist: the CSV file; folktables: the root directory")
+    dictionary: str | None = Field(None, description="acs_nist: data dictionary (default: beside the CSV)")
+    bounds: dict[str, tuple[float, float]] = Field(default_factory=dict, description="bin bounds per numeric column")
+    bins: int = Field(10, ge=1, le=1000)
+    task: Literal["employment", "coverage", "mobility"] | None = None
+    states: list[str] = Field(default_factory=list)
+    year: int = Field(2018, ge=2014)
+    horizon: Literal["1-Year", "5-Year"] = "1-Year"
+    include_target: bool = True
+    download: bool = False
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.source in ("acs_nist", "folktables") and not self.path:
+            raise ValueError(f"data.path is required for source {self.source!r}")
+        if self.source == "folktables" and (self.task is None or not self.states):
+            raise ValueError("data.task and data.states are required for source 'folktables'")
+        for c, (lo, hi) in self.bounds.items():
+            if not hi > lo:
+                raise ValueError(f"data.bounds.{c}: high must exceed low, got [{lo}, {hi}]")
+        return self
 
 
 class TargetConfig(_Strict):
-    level: Literal["tract", "block"] = "tract"
+    level: str = Field("tract", description="a level of the data's geography: tract, block, puma, ...")
     units: int = Field(4, ge=1, description="how many target units to attack")
     selection: Literal["one_per_state", "random"] = "one_per_state"
     min_rows: int = Field(20, ge=2)
     max_rows: int | None = Field(None, ge=2)
-    with_block: list[bool] = [True]
+    with_block: list[bool] = [False]
     unit_ids: list[str] | None = None
 
     @model_validator(mode="after")
     def _check(self):
-        if self.level == "block" and any(self.with_block):
-            raise ValueError("target.with_block must be [false] for block targets (a block has one BLOCK)")
         if not self.with_block:
             raise ValueError("target.with_block needs at least one value, e.g. [true, false]")
         if self.max_rows is not None and self.max_rows < self.min_rows:
@@ -59,9 +80,17 @@ class TargetConfig(_Strict):
 
 
 class QueryConfig(_Strict):
+    """One published workload: all k-way marginals (optionally a seeded sample of them)."""
+
     kind: Literal["marginals"] = "marginals"
     k: int = Field(2, ge=1, le=4)
     lower: bool = False
+    max_marginals: int | None = Field(None, ge=1, description="publish a seeded random subset of this many")
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_]+$")
+
+    @property
+    def label(self) -> str:
+        return self.name or f"{self.k}way"
 
 
 class AttackConfig(_Strict):
@@ -79,10 +108,8 @@ class AttackConfig(_Strict):
     @field_validator("init")
     @classmethod
     def _inits(cls, v):
-        ok = {"random", "holdout", "block", "tract", "county", "state", "national"}
-        bad = [x for x in v if x not in ok]
-        if bad or not v:
-            raise ValueError(f"attack.init entries must be among {sorted(ok)}, got {v}")
+        if not v or len(set(v)) != len(v):
+            raise ValueError(f"attack.init needs distinct entries (random, holdout or a geography level), got {v}")
         return v
 
 
@@ -92,25 +119,30 @@ class ExperimentConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     seed: int = 0
     data: DataConfig = DataConfig()
-    attributes: list[str] = ["AGE", "SEX", "HISP", "RACE"]
+    attributes: list[str] | None = Field(None, description="attack attributes; default: the source's own")
     target: TargetConfig = TargetConfig()
     holdout_fraction: float = Field(0.5, gt=0, lt=1)
-    queries: QueryConfig = QueryConfig()
+    queries: list[QueryConfig] = [QueryConfig()]
     attack: AttackConfig = AttackConfig()
     baselines: list[str] = ["holdout", "county", "state", "national"]
     grid_points: int = Field(100, ge=2, le=10000)
 
+    @field_validator("queries", mode="before")
+    @classmethod
+    def _one_or_many(cls, v):
+        return [v] if isinstance(v, dict) else v
+
     @model_validator(mode="after")
     def _check(self):
-        levels = {"tract": ["county", "state", "national"], "block": ["tract", "county", "state", "national"]}
-        allowed = {"holdout", *levels[self.target.level]}
-        bad = [b for b in self.baselines if b not in allowed]
-        if bad:
-            raise ValueError(f"baselines {bad} are not valid for {self.target.level} targets; choose from {sorted(allowed)}")
-        bad_init = [i for i in self.attack.init if i not in {"random", *allowed}]
-        if bad_init:
-            raise ValueError(f"attack.init {bad_init} not valid for {self.target.level} targets; choose from {sorted({'random', *allowed})}")
+        labels = [q.label for q in self.queries]
+        if not labels or len(set(labels)) != len(labels):
+            raise ValueError(f"queries need at least one workload and distinct names, got {labels}")
         return self
+
+    def rap_method(self, query: "QueryConfig", init: str) -> str:
+        """rap_rank[_<workload> when several][_init_<baseline>]."""
+        name = "rap_rank" + (f"_{query.label}" if len(self.queries) > 1 else "")
+        return name if init == "random" else f"{name}_init_{init}"
 
     def digest(self) -> str:
         """12 hex digits of the SHA-256 of the canonical JSON of the resolved config."""

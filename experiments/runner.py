@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -23,6 +24,7 @@ from experiments.results import code_fingerprint, jax_info, versions, write_json
 from microdata.dataset import Dataset
 from microdata.domain import Attribute
 from microdata.marginals import Workload, answer
+from microdata.acs import read_folktables, read_nist
 from microdata.population import PopulationSpec, embedded_population
 from reconstruct.queries import MarginalPlan
 from reconstruct.rap import RAPSettings, rap_rank
@@ -32,20 +34,58 @@ log = logging.getLogger(__name__)
 _INIT_POOL_ROWS = 20_000
 
 
+#: Attack attributes when a config names none.
+EMBEDDED_ATTRIBUTES = ["AGE", "SEX", "HISP", "RACE"]
+
+
 def load_population(cfg: ExperimentConfig) -> Dataset:
-    p = cfg.data.population
-    spec = PopulationSpec(
-        states=p.states,
-        counties_per_state=p.counties_per_state,
-        tracts_per_county=p.tracts_per_county,
-        blocks_per_tract=tuple(p.blocks_per_tract),
-        block_size_median=p.block_size_median,
-    )
-    pop = embedded_population(cfg.data.seed, spec)
-    missing = [a for a in cfg.attributes if a not in pop.domain]
+    """The rows of the configured source (all of them; units are picked later)."""
+    d = cfg.data
+    if d.source == "embedded":
+        p = d.population
+        spec = PopulationSpec(
+            states=p.states,
+            counties_per_state=p.counties_per_state,
+            tracts_per_county=p.tracts_per_county,
+            blocks_per_tract=tuple(p.blocks_per_tract),
+            block_size_median=p.block_size_median,
+        )
+        pop = embedded_population(d.seed, spec)
+    elif d.source == "acs_nist":
+        pop = read_nist(d.path, attributes=cfg.attributes, bounds=d.bounds, bins=d.bins, dictionary=d.dictionary)
+    else:
+        pop = read_folktables(d.path, d.states, d.task, year=d.year, horizon=d.horizon,
+                              include_target=d.include_target, bounds=d.bounds, bins=d.bins, download=d.download)
+    missing = [a for a in attributes(cfg, pop) if a not in pop.domain]
     if missing:
         raise ConfigError(f"attributes {missing} are not in the data; it has {list(pop.domain.names)}")
+    check_against_data(cfg, pop)
     return pop
+
+
+def attributes(cfg: ExperimentConfig, pop: Dataset) -> list[str]:
+    if cfg.attributes is not None:
+        return list(cfg.attributes)
+    return EMBEDDED_ATTRIBUTES if cfg.data.source == "embedded" else list(pop.domain.names)
+
+
+def check_against_data(cfg: ExperimentConfig, pop: Dataset) -> None:
+    """Levels, baselines and initialisations must exist in this data's geography."""
+    geo = pop.geography
+    if geo is None:
+        raise ConfigError("the data has no geography; target units cannot be chosen")
+    level = cfg.target.level
+    if level not in geo.levels or level == "national":
+        raise ConfigError(f"target.level {level!r} is not a level of this data; choose from {list(geo.levels[1:])}")
+    allowed = {"holdout", *geo.coarser(level)}
+    bad = [b for b in cfg.baselines if b not in allowed]
+    if bad:
+        raise ConfigError(f"baselines {bad} are not valid for {level} targets; choose from {sorted(allowed)}")
+    bad = [i for i in cfg.attack.init if i not in {"random", *allowed}]
+    if bad:
+        raise ConfigError(f"attack.init {bad} not valid for {level} targets; choose from {sorted({'random', *allowed})}")
+    if any(cfg.target.with_block) and "block" not in geo.finer(level):
+        raise ConfigError(f"target.with_block: true needs a block level below {level!r}; this data has {list(geo.levels)}")
 
 
 def _stable(*parts) -> int:
@@ -99,7 +139,7 @@ class UnitProblem:
 def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool) -> UnitProblem:
     level = cfg.target.level
     rows = np.flatnonzero(pop.geography.mask(level, unit))
-    data = pop.take(rows).project(cfg.attributes)
+    data = pop.take(rows).project(attributes(cfg, pop))
     if with_block:
         blocks, code = np.unique(data.geography.units("block"), return_inverse=True)
         data = data.with_column(Attribute("BLOCK", tuple(b[-4:] for b in blocks)), code, 0)
@@ -109,10 +149,6 @@ def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: boo
     if with_block:
         weights = np.bincount(private.column("BLOCK"), minlength=private.domain.sizes[0]).astype(np.float64)
     return UnitProblem(unit, with_block, private, holdout, weights)
-
-
-def _method_name(init: str) -> str:
-    return "rap_rank" if init == "random" else f"rap_rank_init_{init}"
 
 
 def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
@@ -126,16 +162,19 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
     ks = k_grid(u, cfg.grid_points)
     limit = int(ks.max())
 
-    workload = Workload.all_kway(dom, cfg.queries.k, lower=cfg.queries.lower)
-    targets = answer(D, workload)  # Q(D): the only thing the attack sees of D
-    plan = MarginalPlan.build(workload)
+    workloads = {}
+    for q in cfg.queries:
+        w = Workload.all_kway(dom, q.k, lower=q.lower)
+        if q.max_marginals is not None:
+            w = w.sample(q.max_marginals, np.random.default_rng(_stable("workload", cfg.seed, q.label)))
+        workloads[q.label] = (q, w, MarginalPlan.build(w), answer(D, w))  # Q(D): all the attack sees of D
 
     priors: dict = {"holdout": EmpiricalPrior(dom, H.codes)}
     geo_levels = [b for b in {*cfg.baselines, *cfg.attack.init} if b not in ("holdout", "random")]
     if geo_levels:
         priors.update(
             geographic_priors(
-                pop, cfg.target.level, unit, cfg.attributes,
+                pop, cfg.target.level, unit, attributes(cfg, pop),
                 block_domain=dom if with_block else None,
                 block_weights=prob.block_weights,
                 levels=sorted(geo_levels),
@@ -150,15 +189,15 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
     )
     tie_rng = np.random.default_rng(_stable("ties", cfg.seed, unit, with_block))
     frames, timings, rap_facts = [], {}, {}
-    for init in a.init:
-        name = _method_name(init)
+    for (label, (q, workload, plan, targets)), init in itertools.product(workloads.items(), a.init):
+        name = cfg.rap_method(q, init)
         if init != "random" and init not in priors:
             log.warning("unit %s: no data for init %s (nothing outside the unit at that level); skipped", unit, init)
             continue
         pool = None
         if init != "random":
             pool = priors[init].sample(_INIT_POOL_ROWS, np.random.default_rng(_stable("pool", cfg.seed, unit, init)))
-        key = jax.random.fold_in(jax.random.key(cfg.seed), _stable("rap", unit, with_block, init) & 0x7FFFFFFF)
+        key = jax.random.fold_in(jax.random.key(cfg.seed), _stable("rap", unit, with_block, init, label) & 0x7FFFFFFF)
         if runs_bar is not None:
             runs_bar.reset(total=a.runs)
             runs_bar.set_description(f"{name} K runs")
@@ -168,7 +207,7 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
         rap_facts[name] = {"mean_final_loss": float(res.final_loss.mean()),
                            "mean_max_abs_error": float(res.max_abs_error.mean()),
                            "distinct_candidates": int(len(res.ranking))}
-        frames.append(match_rate_curve(res.ranking, truth, ks, u).assign(method=name))
+        frames.append(match_rate_curve(res.ranking, truth, ks, u).assign(method=name, num_queries=workload.num_queries))
     for b in cfg.baselines:
         if b not in priors:
             log.warning("unit %s: no data for baseline %s; skipped", unit, b)
@@ -176,13 +215,14 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
         t0 = time.perf_counter()
         r = priors[b].ranking(rng=tie_rng, limit=limit)
         timings[b] = round(time.perf_counter() - t0, 3)
-        frames.append(match_rate_curve(r, truth, ks, u).assign(method=b))
+        frames.append(match_rate_curve(r, truth, ks, u).assign(method=b, num_queries=0))
     df = pd.concat(frames, ignore_index=True)
-    df = df.assign(variant=with_block, unit=unit, u=u, n_rows=len(D), num_queries=workload.num_queries)
+    df = df.assign(variant=with_block, unit=unit, u=u, n_rows=len(D))
     facts = {
         "unit": unit, "with_block": with_block, "rows": len(D), "holdout_rows": len(H),
         "distinct_rows": D.distinct(), "holdout_distinct_rows": H.distinct(), "u": u,
-        "num_queries": workload.num_queries, "num_marginals": len(workload.marginals),
+        "workloads": {label: {"k": q.k, "num_marginals": len(w.marginals), "num_queries": w.num_queries}
+                      for label, (q, w, _, _) in workloads.items()},
         "domain": dict(zip(dom.names, dom.sizes)), "seconds": timings, "rap": rap_facts,
     }
     return df, facts
@@ -254,8 +294,9 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
 
 def _title(cfg: ExperimentConfig) -> str:
     a = cfg.attack
-    return (f"{cfg.name}: {cfg.target.level}s, all {cfg.queries.k}-way marginals, "
-            f"K={a.runs}, T={a.steps}, n'={a.rows}")
+    qs = " and ".join(f"{q.k}-way" if q.max_marginals is None else f"{q.max_marginals} {q.k}-way"
+                      for q in cfg.queries)
+    return f"{cfg.name}: {cfg.target.level}s, {qs} marginals, K={a.runs}, T={a.steps}, n'={a.rows}"
 
 
 def replot(run_dir: str | Path) -> list[Path]:

@@ -18,7 +18,6 @@ from microdata.domain import Domain
 from microdata.errors import DomainError
 from microdata.geography import Geography
 
-_GEO_COLUMN = "GEOID_BLOCK"
 _META_KEY = b"censusrecon.domain"
 
 
@@ -77,14 +76,15 @@ class Dataset:
 
     # ---- pandas / parquet -------------------------------------------------------------
     def to_pandas(self, labels: bool = False) -> pd.DataFrame:
-        """Columns per attribute (codes, or value labels as ordered categoricals) and GEOID_BLOCK."""
+        """Columns per attribute (codes, or value labels as ordered categoricals) and GEO_<level>."""
         cols = {}
         for i, a in enumerate(self.domain.attributes):
             c = self.codes[:, i]
             cols[a.name] = pd.Categorical.from_codes(c, categories=list(a.values), ordered=True) if labels else c
         df = pd.DataFrame(cols)
         if self.geography is not None:
-            df[_GEO_COLUMN] = self.geography.block
+            for name, ids in self.geography.to_columns().items():
+                df[name] = ids
         return df
 
     @classmethod
@@ -106,7 +106,7 @@ class Dataset:
             else:
                 cols.append(s.to_numpy(dtype=np.int64))
         codes = np.stack(cols, axis=1) if cols else np.zeros((len(df), 0), dtype=np.int64)
-        geo = Geography(df[_GEO_COLUMN].to_numpy()) if _GEO_COLUMN in df.columns else None
+        geo = Geography.from_columns(df)
         return cls(domain, codes, geo)
 
     def to_parquet(self, path: str | os.PathLike) -> None:

@@ -1,4 +1,4 @@
-"""The census geographic hierarchy national > state > county > tract > block, per row."""
+"""Geographic hierarchies per row: census national > state > county > tract > block, ACS national > state > PUMA."""
 
 from __future__ import annotations
 
@@ -9,45 +9,53 @@ import pandas as pd
 
 from microdata.errors import GeographyError
 
-#: Levels from coarsest to finest.
-LEVELS: tuple[str, ...] = ("national", "state", "county", "tract", "block")
+#: The census hierarchy, coarsest first.
+CENSUS_LEVELS: tuple[str, ...] = ("national", "state", "county", "tract", "block")
+#: GEOID prefix length per census level.
+_CENSUS_PREFIX = {"state": 2, "county": 5, "tract": 11, "block": 15}
 
 
-def check_level(level: str) -> str:
-    if level not in LEVELS:
-        raise GeographyError(f"unknown geography level {level!r}; valid levels are {list(LEVELS)}")
-    return level
-
-
-def coarser(level: str) -> tuple[str, ...]:
-    """Levels strictly coarser than ``level``, finest first (tract -> county, state, national)."""
-    i = LEVELS.index(check_level(level))
-    return tuple(reversed(LEVELS[:i]))
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Geography:
-    """Each row's unit at every level, as GEOID strings (a block's GEOID contains its tract's).
+    """Each row's unit at every level of a nested hierarchy (coarsest first, "national" on top).
 
-    Built from per-row GEOIDs of the finest level present; coarser GEOIDs are prefixes, as in
-    census GEOIDs (state 2, county 3, tract 6, block 4 digits). The national unit is "US".
+    Unit ids are strings that are unique within their level (census GEOIDs, "SS-PPPPP"
+    PUMAs); every unit lies inside exactly one unit of each coarser level, which is checked.
 
-    >>> g = Geography.from_block_geoids(np.array(["010010001001001", "010010001001002"]))
-    >>> g.units("tract").tolist()
-    ['01001000100', '01001000100']
+    >>> g = Geography.census(np.array(["010010001001001", "010010001001002"]))
+    >>> g.units("tract").tolist(), g.coarser("tract")
+    (['01001000100', '01001000100'], ('county', 'state', 'national'))
     """
 
-    block: np.ndarray
-    _cache: dict = field(default_factory=dict, compare=False, repr=False)
-
-    #: GEOID prefix length per level.
-    PREFIX = {"national": 0, "state": 2, "county": 5, "tract": 11, "block": 15}
+    levels: tuple[str, ...]
+    ids: dict[str, np.ndarray]
+    _index: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        block = np.asarray(self.block).astype(str)
-        object.__setattr__(self, "block", block)
-        if block.ndim != 1:
-            raise GeographyError(f"block GEOIDs must be 1-d, got shape {block.shape}")
+        levels = tuple(self.levels)
+        object.__setattr__(self, "levels", levels)
+        if not levels or levels[0] != "national" or len(set(levels)) != len(levels):
+            raise GeographyError(f"levels must start with 'national' and not repeat, got {levels}")
+        if set(self.ids) != set(levels):
+            raise GeographyError(f"ids must be given for exactly the levels {levels}, got {sorted(self.ids)}")
+        ids = {lv: np.asarray(self.ids[lv]).astype(str) for lv in levels}
+        n = {a.shape for a in ids.values()}
+        if len(n) != 1 or len(next(iter(n))) != 1:
+            raise GeographyError(f"each level needs one id per row (1-d, equal lengths), got shapes {n}")
+        object.__setattr__(self, "ids", ids)
+        # nesting: a unit has one parent at the next coarser level
+        for coarse, fine in zip(levels[1:], levels[2:]):
+            pairs = pd.DataFrame({"c": ids[coarse], "f": ids[fine]}).drop_duplicates()
+            dup = pairs["f"].duplicated(keep=False)
+            if dup.any():
+                bad = pairs.loc[dup, "f"].iloc[0]
+                raise GeographyError(f"{fine} {bad!r} lies in more than one {coarse}; levels must nest")
+
+    # ---- constructors ----------------------------------------------------------------------
+    @classmethod
+    def census(cls, block_geoids: np.ndarray) -> "Geography":
+        """From 15-digit block GEOIDs (2 state, 3 county, 6 tract, 4 block digits)."""
+        block = np.asarray(block_geoids).astype(str)
         if block.size:
             lengths = np.char.str_len(block)
             if lengths.min() != 15 or lengths.max() != 15:
@@ -55,36 +63,47 @@ class Geography:
                 raise GeographyError(
                     f"block GEOIDs must have 15 digits (2 state, 3 county, 6 tract, 4 block), got {bad!r}"
                 )
-
-    @classmethod
-    def from_block_geoids(cls, geoids: np.ndarray) -> "Geography":
-        return cls(np.asarray(geoids))
+        ids = {"national": np.full(block.shape, "US")}
+        for lv, n in _CENSUS_PREFIX.items():
+            ids[lv] = block.astype(f"<U{n}")  # numpy truncates to the prefix
+        return cls(CENSUS_LEVELS, ids)
 
     @classmethod
     def from_parts(cls, state, county, tract, block) -> "Geography":
-        """From per-row state, county, tract and block codes (integers or digit strings)."""
+        """Census geography from per-row state, county, tract and block codes."""
         parts = [
             pd.Series(np.asarray(x)).astype(str).str.zfill(w).to_numpy()
             for x, w in ((state, 2), (county, 3), (tract, 6), (block, 4))
         ]
-        return cls(np.char.add(np.char.add(parts[0], parts[1]), np.char.add(parts[2], parts[3])))
+        return cls.census(np.char.add(np.char.add(parts[0], parts[1]), np.char.add(parts[2], parts[3])))
 
+    @classmethod
+    def from_levels(cls, levels: dict[str, np.ndarray]) -> "Geography":
+        """From per-row ids of each level below national, coarsest first (e.g. state, puma)."""
+        n = len(next(iter(levels.values()))) if levels else 0
+        return cls(("national", *levels), {"national": np.full(n, "US"), **levels})
+
+    # ---- queries ---------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self.block)
+        return len(self.ids["national"])
+
+    def check_level(self, level: str) -> str:
+        if level not in self.levels:
+            raise GeographyError(f"unknown geography level {level!r}; this data has levels {list(self.levels)}")
+        return level
+
+    def coarser(self, level: str) -> tuple[str, ...]:
+        """Levels strictly coarser than ``level``, finest first."""
+        i = self.levels.index(self.check_level(level))
+        return tuple(reversed(self.levels[:i]))
+
+    def finer(self, level: str) -> tuple[str, ...]:
+        i = self.levels.index(self.check_level(level))
+        return self.levels[i + 1:]
 
     def units(self, level: str) -> np.ndarray:
-        """Per-row GEOID of the unit at ``level``."""
-        check_level(level)
-        if level not in self._cache:
-            n = self.PREFIX[level]
-            if n == 0:
-                out = np.full(len(self.block), "US")
-            elif n == 15:
-                out = self.block
-            else:
-                out = self.block.astype(f"<U{n}")  # numpy truncates to the prefix
-            self._cache[level] = out
-        return self._cache[level]
+        """Per-row id of the unit at ``level``."""
+        return self.ids[self.check_level(level)]
 
     def unit_ids(self, level: str) -> list[str]:
         """Sorted distinct units at ``level``."""
@@ -94,19 +113,30 @@ class Geography:
         """Rows in ``unit`` at ``level``; an error names the level's units if it is unknown."""
         m = self.units(level) == unit
         if not m.any():
-            known = self.unit_ids(level)
             raise GeographyError(
-                f"no {level} {unit!r} in this geography; known {level}s include {known[:5]}"
+                f"no {level} {unit!r} in this data; known {level}s include {self.unit_ids(level)[:5]}"
             )
         return m
 
     def parent(self, level: str, unit: str, parent_level: str) -> str:
         """The unit at ``parent_level`` enclosing ``unit`` of ``level``."""
-        if LEVELS.index(check_level(parent_level)) > LEVELS.index(check_level(level)):
-            raise GeographyError(f"{parent_level!r} is finer than {level!r}; a parent must be coarser")
-        self.mask(level, unit)
-        n = self.PREFIX[parent_level]
-        return "US" if n == 0 else unit[:n]
+        if parent_level not in self.coarser(level) and parent_level != level:
+            raise GeographyError(
+                f"{parent_level!r} is not coarser than {level!r}; coarser levels are {list(self.coarser(level))}"
+            )
+        row = int(np.argmax(self.mask(level, unit)))
+        return str(self.units(parent_level)[row])
 
     def take(self, index: np.ndarray) -> "Geography":
-        return Geography(self.block[index])
+        return Geography(self.levels, {lv: a[index] for lv, a in self.ids.items()})
+
+    def to_columns(self) -> dict[str, np.ndarray]:
+        """``GEO_<level>`` columns for every level below national (for data frames)."""
+        return {f"GEO_{lv}": self.ids[lv] for lv in self.levels[1:]}
+
+    @classmethod
+    def from_columns(cls, df: pd.DataFrame) -> "Geography | None":
+        cols = [c for c in df.columns if str(c).startswith("GEO_")]
+        if not cols:
+            return None
+        return cls.from_levels({c[4:]: df[c].to_numpy() for c in cols})

@@ -62,6 +62,19 @@ class Workload:
         margs = [m for j in ks for m in itertools.combinations(attrs, j)]
         return cls(domain, tuple(margs))
 
+    def sample(self, count: int, rng: np.random.Generator) -> "Workload":
+        """A random subset of ``count`` marginals (all of them when there are fewer), in workload order.
+
+        The number of 3-way marginals grows as d³/6; publishing a sample keeps the attack
+        (and the experiment) tractable on wide data.
+        """
+        if count < 1:
+            raise DomainError(f"a sampled workload needs at least one marginal, got {count}")
+        if count >= len(self.marginals):
+            return self
+        keep = np.sort(rng.choice(len(self.marginals), size=count, replace=False))
+        return Workload(self.domain, tuple(self.marginals[i] for i in keep))
+
     def shape(self, marginal: Sequence[str]) -> tuple[int, ...]:
         return tuple(self.domain.size(a) for a in marginal)
 

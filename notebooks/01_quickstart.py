@@ -47,7 +47,7 @@ pop = load_population(cfg)
 unit = select_units(pop, cfg)[0]
 problem = prepare_unit(pop, cfg, unit, with_block=False)
 D = problem.private
-workload = Workload.all_kway(D.domain, cfg.queries.k)
+workload = Workload.all_kway(D.domain, cfg.queries[0].k)
 published = answer(D, workload)
 print(f"tract {unit}: {len(D)} persons, {D.distinct()} distinct rows, {workload.num_queries} published queries")
 

@@ -43,7 +43,7 @@ def test_cli_end_to_end_writes_a_self_describing_run_directory(tiny_run, root):
     assert m["jax"]["backend"] and m["versions"]["jax"] and m["seeds"]["experiment"] == 0
     for u in m["units"]:
         assert u["u"] == min(u["distinct_rows"], u["holdout_distinct_rows"])
-        assert u["num_queries"] > 0 and u["rows"] > 0 and "rap_rank" in u["seconds"]
+        assert u["workloads"]["2way"]["num_queries"] > 0 and u["rows"] > 0 and "rap_rank" in u["seconds"]
     assert "mean match rate" in stdout
     # on the tiny config RAP-Rank already beats every baseline that never saw Q(D)
     mean = df.groupby("method").match_rate.mean()

@@ -17,10 +17,35 @@ def test_unknown_or_misspelled_key_is_an_error_naming_it():
         parse_config({"name": "x", "attack": {"rnus": 3}})
     with pytest.raises(ConfigError, match="attack.runs"):
         parse_config({"name": "x", "attack": {"runs": 0}})
+    with pytest.raises(ConfigError, match="data.path is required for source 'acs_nist'"):
+        parse_config({"name": "x", "data": {"source": "acs_nist"}})
+    with pytest.raises(ConfigError, match="distinct names"):
+        parse_config({"name": "x", "queries": [{"k": 2}, {"k": 2}]})
+
+
+def test_levels_baselines_and_inits_are_checked_against_the_data():
+    from experiments.runner import check_against_data
+    from microdata.population import PopulationSpec, embedded_population
+
+    pop = embedded_population(0, PopulationSpec(states=1, counties_per_state=1, tracts_per_county=2))
+    check_against_data(parse_config({"name": "x", "target": {"level": "block"}, "baselines": ["tract"]}), pop)
     with pytest.raises(ConfigError, match="baselines \\['tract'\\] are not valid for tract targets"):
-        parse_config({"name": "x", "baselines": ["tract"]})
-    with pytest.raises(ConfigError, match="with_block must be \\[false\\] for block targets"):
-        parse_config({"name": "x", "target": {"level": "block"}})
+        check_against_data(parse_config({"name": "x", "baselines": ["tract"]}), pop)
+    with pytest.raises(ConfigError, match="with_block: true needs a block level below 'block'"):
+        check_against_data(parse_config({"name": "x", "target": {"level": "block", "with_block": [True]},
+                                         "baselines": ["tract"]}), pop)
+    with pytest.raises(ConfigError, match="target.level 'puma' is not a level of this data"):
+        check_against_data(parse_config({"name": "x", "target": {"level": "puma"}}), pop)
+    with pytest.raises(ConfigError, match="attack.init \\['puma'\\] not valid"):
+        check_against_data(parse_config({"name": "x", "attack": {"init": ["puma"]}}), pop)
+
+
+def test_method_names_follow_the_workloads_and_initialisations():
+    one = parse_config({"name": "x"})
+    assert one.rap_method(one.queries[0], "random") == "rap_rank"
+    assert one.rap_method(one.queries[0], "holdout") == "rap_rank_init_holdout"
+    two = parse_config({"name": "x", "queries": [{"k": 2}, {"k": 3}]})
+    assert [two.rap_method(q, "random") for q in two.queries] == ["rap_rank_2way", "rap_rank_3way"]
 
 
 def test_overrides_apply_and_change_the_hash(root):

@@ -5,7 +5,7 @@ import pytest
 from microdata.dataset import Dataset
 from microdata.domain import Attribute, Domain
 from microdata.errors import CensusReconError, DomainError
-from microdata.geography import Geography, coarser
+from microdata.geography import Geography
 
 
 def test_encode_decode_round_trip_and_order():
@@ -37,7 +37,8 @@ def test_dataset_pandas_and_parquet_round_trip(tmp_path):
     geo = Geography.from_parts([1, 1, 2], [1, 1, 3], [100, 100, 200], [1001, 1002, 1001])
     ds = Dataset(dom, np.array([[0, 4], [1, 0], [1, 2]]), geo)
     back = Dataset.from_pandas(ds.to_pandas(labels=True), dom)
-    assert np.array_equal(back.codes, ds.codes) and np.array_equal(back.geography.block, geo.block)
+    assert np.array_equal(back.codes, ds.codes)
+    assert np.array_equal(back.geography.units("block"), geo.units("block"))
     ds.to_parquet(tmp_path / "d.parquet")
     again = Dataset.read_parquet(tmp_path / "d.parquet")
     assert again.domain == dom
@@ -57,10 +58,17 @@ def test_geography_hierarchy():
     assert geo.units("county").tolist() == ["01003", "01003"]
     assert geo.parent("block", "010030001001001", "county") == "01003"
     assert geo.parent("tract", "01003000200", "national") == "US"
-    assert coarser("tract") == ("county", "state", "national")
-    with pytest.raises(CensusReconError, match="finer than"):
+    assert geo.coarser("tract") == ("county", "state", "national")
+    with pytest.raises(CensusReconError, match="not coarser"):
         geo.parent("tract", "01003000200", "block")
-    with pytest.raises(CensusReconError, match="valid levels"):
+    with pytest.raises(CensusReconError, match="this data has levels"):
         geo.units("zip")
     with pytest.raises(CensusReconError, match="15 digits"):
-        Geography(np.array(["0100300010"]))
+        Geography.census(np.array(["0100300010"]))
+
+
+def test_general_hierarchies_must_nest():
+    g = Geography.from_levels({"state": ["25", "25", "48"], "puma": ["25-1", "25-2", "48-1"]})
+    assert g.levels == ("national", "state", "puma") and g.parent("puma", "48-1", "state") == "48"
+    with pytest.raises(CensusReconError, match="lies in more than one state"):
+        Geography.from_levels({"state": ["25", "48"], "puma": ["X", "X"]})

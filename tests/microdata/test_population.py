@@ -13,7 +13,7 @@ def pop():
 def test_same_seed_same_population_and_other_seed_differs():
     spec = PopulationSpec(states=2, counties_per_state=1, tracts_per_county=2)
     a, b = embedded_population(3, spec), embedded_population(3, spec)
-    assert np.array_equal(a.codes, b.codes) and np.array_equal(a.geography.block, b.geography.block)
+    assert np.array_equal(a.codes, b.codes) and np.array_equal(a.geography.units("block"), b.geography.units("block"))
     c = embedded_population(4, spec)
     assert len(c) != len(a) or not np.array_equal(c.codes, a.codes)
 
