@@ -69,6 +69,8 @@ class TargetConfig(_Strict):
     max_rows: int | None = Field(None, ge=2)
     with_block: list[bool] = [False]
     unit_ids: list[str] | None = None
+    require_siblings: bool = Field(
+        False, description="only units whose enclosing unit has other units, so its baseline has data")
 
     @model_validator(mode="after")
     def _check(self):

@@ -50,7 +50,8 @@ def plot_match_rate(df: pd.DataFrame, out_base: Path, title: str = "", points: i
                 ax.fill_between(c["k_over_u"], c["match_rate"] - c["sem"], c["match_rate"] + c["sem"],
                                 color=color, alpha=0.12, lw=0)
         n_units = df.loc[df["variant"] == v, "unit"].nunique()
-        ax.set_title(f"{_variant_title(v)} ({n_units} units)")
+        plain = variants == [False]  # data without a BLOCK choice (ACS): no variant to name
+        ax.set_title(f"{n_units} units" if plain else f"{_variant_title(v)} ({n_units} units)")
         ax.set_xlabel("k / u  (rank as a fraction of distinct rows in D)")
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1.02)

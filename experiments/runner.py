@@ -101,6 +101,11 @@ def select_units(pop: Dataset, cfg: ExperimentConfig) -> list[str]:
     ok = counts >= cfg.target.min_rows
     if cfg.target.max_rows is not None:
         ok &= counts <= cfg.target.max_rows
+    if cfg.target.require_siblings:
+        parent_level = geo.coarser(level)[0]
+        pairs = pd.DataFrame({"unit": geo.units(level), "parent": geo.units(parent_level)}).drop_duplicates()
+        siblings = pairs.groupby("parent")["unit"].transform("size")
+        ok &= np.isin(ids, pairs.loc[siblings > 1, "unit"].to_numpy())
     eligible = ids[ok]
     if cfg.target.unit_ids is not None:
         unknown = [u for u in cfg.target.unit_ids if u not in set(ids.tolist())]
@@ -110,13 +115,15 @@ def select_units(pop: Dataset, cfg: ExperimentConfig) -> list[str]:
     if eligible.size == 0:
         raise ConfigError(f"no {level} has between {cfg.target.min_rows} and {cfg.target.max_rows} rows")
     rng = np.random.default_rng(_stable("units", cfg.seed))
+    by_parent_level = geo.coarser(level)[-2] if len(geo.coarser(level)) > 1 else "national"  # the state
     if cfg.target.selection == "random":
         pick = rng.choice(eligible.size, size=min(cfg.target.units, eligible.size), replace=False)
         return sorted(eligible[pick].tolist())
     # one per state, round-robin over states until enough units
+    state_of = dict(zip(geo.units(level).tolist(), geo.units(by_parent_level).tolist()))
     by_state: dict[str, list[str]] = {}
     for u in eligible.tolist():
-        by_state.setdefault(u[:2], []).append(u)
+        by_state.setdefault(state_of[u], []).append(u)
     for s in by_state:
         rng.shuffle(by_state[s])
     chosen: list[str] = []

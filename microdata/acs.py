@@ -259,7 +259,7 @@ def read_folktables(root: str | Path, states: Sequence[str], task: str, year: in
     columns = list(problem.features)
     if include_target:
         t = problem.target
-        df[t] = pd.Series(np.asarray(problem.target_transform(df[t])), index=df.index).where(df[t].notna(), None)
+        df[t] = np.asarray(problem.target_transform(df[t])).astype(bool)  # folktables' label, as it defines it
         columns.append(t)
     columns = [c for c in columns if c != "ST"]  # the state is geography, not an attribute
     binning = _binning(columns, bounds, bins, {c for c in ("AGEP", "PINCP", "WKHP", "JWMNP") if c in columns})

@@ -1,0 +1,84 @@
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from microdata.acs import ACSDataError, Binning, read_folktables, read_nist
+from tests.acs_fixture import make_acs_root, make_nist_file
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "acs_nist_2018"
+
+
+def test_binning_is_equal_width_and_clips_to_the_end_bins():
+    b = Binning(0, 100, 10)
+    assert b.codes(np.array([-5, 0, 9.99, 10, 99, 100, 250])).tolist() == [0, 0, 0, 1, 9, 9, 9]
+    with pytest.raises(ACSDataError):
+        Binning(5, 5)
+
+
+@pytest.mark.parametrize("task,target", [("employment", "ESR"), ("coverage", "PUBCOV"), ("mobility", "MIG")])
+def test_folktables_tasks_on_the_generated_fixture(tmp_path, task, target):
+    import folktables
+
+    root = make_acs_root(tmp_path)
+    d = read_folktables(root, ["CA", "TX"], task)
+    problem = getattr(folktables, {"employment": "ACSEmployment", "coverage": "ACSPublicCoverage",
+                                   "mobility": "ACSMobility"}[task])
+    expected = [f for f in problem.features if f != "ST"] + [target]
+    assert list(d.domain.names) == expected
+    raw = pd.concat([pd.read_csv(p) for p in sorted((root / "2018" / "1-Year").glob("*.csv"))], ignore_index=True)
+    assert len(d) == len(problem._preprocess(raw))  # folktables' own row filter
+    assert d.domain.attribute(target).values == ("False", "True")
+    assert d.domain.size("AGEP") == 10  # AGEP binned
+    assert d.geography.levels == ("national", "state", "puma")
+    assert set(d.geography.unit_ids("state")) == {"06", "48"}
+    # categories are the union over states: race code 9 occurs only in TX
+    assert "9" in d.domain.attribute("RAC1P").values
+
+
+def test_folktables_nulls_are_their_own_category(tmp_path):
+    d = read_folktables(make_acs_root(tmp_path), ["CA"], "employment", include_target=False)
+    assert "ESR" not in d.domain.names
+    schl = d.domain.attribute("SCHL")
+    assert schl.values[-1] == "N/A"
+    age_bin = d.column("AGEP")
+    # persons under 3 have no schooling value: they are exactly the N/A rows
+    assert ((d.column("SCHL") == schl.size - 1) == (age_bin == 0) & (d.column("SCHL") == schl.size - 1)).all()
+
+
+def test_folktables_missing_file_names_it_and_the_layout(tmp_path):
+    make_acs_root(tmp_path, states=("CA",))
+    with pytest.raises(ACSDataError, match=r"psam_p48\.csv.*root/<year>/<horizon>/psam_p<FIPS>\.csv"):
+        read_folktables(tmp_path, ["CA", "TX"], "employment")
+    with pytest.raises(ACSDataError, match="unknown ACS task"):
+        read_folktables(tmp_path, ["CA"], "income")
+
+
+def test_folktables_2019_relshipp_is_renamed(tmp_path):
+    root = make_acs_root(tmp_path, year=2019, relshipp=True)
+    d = read_folktables(root, ["CA"], "employment", year=2019)
+    assert "RELP" in d.domain.names
+
+
+def test_nist_format_reader_on_a_generated_file(tmp_path):
+    path = make_nist_file(tmp_path / "x2018.csv")
+    d = read_nist(path)
+    assert d.domain.names == ("AGEP", "SEX", "MSP", "NOC", "PINCP")  # PUMA is geography, PWGTP a weight
+    assert d.domain.attribute("MSP").values == ("1", "2", "3", "4", "5", "6", "N/A")
+    assert d.domain.attribute("NOC").values[:2] == ("0", "1") and d.domain.size("NOC") == 21
+    assert d.domain.size("PINCP") == 11  # 10 bins and N/A
+    assert d.geography.parent("puma", "48-00201", "state") == "48"
+    with pytest.raises(ACSDataError, match="does not exist"):
+        read_nist(tmp_path / "nope.csv")
+    with pytest.raises(ACSDataError, match="lacks columns \\['DEAR'\\]|not in the data dictionary"):
+        read_nist(path, attributes=["AGEP", "DEAR"])
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="../shared/data is not available")
+def test_nist_shared_excerpts():
+    d = read_nist(SHARED / "national2018.csv")
+    assert len(d) == 27111
+    assert len(d.geography.unit_ids("puma")) == 20 and len(d.geography.unit_ids("state")) == 16
+    assert len(read_nist(SHARED / "ma2018.csv")) == 7244
+    assert len(read_nist(SHARED / "tx2018.csv")) == 8775
