@@ -1,1 +1,1 @@
-"""The defence (differentially private releases); empty until the DP-release issue lands."""
+"""The defence: DP mechanisms with declared relation and privacy unit, noise backends, ledger, histograms, releases, auditor."""

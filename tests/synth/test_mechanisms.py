@@ -1,0 +1,182 @@
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+from microdata.dataset import Dataset
+from microdata.domain import Domain
+from microdata.marginals import Workload, marginal_counts
+from synth.audit import audit, neighbouring_counts
+from synth.histogram import (perturbed_histogram, smoothed_delta, smoothed_epsilon, smoothed_histogram,
+                             smoothed_worst_case_epsilon)
+from synth.mechanism import (Ledger, PrivacyError, Relation, check_counts, checked_add, histogram_sensitivity,
+                             marginal_sensitivity)
+from synth.noise import OpenDPNoise, SimulationNoise, discrete_laplace_pmf
+from synth.release import laplace_tables
+
+DOM = Domain.from_sizes({"A": 3, "B": 2, "C": 4})
+
+
+def _random_neighbours(rng, relation, n=12):
+    codes = np.stack([rng.integers(0, s, n) for s in DOM.sizes], axis=1)
+    other = np.array([rng.integers(0, s) for s in DOM.sizes])[None, :]
+    if relation is Relation.REPLACE_ONE:
+        codes2 = codes.copy()
+        codes2[rng.integers(0, n)] = other
+    else:
+        codes2 = np.concatenate([codes, other])
+    return Dataset(DOM, codes), Dataset(DOM, codes2)
+
+
+@pytest.mark.parametrize("relation", list(Relation))
+def test_declared_sensitivities_bound_random_neighbours_and_are_attained(relation):
+    rng = np.random.default_rng(0)
+    work = Workload.all_kway(DOM, 2, lower=True)
+    declared_tables = marginal_sensitivity(DOM, work.marginals, relation)
+    declared_hist = histogram_sensitivity(relation, DOM.total_size)
+    seen_tables = seen_hist = 0
+    for _ in range(400):
+        a, b = _random_neighbours(rng, relation)
+        ca = np.concatenate([marginal_counts(a, m) for m in work.marginals])
+        cb = np.concatenate([marginal_counts(b, m) for m in work.marginals])
+        seen_tables = max(seen_tables, int(np.abs(ca - cb).sum()))
+        ha = np.bincount(a.keys(), minlength=DOM.total_size)
+        hb = np.bincount(b.keys(), minlength=DOM.total_size)
+        seen_hist = max(seen_hist, int(np.abs(ha - hb).sum()))
+    assert seen_tables == declared_tables  # bounded, and tight for some pair
+    assert seen_hist == declared_hist
+    factor = 2 if relation is Relation.REPLACE_ONE else 1
+    assert declared_tables == factor * len(work.marginals)  # the factor is computed, here checked
+
+
+def test_sensitivity_composes_over_geographic_levels_and_skips_constant_tables():
+    d = Domain.from_sizes({"A": 1, "B": 3})
+    assert marginal_sensitivity(d, [("A",), ("B",)], "replace_one") == 2  # A never differs
+    assert marginal_sensitivity(d, [("A",), ("B",)], "add_remove", levels=2) == 4
+    with pytest.raises(PrivacyError, match="unknown neighbouring relation"):
+        marginal_sensitivity(d, [("A",)], "swap")
+
+
+@pytest.mark.parametrize("scale", [0.7, 2.0, 6.0])
+def test_simulation_sampler_matches_the_discrete_laplace_pmf(scale):
+    x = SimulationNoise(1).sample(scale, 200_000)
+    assert x.dtype == np.int64
+    _chi_square(x, scale)
+
+
+@pytest.mark.parametrize("scale", [1.0, 4.0])
+def test_opendp_sampler_matches_the_discrete_laplace_pmf(scale):
+    pytest.importorskip("opendp")
+    _chi_square(OpenDPNoise().sample(scale, 30_000), scale)
+
+
+def _chi_square(x, scale):
+    lim = int(np.ceil(4 * scale)) + 1
+    support = np.arange(-lim, lim + 1)
+    p = discrete_laplace_pmf(support, scale)
+    p = np.concatenate([[1 - p.sum()], p])  # one bin for the tails beyond ±lim
+    obs = np.concatenate([[np.sum(np.abs(x) > lim)], [(x == v).sum() for v in support]])
+    assert chisquare(obs, p * len(x)).pvalue > 1e-3
+    # and a wrong scale is rejected by the same test
+    q = discrete_laplace_pmf(support, scale * 1.3)
+    q = np.concatenate([[1 - q.sum()], q])
+    assert chisquare(obs, q * len(x)).pvalue < 1e-6
+
+
+def test_opendp_backend_refuses_a_seed_and_records_contrib():
+    pytest.importorskip("opendp")
+    with pytest.raises(PrivacyError, match="refuses a seed"):
+        OpenDPNoise(seed=3)
+    b = OpenDPNoise()
+    assert b.contrib and b.for_publication
+
+
+def test_release_path_is_int64_and_overflow_checked():
+    with pytest.raises(PrivacyError, match="integers"):
+        check_counts(np.array([1.5, 2.0]))
+    with pytest.raises(PrivacyError, match="overflow"):
+        checked_add(np.array([np.iinfo(np.int64).max]), np.array([1]))
+    noisy = SimulationNoise(0).add(np.array([3, 0, 7]), 2.0)
+    assert noisy.dtype == np.int64
+
+
+def _count_release(scale, seed=0):
+    noise = SimulationNoise(seed)
+
+    def release(counts, runs):
+        return counts[None, :] + noise.sample(scale, runs * counts.size).reshape(runs, counts.size)
+
+    return release
+
+
+@pytest.mark.parametrize("relation", list(Relation))
+def test_auditor_passes_correct_mechanisms(relation):
+    eps = 1.0
+    d, d2 = neighbouring_counts(relation, 4)
+    scale = histogram_sensitivity(relation, 4) / eps
+    res = audit(_count_release(scale), d, d2, eps, "perturbed_histogram", runs=200_000)
+    assert res.epsilon_lower_bound <= eps
+    assert res.epsilon_lower_bound > 0.8 * eps  # the auditor is not vacuous: it nearly attains ε
+
+
+def test_auditor_catches_add_remove_noise_under_replace_one_neighbours():
+    eps = 1.0
+    d, d2 = neighbouring_counts(Relation.REPLACE_ONE, 4)
+    wrong = histogram_sensitivity(Relation.ADD_REMOVE, 4) / eps  # half the noise replace-one needs
+    assert audit(_count_release(wrong), d, d2, eps, "broken", runs=200_000).epsilon_lower_bound > eps
+
+
+def test_auditor_catches_25_percent_too_little_noise():
+    eps = 1.0
+    d, d2 = neighbouring_counts(Relation.REPLACE_ONE, 4)
+    wrong = 0.75 * histogram_sensitivity(Relation.REPLACE_ONE, 4) / eps
+    assert audit(_count_release(wrong), d, d2, eps, "broken", runs=400_000).epsilon_lower_bound > eps
+
+
+def test_smoothed_histogram_condition_and_its_exact_worst_case():
+    counts = np.array([3, 0, 1, 6, 2], dtype=np.int64)
+    n, m = int(counts.sum()), counts.size
+    for eps, k in itertools.product([0.1, 1.0, 3.0], [1, 5, 20]):
+        delta = smoothed_delta(eps, n, m, k)
+        assert smoothed_epsilon(delta, n, m, k) == pytest.approx(eps)
+        assert smoothed_worst_case_epsilon(counts, delta, k) <= eps + 1e-9
+    # a smaller δ than the condition allows is caught by the exact computation
+    assert smoothed_worst_case_epsilon(counts, smoothed_delta(1.0, n, m, 5) / 2, 5) > 1.0
+
+
+def test_perturbed_histogram_sparse_path_matches_the_dense_one_in_law():
+    dom = Domain.from_sizes({"A": 50, "B": 50})  # 2500 cells
+    data = Dataset(dom, np.array([[1, 2]] * 30 + [[4, 4]] * 10))
+    import synth.histogram as h
+
+    dense_sizes, sparse_sizes = [], []
+    for s in range(60):
+        hist, mech = perturbed_histogram(data, 1.0, SimulationNoise(s))
+        dense_sizes.append(len(hist.keys))
+        old = h.DENSE_LIMIT
+        h.DENSE_LIMIT = 10
+        try:
+            hs, _ = perturbed_histogram(data, 1.0, SimulationNoise(1000 + s))
+        finally:
+            h.DENSE_LIMIT = old
+        sparse_sizes.append(len(hs.keys))
+        assert hs.counts.min() > 0 and np.all(np.diff(hs.keys) > 0)
+    # the number of cells with positive noisy count has the same mean either way
+    assert abs(np.mean(dense_sizes) - np.mean(sparse_sizes)) < 4 * np.std(dense_sizes) / np.sqrt(60) + 2
+    assert mech.sensitivity == 2 and mech.scale == pytest.approx(2.0)
+
+
+def test_smoothed_histogram_release_and_ledger():
+    rng = np.random.default_rng(0)
+    data = Dataset(DOM, np.stack([rng.integers(0, s, 30) for s in DOM.sizes], axis=1))
+    rows, mech = smoothed_histogram(data, 1.0, 30, rng)
+    assert rows.shape == (30,) and rows.max() < DOM.total_size
+    ledger = Ledger()
+    ledger.record(mech, backend="simulation", for_publication=False)
+    t, m2 = laplace_tables(data, Workload.all_kway(DOM, 2), 0.5, SimulationNoise(0))
+    ledger.record(m2, backend="simulation", for_publication=False)
+    assert ledger.total_epsilon() == pytest.approx(1.5)
+    assert ledger.entries[1]["relation"] == "replace_one" and ledger.entries[1]["sensitivity"] == 6
+    assert t.counts.dtype == np.int64
