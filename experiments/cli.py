@@ -24,6 +24,16 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true", help="hide progress bars")
     pl = sub.add_parser("plot", help="regenerate match_rate.png/.pdf of a run from its Parquet")
     pl.add_argument("run_dir")
+    ev = sub.add_parser("evaluate-release",
+                        help="release at each ε, attack each release, compare with exact tables and baselines, report")
+    ev.add_argument("config")
+    ev.add_argument("--out", default="results")
+    ev.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ev.add_argument("--no-progress", action="store_true")
+    au = sub.add_parser("audit", help="audited ε lower bound of every mechanism of a config, next to its declared ε")
+    au.add_argument("config")
+    au.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    au.add_argument("--json", action="store_true", help="one JSON object per mechanism")
     return p
 
 
@@ -42,6 +52,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {run_dir / 'match_rate.parquet'}")
             print(f"  {run_dir / 'match_rate.png'}")
             _print_summary(run_dir)
+        elif args.command == "evaluate-release":
+            from experiments.config import load_config
+            from experiments.release import evaluate_release
+
+            run_dir = evaluate_release(load_config(args.config, args.overrides), args.out,
+                                       progress=not args.no_progress)
+            print(f"results: {run_dir}")
+            print(f"  report: {run_dir / 'report.md'}")
+        elif args.command == "audit":
+            _audit(args)
         elif args.command == "plot":
             from experiments.runner import replot
 
@@ -51,6 +71,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"censusrecon: error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _audit(args) -> None:
+    import json
+
+    from experiments.config import ConfigError, load_config
+    from experiments.release import audit_mechanisms
+
+    cfg = load_config(args.config, args.overrides)
+    if cfg.release is None:
+        raise ConfigError(f"{args.config} has no 'release' section: nothing to audit")
+    results = audit_mechanisms(cfg)
+    if args.json:
+        for r in results:
+            print(json.dumps(r.as_dict()))
+        return
+    print(f"{'mechanism':<22}{'declared ε':>12}{'audited ε ≥':>14}   runs")
+    for r in results:
+        flag = "" if r.epsilon_lower_bound <= r.declared_epsilon else "   EXCEEDS THE DECLARED ε"
+        print(f"{r.mechanism:<22}{r.declared_epsilon:>12g}{r.epsilon_lower_bound:>14.3f}   {r.runs}{flag}")
 
 
 def _print_summary(run_dir) -> None:

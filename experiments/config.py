@@ -115,6 +115,33 @@ class AttackConfig(_Strict):
         return v
 
 
+class AuditConfig(_Strict):
+    epsilon: float = Field(1.0, gt=0, description="declared ε at which every mechanism is audited")
+    runs: int = Field(200_000, ge=1000, description="releases on each of the two neighbouring inputs")
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+
+
+class ReleaseConfig(_Strict):
+    """The defence: which DP releases to evaluate, at which ε, under which neighbouring relation."""
+
+    epsilons: list[float] = [0.1, 0.3, 1.0, 3.0, 10.0]
+    mechanisms: list[Literal["laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram"]] = [
+        "laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram"]
+    relation: Literal["replace_one", "add_remove"] = "replace_one"
+    backend: Literal["simulation", "opendp"] = "simulation"
+    audit: AuditConfig = AuditConfig()
+
+    @model_validator(mode="after")
+    def _check(self):
+        if not self.epsilons or any(not (e > 0) for e in self.epsilons):
+            raise ValueError(f"release.epsilons must be positive numbers, got {self.epsilons}")
+        if "smoothed_histogram" in self.mechanisms and self.relation != "replace_one":
+            raise ValueError("the smoothed histogram is DP only under replace_one neighbours (n public)")
+        if not self.mechanisms or len(set(self.mechanisms)) != len(self.mechanisms):
+            raise ValueError(f"release.mechanisms must be distinct and non-empty, got {self.mechanisms}")
+        return self
+
+
 class ExperimentConfig(_Strict):
     """One experiment: what data, which units, which queries, which attack and baselines."""
 
@@ -128,6 +155,7 @@ class ExperimentConfig(_Strict):
     attack: AttackConfig = AttackConfig()
     baselines: list[str] = ["holdout", "county", "state", "national"]
     grid_points: int = Field(100, ge=2, le=10000)
+    release: ReleaseConfig | None = None
 
     @field_validator("queries", mode="before")
     @classmethod

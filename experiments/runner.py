@@ -171,29 +171,12 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
 
     workloads = {}
     for q in cfg.queries:
-        w = Workload.all_kway(dom, q.k, lower=q.lower)
-        if q.max_marginals is not None:
-            w = w.sample(q.max_marginals, np.random.default_rng(_stable("workload", cfg.seed, q.label)))
+        w = build_workload(cfg, q, dom)
         workloads[q.label] = (q, w, MarginalPlan.build(w), answer(D, w))  # Q(D): all the attack sees of D
 
-    priors: dict = {"holdout": EmpiricalPrior(dom, H.codes)}
-    geo_levels = [b for b in {*cfg.baselines, *cfg.attack.init} if b not in ("holdout", "random")]
-    if geo_levels:
-        priors.update(
-            geographic_priors(
-                pop, cfg.target.level, unit, attributes(cfg, pop),
-                block_domain=dom if with_block else None,
-                block_weights=prob.block_weights,
-                levels=sorted(geo_levels),
-            )
-        )
-
+    priors = build_priors(pop, cfg, prob)
+    settings = rap_settings(cfg)
     a = cfg.attack
-    settings = RAPSettings(
-        rows=a.rows, steps=a.steps, learning_rate=a.learning_rate, sampling=a.sampling,
-        queries_per_step=a.queries_per_step, init_confidence=a.init_confidence,
-        steps_per_call=a.steps_per_call, batch=a.batch,
-    )
     tie_rng = np.random.default_rng(_stable("ties", cfg.seed, unit, with_block))
     frames, timings, rap_facts = [], {}, {}
     for (label, (q, workload, plan, targets)), init in itertools.product(workloads.items(), a.init):
@@ -204,7 +187,7 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
         pool = None
         if init != "random":
             pool = priors[init].sample(_INIT_POOL_ROWS, np.random.default_rng(_stable("pool", cfg.seed, unit, init)))
-        key = jax.random.fold_in(jax.random.key(cfg.seed), _stable("rap", unit, with_block, init, label) & 0x7FFFFFFF)
+        key = unit_key(cfg, "rap", unit, with_block, init, label)
         if runs_bar is not None:
             runs_bar.reset(total=a.runs)
             runs_bar.set_description(f"{name} K runs")
@@ -233,6 +216,45 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
         "domain": dict(zip(dom.names, dom.sizes)), "seconds": timings, "rap": rap_facts,
     }
     return df, facts
+
+
+def build_workload(cfg: ExperimentConfig, q, domain) -> Workload:
+    """The published marginals of workload ``q`` over the attack domain (seeded sample if asked)."""
+    w = Workload.all_kway(domain, q.k, lower=q.lower)
+    if q.max_marginals is not None:
+        w = w.sample(q.max_marginals, np.random.default_rng(_stable("workload", cfg.seed, q.label)))
+    return w
+
+
+def unit_key(cfg: ExperimentConfig, *parts) -> jax.Array:
+    """The JAX key of one attack: stable in the config seed and the parts naming the attack."""
+    return jax.random.fold_in(jax.random.key(cfg.seed), _stable(*parts) & 0x7FFFFFFF)
+
+
+def build_priors(pop: Dataset, cfg: ExperimentConfig, prob: UnitProblem) -> dict:
+    """The holdout prior and the geographic priors the config's baselines and inits need."""
+    dom = prob.private.domain
+    priors: dict = {"holdout": EmpiricalPrior(dom, prob.holdout.codes)}
+    geo_levels = [b for b in {*cfg.baselines, *cfg.attack.init} if b not in ("holdout", "random")]
+    if geo_levels:
+        priors.update(
+            geographic_priors(
+                pop, cfg.target.level, prob.unit, attributes(cfg, pop),
+                block_domain=dom if prob.with_block else None,
+                block_weights=prob.block_weights,
+                levels=sorted(geo_levels),
+            )
+        )
+    return priors
+
+
+def rap_settings(cfg: ExperimentConfig, **over) -> RAPSettings:
+    a = cfg.attack
+    kw = dict(rows=a.rows, steps=a.steps, learning_rate=a.learning_rate, sampling=a.sampling,
+              queries_per_step=a.queries_per_step, init_confidence=a.init_confidence,
+              steps_per_call=a.steps_per_call, batch=a.batch)
+    kw.update(over)
+    return RAPSettings(**kw)
 
 
 COLUMNS = ["variant", "unit", "method", "threshold", "k", "k_over_u", "num_candidates", "num_matched",

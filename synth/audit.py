@@ -55,7 +55,8 @@ def neighbouring_counts(relation: Relation | str, cells: int, base: int = 5) -> 
 
 
 def audit(release: Callable[[np.ndarray, int], np.ndarray], d: np.ndarray, d2: np.ndarray, declared_epsilon: float,
-          name: str, runs: int = 200_000, confidence: float = 0.95, offsets=(1, 2, 3, 4)) -> AuditResult:
+          name: str, runs: int = 200_000, confidence: float = 0.95, offsets=(1, 2, 3, 4),
+          reference: np.ndarray | None = None) -> AuditResult:
     """Lower-bound the ε of ``release`` from ``runs`` draws on each of two neighbouring inputs.
 
     ``release(counts, runs)`` returns a (runs × outputs) integer array, one release per row;
@@ -66,11 +67,14 @@ def audit(release: Callable[[np.ndarray, int], np.ndarray], d: np.ndarray, d2: n
     Clopper–Pearson bounds give ε ≥ log(P_lo(E|A) / P_hi(E|B)) with the stated
     confidence. A correct ε-DP mechanism gives a bound ≤ ε (but for the 1 - confidence
     chance); a mis-stated one is caught when its true ε exceeds the declared one.
+    Thresholds are offsets from ``reference`` (default: ``d``, right for noisy counts; a
+    mechanism that outputs draws passes the expected draw counts).
     """
     diff = np.asarray(d2, dtype=np.int64) - np.asarray(d, dtype=np.int64)
     idx = np.flatnonzero(diff)
     if idx.size == 0:
         raise PrivacyError("the two datasets are identical; nothing to audit")
+    ref = np.asarray(d if reference is None else reference, dtype=np.int64)
     half = runs // 2
     y1 = release(np.asarray(d), runs)
     y2 = release(np.asarray(d2), runs)
@@ -85,8 +89,8 @@ def audit(release: Callable[[np.ndarray, int], np.ndarray], d: np.ndarray, d2: n
     for sign in (1, -1):
         for t in offsets:
             # event measured relative to the midpoint: use d for both (thresholds fixed before seeing data)
-            e_a = events(y2[:half], np.asarray(d), t, sign) if sign == 1 else events(y1[:half], np.asarray(d), t, sign)
-            e_b = events(y1[:half], np.asarray(d), t, sign) if sign == 1 else events(y2[:half], np.asarray(d), t, sign)
+            e_a = events(y2[:half], ref, t, sign) if sign == 1 else events(y1[:half], ref, t, sign)
+            e_b = events(y1[:half], ref, t, sign) if sign == 1 else events(y2[:half], ref, t, sign)
             # score an event by the bound it would certify, so rare events whose empirical
             # ratio is mostly noise do not win the selection
             lo, _ = clopper_pearson(int(e_a.sum()), half, (1 - confidence) / 2)
@@ -100,9 +104,9 @@ def audit(release: Callable[[np.ndarray, int], np.ndarray], d: np.ndarray, d2: n
     _, sign, t = best
     hold1, hold2 = y1[half:], y2[half:]
     if sign == 1:
-        a_hits, b_hits = events(hold2, np.asarray(d), t, sign).sum(), events(hold1, np.asarray(d), t, sign).sum()
+        a_hits, b_hits = events(hold2, ref, t, sign).sum(), events(hold1, ref, t, sign).sum()
     else:
-        a_hits, b_hits = events(hold1, np.asarray(d), t, sign).sum(), events(hold2, np.asarray(d), t, sign).sum()
+        a_hits, b_hits = events(hold1, ref, t, sign).sum(), events(hold2, ref, t, sign).sum()
     n = runs - half
     alpha = (1 - confidence) / 2
     pa_lo, _ = clopper_pearson(int(a_hits), n, alpha)

@@ -23,8 +23,13 @@ class NoisyTables:
     total: int  # n if the relation makes it public, else an estimate from the noisy tables
 
     def answers(self) -> np.ndarray:
-        """Post-processed fractions for the attack or a fit: negatives clipped, divided by the total."""
-        return np.clip(self.counts, 0, None).astype(np.float64) / max(self.total, 1)
+        """Post-processed fractions for the attack or a fit: each table's negatives clipped and the
+        table normalised to sum to one (uniform if nothing is left); costs no privacy."""
+        out = []
+        for part in np.split(self.counts, self.workload.offsets()[1:-1]):
+            c = np.clip(part, 0, None).astype(np.float64)
+            out.append(c / c.sum() if c.sum() > 0 else np.full(c.size, 1.0 / c.size))
+        return np.concatenate(out)
 
 
 def laplace_tables(data: Dataset, workload: Workload, epsilon: float, backend,
@@ -47,8 +52,12 @@ def laplace_tables(data: Dataset, workload: Workload, epsilon: float, backend,
     else:  # post-processing: the median over tables of each table's noisy total
         sums = [s.sum() for s in np.split(noisy, workload.offsets()[1:-1])]
         total = int(max(1, np.median(sums)))
+    # each table's share of ε: its own L1 sensitivity over the scale (they add up to ε)
+    per_table = {"×".join(m): marginal_sensitivity(workload.domain, [m], relation, levels) / scale
+                 for m in workload.marginals}
     mech = Mechanism("laplace_tables", relation, delta_l1, epsilon, scale,
-                     details={"tables": len(workload.marginals), "cells": workload.num_queries, "levels": levels})
+                     details={"tables": len(workload.marginals), "cells": workload.num_queries, "levels": levels,
+                              "epsilon_per_table": per_table})
     return NoisyTables(workload, noisy, total), mech
 
 

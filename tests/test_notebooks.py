@@ -10,15 +10,26 @@ import jupytext
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_quickstart_notebook_runs_on_the_tiny_config(tmp_path):
-    nb = jupytext.read(ROOT / "notebooks" / "01_quickstart.py")
+def _run_notebook(name: str, config: str, tmp_path) -> str:
+    nb = jupytext.read(ROOT / "notebooks" / name)
     assert sum(c.cell_type == "code" for c in nb.cells) >= 4
-    script = tmp_path / "quickstart.py"
+    script = tmp_path / "nb.py"
     script.write_text(jupytext.writes(nb, fmt="py:percent"))
-    env = dict(os.environ, CENSUSRECON_CONFIG=str(ROOT / "configs" / "tiny.yaml"), CENSUSRECON_OUT=str(tmp_path),
+    env = dict(os.environ, CENSUSRECON_CONFIG=str(ROOT / "configs" / config), CENSUSRECON_OUT=str(tmp_path),
                MPLBACKEND="Agg")
     proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "match_rate" in proc.stdout and "results in" in proc.stdout
+    return proc.stdout
+
+
+def test_quickstart_notebook_runs_on_the_tiny_config(tmp_path):
+    out = _run_notebook("01_quickstart.py", "tiny.yaml", tmp_path)
+    assert "match_rate" in out and "results in" in out
     assert list(tmp_path.glob("tiny/*/match_rate.parquet"))
+
+
+def test_release_notebook_runs_on_the_tiny_release_config(tmp_path):
+    out = _run_notebook("03_evaluate_a_release.py", "release_tiny.yaml", tmp_path)
+    assert "audited ε" in out and "report:" in out
+    assert list(tmp_path.glob("release_tiny/*/report.md"))

@@ -6,7 +6,7 @@ from experiments.config import ConfigError, load_config, parse_config
 def test_every_shipped_config_validates_and_names_its_command(root):
     for path in sorted((root / "configs").glob("**/*.yaml")):
         cfg = load_config(path)
-        assert "censusrecon run" in path.read_text(), f"{path} must name the command that runs it"
+        assert "Run: censusrecon " in path.read_text(), f"{path} must name the command that runs it"
         assert cfg.name
 
 

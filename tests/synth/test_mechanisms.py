@@ -180,3 +180,13 @@ def test_smoothed_histogram_release_and_ledger():
     assert ledger.total_epsilon() == pytest.approx(1.5)
     assert ledger.entries[1]["relation"] == "replace_one" and ledger.entries[1]["sensitivity"] == 6
     assert t.counts.dtype == np.int64
+    assert sum(m2.details["epsilon_per_table"].values()) == pytest.approx(0.5)
+
+
+def test_laplace_tables_with_the_opendp_backend():
+    pytest.importorskip("opendp")
+    rng = np.random.default_rng(0)
+    data = Dataset(DOM, np.stack([rng.integers(0, s, 30) for s in DOM.sizes], axis=1))
+    tables, mech = laplace_tables(data, Workload.all_kway(DOM, 2), 1.0, OpenDPNoise(), "add_remove")
+    assert tables.counts.dtype == np.int64 and mech.sensitivity == 3 and mech.scale == pytest.approx(3.0)
+    assert tables.answers().sum() == pytest.approx(3.0)  # three tables, each normalised

@@ -1,0 +1,77 @@
+"""evaluate-release and audit end to end on the tiny release config."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from experiments.cli import main
+from experiments.config import ConfigError, load_config, parse_config
+from experiments.release import evaluate_release, lift_table
+
+
+@pytest.fixture(scope="module")
+def release_run(tmp_path_factory, root=None):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path_factory.mktemp("rel")
+    return evaluate_release(load_config(root / "configs" / "release_tiny.yaml"), out, progress=False)
+
+
+def test_release_evaluation_writes_its_files(release_run):
+    for name in ("release_eval.parquet", "utility.parquet", "lift.parquet", "ledger.json", "audit.json",
+                 "report.md", "release_match_rate.png", "lift_utility.png", "manifest.json"):
+        assert (release_run / name).stat().st_size > 0, name
+    df = pd.read_parquet(release_run / "release_eval.parquet")
+    assert {"epsilon", "mechanism", "unit", "method", "k_over_u", "match_rate", "utility_error"} <= set(df.columns)
+    assert set(df.mechanism) == {"exact", "baseline", "laplace_tables", "synthetic", "perturbed_histogram",
+                                 "smoothed_histogram"}
+    util = pd.read_parquet(release_run / "utility.parquet")
+    assert util.tv_error.between(0, 1).all()  # per-table total variation
+    ledger = json.loads((release_run / "ledger.json").read_text())
+    assert {e["relation"] for e in ledger["entries"]} == {"replace_one"}
+    assert all(e["for_publication"] is False for e in ledger["entries"])  # simulation noise is labelled
+    assert "not for publication" in (release_run / "report.md").read_text()
+
+
+def test_more_noise_means_less_lift_and_more_error(release_run):
+    lift = pd.read_parquet(release_run / "lift.parquet")
+    for mech in ("laplace_tables", "perturbed_histogram"):
+        s = lift[lift.mechanism == mech].groupby("epsilon")[["lift", "utility_error"]].mean()
+        assert s.loc[0.1, "lift"] < s.loc[10.0, "lift"]
+        assert s.loc[0.1, "utility_error"] > s.loc[10.0, "utility_error"]
+    exact = lift[lift.epsilon == math.inf].lift.mean()
+    assert exact > lift[lift.epsilon == 0.1].lift.max()
+
+
+def test_lift_is_the_area_between_rap_rank_and_the_best_baseline():
+    rows = []
+    for method, mech, eps, rates in (("rap_rank", "exact", math.inf, [1.0, 0.8]),
+                                     ("holdout", "baseline", float("nan"), [0.5, 0.5]),
+                                     ("county", "baseline", float("nan"), [0.6, 0.2])):
+        for k, r in enumerate(rates, 1):
+            rows.append(dict(variant=False, unit="u", epsilon=eps, mechanism=mech, method=method, k=k,
+                             match_rate=r, utility_error=0.0 if mech == "exact" else float("nan")))
+    lift = lift_table(pd.DataFrame(rows))
+    assert lift.best_baseline.tolist() == ["holdout"] and lift.lift.tolist() == [pytest.approx(0.4)]
+
+
+def test_audit_cli_prints_a_table_and_json(capsys, root):
+    cfg = str(root / "configs" / "release_tiny.yaml")
+    assert main(["audit", cfg, "--set", "release.audit.runs=40000"]) == 0
+    table = capsys.readouterr().out
+    assert "declared ε" in table and "perturbed_histogram" in table and "EXCEEDS" not in table
+    assert main(["audit", cfg, "--json", "--set", "release.audit.runs=40000"]) == 0
+    objs = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert {o["mechanism"] for o in objs} == {"laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram"}
+    for o in objs:
+        assert 0 <= o["epsilon_lower_bound"] <= o["declared_epsilon"]
+
+
+def test_release_config_errors():
+    with pytest.raises(ConfigError, match="smoothed histogram is DP only under replace_one"):
+        parse_config({"name": "x", "release": {"relation": "add_remove"}})
+    with pytest.raises(ConfigError, match="no 'release' section"):
+        evaluate_release(parse_config({"name": "x"}), "/tmp/none", progress=False)
