@@ -35,15 +35,17 @@ class PopulationConfig(_Strict):
 class DataConfig(_Strict):
     """Where the rows come from: the embedded population, a NIST ACS excerpt, or folktables."""
 
-    source: Literal["embedded", "acs_nist", "folktables"] = "embedded"
+    source: Literal["embedded", "acs_nist", "folktables", "ppmf"] = "embedded"
     seed: int = 0
     population: PopulationConfig = PopulationConfig()
-    path: str | None = Field(None, description="acs_nist: the CSV file; folktables: the root directory")
+    path: str | None = Field(None, description="acs_nist, ppmf: the CSV file; folktables: the root directory")
     dictionary: str | None = Field(None, description="acs_nist: data dictionary (default: beside the CSV)")
     bounds: dict[str, tuple[float, float]] = Field(default_factory=dict, description="bin bounds per numeric column")
     bins: int = Field(10, ge=1, le=1000)
     task: Literal["employment", "coverage", "mobility"] | None = None
-    states: list[str] = Field(default_factory=list)
+    states: list[str] = Field(default_factory=list, description="folktables: postal codes; ppmf: FIPS filter")
+    counties: list[str] = Field(default_factory=list, description="ppmf: keep these SSCCC counties")
+    tracts: list[str] = Field(default_factory=list, description="ppmf: keep these SSCCCTTTTTT tracts")
     year: int = Field(2018, ge=2014)
     horizon: Literal["1-Year", "5-Year"] = "1-Year"
     include_target: bool = True
@@ -51,7 +53,7 @@ class DataConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self):
-        if self.source in ("acs_nist", "folktables") and not self.path:
+        if self.source in ("acs_nist", "folktables", "ppmf") and not self.path:
             raise ValueError(f"data.path is required for source {self.source!r}")
         if self.source == "folktables" and (self.task is None or not self.states):
             raise ValueError("data.task and data.states are required for source 'folktables'")
@@ -64,7 +66,7 @@ class DataConfig(_Strict):
 class TargetConfig(_Strict):
     level: str = Field("tract", description="a level of the data's geography: tract, block, puma, ...")
     units: int = Field(4, ge=1, description="how many target units to attack")
-    selection: Literal["one_per_state", "random"] = "one_per_state"
+    selection: Literal["one_per_state", "random", "size_quantiles"] = "one_per_state"
     min_rows: int = Field(20, ge=2)
     max_rows: int | None = Field(None, ge=2)
     with_block: list[bool] = [False]
@@ -82,17 +84,39 @@ class TargetConfig(_Strict):
 
 
 class QueryConfig(_Strict):
-    """One published workload: all k-way marginals (optionally a seeded sample of them)."""
+    """One published workload: all k-way marginals (optionally a seeded sample of them), or
+    census SF1 tables (a named set, or a list of table names)."""
 
-    kind: Literal["marginals"] = "marginals"
+    kind: Literal["marginals", "census"] = "marginals"
     k: int = Field(2, ge=1, le=4)
     lower: bool = False
     max_marginals: int | None = Field(None, ge=1, description="publish a seeded random subset of this many")
+    tables: str | list[str] = Field("sf1", description="census: sf1, race_hispanic, reference, or table names")
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9_]+$")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.kind == "census":
+            from microdata.census import TABLE_SETS, sf1_tables
+
+            known = set(sf1_tables())
+            if isinstance(self.tables, str):
+                if self.tables not in (*TABLE_SETS, "reference"):
+                    raise ValueError(f"queries.tables {self.tables!r} is not a table set; "
+                                     f"use {sorted((*TABLE_SETS, 'reference'))} or a list of tables")
+            else:
+                bad = [t for t in self.tables if t not in known]
+                if bad or not self.tables:
+                    raise ValueError(f"unknown census tables {bad}; known: {sorted(known)}")
+        return self
 
     @property
     def label(self) -> str:
-        return self.name or f"{self.k}way"
+        if self.name:
+            return self.name
+        if self.kind == "census":
+            return self.tables if isinstance(self.tables, str) else "census"
+        return f"{self.k}way"
 
 
 class AttackConfig(_Strict):

@@ -21,7 +21,7 @@ from experiments.runner import (_stable, build_priors, build_workload, load_popu
 from microdata.dataset import Dataset
 from microdata.domain import Domain
 from microdata.marginals import Workload, answer
-from reconstruct.queries import MarginalPlan
+from reconstruct.queries import MarginalPlan  # noqa: F401  (marginal workloads only)
 from reconstruct.rap import rap_rank
 from synth.audit import AuditResult, audit, neighbouring_counts
 from synth.histogram import perturbed_histogram, smoothed_delta, smoothed_histogram

@@ -26,7 +26,7 @@ from microdata.domain import Attribute
 from microdata.marginals import Workload, answer
 from microdata.acs import read_folktables, read_nist
 from microdata.population import PopulationSpec, embedded_population
-from reconstruct.queries import MarginalPlan
+from reconstruct.queries import plan_for
 from reconstruct.rap import RAPSettings, rap_rank
 
 log = logging.getLogger(__name__)
@@ -53,14 +53,39 @@ def load_population(cfg: ExperimentConfig) -> Dataset:
         pop = embedded_population(d.seed, spec)
     elif d.source == "acs_nist":
         pop = read_nist(d.path, attributes=cfg.attributes, bounds=d.bounds, bins=d.bins, dictionary=d.dictionary)
+    elif d.source == "ppmf":
+        from microdata.ppmf import read_ppmf
+
+        pop = read_ppmf(d.path, states=d.states or None, counties=d.counties or None, tracts=d.tracts or None)
     else:
         pop = read_folktables(d.path, d.states, d.task, year=d.year, horizon=d.horizon,
                               include_target=d.include_target, bounds=d.bounds, bins=d.bins, download=d.download)
+    check_census_tables(cfg, pop)
     missing = [a for a in attributes(cfg, pop) if a not in pop.domain]
     if missing:
         raise ConfigError(f"attributes {missing} are not in the data; it has {list(pop.domain.names)}")
     check_against_data(cfg, pop)
     return pop
+
+
+def check_census_tables(cfg: ExperimentConfig, pop: Dataset) -> None:
+    """Census tables need AGE, SEX, HISP, CENRACE; name the tables this data cannot build."""
+    from microdata.census import required_attributes
+
+    for q in cfg.queries:
+        if q.kind != "census":
+            continue
+        cells = census_cells(q)
+        have = set(pop.domain.names) & set(attributes(cfg, pop))
+        missing = sorted(required_attributes(cells) - have)
+        if missing:
+            tables = sorted({c.table for c in cells if set(dict(c.sets)) & set(missing)},
+                            key=lambda t: (len(t), t))
+            raise ConfigError(
+                f"this data cannot build census tables {tables}: they need {missing}, which it lacks "
+                f"(it has {list(pop.domain.names)}; the redistricting PPMF has no QAGE or QSEX). "
+                f"Restrict queries.tables to ones it supports, e.g. tables: race_hispanic (P1, P6, P7, P8, P9), "
+                f"and attributes to {[a for a in ('HISP', 'CENRACE') if a in pop.domain]}")
 
 
 def attributes(cfg: ExperimentConfig, pop: Dataset) -> list[str]:
@@ -116,6 +141,12 @@ def select_units(pop: Dataset, cfg: ExperimentConfig) -> list[str]:
         raise ConfigError(f"no {level} has between {cfg.target.min_rows} and {cfg.target.max_rows} rows")
     rng = np.random.default_rng(_stable("units", cfg.seed))
     by_parent_level = geo.coarser(level)[-2] if len(geo.coarser(level)) > 1 else "national"  # the state
+    if cfg.target.selection == "size_quantiles":  # units spread evenly over the size distribution
+        sizes = counts[ok]
+        order = np.argsort(sizes, kind="stable")
+        n = min(cfg.target.units, eligible.size)
+        picks = np.unique(np.round(np.linspace(0, eligible.size - 1, n)).astype(int))
+        return sorted(eligible[order[picks]].tolist())
     if cfg.target.selection == "random":
         pick = rng.choice(eligible.size, size=min(cfg.target.units, eligible.size), replace=False)
         return sorted(eligible[pick].tolist())
@@ -172,7 +203,7 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
     workloads = {}
     for q in cfg.queries:
         w = build_workload(cfg, q, dom)
-        workloads[q.label] = (q, w, MarginalPlan.build(w), answer(D, w))  # Q(D): all the attack sees of D
+        workloads[q.label] = (q, w, plan_for(w), exact_answers(D, w))  # Q(D): all the attack sees of D
 
     priors = build_priors(pop, cfg, prob)
     settings = rap_settings(cfg)
@@ -211,15 +242,30 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
     facts = {
         "unit": unit, "with_block": with_block, "rows": len(D), "holdout_rows": len(H),
         "distinct_rows": D.distinct(), "holdout_distinct_rows": H.distinct(), "u": u,
-        "workloads": {label: {"k": q.k, "num_marginals": len(w.marginals), "num_queries": w.num_queries}
-                      for label, (q, w, _, _) in workloads.items()},
+        "workloads": {label: workload_facts(q, w) for label, (q, w, _, _) in workloads.items()},
         "domain": dict(zip(dom.names, dom.sizes)), "seconds": timings, "rap": rap_facts,
     }
     return df, facts
 
 
-def build_workload(cfg: ExperimentConfig, q, domain) -> Workload:
-    """The published marginals of workload ``q`` over the attack domain (seeded sample if asked)."""
+def census_cells(q) -> list:
+    """The census cells a query config names."""
+    from microdata.census import TABLE_SETS, reference_cells, sf1_tables
+
+    if q.tables == "reference":
+        return reference_cells()
+    tables = sf1_tables()
+    names = TABLE_SETS[q.tables] if isinstance(q.tables, str) else q.tables
+    return [c for name in names for c in tables[name]]
+
+
+def build_workload(cfg: ExperimentConfig, q, domain):
+    """The published queries of workload ``q`` over the attack domain: k-way marginals
+    (a seeded sample if asked) or census table cells (per block when BLOCK is kept)."""
+    if q.kind == "census":
+        from microdata.census import CensusWorkload
+
+        return CensusWorkload.build(domain, census_cells(q))
     w = Workload.all_kway(domain, q.k, lower=q.lower)
     if q.max_marginals is not None:
         w = w.sample(q.max_marginals, np.random.default_rng(_stable("workload", cfg.seed, q.label)))
@@ -229,6 +275,17 @@ def build_workload(cfg: ExperimentConfig, q, domain) -> Workload:
 def unit_key(cfg: ExperimentConfig, *parts) -> jax.Array:
     """The JAX key of one attack: stable in the config seed and the parts naming the attack."""
     return jax.random.fold_in(jax.random.key(cfg.seed), _stable(*parts) & 0x7FFFFFFF)
+
+
+def exact_answers(data: Dataset, w) -> np.ndarray:
+    return answer(data, w) if isinstance(w, Workload) else w.answer(data)
+
+
+def workload_facts(q, w) -> dict:
+    if isinstance(w, Workload):
+        return {"kind": "marginals", "k": q.k, "num_marginals": len(w.marginals), "num_queries": w.num_queries}
+    return {"kind": "census", "tables": q.tables, "num_queries": w.num_queries,
+            "cells_per_table": dict(w.cells_per_table)}
 
 
 def build_priors(pop: Dataset, cfg: ExperimentConfig, prob: UnitProblem) -> dict:
@@ -323,9 +380,13 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
 
 def _title(cfg: ExperimentConfig) -> str:
     a = cfg.attack
-    qs = " and ".join(f"{q.k}-way" if q.max_marginals is None else f"{q.max_marginals} {q.k}-way"
-                      for q in cfg.queries)
-    return f"{cfg.name}: {cfg.target.level}s, {qs} marginals, K={a.runs}, T={a.steps}, n'={a.rows}"
+    def describe(q):
+        if q.kind == "census":
+            return f"census tables ({q.label})"
+        return f"{q.k}-way marginals" if q.max_marginals is None else f"{q.max_marginals} {q.k}-way marginals"
+
+    qs = " and ".join(describe(q) for q in cfg.queries)
+    return f"{cfg.name}: {cfg.target.level}s, {qs}, K={a.runs}, T={a.steps}, n'={a.rows}"
 
 
 def replot(run_dir: str | Path) -> list[Path]:

@@ -32,15 +32,37 @@ _PROFILE_SHARES = np.array([0.40, 0.17, 0.30, 0.13])
 
 
 def person_domain() -> Domain:
-    """AGE (single year 0..115), SEX, HISP and RACE (7 groups)."""
+    """AGE (single year 0..115), SEX, HISP, RACE (7 groups) and CENRACE (the PPMF's 63 race
+    combinations; RACE is CENRACE's major group)."""
+    from microdata.census import CENRACE_COMBOS, cenrace_label
+
     return Domain(
         (
             Attribute.range("AGE", MAX_AGE + 1),
             Attribute("SEX", ("male", "female")),
             Attribute("HISP", ("not Hispanic or Latino", "Hispanic or Latino")),
             Attribute("RACE", RACES),
+            Attribute("CENRACE", tuple(cenrace_label(i) for i in range(len(CENRACE_COMBOS)))),
         )
     )
+
+
+def race_group(cenrace: np.ndarray) -> np.ndarray:
+    """The 7-group RACE of CENRACE codes (0..62): the single race, or 6 for two or more."""
+    return np.where(np.asarray(cenrace) < 6, cenrace, 6)
+
+
+def _multirace_weights() -> np.ndarray:
+    """Shares of the 57 multi-race CENRACE codes among persons of two or more races: pairs
+    dominate (White with each other race most of all), each extra race is rarer."""
+    from microdata.census import CENRACE_COMBOS
+
+    w = []
+    for combo in CENRACE_COMBOS[6:]:
+        base = 10.0 ** -(len(combo) - 2)
+        w.append(base * (4.0 if 0 in combo else 1.0) * (2.0 if 5 in combo else 1.0))
+    w = np.array(w)
+    return w / w.sum()
 
 
 def _age_profiles() -> np.ndarray:
@@ -112,7 +134,7 @@ def embedded_population(seed: int = 0, spec: PopulationSpec | None = None) -> Da
 
     >>> d = embedded_population(seed=1, spec=PopulationSpec(states=1, counties_per_state=1, tracts_per_county=2))
     >>> d.domain.names, len(d.geography.unit_ids("tract"))
-    (('AGE', 'SEX', 'HISP', 'RACE'), 2)
+    (('AGE', 'SEX', 'HISP', 'RACE', 'CENRACE'), 2)
     """
     spec = spec or PopulationSpec()
     rng = np.random.default_rng(seed)
@@ -181,7 +203,11 @@ def embedded_population(seed: int = 0, spec: PopulationSpec | None = None) -> Da
     p_female = np.where(age < 60, 0.49, np.minimum(0.49 + (age - 60) * 0.007, 0.85))
     sex = (rng.random(n) < p_female).astype(np.int64)
 
-    codes = np.stack([age, sex, hisp, race], axis=1).astype(np.int64)
+    # the detailed race combination of persons of two or more races (drawn last, so that the
+    # attributes above do not depend on it)
+    multi = rng.choice(57, size=n, p=_multirace_weights()) + 6
+    cenrace = np.where(race < 6, race, multi)
+    codes = np.stack([age, sex, hisp, race, cenrace], axis=1).astype(np.int64)
     state_fips = np.arange(n_state) * 2 + 1
     county_fips = (np.arange(n_county) % spec.counties_per_state) * 2 + 1
     tract_code = (np.arange(n_tract) % spec.tracts_per_county + 1) * 100

@@ -105,3 +105,80 @@ def reference_answers(workload: Workload, probs: Sequence[jnp.ndarray]) -> jnp.n
         spec = ",".join(f"z{letters[j]}" for j in range(len(pos))) + "->" + letters[: len(pos)]
         outs.append(jnp.einsum(spec, *[probs[i] for i in pos]).reshape(-1))
     return jnp.concatenate(outs) / probs[0].shape[0]
+
+
+@dataclass(frozen=True)
+class ProductPlan:
+    """Relaxed answers of product queries (census table cells), batched: no loop over queries.
+
+    A query restricts each attribute a to a value set S_a; on relaxed rows its answer is
+    (1/n') Σ_r Π_a Σ_{v∈S_a} P_a[r, v]. Per attribute, the summed probabilities of all
+    distinct sets are one matmul P_a · M_a (M_a the 0/1 membership matrix). Queries are then
+    grouped by their sets on every attribute but the ``outer`` one: the row-wise product over those attributes is formed
+    once per distinct group, and one matmul against the outer attribute's summed
+    probabilities gives every (outer set × group) answer, from which the queries are
+    gathered. The outer attribute is the one that makes this cheapest (BLOCK, typically). Same interface as :class:`MarginalPlan` (plan order = workload order).
+    """
+
+    sizes: tuple[int, ...]
+    memberships: tuple[tuple[tuple[int, ...], ...], ...]  # per attribute, per set: its values
+    outer: int
+    group_sets: tuple[tuple[int, ...], ...]  # per group, a set index for every non-outer attribute
+    query_outer: tuple[int, ...]
+    query_group: tuple[int, ...]
+    num_queries: int
+
+    @classmethod
+    def build(cls, workload) -> "ProductPlan":
+        d = len(workload.domain)
+        q = np.array(workload.queries, dtype=np.int64).reshape(-1, d)
+        n_sets = [len(s) for s in workload.value_sets]
+        best = None
+        for outer in range(d):  # the outer attribute that makes the step cheapest
+            rest = [j for j in range(d) if j != outer]
+            groups, inverse = np.unique(q[:, rest], axis=0, return_inverse=True)
+            # gathers and products per group dominate; the outer matmul is far cheaper per element
+            cost = len(groups) * (len(rest) + n_sets[outer] / 64)
+            if best is None or cost < best[0]:
+                best = (cost, outer, groups, inverse)
+        _, outer, groups, inverse = best
+        return cls(
+            sizes=tuple(workload.domain.sizes),
+            memberships=tuple(tuple(tuple(sorted(s)) for s in sets) for sets in workload.value_sets),
+            outer=outer,
+            group_sets=tuple(tuple(int(x) for x in g) for g in groups),
+            query_outer=tuple(int(x) for x in q[:, outer]),
+            query_group=tuple(int(x) for x in np.asarray(inverse).reshape(-1)),
+            num_queries=len(q),
+        )
+
+    def to_plan_order(self, values: np.ndarray) -> np.ndarray:
+        return np.asarray(values)
+
+    def to_workload_order(self, values) -> np.ndarray:
+        return np.asarray(values)
+
+    def _membership(self, j: int) -> np.ndarray:
+        m = np.zeros((self.sizes[j], len(self.memberships[j])), dtype=np.float32)
+        for s, vals in enumerate(self.memberships[j]):
+            m[list(vals), s] = 1.0
+        return m
+
+    def answers(self, probs: Sequence[jnp.ndarray]) -> jnp.ndarray:
+        n = probs[0].shape[0]
+        # feature-major: (sets × n') so that gathering a set's row is a contiguous copy
+        summed = [jnp.asarray(self._membership(j)).T @ probs[j].T for j in range(len(self.sizes))]
+        groups = np.array(self.group_sets, dtype=np.int64).reshape(len(self.group_sets), -1)
+        rest = [j for j in range(len(self.sizes)) if j != self.outer]
+        prod = summed[rest[0]][groups[:, 0]]
+        for col, j in enumerate(rest[1:], start=1):
+            prod = prod * summed[j][groups[:, col]]
+        table = summed[self.outer] @ prod.T  # (outer sets × groups)
+        return table[np.array(self.query_outer), np.array(self.query_group)] / n
+
+
+def plan_for(workload):
+    """The evaluation plan of a marginal workload or a census workload."""
+    if isinstance(workload, Workload):
+        return MarginalPlan.build(workload)
+    return ProductPlan.build(workload)

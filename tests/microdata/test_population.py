@@ -20,7 +20,11 @@ def test_same_seed_same_population_and_other_seed_differs():
 
 def test_census_shape(pop):
     geo = pop.geography
-    assert pop.domain.names == ("AGE", "SEX", "HISP", "RACE")
+    assert pop.domain.names == ("AGE", "SEX", "HISP", "RACE", "CENRACE")
+    from microdata.population import race_group
+
+    assert np.array_equal(race_group(pop.column("CENRACE")), pop.column("RACE"))
+    assert len(np.unique(pop.column("CENRACE"))) > 30  # many of the 63 combinations occur
     assert pop.domain.size("AGE") == 116 and len(RACES) == 7
     # nested geography: every level has several units, each unit inside one parent
     n = {lv: len(geo.unit_ids(lv)) for lv in ("state", "county", "tract", "block")}

@@ -1,0 +1,276 @@
+"""The 2010 SF1 person tables as counting queries: each cell a product of per-attribute value sets."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from microdata.dataset import Dataset
+from microdata.domain import Domain
+from microdata.errors import CensusReconError
+
+#: The six OMB races, in SF1 order.
+MAJOR_RACES = ("White", "Black or African American", "American Indian and Alaska Native", "Asian",
+               "Native Hawaiian and Other Pacific Islander", "Some Other Race")
+#: CENRACE codes 01..63 (stored as 0..62): every non-empty combination of the six races,
+#: ordered by number of races, then as itertools.combinations orders them (SF1's order).
+CENRACE_COMBOS: tuple[tuple[int, ...], ...] = tuple(
+    c for k in range(1, 7) for c in itertools.combinations(range(6), k)
+)
+#: The P12 age groups (single years, inclusive ranges), SF1 order.
+P12_AGE_GROUPS = ((0, 4), (5, 9), (10, 14), (15, 17), (18, 19), (20, 20), (21, 21), (22, 24), (25, 29), (30, 34),
+                  (35, 39), (40, 44), (45, 49), (50, 54), (55, 59), (60, 61), (62, 64), (65, 66), (67, 69),
+                  (70, 74), (75, 79), (80, 84), (85, 115))
+MAX_AGE = 115
+#: Attributes the tables read, by role (the embedded population's names; the PPMF reader maps
+#: QAGE, QSEX, CENHISP, CENRACE onto them).
+AGE, SEX, HISP, RACE = "AGE", "SEX", "HISP", "CENRACE"
+
+
+def cenrace_label(code: int) -> str:
+    return " and ".join(MAJOR_RACES[i] for i in CENRACE_COMBOS[code])
+
+
+def races_with(pred) -> frozenset[int]:
+    return frozenset(i for i, c in enumerate(CENRACE_COMBOS) if pred(c))
+
+
+def _all(attr_size: int) -> frozenset[int]:
+    return frozenset(range(attr_size))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One published count: table, SF1 cell number, label and the value set of each attribute it
+    restricts (attributes it does not name are unrestricted); ``level`` is block or tract."""
+
+    table: str
+    number: int
+    label: str
+    sets: tuple[tuple[str, frozenset[int]], ...]
+    level: str = "block"
+
+    @property
+    def name(self) -> str:
+        return f"{self.table}_{self.number:03d}"
+
+    def attrs(self) -> dict[str, frozenset[int]]:
+        return dict(self.sets)
+
+
+def _cell(table, number, label, level="block", **sets) -> Cell:
+    return Cell(table, number, label, tuple(sorted((k, frozenset(v)) for k, v in sets.items())), level)
+
+
+def _race_structure(table: str, start: int, prefix: str, **extra) -> list[Cell]:
+    """P8-style race cells from ``start``: one race, the 6 singles, two or more, then per number of
+    races its subtotal and every combination."""
+    out, n = [], start
+    out.append(_cell(table, n, f"{prefix}Population of one race", **extra, CENRACE=races_with(lambda c: len(c) == 1)))
+    n += 1
+    for i in range(6):
+        out.append(_cell(table, n, f"{prefix}{MAJOR_RACES[i]} alone", **extra, CENRACE={CENRACE_COMBOS.index((i,))}))
+        n += 1
+    out.append(_cell(table, n, f"{prefix}Two or more races", **extra, CENRACE=races_with(lambda c: len(c) >= 2)))
+    n += 1
+    for k in range(2, 7):
+        out.append(_cell(table, n, f"{prefix}Population of {k} races", **extra,
+                         CENRACE=races_with(lambda c, k=k: len(c) == k)))
+        n += 1
+        for combo in itertools.combinations(range(6), k):
+            out.append(_cell(table, n, prefix + "; ".join(MAJOR_RACES[i] for i in combo), **extra,
+                             CENRACE={CENRACE_COMBOS.index(combo)}))
+            n += 1
+    return out
+
+
+def _sex_by_age(table: str, groups, level: str, total_label: str = "Total", **restrict) -> list[Cell]:
+    out = [_cell(table, 1, total_label, level, **restrict)]
+    n = 2
+    for s, sex in enumerate(("Male", "Female")):
+        out.append(_cell(table, n, f"{sex}", level, SEX={s}, **restrict))
+        n += 1
+        for lo, hi in groups:
+            label = f"{sex}: {lo} years" if lo == hi else f"{sex}: {lo} to {hi} years"
+            out.append(_cell(table, n, label, level, SEX={s}, AGE=range(lo, hi + 1), **restrict))
+            n += 1
+    return out
+
+
+#: P12A–I and PCT12A–O: the race/ethnicity group each table is restricted to.
+def _iteration_groups() -> dict[str, dict]:
+    alone = {chr(ord("A") + i): races_with(lambda c, i=i: c == (i,)) for i in range(6)}
+    groups = {k: {"CENRACE": v} for k, v in alone.items()}
+    groups["G"] = {"CENRACE": races_with(lambda c: len(c) >= 2)}
+    groups["H"] = {"HISP": {1}}
+    groups["I"] = {"HISP": {0}, "CENRACE": alone["A"]}
+    return groups
+
+
+def _pct_groups() -> dict[str, dict]:
+    g = _iteration_groups()
+    out = {k: g[k] for k in "ABCDEFGH"}
+    singles = [races_with(lambda c, i=i: c == (i,)) for i in range(6)] + [races_with(lambda c: len(c) >= 2)]
+    for letter, races in zip("IJKLMNO", singles):
+        out[letter] = {"HISP": {0}, "CENRACE": races}
+    return out
+
+
+PCT12_AGES = tuple((a, a) for a in range(100)) + ((100, 104), (105, 109), (110, 115))
+
+
+def sf1_tables() -> dict[str, list[Cell]]:
+    """Every cell of P1, P6, P7, P8, P9, P10, P11, P12, P12A–I, P14 (block) and PCT12, PCT12A–O (tract)."""
+    t: dict[str, list[Cell]] = {}
+    t["P1"] = [_cell("P1", 1, "Total")]
+    tallies = [races_with(lambda c, i=i: i in c) for i in range(6)]
+    # P6 and P7 count race *tallies*: their total cells are sums over the race cells, so they are
+    # kept as the race cells only (the totals are linear combinations, not counting queries).
+    t["P6"] = [_cell("P6", 2 + i, f"{MAJOR_RACES[i]} alone or in combination", CENRACE=tallies[i]) for i in range(6)]
+    t["P7"] = ([_cell("P7", 3 + i, f"Not Hispanic or Latino: {MAJOR_RACES[i]} alone or in combination",
+                      HISP={0}, CENRACE=tallies[i]) for i in range(6)]
+               + [_cell("P7", 10 + i, f"Hispanic or Latino: {MAJOR_RACES[i]} alone or in combination",
+                        HISP={1}, CENRACE=tallies[i]) for i in range(6)])
+    t["P8"] = [_cell("P8", 1, "Total")] + _race_structure("P8", 2, "")
+    t["P9"] = ([_cell("P9", 1, "Total"), _cell("P9", 2, "Hispanic or Latino", HISP={1}),
+                _cell("P9", 3, "Not Hispanic or Latino", HISP={0})]
+               + _race_structure("P9", 4, "Not Hispanic or Latino: ", HISP={0}))
+    adult = range(18, MAX_AGE + 1)
+    t["P10"] = [_cell("P10", 1, "Total 18 years and over", AGE=adult)] + _race_structure("P10", 2, "18+: ", AGE=adult)
+    t["P11"] = ([_cell("P11", 1, "Total 18 years and over", AGE=adult),
+                 _cell("P11", 2, "18+: Hispanic or Latino", AGE=adult, HISP={1}),
+                 _cell("P11", 3, "18+: Not Hispanic or Latino", AGE=adult, HISP={0})]
+                + _race_structure("P11", 4, "18+: Not Hispanic or Latino: ", AGE=adult, HISP={0}))
+    t["P12"] = _sex_by_age("P12", P12_AGE_GROUPS, "block")
+    for letter, restrict in _iteration_groups().items():
+        t[f"P12{letter}"] = _sex_by_age(f"P12{letter}", P12_AGE_GROUPS, "block", **restrict)
+    t["P14"] = [_fix_under20(c) for c in _sex_by_age("P14", tuple((a, a) for a in range(20)), "block",
+                                                       "Total under 20")]
+    t["PCT12"] = _sex_by_age("PCT12", PCT12_AGES, "tract")
+    for letter, restrict in _pct_groups().items():
+        t[f"PCT12{letter}"] = _sex_by_age(f"PCT12{letter}", PCT12_AGES, "tract", **restrict)
+    return t
+
+
+def _fix_under20(c: Cell) -> Cell:
+    # P14's sex totals are "under 20" too: intersect every AGE set with 0..19
+    sets = dict(c.sets)
+    sets["AGE"] = frozenset(sets.get("AGE", range(MAX_AGE + 1))) & frozenset(range(20))
+    return Cell(c.table, c.number, c.label, tuple(sorted(sets.items())), c.level)
+
+
+#: Correct table sets by name.
+TABLE_SETS = {
+    "sf1": ("P1", "P6", "P7", "P8", "P9", "P10", "P11", "P12", *[f"P12{x}" for x in "ABCDEFGHI"], "P14",
+            "PCT12", *[f"PCT12{x}" for x in "ABCDEFGHIJKLMNO"]),
+    "race_hispanic": ("P1", "P6", "P7", "P8", "P9"),
+}
+
+
+def reference_cells() -> list[Cell]:
+    """The paper's public code's query set, defects kept (see the module notes in README):
+    per block P1, P6 (6 race cells), P7 (12), P9 cells 4–73, P11 without cell 48, and P12 with
+    P12A–I where the female-by-age cells are copies of the male ones (only the female totals
+    remain); per tract PCT12 cells 2–209. 421 block cells, 417 distinct; 208 tract cells."""
+    t = sf1_tables()
+    cells = list(t["P1"]) + list(t["P6"]) + list(t["P7"])
+    cells += [c for c in t["P9"] if c.number >= 4]
+    cells += [c for c in t["P11"] if c.number != 48]
+    for name in ["P12", *[f"P12{x}" for x in "ABCDEFGHI"]]:
+        table = t[name]
+        # cells 1, 2 (male), 3–25 (male ages), 26 (female total); the female loop rewrote 3–25
+        cells += [c for c in table if c.number <= 26]
+    cells += [c for c in t["PCT12"] if c.number >= 2]
+    return cells
+
+
+def required_attributes(cells: Iterable[Cell]) -> set[str]:
+    return {a for c in cells for a, _ in c.sets}
+
+
+@dataclass(frozen=True)
+class CensusWorkload:
+    """Census cells over an attack domain, expanded per block when the domain has BLOCK.
+
+    Every query is a product of per-attribute value sets; ``queries`` holds, per query, the
+    index of its value set for each attribute (into ``value_sets[attr]``). Duplicate
+    queries (the same product) are kept once; ``labels`` names each kept query by its
+    first cell, and ``cells_per_table`` counts the cells asked for, before deduplication.
+    """
+
+    domain: Domain
+    value_sets: tuple[tuple[frozenset[int], ...], ...]  # per attribute, the distinct sets used
+    queries: tuple[tuple[int, ...], ...]  # per query, a set index per attribute
+    labels: tuple[str, ...]
+    cells_per_table: tuple[tuple[str, int], ...]
+
+    @property
+    def num_queries(self) -> int:
+        return len(self.queries)
+
+    @classmethod
+    def build(cls, domain: Domain, cells: Sequence[Cell], block_attr: str | None = "BLOCK") -> "CensusWorkload":
+        """Block-level cells become one query per block when ``block_attr`` is in the domain;
+        tract-level cells stay single queries over the whole unit."""
+        need = required_attributes(cells)
+        missing = sorted(need - set(domain.names))
+        if missing:
+            tables = sorted({c.table for c in cells if set(dict(c.sets)) & set(missing)})
+            raise CensusReconError(
+                f"tables {tables} need attributes {missing}, which the data does not have "
+                f"(it has {list(domain.names)})")
+        has_block = block_attr is not None and block_attr in domain
+        blocks = range(domain.size(block_attr)) if has_block else [None]
+        seen: dict[tuple, int] = {}
+        labels: list[str] = []
+        products: list[tuple[frozenset[int], ...]] = []
+        counts: dict[str, int] = {}
+        for c in cells:
+            sets = c.attrs()
+            for b in (blocks if c.level == "block" else [None]):
+                full = []
+                for a in domain.names:
+                    if a == block_attr and b is not None:
+                        full.append(frozenset({b}))
+                    elif a in sets:
+                        full.append(frozenset(v for v in sets[a] if v < domain.size(a)))
+                    else:
+                        full.append(_all(domain.size(a)))
+                key = tuple(full)
+                counts[c.table] = counts.get(c.table, 0) + 1
+                if key in seen:
+                    continue
+                seen[key] = len(products)
+                products.append(key)
+                labels.append(c.name if b is None else f"{c.name}@{domain.attribute(block_attr).values[b]}")
+        value_sets = []
+        index = []
+        for j in range(len(domain)):
+            distinct = sorted({p[j] for p in products}, key=lambda s: (len(s), sorted(s)))
+            value_sets.append(tuple(distinct))
+            pos = {s: i for i, s in enumerate(distinct)}
+            index.append([pos[p[j]] for p in products])
+        queries = tuple(zip(*index))
+        return cls(domain, tuple(value_sets), queries, tuple(labels), tuple(counts.items()))
+
+    def membership(self, attr: int) -> np.ndarray:
+        """(|attr| × #sets) 0/1 matrix: value v is in set s."""
+        sets = self.value_sets[attr]
+        m = np.zeros((self.domain.sizes[attr], len(sets)), dtype=np.float32)
+        for s, vals in enumerate(sets):
+            m[list(vals), s] = 1.0
+        return m
+
+    def answer(self, data: Dataset) -> np.ndarray:
+        """Exact answers as fractions of rows (vectorised over rows; one pass per attribute)."""
+        if data.domain != self.domain:
+            raise CensusReconError("data domain differs from the workload's")
+        q = np.array(self.queries, dtype=np.int64)  # (Q, d)
+        hit = np.ones((len(data), len(q)), dtype=bool)
+        for j in range(len(self.domain)):
+            member = self.membership(j).astype(bool)  # (|a|, sets)
+            hit &= member[data.codes[:, j]][:, q[:, j]]
+        return hit.sum(axis=0) / len(data)
