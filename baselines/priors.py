@@ -99,3 +99,37 @@ def geographic_priors(population: Dataset, level: str, unit: str, attributes: li
         else:
             out[lv] = pool
     return out
+
+
+@dataclass(frozen=True, eq=False)
+class ChancePrior:
+    """Rows drawn from the product of one-way margins (attributes independent): what a guess
+    from the published one-way totals alone gives. Ranks rows by that product probability.
+    """
+
+    domain: Domain
+    margins: tuple[np.ndarray, ...]  # one probability vector per attribute
+
+    @classmethod
+    def from_data(cls, data: Dataset) -> "ChancePrior":
+        margins = tuple(np.bincount(data.codes[:, j], minlength=s) / len(data) for j, s in enumerate(data.domain.sizes))
+        return cls(data.domain, margins)
+
+    def ranking(self, rng: np.random.Generator | None = None, limit: int | None = None) -> Ranking:
+        """Exact top-``limit`` rows of the product distribution: a combination in the overall
+        top L has its prefix among the top L prefixes, so pruning to L after each attribute
+        loses nothing."""
+        L = limit or 100_000
+        codes = np.zeros((1, 0), dtype=np.int64)
+        probs = np.ones(1)
+        for j, p in enumerate(self.margins):
+            vals = np.flatnonzero(p > 0)
+            cand = (probs[:, None] * p[vals][None, :]).reshape(-1)
+            keep = np.argsort(-cand, kind="stable")[:L]
+            prefix, val = np.divmod(keep, len(vals))
+            codes = np.concatenate([codes[prefix], vals[val][:, None]], axis=1)
+            probs = cand[keep]
+        return rank_by_score(self.domain.encode(codes), probs, rng=rng, limit=limit)
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return np.stack([rng.choice(len(p), size=n, p=p) for p in self.margins], axis=1)

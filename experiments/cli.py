@@ -34,6 +34,12 @@ def _parser() -> argparse.ArgumentParser:
     au.add_argument("config")
     au.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     au.add_argument("--json", action="store_true", help="one JSON object per mechanism")
+    qs = sub.add_parser("queries", help="what a config publishes, per target unit, without running any attack")
+    qs.add_argument("config")
+    qs.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    qs.add_argument("--json", action="store_true", help="one JSON line per unit")
+    rp = sub.add_parser("report", help="write report.md for a finished run directory")
+    rp.add_argument("run_dir")
     return p
 
 
@@ -60,6 +66,12 @@ def main(argv: list[str] | None = None) -> int:
                                        progress=not args.no_progress)
             print(f"results: {run_dir}")
             print(f"  report: {run_dir / 'report.md'}")
+        elif args.command == "queries":
+            _queries(args)
+        elif args.command == "report":
+            from experiments.report import write_run_report
+
+            print(write_run_report(args.run_dir))
         elif args.command == "audit":
             _audit(args)
         elif args.command == "plot":
@@ -71,6 +83,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"censusrecon: error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _queries(args) -> None:
+    import json
+
+    from experiments.config import load_config
+    from experiments.runner import unit_queries
+
+    cfg = load_config(args.config, args.overrides)
+    for row in unit_queries(cfg):
+        if args.json:
+            print(json.dumps(row))
+        else:
+            tables = ", ".join(f"{k} {v}" for k, v in row["cells_per_table"].items())
+            print(f"{row['unit']}: {row['num_blocks']} blocks, {row['num_queries']} distinct queries ({tables})")
 
 
 def _audit(args) -> None:

@@ -24,7 +24,8 @@ def k_grid(u: int, points: int) -> np.ndarray:
     return np.unique(np.maximum(1, np.ceil(x * u - 1e-9).astype(np.int64)))
 
 
-def match_rate_curve(ranking: Ranking, truth_keys: np.ndarray, ks: np.ndarray, u: int) -> pd.DataFrame:
+def match_rate_curve(ranking: Ranking, truth_keys: np.ndarray, ks: np.ndarray, u: int,
+                     rare_keys: np.ndarray | None = None) -> pd.DataFrame:
     """Top-k match rate of ``ranking`` against the private rows for each k in ``ks``.
 
     match_rate(k) = (rows ranked 1..k that appear in D) / num_candidates, where
@@ -39,10 +40,24 @@ def match_rate_curve(ranking: Ranking, truth_keys: np.ndarray, ks: np.ndarray, u
     ks = np.asarray(ks, dtype=np.int64)
     if ks.size and ks.min() < 1:
         raise CensusReconError(f"ranks k start at 1, got {ks.min()}")
-    hits = np.isin(ranking.keys, np.unique(truth_keys))
-    cum = np.concatenate([[0], np.cumsum(hits)])
+    uniq, counts = np.unique(truth_keys, return_counts=True)
+    hits = np.isin(ranking.keys, uniq)
+    unique_rows = np.isin(ranking.keys, uniq[counts == 1])
+
+    def cumulative(flags):
+        return np.concatenate([[0], np.cumsum(flags)])
+
+    cum = cumulative(hits)
     n_cand = np.minimum(ks, len(ranking))
     matched = cum[n_cand]
+    extra = {
+        # the Sánchez et al. question: are the matches rows anyone could guess (common in D)
+        # or rows of one person (unique in D)?
+        "num_matched_unique": cumulative(unique_rows)[n_cand].astype(np.int64),
+        "num_matched_common": (matched - cumulative(unique_rows)[n_cand]).astype(np.int64),
+    }
+    if rare_keys is not None:
+        extra["num_matched_rare_county"] = cumulative(hits & np.isin(ranking.keys, rare_keys))[n_cand].astype(np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(n_cand > 0, matched / np.maximum(n_cand, 1), np.nan)
     return pd.DataFrame(
@@ -53,12 +68,46 @@ def match_rate_curve(ranking: Ranking, truth_keys: np.ndarray, ks: np.ndarray, u
             "num_candidates": n_cand.astype(np.int64),
             "num_matched": matched.astype(np.int64),
             "match_rate": rate,
+            **extra,
         }
     )
 
 
-def average_curves(df: pd.DataFrame, points: int, by: list[str]) -> pd.DataFrame:
-    """Mean match rate across units at each grid point x of k/u, with its standard error.
+def calibration(ranking: Ranking, truth_keys: np.ndarray, runs: int) -> pd.DataFrame:
+    """Observed match rate of RAP-Rank's candidates for each score (count over the K runs)."""
+    hits = np.isin(ranking.keys, np.unique(truth_keys))
+    df = pd.DataFrame({"score": ranking.scores.astype(np.int64), "hit": hits})
+    out = df.groupby("score")["hit"].agg(num_candidates="size", num_matched="sum").reset_index()
+    out["score_fraction"] = out["score"] / runs
+    out["match_rate"] = out["num_matched"] / out["num_candidates"]
+    return out
+
+
+def concentration(keys: np.ndarray) -> dict:
+    """How easy D is to guess: distinct/total rows, entropy (bits), and the share of rows that are unique."""
+    _, counts = np.unique(keys, return_counts=True)
+    p = counts / counts.sum()
+    return {"distinct_over_total": float(len(counts) / counts.sum()),
+            "entropy_bits": float(-(p * np.log2(p)).sum()),
+            "unique_row_share": float((counts == 1).sum() / counts.sum())}
+
+
+def lift_by_baseline(df: pd.DataFrame) -> pd.DataFrame:
+    """Area between each RAP-Rank curve and each baseline's, per unit (mean over the k/u grid)."""
+    area = df.groupby(["variant", "unit", "method"])["match_rate"].mean().reset_index()
+    rap = area[area["method"].str.startswith("rap_rank")]
+    base = area[~area["method"].str.startswith("rap_rank")]
+    out = rap.merge(base, on=["variant", "unit"], suffixes=("", "_baseline"))
+    out = out.rename(columns={"method_baseline": "baseline", "match_rate": "rap_area",
+                              "match_rate_baseline": "baseline_area"})
+    out["lift"] = out["rap_area"] - out["baseline_area"]
+    return out
+
+
+def average_curves(df: pd.DataFrame, points: int, by: list[str], bootstrap: int = 0,
+                   seed: int = 0) -> pd.DataFrame:
+    """Mean match rate across units at each grid point x of k/u, with its standard error and,
+    with ``bootstrap`` > 0, a 95% percentile band from resampling the units.
 
     Each unit's curve is read at k = ceil(x·u) (the step function the curve is), so units
     of different sizes share one x axis.
@@ -77,4 +126,15 @@ def average_curves(df: pd.DataFrame, points: int, by: list[str]) -> pd.DataFrame
     per_unit = pd.DataFrame(rows, columns=by + ["unit", "k_over_u", "match_rate"])
     agg = per_unit.groupby(by + ["k_over_u"], sort=True)["match_rate"].agg(["mean", "std", "count"]).reset_index()
     agg["sem"] = agg["std"].fillna(0.0) / np.sqrt(agg["count"])
-    return agg.rename(columns={"mean": "match_rate", "count": "units"})
+    agg = agg.rename(columns={"mean": "match_rate", "count": "units"})
+    if bootstrap > 0:
+        rng = np.random.default_rng(seed)
+        wide = per_unit.pivot_table(index=by + ["k_over_u"], columns="unit", values="match_rate")
+        vals = wide.to_numpy()
+        n_units = vals.shape[1]
+        idx = rng.integers(0, n_units, size=(bootstrap, n_units))
+        means = np.stack([np.nanmean(vals[:, i], axis=1) for i in idx])  # (bootstrap, rows)
+        band = pd.DataFrame({"ci_low": np.nanpercentile(means, 2.5, axis=0),
+                             "ci_high": np.nanpercentile(means, 97.5, axis=0)}, index=wide.index).reset_index()
+        agg = agg.merge(band, on=by + ["k_over_u"], how="left")
+    return agg

@@ -16,10 +16,11 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from baselines.holdout import holdout_split
-from baselines.priors import EmpiricalPrior, geographic_priors
+from baselines.priors import ChancePrior, EmpiricalPrior, geographic_priors
 from experiments.config import ConfigError, ExperimentConfig
-from experiments.metrics import effective_u, k_grid, match_rate_curve
-from experiments.plots import plot_match_rate
+from experiments.metrics import (calibration, concentration, effective_u, k_grid, lift_by_baseline,
+                                 match_rate_curve)
+from experiments.plots import plot_match_rate, plot_metrics
 from experiments.results import code_fingerprint, jax_info, versions, write_json, write_parquet, write_yaml
 from microdata.dataset import Dataset
 from microdata.domain import Attribute
@@ -102,7 +103,7 @@ def check_against_data(cfg: ExperimentConfig, pop: Dataset) -> None:
     level = cfg.target.level
     if level not in geo.levels or level == "national":
         raise ConfigError(f"target.level {level!r} is not a level of this data; choose from {list(geo.levels[1:])}")
-    allowed = {"holdout", *geo.coarser(level)}
+    allowed = {"holdout", "chance", *geo.coarser(level)}
     bad = [b for b in cfg.baselines if b not in allowed]
     if bad:
         raise ConfigError(f"baselines {bad} are not valid for {level} targets; choose from {sorted(allowed)}")
@@ -208,6 +209,8 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
     priors = build_priors(pop, cfg, prob)
     settings = rap_settings(cfg)
     a = cfg.attack
+    rare = rare_in_county(pop, cfg, prob)
+    calib = []
     tie_rng = np.random.default_rng(_stable("ties", cfg.seed, unit, with_block))
     frames, timings, rap_facts = [], {}, {}
     for (label, (q, workload, plan, targets)), init in itertools.product(workloads.items(), a.init):
@@ -228,7 +231,9 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
         rap_facts[name] = {"mean_final_loss": float(res.final_loss.mean()),
                            "mean_max_abs_error": float(res.max_abs_error.mean()),
                            "distinct_candidates": int(len(res.ranking))}
-        frames.append(match_rate_curve(res.ranking, truth, ks, u).assign(method=name, num_queries=workload.num_queries))
+        frames.append(match_rate_curve(res.ranking, truth, ks, u, rare)
+                      .assign(method=name, num_queries=workload.num_queries))
+        calib += calibration(res.ranking, truth, a.runs).assign(method=name).to_dict("records")
     for b in cfg.baselines:
         if b not in priors:
             log.warning("unit %s: no data for baseline %s; skipped", unit, b)
@@ -236,7 +241,7 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
         t0 = time.perf_counter()
         r = priors[b].ranking(rng=tie_rng, limit=limit)
         timings[b] = round(time.perf_counter() - t0, 3)
-        frames.append(match_rate_curve(r, truth, ks, u).assign(method=b, num_queries=0))
+        frames.append(match_rate_curve(r, truth, ks, u, rare).assign(method=b, num_queries=0))
     df = pd.concat(frames, ignore_index=True)
     df = df.assign(variant=with_block, unit=unit, u=u, n_rows=len(D))
     facts = {
@@ -244,6 +249,7 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
         "distinct_rows": D.distinct(), "holdout_distinct_rows": H.distinct(), "u": u,
         "workloads": {label: workload_facts(q, w) for label, (q, w, _, _) in workloads.items()},
         "domain": dict(zip(dom.names, dom.sizes)), "seconds": timings, "rap": rap_facts,
+        "concentration": concentration(truth), "calibration": calib,
     }
     return df, facts
 
@@ -277,6 +283,45 @@ def unit_key(cfg: ExperimentConfig, *parts) -> jax.Array:
     return jax.random.fold_in(jax.random.key(cfg.seed), _stable(*parts) & 0x7FFFFFFF)
 
 
+def rare_in_county(pop: Dataset, cfg: ExperimentConfig, prob: UnitProblem, at_most: int = 1) -> np.ndarray | None:
+    """Keys of D's rows whose person attributes occur at most ``at_most`` times in the enclosing
+    county outside the target unit: rows no county-level guess would find. None without counties."""
+    geo = pop.geography
+    if "county" not in geo.coarser(cfg.target.level):
+        return None
+    level = cfg.target.level
+    county = geo.parent(level, prob.unit, "county")
+    outside = (geo.units("county") == county) & ~geo.mask(level, prob.unit)
+    attrs = attributes(cfg, pop)
+    pool = pop.project(attrs)
+    D = prob.private
+    person = D.project(attrs)  # BLOCK dropped: rarity is about the person, not the block
+    uniq, counts = np.unique(pool.domain.encode(pool.codes[outside]), return_counts=True)
+    pk = person.keys()
+    pos = np.searchsorted(uniq, pk)
+    found = (pos < len(uniq)) & (uniq[np.minimum(pos, len(uniq) - 1)] == pk)
+    c = np.where(found, counts[np.minimum(pos, len(uniq) - 1)], 0)
+    return np.unique(D.keys()[c <= at_most])
+
+
+def unit_queries(cfg: ExperimentConfig) -> list[dict]:
+    """Per target unit (and BLOCK variant): blocks, distinct queries, and cells per table asked for."""
+    pop = load_population(cfg)
+    out = []
+    for wb in cfg.target.with_block:
+        for unit in select_units(pop, cfg):
+            prob = prepare_unit(pop, cfg, unit, wb)
+            rows = np.flatnonzero(pop.geography.mask(cfg.target.level, unit))
+            n_blocks = len(set(pop.geography.units("block")[rows].tolist())) if "block" in pop.geography.levels else 0
+            for q in cfg.queries:
+                w = build_workload(cfg, q, prob.private.domain)
+                cells = (dict(w.cells_per_table) if not isinstance(w, Workload)
+                         else {"×".join(m): int(np.prod(w.shape(m))) for m in w.marginals})
+                out.append({"unit": unit, "with_block": wb, "workload": q.label, "num_blocks": n_blocks,
+                            "num_queries": w.num_queries, "cells_per_table": cells})
+    return out
+
+
 def exact_answers(data: Dataset, w) -> np.ndarray:
     return answer(data, w) if isinstance(w, Workload) else w.answer(data)
 
@@ -289,10 +334,11 @@ def workload_facts(q, w) -> dict:
 
 
 def build_priors(pop: Dataset, cfg: ExperimentConfig, prob: UnitProblem) -> dict:
-    """The holdout prior and the geographic priors the config's baselines and inits need."""
+    """The holdout prior, the chance prior and the geographic priors the config's baselines and inits need."""
     dom = prob.private.domain
-    priors: dict = {"holdout": EmpiricalPrior(dom, prob.holdout.codes)}
-    geo_levels = [b for b in {*cfg.baselines, *cfg.attack.init} if b not in ("holdout", "random")]
+    priors: dict = {"holdout": EmpiricalPrior(dom, prob.holdout.codes),
+                    "chance": ChancePrior.from_data(prob.private)}  # one-way margins of D: published
+    geo_levels = [b for b in {*cfg.baselines, *cfg.attack.init} if b not in ("holdout", "random", "chance")]
     if geo_levels:
         priors.update(
             geographic_priors(
@@ -315,7 +361,8 @@ def rap_settings(cfg: ExperimentConfig, **over) -> RAPSettings:
 
 
 COLUMNS = ["variant", "unit", "method", "threshold", "k", "k_over_u", "num_candidates", "num_matched",
-           "match_rate", "u", "n_rows", "num_queries"]
+           "match_rate", "u", "n_rows", "num_queries", "num_matched_unique", "num_matched_common",
+           "num_matched_rare_county"]
 
 
 def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", progress: bool = True) -> Path:
@@ -352,9 +399,10 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
                 log.warning("unit %s was computed by other code (%s); recomputing", stem, saved.get("code_fingerprint"))
             df, f = run_unit(pop, cfg, u, wb, runs_bar=runs_bar if progress else None)
             f["code_fingerprint"] = fingerprint
-            write_parquet(pq_path, df[COLUMNS])
+            df = df.reindex(columns=COLUMNS)
+            write_parquet(pq_path, df)
             write_json(js_path, f)
-            frames.append(df[COLUMNS])
+            frames.append(df)
             facts.append(f)
     finally:
         runs_bar.close()
@@ -362,7 +410,15 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
 
     result = pd.concat(frames, ignore_index=True)
     write_parquet(run_dir / "match_rate.parquet", result)
+    lift = lift_by_baseline(result)
+    write_parquet(run_dir / "lift.parquet", lift)
+    calib = pd.DataFrame([dict(c, unit=f["unit"], variant=f["with_block"]) for f in facts for c in f["calibration"]])
+    write_parquet(run_dir / "calibration.parquet", calib)
+    conc = pd.DataFrame([dict(f["concentration"], unit=f["unit"], variant=f["with_block"], u=f["u"], rows=f["rows"])
+                         for f in facts])
+    write_parquet(run_dir / "units.parquet", conc)
     plot_match_rate(result, run_dir / "match_rate", title=_title(cfg), points=cfg.grid_points)
+    plot_metrics(result, lift, calib, run_dir / "metrics", title=_title(cfg))
     manifest = {
         "name": cfg.name,
         "config_hash": cfg.digest(),
@@ -400,4 +456,9 @@ def replot(run_dir: str | Path) -> list[Path]:
     if not pq_path.exists():
         raise ConfigError(f"{run_dir} has no match_rate.parquet; is it a finished run directory?")
     cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
-    return plot_match_rate(pd.read_parquet(pq_path), run_dir / "match_rate", title=_title(cfg), points=cfg.grid_points)
+    df = pd.read_parquet(pq_path)
+    paths = plot_match_rate(df, run_dir / "match_rate", title=_title(cfg), points=cfg.grid_points)
+    if (run_dir / "calibration.parquet").exists():
+        paths += plot_metrics(df, lift_by_baseline(df), pd.read_parquet(run_dir / "calibration.parquet"),
+                              run_dir / "metrics", title=_title(cfg))
+    return paths

@@ -84,3 +84,19 @@ def test_finer_geography_is_a_more_informative_prior(seed):
         mean = {k: float(np.mean(v)) for k, v in scores.items()}
         order = [finest, "county", "state", "national"]
         assert all(mean[a] > mean[b] for a, b in zip(order, order[1:])), (level, mean)
+
+
+def test_chance_prior_ranks_the_product_of_one_way_margins_exactly():
+    from baselines.priors import ChancePrior
+
+    rng = np.random.default_rng(3)
+    dom = Domain.from_sizes({"A": 5, "B": 4, "C": 3})
+    data = Dataset(dom, np.stack([rng.integers(0, s, 60) for s in dom.sizes], axis=1))
+    prior = ChancePrior.from_data(data)
+    full = prior.ranking()
+    # brute force: every cell's product probability
+    grid = np.stack(np.meshgrid(*[np.arange(s) for s in dom.sizes], indexing="ij"), -1).reshape(-1, 3)
+    p = np.prod([prior.margins[j][grid[:, j]] for j in range(3)], axis=0)
+    assert np.allclose(np.sort(full.scores)[::-1], np.sort(p[p > 0])[::-1])
+    top = prior.ranking(limit=7)
+    assert np.allclose(top.scores, full.scores[:7])

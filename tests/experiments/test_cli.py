@@ -116,3 +116,48 @@ def test_resume_does_not_reuse_units_computed_by_other_code(tmp_path, root, monk
     runner.run_experiment(cfg, tmp_path, progress=False)
     assert calls["n"] == 1  # other code: recomputed
     assert json.loads((run_dir / "manifest.json").read_text())["code_fingerprint"] == "other-code"
+
+
+SHARED_PPMF = __import__("pathlib").Path(__file__).resolve().parents[3] / "shared" / "data" / "ppmf_perry_al"
+
+
+@pytest.mark.skipif(not SHARED_PPMF.exists(), reason="../shared/data is not available")
+def test_census_config_on_the_redistricting_ppmf_fails_clearly_and_the_supported_one_runs(root, tmp_path, capsys):
+    path = str(SHARED_PPMF / "ppmf_perry_county_al.csv")
+    assert main(["run", str(root / "configs" / "census" / "tracts.yaml"), "--out", str(tmp_path),
+                 "--set", "data.source=ppmf", "--set", f"data.path={path}"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot build census tables" in err and "'P12'" in err and "PCT12" in err and "'AGE', 'SEX'" in err
+    assert main(["run", str(root / "configs" / "census" / "ppmf_perry_race.yaml"), "--out", str(tmp_path),
+                 "--no-progress", "--set", f"data.path={path}", "--set", "attack.runs=2",
+                 "--set", "attack.steps=30", "--set", "target.units=2"]) == 0
+    run = next((tmp_path / "ppmf_perry_race").iterdir())
+    df = pd.read_parquet(run / "match_rate.parquet")
+    assert {"rap_rank", "rap_rank_init_holdout", "holdout", "tract", "county"} <= set(df.method)
+
+
+def test_queries_command_prints_one_json_line_per_unit(root, capsys):
+    assert main(["queries", str(root / "configs" / "census" / "tracts_reference.yaml"), "--json",
+                 "--set", "target.units=2"]) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.strip().splitlines()]
+    assert len(rows) == 2
+    for r in rows:
+        assert r["num_queries"] == 417 * r["num_blocks"] + 208
+        assert r["cells_per_table"]["PCT12"] == 208 and r["cells_per_table"]["P1"] == r["num_blocks"]
+
+
+def test_metrics_files_and_report(tiny_run):
+    run_dir, _ = tiny_run
+    lift = pd.read_parquet(run_dir / "lift.parquet")
+    assert {"method", "baseline", "lift"} <= set(lift.columns)
+    calib = pd.read_parquet(run_dir / "calibration.parquet")
+    assert (calib.num_matched <= calib.num_candidates).all()
+    units = pd.read_parquet(run_dir / "units.parquet")
+    assert units.distinct_over_total.between(0, 1).all() and (units.entropy_bits > 0).all()
+    df = pd.read_parquet(run_dir / "match_rate.parquet")
+    assert (df.num_matched_unique + df.num_matched_common == df.num_matched).all()
+    assert (df.num_matched_rare_county <= df.num_matched).all()
+    assert (run_dir / "metrics.png").exists()
+    assert main(["report", str(run_dir)]) == 0
+    text = (run_dir / "report.md").read_text()
+    assert "## Lift over each baseline" in text and "match_rate.png" in text

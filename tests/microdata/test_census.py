@@ -1,0 +1,109 @@
+import itertools
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from microdata.census import (CENRACE_COMBOS, CensusWorkload, TABLE_SETS, reference_cells, sf1_tables)
+from microdata.dataset import Dataset
+from microdata.domain import Attribute
+from microdata.errors import CensusReconError
+from microdata.population import PopulationSpec, embedded_population
+from reconstruct.queries import ProductPlan
+from reconstruct.relaxed import logits_from_codes, probabilities
+
+EXPECTED_CELLS = {"P1": 1, "P6": 6, "P7": 12, "P8": 71, "P9": 73, "P10": 71, "P11": 73, "P12": 49, "P14": 43,
+                  "PCT12": 209, **{f"P12{x}": 49 for x in "ABCDEFGHI"}, **{f"PCT12{x}": 209 for x in "ABCDEFGHIJKLMNO"}}
+
+
+@pytest.fixture(scope="module")
+def tract():
+    pop = embedded_population(2, PopulationSpec(states=1, counties_per_state=1, tracts_per_county=1))
+    d = pop.project(["AGE", "SEX", "HISP", "CENRACE"])
+    blocks, code = np.unique(d.geography.units("block"), return_inverse=True)
+    return d.with_column(Attribute.range("BLOCK", len(blocks)), code, 0)
+
+
+def test_every_table_has_every_cell():
+    t = sf1_tables()
+    assert {k: len(v) for k, v in t.items()} == EXPECTED_CELLS
+    assert len(CENRACE_COMBOS) == 63
+    for name, cells in t.items():
+        assert [c.number for c in cells] == sorted(c.number for c in cells)
+        assert len({c.number for c in cells}) == len(cells)
+
+
+def _answers(data, cells):
+    w = CensusWorkload.build(data.domain, cells, block_attr=None)
+    counts = np.rint(w.answer(data) * len(data)).astype(int)
+    by_label = dict(zip(w.labels, counts))
+    return {c.name: by_label.get(c.name) for c in cells}, w
+
+
+def test_cells_add_up_to_their_totals(tract):
+    d = tract.project(["AGE", "SEX", "HISP", "CENRACE"])
+    t = sf1_tables()
+    cells = [c for name, cs in t.items() for c in cs]
+    w = CensusWorkload.build(d.domain, cells, block_attr=None)
+    keyed = {}
+    for c in cells:  # every cell's count, duplicates included
+        single = CensusWorkload.build(d.domain, [c], block_attr=None)
+        keyed[c.name] = int(round(single.answer(d)[0] * len(d)))
+    n = len(d)
+    assert keyed["P1_001"] == n
+    # P12: the two sexes and their age groups add up to P1
+    assert keyed["P12_002"] + keyed["P12_026"] == n
+    assert sum(keyed[f"P12_{i:03d}"] for i in range(3, 26)) == keyed["P12_002"]
+    assert sum(keyed[f"P12_{i:03d}"] for i in range(27, 50)) == keyed["P12_026"]
+    # P8: one race + two or more = total; the 6 singles = one race; k-race subtotals = their combinations
+    assert keyed["P8_002"] + keyed["P8_009"] == n
+    assert sum(keyed[f"P8_{i:03d}"] for i in range(3, 9)) == keyed["P8_002"]
+    assert keyed["P8_010"] == sum(keyed[f"P8_{i:03d}"] for i in range(11, 26))
+    # P9: Hispanic + not Hispanic = total; P12A–G partition P1 by race group
+    assert keyed["P9_002"] + keyed["P9_003"] == n
+    assert sum(keyed[f"P12{x}_001"] for x in "ABCDEFG") == n
+    # PCT12 single years add up; PCT12I–O partition the not-Hispanic persons
+    assert sum(keyed[f"PCT12_{i:03d}"] for i in range(3, 106)) == keyed["PCT12_002"]
+    assert sum(keyed[f"PCT12{x}_001"] for x in "IJKLMNO") == keyed["P9_003"]
+    # P14 is the population under 20
+    assert keyed["P14_001"] == int((d.column("AGE") < 20).sum())
+    assert w.num_queries < len(cells)  # duplicates (P8_001 = P1_001, ...) are kept once
+
+
+def test_reference_set_counts():
+    ref = reference_cells()
+    block = [c for c in ref if c.level == "block"]
+    tract = [c for c in ref if c.level == "tract"]
+    assert len(block) == 421 and len(tract) == 208
+    from microdata.population import person_domain
+
+    dom = person_domain().project(["AGE", "SEX", "HISP", "CENRACE"])
+    with_block = dom.drop([]).__class__((Attribute.range("BLOCK", 7),) + dom.attributes)
+    assert CensusWorkload.build(with_block, block).num_queries == 417 * 7
+    assert CensusWorkload.build(with_block, ref).num_queries == 417 * 7 + 208
+    # without BLOCK, four more queries coincide: the sex totals and males aged 20 and 21
+    assert CensusWorkload.build(dom, ref).num_queries == 417 + 208 - 4
+    # the kept defects: no female-by-age cells in P12, no P11 cell 48, no P8/P10/P14/PCT12A-O
+    p12 = [c for c in ref if c.table == "P12"]
+    assert [c.number for c in p12] == list(range(1, 27))
+    assert 48 not in [c.number for c in ref if c.table == "P11"]
+    assert not {c.table for c in ref} & {"P8", "P10", "P14", "PCT12A"}
+
+
+def test_product_plan_matches_exact_answers_on_one_hot_rows(tract):
+    cells = [c for name in TABLE_SETS["sf1"] for c in sf1_tables()[name]]
+    w = CensusWorkload.build(tract.domain, cells)
+    plan = ProductPlan.build(w)
+    logits = logits_from_codes(jnp.asarray(tract.codes, dtype=jnp.int32), tract.domain.sizes, 1.0)
+    got = np.asarray(plan.answers(probabilities(logits)))
+    np.testing.assert_allclose(got, w.answer(tract), atol=1e-6)
+
+
+def test_tables_needing_missing_attributes_are_named():
+    from microdata.domain import Domain
+
+    dom = Domain((Attribute.range("HISP", 2), Attribute.range("CENRACE", 63)))
+    with pytest.raises(CensusReconError, match=r"tables \['P12'\] need attributes \['AGE', 'SEX'\]"):
+        CensusWorkload.build(dom, sf1_tables()["P12"])
+    assert CensusWorkload.build(dom, [c for n in TABLE_SETS["race_hispanic"] for c in sf1_tables()[n]]).num_queries > 0
