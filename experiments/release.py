@@ -116,11 +116,11 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
         raise ConfigError("this config has no 'release' section; see configs/release_demo.yaml")
     t_start = time.perf_counter()
     r = cfg.release
+    pop = load_population(cfg)  # fail on bad data before anything is written
+    units = select_units(pop, cfg)
     run_dir = Path(out_root) / cfg.name / cfg.digest()
     run_dir.mkdir(parents=True, exist_ok=True)
     write_yaml(run_dir / "config.yaml", cfg.model_dump(mode="json"))
-    pop = load_population(cfg)
-    units = select_units(pop, cfg)
     ledger = Ledger()
     curves, utility = [], []
     tasks = [(wb, u) for wb in cfg.target.with_block for u in units]

@@ -372,13 +372,12 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
     leaves no half-written file and a rerun of the same config resumes where it stopped.
     """
     t_start = time.perf_counter()
+    pop = load_population(cfg)  # fail on bad data before anything is written
+    units = select_units(pop, cfg)
     run_dir = Path(out_root) / cfg.name / cfg.digest()
     units_dir = run_dir / "units"
     units_dir.mkdir(parents=True, exist_ok=True)
     write_yaml(run_dir / "config.yaml", cfg.model_dump(mode="json"))
-
-    pop = load_population(cfg)
-    units = select_units(pop, cfg)
     log.info("attacking %d %ss: %s", len(units), cfg.target.level, units)
     fingerprint = code_fingerprint()
     tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
