@@ -25,6 +25,19 @@ _BASELINE_STYLE = {
 _RAP_COLORS = ["#0055cc", "#00a0e0", "#66a61e", "#a6761d", "#e6ab02"]
 
 
+def save_figure(fig, out_base: Path, dpi: int = 130) -> list[Path]:
+    """Write ``out_base``.png and .pdf atomically (temp file, then rename) and close the figure."""
+    fig.tight_layout()
+    out_base = Path(out_base)
+    paths = [out_base.with_suffix(".png"), out_base.with_suffix(".pdf")]
+    for p in paths:
+        tmp = p.with_name(f".{p.name}.tmp{p.suffix}")
+        fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
+        tmp.replace(p)
+    plt.close(fig)
+    return paths
+
+
 def _variant_title(v) -> str:
     return {True: "with BLOCK", False: "without BLOCK"}.get(v, str(v))
 
@@ -62,15 +75,7 @@ def plot_match_rate(df: pd.DataFrame, out_base: Path, title: str = "", points: i
                        title="method")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    out_base = Path(out_base)
-    paths = [out_base.with_suffix(".png"), out_base.with_suffix(".pdf")]
-    for p in paths:
-        tmp = p.with_name(f".{p.name}.tmp{p.suffix}")
-        fig.savefig(tmp, dpi=130, bbox_inches="tight")
-        tmp.replace(p)
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out_base)
 
 
 def plot_metrics(df: pd.DataFrame, lift: pd.DataFrame, calib: pd.DataFrame, out_base: Path, title: str = "") -> list[Path]:
@@ -119,12 +124,4 @@ def plot_metrics(df: pd.DataFrame, lift: pd.DataFrame, calib: pd.DataFrame, out_
         a.grid(alpha=0.3)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    out_base = Path(out_base)
-    paths = [out_base.with_suffix(".png"), out_base.with_suffix(".pdf")]
-    for p in paths:
-        tmp = p.with_name(f".{p.name}.tmp{p.suffix}")
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
-        tmp.replace(p)
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out_base, dpi=120)

@@ -13,15 +13,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.metrics import average_curves  # noqa: E402
-
-
-def _save(fig, base: Path) -> None:
-    for suffix in (".png", ".pdf"):
-        p = base.with_suffix(suffix)
-        tmp = p.with_name(f".{p.name}.tmp{suffix}")
-        fig.savefig(tmp, dpi=130, bbox_inches="tight")
-        tmp.replace(p)
-    plt.close(fig)
+from experiments.plots import save_figure  # noqa: E402
 
 
 def lift_summary(lift: pd.DataFrame) -> pd.DataFrame:
@@ -59,8 +51,7 @@ def plot_release(df: pd.DataFrame, lift: pd.DataFrame, run_dir: Path, cfg) -> No
     axes[0][0].set_ylabel("RAP-Rank top-k match rate on the release")
     axes[0][-1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=9)
     fig.suptitle(f"{cfg.name}: attacking each release")
-    fig.tight_layout()
-    _save(fig, run_dir / "release_match_rate")
+    save_figure(fig, run_dir / "release_match_rate")
 
     summ = lift_summary(lift)
     exact = summ[summ["mechanism"] == "exact"]
@@ -83,8 +74,7 @@ def plot_release(df: pd.DataFrame, lift: pd.DataFrame, run_dir: Path, cfg) -> No
     a2.set_ylabel("utility error (mean total variation per table)")
     a2.set_title("cost in accuracy")
     a1.legend(fontsize=8)
-    fig.tight_layout()
-    _save(fig, run_dir / "lift_utility")
+    save_figure(fig, run_dir / "lift_utility")
 
 
 def write_report(cfg, run_dir: Path, lift: pd.DataFrame, util: pd.DataFrame, audits, ledger) -> Path:
