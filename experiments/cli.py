@@ -38,6 +38,13 @@ def _parser() -> argparse.ArgumentParser:
     qs.add_argument("config")
     qs.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     qs.add_argument("--json", action="store_true", help="one JSON line per unit")
+    sw = sub.add_parser("sweep", help="fan (unit × method × seed) tasks out locally or over Ray; resumable")
+    sw.add_argument("config")
+    sw.add_argument("--backend", choices=["local", "ray"], default="local")
+    sw.add_argument("--address", default=None, help="Ray cluster address (default: start a local one)")
+    sw.add_argument("--out", default="results")
+    sw.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    sw.add_argument("--no-progress", action="store_true")
     rp = sub.add_parser("report", help="write report.md for a finished run directory")
     rp.add_argument("run_dir")
     return p
@@ -66,6 +73,15 @@ def main(argv: list[str] | None = None) -> int:
                                        progress=not args.no_progress)
             print(f"results: {run_dir}")
             print(f"  report: {run_dir / 'report.md'}")
+        elif args.command == "sweep":
+            import json
+
+            from experiments.config import load_config
+            from experiments.sweep import sweep
+
+            summary = sweep(load_config(args.config, args.overrides), args.out, args.backend, args.address,
+                            progress=not args.no_progress)
+            print(json.dumps(summary))
         elif args.command == "queries":
             _queries(args)
         elif args.command == "report":

@@ -166,6 +166,13 @@ class ReleaseConfig(_Strict):
         return self
 
 
+class SweepConfig(_Strict):
+    """Fan-out of an experiment over seeds (and its units and methods): see `censusrecon sweep`."""
+
+    seeds: list[int] = [0]
+    num_cpus: int | None = Field(None, ge=1, description="CPUs of the local Ray cluster (default: all)")
+
+
 class ExperimentConfig(_Strict):
     """One experiment: what data, which units, which queries, which attack and baselines."""
 
@@ -180,6 +187,7 @@ class ExperimentConfig(_Strict):
     baselines: list[str] = ["holdout", "county", "state", "national"]
     grid_points: int = Field(100, ge=2, le=10000)
     release: ReleaseConfig | None = None
+    sweep: SweepConfig = SweepConfig()
 
     @field_validator("queries", mode="before")
     @classmethod

@@ -191,8 +191,9 @@ def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: boo
 
 
 def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
-             runs_bar: tqdm | None = None) -> tuple[pd.DataFrame, dict]:
-    """Attack one unit with every configured method; returns its curve rows and its facts."""
+             runs_bar: tqdm | None = None, only: set[str] | None = None) -> tuple[pd.DataFrame, dict]:
+    """Attack one unit with every configured method (or those in ``only``; ``"baselines"``
+    stands for all baselines); returns its curve rows and its facts."""
     prob = prepare_unit(pop, cfg, unit, with_block)
     D, H = prob.private, prob.holdout
     dom = D.domain
@@ -215,6 +216,8 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
     frames, timings, rap_facts = [], {}, {}
     for (label, (q, workload, plan, targets)), init in itertools.product(workloads.items(), a.init):
         name = cfg.rap_method(q, init)
+        if only is not None and name not in only:
+            continue
         if init != "random" and init not in priors:
             log.warning("unit %s: no data for init %s (nothing outside the unit at that level); skipped", unit, init)
             continue
@@ -234,7 +237,7 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
         frames.append(match_rate_curve(res.ranking, truth, ks, u, rare)
                       .assign(method=name, num_queries=workload.num_queries))
         calib += calibration(res.ranking, truth, a.runs).assign(method=name).to_dict("records")
-    for b in cfg.baselines:
+    for b in (cfg.baselines if only is None or "baselines" in only else []):
         if b not in priors:
             log.warning("unit %s: no data for baseline %s; skipped", unit, b)
             continue
@@ -263,6 +266,11 @@ def census_cells(q) -> list:
     tables = sf1_tables()
     names = TABLE_SETS[q.tables] if isinstance(q.tables, str) else q.tables
     return [c for name in names for c in tables[name]]
+
+
+def method_names(cfg: ExperimentConfig) -> list[str]:
+    """Every RAP-Rank method a config runs (one per workload and initialisation)."""
+    return [cfg.rap_method(q, init) for q in cfg.queries for init in cfg.attack.init]
 
 
 def build_workload(cfg: ExperimentConfig, q, domain):
