@@ -212,7 +212,9 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
     a = cfg.attack
     rare = rare_in_county(pop, cfg, prob)
     calib = []
-    tie_rng = np.random.default_rng(_stable("ties", cfg.seed, unit, with_block))
+    def ties(method: str) -> np.random.Generator:  # per method, so a sweep task matches the full run
+        return np.random.default_rng(_stable("ties", cfg.seed, unit, with_block, method))
+
     frames, timings, rap_facts = [], {}, {}
     for (label, (q, workload, plan, targets)), init in itertools.product(workloads.items(), a.init):
         name = cfg.rap_method(q, init)
@@ -229,7 +231,7 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
             runs_bar.reset(total=a.runs)
             runs_bar.set_description(f"{name} K runs")
         res = rap_rank(plan, targets, dom, key, a.runs, settings, init_pool=pool,
-                       on_batch=(runs_bar.update if runs_bar is not None else None), rng=tie_rng, limit=limit)
+                       on_batch=(runs_bar.update if runs_bar is not None else None), rng=ties(name), limit=limit)
         timings[name] = round(res.seconds, 3)
         rap_facts[name] = {"mean_final_loss": float(res.final_loss.mean()),
                            "mean_max_abs_error": float(res.max_abs_error.mean()),
@@ -242,7 +244,7 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
             log.warning("unit %s: no data for baseline %s; skipped", unit, b)
             continue
         t0 = time.perf_counter()
-        r = priors[b].ranking(rng=tie_rng, limit=limit)
+        r = priors[b].ranking(rng=ties(b), limit=limit)
         timings[b] = round(time.perf_counter() - t0, 3)
         frames.append(match_rate_curve(r, truth, ks, u, rare).assign(method=b, num_queries=0))
     df = pd.concat(frames, ignore_index=True)

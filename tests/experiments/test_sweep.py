@@ -70,3 +70,16 @@ def test_ray_sweep_killed_with_sigkill_loses_no_finished_task_and_recomputes_non
         assert (tasks / name).stat().st_mtime_ns == mtime
     assert len(list(tasks.glob("*.json"))) == 8
     assert not list(tasks.glob(".*"))  # temp files of tasks cut short are cleared by the rerun
+
+
+def test_a_sweep_task_gives_the_same_curves_as_the_full_run(tmp_path, root):
+    from experiments.runner import load_population, run_unit, select_units
+
+    cfg = load_config(root / "configs" / "tiny.yaml", OVERRIDES)
+    pop = load_population(cfg)
+    unit = select_units(pop, cfg)[0]
+    full, _ = run_unit(pop, cfg, unit, False)
+    part, _ = run_unit(pop, cfg, unit, False, only={"baselines"})
+    cols = ["method", "k", "num_matched"]
+    merged = part[cols].merge(full[cols], on=["method", "k"], suffixes=("", "_full"))
+    assert len(merged) == len(part) and (merged.num_matched == merged.num_matched_full).all()
