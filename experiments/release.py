@@ -21,7 +21,7 @@ from experiments.runner import (_stable, build_priors, build_workload, load_popu
 from microdata.dataset import Dataset
 from microdata.domain import Domain
 from microdata.marginals import Workload, answer
-from reconstruct.queries import MarginalPlan  # noqa: F401  (marginal workloads only)
+from reconstruct.queries import MarginalPlan
 from reconstruct.rap import rap_rank
 from synth.audit import AuditResult, audit, neighbouring_counts
 from synth.histogram import perturbed_histogram, smoothed_delta, smoothed_histogram
@@ -114,6 +114,9 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     """Release → attack → compare with the exact-table attack and the baselines, per ε and mechanism."""
     if cfg.release is None:
         raise ConfigError("this config has no 'release' section; see configs/release_demo.yaml")
+    if cfg.queries[0].kind != "marginals":
+        raise ConfigError("evaluate-release publishes k-way marginals (queries.kind: marginals); "
+                          "DP releases of census tables are not built yet")
     t_start = time.perf_counter()
     r = cfg.release
     pop = load_population(cfg)  # fail on bad data before anything is written

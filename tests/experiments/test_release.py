@@ -73,5 +73,8 @@ def test_audit_cli_prints_a_table_and_json(capsys, root):
 def test_release_config_errors():
     with pytest.raises(ConfigError, match="smoothed histogram is DP only under replace_one"):
         parse_config({"name": "x", "release": {"relation": "add_remove"}})
+    with pytest.raises(ConfigError, match="publishes k-way marginals"):
+        evaluate_release(parse_config({"name": "x", "queries": {"kind": "census"}, "release": {}}), "/tmp/none",
+                         progress=False)
     with pytest.raises(ConfigError, match="no 'release' section"):
         evaluate_release(parse_config({"name": "x"}), "/tmp/none", progress=False)
