@@ -264,8 +264,8 @@ class CensusWorkload:
             m[list(vals), s] = 1.0
         return m
 
-    def answer(self, data: Dataset) -> np.ndarray:
-        """Exact answers as fractions of rows (vectorised over rows; one pass per attribute)."""
+    def counts(self, data: Dataset) -> np.ndarray:
+        """Exact int64 cell counts (vectorised over rows; one pass per attribute)."""
         if data.domain != self.domain:
             raise CensusReconError("data domain differs from the workload's")
         q = np.array(self.queries, dtype=np.int64)  # (Q, d)
@@ -273,4 +273,36 @@ class CensusWorkload:
         for j in range(len(self.domain)):
             member = self.membership(j).astype(bool)  # (|a|, sets)
             hit &= member[data.codes[:, j]][:, q[:, j]]
-        return hit.sum(axis=0) / len(data)
+        return hit.sum(axis=0).astype(np.int64)
+
+    def answer(self, data: Dataset) -> np.ndarray:
+        """Exact answers as fractions of rows."""
+        return self.counts(data) / len(data)
+
+    def tables(self) -> np.ndarray:
+        """The table each query belongs to (its first cell's table)."""
+        return np.array([label.split("_")[0] for label in self.labels])
+
+    def max_cells_per_person(self) -> int:
+        """An upper bound on how many released queries one person is counted in.
+
+        Per table, the most cells any one row lies in, found by enumerating every row of the
+        domain without BLOCK (a person lies in one block, so a block-level table counts once);
+        summed over tables. Maximising each table separately can only overstate the total.
+        """
+        names = [a for a in self.domain.names if a != "BLOCK"]
+        sub = [self.domain.index(a) for a in names]
+        grid = np.stack(np.meshgrid(*[np.arange(self.domain.sizes[j]) for j in sub], indexing="ij"), -1)
+        grid = grid.reshape(-1, len(sub))
+        q = np.array(self.queries, dtype=np.int64)
+        tables = self.tables()
+        total = 0
+        for t in np.unique(tables):
+            rows = q[tables == t]
+            # one block's worth of this table's queries: distinct non-BLOCK set combinations
+            rest = np.unique(rows[:, sub], axis=0)
+            hit = np.ones((len(grid), len(rest)), dtype=bool)
+            for col, j in enumerate(sub):
+                hit &= self.membership(j).astype(bool)[grid[:, col]][:, rest[:, col]]
+            total += int(hit.sum(axis=1).max())
+        return total

@@ -190,3 +190,28 @@ def test_laplace_tables_with_the_opendp_backend():
     tables, mech = laplace_tables(data, Workload.all_kway(DOM, 2), 1.0, OpenDPNoise(), "add_remove")
     assert tables.counts.dtype == np.int64 and mech.sensitivity == 3 and mech.scale == pytest.approx(3.0)
     assert tables.answers().sum() == pytest.approx(3.0)  # three tables, each normalised
+
+
+@pytest.mark.parametrize("relation", list(Relation))
+def test_census_table_sensitivity_bounds_random_neighbours(relation):
+    from microdata.census import CensusWorkload, sf1_tables
+    from microdata.domain import Attribute
+
+    dom = Domain((Attribute.range("BLOCK", 2), Attribute.range("AGE", 116), Attribute.range("SEX", 2),
+                  Attribute.range("HISP", 2), Attribute.range("CENRACE", 63)))
+    t = sf1_tables()
+    w = CensusWorkload.build(dom, t["P1"] + t["P8"] + t["P12"] + t["PCT12"])
+    rng = np.random.default_rng(1)
+    _, mech = laplace_tables(Dataset(dom, np.zeros((3, 5), dtype=np.int64)), w, 1.0, SimulationNoise(0), relation)
+    seen = 0
+    for _ in range(300):
+        codes = np.stack([rng.integers(0, s, 10) for s in dom.sizes], axis=1)
+        other = np.array([[rng.integers(0, s) for s in dom.sizes]])
+        if relation is Relation.REPLACE_ONE:
+            codes2 = codes.copy()
+            codes2[0] = other
+        else:
+            codes2 = np.concatenate([codes, other])
+        diff = np.abs(w.counts(Dataset(dom, codes)) - w.counts(Dataset(dom, codes2))).sum()
+        seen = max(seen, int(diff))
+    assert 0 < seen <= mech.sensitivity
