@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -158,7 +159,9 @@ _PROGRAMS: dict = {}
 
 
 def _program(plan: MarginalPlan, settings: RAPSettings, with_pool: bool):
-    key = (plan, settings, with_pool)
+    # T and the batch size do not enter the compiled functions (T is a host loop over blocks,
+    # batch a shape jit retraces on), so they do not select a program
+    key = (plan, dataclasses.replace(settings, steps=1, batch=None), with_pool)
     if key not in _PROGRAMS:
         _PROGRAMS[key] = _build_program(plan, settings, with_pool)
     return _PROGRAMS[key]
