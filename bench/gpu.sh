@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One prepared GPU check, to fit a short rented GPU window (target: under 8 minutes):
+# install the project with JAX's CUDA wheels, check that JAX sees the GPU, print the bench JSON.
+# Run from the repository root on the GPU machine:  bash bench/gpu.sh
+# Not yet run on a GPU: no GPU was lent to the session that wrote it (see the issue notes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv-gpu
+.venv-gpu/bin/python -m pip install --quiet --upgrade pip
+.venv-gpu/bin/python -m pip install --quiet -e ".[gpu]"
+.venv-gpu/bin/python - <<'PY'
+import jax
+devices = jax.devices()
+print("JAX", jax.__version__, "backend", jax.default_backend(), devices)
+if jax.default_backend() != "gpu":
+    raise SystemExit("JAX does not see a GPU: check the driver and the jax[cuda12] install")
+PY
+timeout 420 .venv-gpu/bin/python bench/run.py
