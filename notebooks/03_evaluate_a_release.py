@@ -57,7 +57,8 @@ tables, mechanism = laplace_tables(D, workload, epsilon=1.0, backend=SimulationN
 ledger.record(mechanism, backend="simulation", for_publication=False)
 print(f"tract {unit}: {len(D)} persons, {len(workload.marginals)} tables, sensitivity {mechanism.sensitivity}, "
       f"noise scale {mechanism.scale:g} per cell")
-print("utility error (total variation) per table:", np.round(table_errors(tables.answers(), exact, workload), 3))
+names, errors = table_errors(tables.answers(), exact, workload)
+print("utility error (total variation) per table:", dict(zip(names, np.round(errors, 3).tolist())))
 
 # %% [markdown]
 # ## Attack the exact tables and the release
