@@ -38,6 +38,14 @@ def races_with(pred) -> frozenset[int]:
     return frozenset(i for i, c in enumerate(CENRACE_COMBOS) if pred(c))
 
 
+def membership_matrix(size: int, sets) -> np.ndarray:
+    """(size × len(sets)) float32 0/1 matrix: entry (v, s) is 1 when value v is in set s."""
+    m = np.zeros((size, len(sets)), dtype=np.float32)
+    for s, vals in enumerate(sets):
+        m[list(vals), s] = 1.0
+    return m
+
+
 def _all(attr_size: int) -> frozenset[int]:
     return frozenset(range(attr_size))
 
@@ -258,11 +266,7 @@ class CensusWorkload:
 
     def membership(self, attr: int) -> np.ndarray:
         """(|attr| × #sets) 0/1 matrix: value v is in set s."""
-        sets = self.value_sets[attr]
-        m = np.zeros((self.domain.sizes[attr], len(sets)), dtype=np.float32)
-        for s, vals in enumerate(sets):
-            m[list(vals), s] = 1.0
-        return m
+        return membership_matrix(self.domain.sizes[attr], self.value_sets[attr])
 
     def counts(self, data: Dataset) -> np.ndarray:
         """Exact int64 cell counts (vectorised over rows; one pass per attribute)."""
@@ -296,6 +300,7 @@ class CensusWorkload:
         grid = grid.reshape(-1, len(sub))
         q = np.array(self.queries, dtype=np.int64)
         tables = self.tables()
+        member = {j: self.membership(j).astype(bool) for j in sub}
         total = 0
         for t in np.unique(tables):
             rows = q[tables == t]
@@ -303,6 +308,6 @@ class CensusWorkload:
             rest = np.unique(rows[:, sub], axis=0)
             hit = np.ones((len(grid), len(rest)), dtype=bool)
             for col, j in enumerate(sub):
-                hit &= self.membership(j).astype(bool)[grid[:, col]][:, rest[:, col]]
+                hit &= member[j][grid[:, col]][:, rest[:, col]]
             total += int(hit.sum(axis=1).max())
         return total

@@ -8,6 +8,7 @@ from typing import Sequence
 import jax.numpy as jnp
 import numpy as np
 
+from microdata.census import membership_matrix
 from microdata.marginals import Workload
 
 
@@ -159,10 +160,7 @@ class ProductPlan:
         return np.asarray(values)
 
     def _membership(self, j: int) -> np.ndarray:
-        m = np.zeros((self.sizes[j], len(self.memberships[j])), dtype=np.float32)
-        for s, vals in enumerate(self.memberships[j]):
-            m[list(vals), s] = 1.0
-        return m
+        return membership_matrix(self.sizes[j], self.memberships[j])
 
     def answers(self, probs: Sequence[jnp.ndarray]) -> jnp.ndarray:
         n = probs[0].shape[0]
