@@ -128,8 +128,10 @@ class AttackConfig(_Strict):
     queries_per_step: int = Field(1024, ge=1)
     init: list[str] = ["random"]
     init_confidence: float = Field(0.5, gt=0, lt=1)
-    batch: int | None = Field(None, ge=1)
+    batch: int | None = Field(None, ge=1, description="(unit, run) pairs per compiled call; default per backend")
     steps_per_call: int = Field(1000, ge=1)
+    precision: Literal["float32", "bfloat16"] = Field(
+        "float32", description="matmul operand dtype (float32 accumulation); bfloat16 only where a self-test passes")
 
     @field_validator("init")
     @classmethod

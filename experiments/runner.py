@@ -28,7 +28,7 @@ from microdata.marginals import Workload, answer
 from microdata.acs import read_folktables, read_nist
 from microdata.population import PopulationSpec, embedded_population
 from reconstruct.queries import plan_for
-from reconstruct.rap import RAPSettings, rap_rank
+from reconstruct.rap import RAPSettings, default_batch, rap_rank_units
 
 log = logging.getLogger(__name__)
 
@@ -194,69 +194,122 @@ def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
              runs_bar: tqdm | None = None, only: set[str] | None = None) -> tuple[pd.DataFrame, dict]:
     """Attack one unit with every configured method (or those in ``only``; ``"baselines"``
     stands for all baselines); returns its curve rows and its facts."""
-    prob = prepare_unit(pop, cfg, unit, with_block)
-    D, H = prob.private, prob.holdout
-    dom = D.domain
-    truth = D.keys()
-    u = effective_u(D.distinct(), H.distinct())
-    ks = k_grid(u, cfg.grid_points)
-    limit = int(ks.max())
+    return run_units(pop, cfg, [(unit, with_block)], runs_bar, only)[0]
 
-    workloads = {}
-    for q in cfg.queries:
-        w = build_workload(cfg, q, dom)
-        workloads[q.label] = (q, w, plan_for(w), exact_answers(D, w))  # Q(D): all the attack sees of D
 
-    priors = build_priors(pop, cfg, prob)
+@dataclass
+class _UnitWork:
+    prob: UnitProblem
+    truth: np.ndarray
+    u: int
+    ks: np.ndarray
+    workloads: dict
+    priors: dict
+    rare: np.ndarray | None
+
+
+def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]],
+              runs_bar: tqdm | None = None, only: set[str] | None = None) -> list[tuple[pd.DataFrame, dict]]:
+    """Attack several units at once: for each RAP method, the units whose workloads share one
+    evaluation plan (same domain and queries) are fitted by :func:`rap_rank_units` in shared
+    compiled calls. Each unit's result is what :func:`run_unit` gives it alone."""
+    work = []
+    for unit, wb in tasks:
+        prob = prepare_unit(pop, cfg, unit, wb)
+        D, H = prob.private, prob.holdout
+        u = effective_u(D.distinct(), H.distinct())
+        workloads = {}
+        for q in cfg.queries:
+            w = build_workload(cfg, q, D.domain)
+            workloads[q.label] = (q, w, plan_for(w), exact_answers(D, w))  # Q(D): all the attack sees of D
+        work.append(_UnitWork(prob, D.keys(), u, k_grid(u, cfg.grid_points), workloads,
+                              build_priors(pop, cfg, prob), rare_in_county(pop, cfg, prob)))
     settings = rap_settings(cfg)
     a = cfg.attack
-    rare = rare_in_county(pop, cfg, prob)
-    calib = []
-    def ties(method: str) -> np.random.Generator:  # per method, so a sweep task matches the full run
-        return np.random.default_rng(_stable("ties", cfg.seed, unit, with_block, method))
 
-    frames, timings, rap_facts = [], {}, {}
-    for (label, (q, workload, plan, targets)), init in itertools.product(workloads.items(), a.init):
+    def ties(w: _UnitWork, method: str) -> np.random.Generator:  # per method: a sweep task matches the full run
+        return np.random.default_rng(_stable("ties", cfg.seed, w.prob.unit, w.prob.with_block, method))
+
+    frames = [[] for _ in work]
+    timings = [{} for _ in work]
+    rap_facts = [{} for _ in work]
+    calib = [[] for _ in work]
+    for q, init in itertools.product(cfg.queries, a.init):
         name = cfg.rap_method(q, init)
         if only is not None and name not in only:
             continue
-        if init != "random" and init not in priors:
-            log.warning("unit %s: no data for init %s (nothing outside the unit at that level); skipped", unit, init)
+        groups: dict = {}  # plan -> indices of the units that publish it
+        for i, w in enumerate(work):
+            if init != "random" and init not in w.priors:
+                log.warning("unit %s: no data for init %s (nothing outside the unit at that level); skipped",
+                            w.prob.unit, init)
+                continue
+            groups.setdefault(w.workloads[q.label][2], []).append(i)
+        for plan, idx in groups.items():
+            members = [work[i] for i in idx]
+            pools = None
+            if init != "random":
+                pools = [m.priors[init].sample(_INIT_POOL_ROWS, np.random.default_rng(
+                    _stable("pool", cfg.seed, m.prob.unit, init))) for m in members]
+            keys = [unit_key(cfg, "rap", m.prob.unit, m.prob.with_block, init, q.label) for m in members]
+            if runs_bar is not None:
+                runs_bar.reset(total=a.runs * len(members))
+                runs_bar.set_description(f"{name} K runs" + (f" x {len(members)} units" if len(members) > 1 else ""))
+            results = rap_rank_units(plan, [m.workloads[q.label][3] for m in members], members[0].prob.private.domain,
+                                     keys, a.runs, settings, init_pools=pools,
+                                     on_batch=(runs_bar.update if runs_bar is not None else None),
+                                     rngs=[ties(m, name) for m in members],
+                                     limit=[int(m.ks.max()) for m in members])
+            for i, m, res in zip(idx, members, results):
+                workload = m.workloads[q.label][1]
+                timings[i][name] = round(res.seconds, 3)
+                rap_facts[i][name] = {"mean_final_loss": float(res.final_loss.mean()),
+                                      "mean_max_abs_error": float(res.max_abs_error.mean()),
+                                      "distinct_candidates": int(len(res.ranking)),
+                                      "units_in_call": len(members)}
+                frames[i].append(match_rate_curve(res.ranking, m.truth, m.ks, m.u, m.rare)
+                                 .assign(method=name, num_queries=workload.num_queries))
+                calib[i] += calibration(res.ranking, m.truth, a.runs).assign(method=name).to_dict("records")
+    out = []
+    for i, w in enumerate(work):
+        D, H = w.prob.private, w.prob.holdout
+        for b in (cfg.baselines if only is None or "baselines" in only else []):
+            if b not in w.priors:
+                log.warning("unit %s: no data for baseline %s; skipped", w.prob.unit, b)
+                continue
+            t0 = time.perf_counter()
+            r = w.priors[b].ranking(rng=ties(w, b), limit=int(w.ks.max()))
+            timings[i][b] = round(time.perf_counter() - t0, 3)
+            frames[i].append(match_rate_curve(r, w.truth, w.ks, w.u, w.rare).assign(method=b, num_queries=0))
+        df = pd.concat(frames[i], ignore_index=True)
+        df = df.assign(variant=w.prob.with_block, unit=w.prob.unit, u=w.u, n_rows=len(D))
+        facts = {
+            "unit": w.prob.unit, "with_block": w.prob.with_block, "rows": len(D), "holdout_rows": len(H),
+            "distinct_rows": D.distinct(), "holdout_distinct_rows": H.distinct(), "u": w.u,
+            "workloads": {label: workload_facts(q, wl) for label, (q, wl, _, _) in w.workloads.items()},
+            "domain": dict(zip(D.domain.names, D.domain.sizes)), "seconds": timings[i], "rap": rap_facts[i],
+            "concentration": concentration(w.truth), "calibration": calib[i],
+        }
+        out.append((df, facts))
+    return out
+
+
+def units_per_call(cfg: ExperimentConfig, pop: Dataset) -> int:
+    """How many units to attack together: enough to fill one compiled batch of (unit, run)
+    pairs when K alone does not (on a GPU, thousands of pairs per call), capped so that a crash
+    loses at most that many units' work. Sized for the largest configured workload."""
+    dom = pop.project(attributes(cfg, pop)).domain
+    settings = rap_settings(cfg)
+    batch = None
+    for q in cfg.queries:
+        try:
+            plan = plan_for(build_workload(cfg, q, dom))
+        except Exception:  # noqa: BLE001 - a workload needing BLOCK: size without it
             continue
-        pool = None
-        if init != "random":
-            pool = priors[init].sample(_INIT_POOL_ROWS, np.random.default_rng(_stable("pool", cfg.seed, unit, init)))
-        key = unit_key(cfg, "rap", unit, with_block, init, label)
-        if runs_bar is not None:
-            runs_bar.reset(total=a.runs)
-            runs_bar.set_description(f"{name} K runs")
-        res = rap_rank(plan, targets, dom, key, a.runs, settings, init_pool=pool,
-                       on_batch=(runs_bar.update if runs_bar is not None else None), rng=ties(name), limit=limit)
-        timings[name] = round(res.seconds, 3)
-        rap_facts[name] = {"mean_final_loss": float(res.final_loss.mean()),
-                           "mean_max_abs_error": float(res.max_abs_error.mean()),
-                           "distinct_candidates": int(len(res.ranking))}
-        frames.append(match_rate_curve(res.ranking, truth, ks, u, rare)
-                      .assign(method=name, num_queries=workload.num_queries))
-        calib += calibration(res.ranking, truth, a.runs).assign(method=name).to_dict("records")
-    for b in (cfg.baselines if only is None or "baselines" in only else []):
-        if b not in priors:
-            log.warning("unit %s: no data for baseline %s; skipped", unit, b)
-            continue
-        t0 = time.perf_counter()
-        r = priors[b].ranking(rng=ties(b), limit=limit)
-        timings[b] = round(time.perf_counter() - t0, 3)
-        frames.append(match_rate_curve(r, truth, ks, u, rare).assign(method=b, num_queries=0))
-    df = pd.concat(frames, ignore_index=True)
-    df = df.assign(variant=with_block, unit=unit, u=u, n_rows=len(D))
-    facts = {
-        "unit": unit, "with_block": with_block, "rows": len(D), "holdout_rows": len(H),
-        "distinct_rows": D.distinct(), "holdout_distinct_rows": H.distinct(), "u": u,
-        "workloads": {label: workload_facts(q, w) for label, (q, w, _, _) in workloads.items()},
-        "domain": dict(zip(dom.names, dom.sizes)), "seconds": timings, "rap": rap_facts,
-        "concentration": concentration(truth), "calibration": calib,
-    }
-    return df, facts
+        b = default_batch(settings, 1 << 20, plan)
+        batch = b if batch is None else min(batch, b)
+    batch = batch or default_batch(settings, 1 << 20)
+    return int(min(64, max(1, -(-batch // cfg.attack.runs))))
 
 
 def census_cells(q) -> list:
@@ -365,7 +418,7 @@ def rap_settings(cfg: ExperimentConfig, **over) -> RAPSettings:
     a = cfg.attack
     kw = dict(rows=a.rows, steps=a.steps, learning_rate=a.learning_rate, sampling=a.sampling,
               queries_per_step=a.queries_per_step, init_confidence=a.init_confidence,
-              steps_per_call=a.steps_per_call, batch=a.batch)
+              steps_per_call=a.steps_per_call, batch=a.batch, precision=a.precision)
     kw.update(over)
     return RAPSettings(**kw)
 
@@ -391,28 +444,42 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
     log.info("attacking %d %ss: %s", len(units), cfg.target.level, units)
     fingerprint = code_fingerprint()
     tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
-    frames, facts = [], []
-    unit_bar = tqdm(tasks, desc="units", disable=not progress, unit="unit")
+    unit_bar = tqdm(total=len(tasks), desc="units", disable=not progress, unit="unit")
     runs_bar = tqdm(total=cfg.attack.runs, desc="K runs", disable=not progress, leave=False, unit="run")
+    group = units_per_call(cfg, pop)
+    done: dict[tuple[bool, str], tuple[pd.DataFrame, dict]] = {}
+    pending: list[tuple[bool, str]] = []
+
+    def paths(wb: bool, u: str) -> tuple[Path, Path]:
+        stem = f"{'block' if wb else 'noblock'}_{u}"
+        return units_dir / f"{stem}.parquet", units_dir / f"{stem}.json"
+
+    for wb, u in tasks:
+        pq_path, js_path = paths(wb, u)
+        if pq_path.exists() and js_path.exists():
+            saved = json.loads(js_path.read_text())
+            if saved.get("code_fingerprint") == fingerprint:
+                done[(wb, u)] = (pd.read_parquet(pq_path), saved)
+                continue
+            log.warning("unit %s was computed by other code (%s); recomputing", pq_path.stem, saved.get("code_fingerprint"))
+        pending.append((wb, u))
+    unit_bar.update(len(done))
     try:
-        for wb, u in unit_bar:
-            unit_bar.set_postfix_str(f"{u} {'with' if wb else 'without'} BLOCK")
-            stem = f"{'block' if wb else 'noblock'}_{u}"
-            pq_path, js_path = units_dir / f"{stem}.parquet", units_dir / f"{stem}.json"
-            if pq_path.exists() and js_path.exists():
-                saved = json.loads(js_path.read_text())
-                if saved.get("code_fingerprint") == fingerprint:
-                    frames.append(pd.read_parquet(pq_path))
-                    facts.append(saved)
-                    continue
-                log.warning("unit %s was computed by other code (%s); recomputing", stem, saved.get("code_fingerprint"))
-            df, f = run_unit(pop, cfg, u, wb, runs_bar=runs_bar if progress else None)
-            f["code_fingerprint"] = fingerprint
-            df = df.reindex(columns=COLUMNS)
-            write_parquet(pq_path, df)
-            write_json(js_path, f)
-            frames.append(df)
-            facts.append(f)
+        for start in range(0, len(pending), group):
+            chunk = pending[start:start + group]
+            unit_bar.set_postfix_str(", ".join(f"{u} {'with' if wb else 'without'} BLOCK" for wb, u in chunk[:3])
+                                     + (" ..." if len(chunk) > 3 else ""))
+            results = run_units(pop, cfg, [(u, wb) for wb, u in chunk], runs_bar=runs_bar if progress else None)
+            for (wb, u), (df, f) in zip(chunk, results):
+                f["code_fingerprint"] = fingerprint
+                df = df.reindex(columns=COLUMNS)
+                pq_path, js_path = paths(wb, u)
+                write_parquet(pq_path, df)
+                write_json(js_path, f)
+                done[(wb, u)] = (df, f)
+            unit_bar.update(len(chunk))
+        frames = [done[t][0] for t in tasks]
+        facts = [done[t][1] for t in tasks]
     finally:
         runs_bar.close()
         unit_bar.close()

@@ -1,103 +1,317 @@
-"""Differentiable answers of marginal workloads on a relaxed dataset, as a few large contractions."""
+"""Differentiable answers of marginal workloads on a relaxed dataset, as a few large matmuls.
+
+Both plans answer on the feature-major relaxed dataset of :mod:`reconstruct.relaxed`
+(probabilities P of shape (W, n')) and expose one interface used by the RAP loop:
+
+* ``dense_answers(P, dtype)``: every answer the plan computes, a flat vector of
+  ``dense_size`` entries; the workload's queries are the entries ``dense_index`` (workload
+  order), the rest are by-products of computing whole blocks at once and carry no loss;
+* ``dense_targets(t)`` / ``dense_mask``: targets scattered into that vector, and which entries
+  are queries;
+* ``answers(P)``: relaxed answers in workload order (tests, reporting).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import itertools
+from dataclasses import dataclass, field
 from typing import Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from microdata.census import membership_matrix
 from microdata.marginals import Workload
+from reconstruct.relaxed import Layout
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def _dot(a, b, dtype):
+    """a @ b with operands in ``dtype`` and float32 accumulation/result."""
+    return jnp.matmul(a.astype(dtype), b.astype(dtype), preferred_element_type=jnp.float32)
+
+
+def _dot_t(a, b, dtype):
+    """a @ b.T (contracting the n' axis of both), float32 result."""
+    return jax.lax.dot_general(a.astype(dtype), b.astype(dtype), (((1,), (1,)), ((), ())),
+                               preferred_element_type=jnp.float32)
 
 
 @dataclass(frozen=True)
-class _Group:
-    prefix: tuple[int, ...]  # attribute positions whose row-wise outer product is the left factor
-    lasts: tuple[int, ...]  # attribute positions concatenated as the right factor
+class _Middle:
+    """All 3-way marginals (a, b, c), a < b < c in stacked order, that share the middle b."""
+
+    b: int
+    lefts: tuple[int, ...]  # the a's: left factor rows are (a value, b value) pairs, a-major
+    rights: tuple[int, ...]  # the c's: right factor rows
 
 
-@dataclass(frozen=True)
+def _runs(positions: Sequence[int], offsets: Sequence[int]) -> list[tuple[int, int]]:
+    """Row ranges of the given stacked attributes, adjacent ones merged (fewer slices)."""
+    out: list[list[int]] = []
+    for p in positions:
+        lo, hi = offsets[p], offsets[p + 1]
+        if out and out[-1][1] == lo:
+            out[-1][1] = hi
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
+def _rows(P, ranges):
+    parts = [P[lo:hi] for lo, hi in ranges]
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=0)
+
+
+@dataclass(frozen=True, eq=False)
 class MarginalPlan:
-    """How to evaluate a workload: marginals grouped by all-but-last attribute.
+    """How to answer a marginal workload on relaxed data, and its gradient, by hand.
 
-    A k-way marginal (a1..ak) on relaxed rows P_a (n' × |a|) is
-    (1/n') · (P_a1 ⊙ ... ⊙ P_a(k-1))ᵀ · P_ak, the row-wise outer product of the prefix times
-    the last attribute. All marginals sharing a prefix become ONE matmul against the
-    concatenation of their last attributes, so a step costs one contraction per distinct
-    prefix (≤ d for 2-way, ≤ d²/2 for 3-way), never one per marginal. Attributes are
-    ordered by ascending size inside each marginal so the largest attribute sits on the
-    matmul side, never inside a row-wise product.
+    Attributes are stacked by ascending size (the largest sits on a matmul side, never inside
+    a row-wise product). With P the (W × n') relaxed probabilities:
 
-    ``order`` maps the plan's output order to the workload's query order:
-    ``plan_answers[order_inv]`` is in workload order; targets are permuted once on the host.
+    * 1-way marginals: the row sums of P;
+    * 2-way marginals: blocks of ONE Gram matrix G = P·Pᵀ / n'; its gradient is (R + Rᵀ)·P;
+    * 3-way marginals (a, b, c) with a < b < c: for each middle b, the row-wise products of
+      (every a before b) with b, times every c after b — one matmul per b computes each cell
+      once; gradient: R·right for the left factor, Rᵀ·left for the right one;
+    * higher orders: one product block per marginal, differentiated automatically.
+
+    The gradient is written by hand (``jax.custom_vjp``) so that every contraction is a plain
+    matmul over n', including in the backward pass; autodiff would produce transposed-operand
+    matmuls that leave the fast (bfloat16) path.
     """
 
-    sizes: tuple[int, ...]
-    groups: tuple[_Group, ...]
-    perm: tuple[int, ...]  # plan position -> workload query index
+    layout: Layout
+    marginals: tuple[tuple[int, ...], ...]  # domain positions, workload order
+    one_way: bool
+    two_way: bool
+    middles: tuple[_Middle, ...]
+    highers: tuple[tuple[int, ...], ...]  # stacked positions of each marginal of order >= 4
+    dense_size: int
     num_queries: int
+    dense_index: np.ndarray = field(repr=False)
+
+    @property
+    def key(self):
+        return ("marginal", self.layout.sizes, self.marginals)
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __eq__(self, other):
+        return isinstance(other, MarginalPlan) and self.key == other.key
 
     @classmethod
     def build(cls, workload: Workload) -> "MarginalPlan":
         dom = workload.domain
         sizes = dom.sizes
-        offsets = workload.offsets()
-        by_prefix: dict[tuple[int, ...], list[tuple[int, int]]] = {}
-        for mi, marg in enumerate(workload.marginals):
-            pos = [dom.index(a) for a in marg]
-            sorted_pos = sorted(pos, key=lambda i: (sizes[i], i))
-            by_prefix.setdefault(tuple(sorted_pos[:-1]), []).append((sorted_pos[-1], mi))
-        groups = []
-        perm: list[np.ndarray] = []
-        for prefix, items in by_prefix.items():
-            groups.append(_Group(prefix, tuple(last for last, _ in items)))
-            # plan output of this group: (prod prefix sizes) x (sum of last sizes), row-major
-            pre_shape = [sizes[i] for i in prefix]
-            n_pre = int(np.prod(pre_shape)) if prefix else 1
-            cols = []
-            for last, mi in items:
-                marg = workload.marginals[mi]
-                pos = [dom.index(a) for a in marg]
-                shape = [sizes[i] for i in pos]
-                # workload index of cell (prefix idx..., last idx) in the marginal's own order
-                grids = np.meshgrid(*[np.arange(sizes[i]) for i in (*prefix, last)], indexing="ij")
-                coords = {p: g for p, g in zip((*prefix, last), grids)}
-                flat = np.ravel_multi_index(tuple(coords[p] for p in pos), shape)
-                cols.append(offsets[mi] + flat.reshape(n_pre, sizes[last]))
-            perm.append(np.concatenate(cols, axis=1).reshape(-1))
-        perm_arr = np.concatenate(perm)
-        assert np.array_equal(np.sort(perm_arr), np.arange(workload.num_queries))
-        return cls(tuple(sizes), tuple(groups), tuple(int(i) for i in perm_arr), workload.num_queries)
+        order = tuple(sorted(range(len(sizes)), key=lambda i: (sizes[i], i)))
+        layout = Layout.of(sizes, order)
+        stacked = {attr: p for p, attr in enumerate(order)}
+        off = layout.offsets
+        ss = layout.stacked_sizes
+        W = layout.width
+        margs = tuple(tuple(dom.index(a) for a in m) for m in workload.marginals)
+        ks = {len(m) for m in margs}
+        one_way, two_way = 1 in ks, 2 in ks
+        by_mid: dict[int, tuple[set, set]] = {}
+        highers = []
+        for m in margs:
+            sp = sorted(stacked[x] for x in m)
+            if len(sp) == 3:
+                lefts, rights = by_mid.setdefault(sp[1], (set(), set()))
+                lefts.add(sp[0])
+                rights.add(sp[2])
+            elif len(sp) >= 4 and tuple(sp) not in highers:
+                highers.append(tuple(sp))
+        middles = tuple(_Middle(b, tuple(sorted(l)), tuple(sorted(r))) for b, (l, r) in sorted(by_mid.items()))
+        # where each block starts in the dense vector
+        base = 0
+        base1 = base
+        base += W if one_way else 0
+        base2 = base
+        base += W * W if two_way else 0
+        mid_base = {}
+        for mid in middles:
+            rowoff = dict(zip(mid.lefts, np.cumsum([0] + [ss[a] * ss[mid.b] for a in mid.lefts])))
+            coloff = dict(zip(mid.rights, np.cumsum([0] + [ss[c] for c in mid.rights])))
+            ncols = sum(ss[c] for c in mid.rights)
+            nrows = sum(ss[a] for a in mid.lefts) * ss[mid.b]
+            mid_base[mid.b] = (base, rowoff, coloff, ncols)
+            base += nrows * ncols
+        high_base = {}
+        for hp in highers:
+            high_base[hp] = base
+            base += int(np.prod([ss[p] for p in hp]))
+        index = []
+        for m in margs:
+            shape = [sizes[x] for x in m]
+            vals = [g.reshape(-1) for g in np.meshgrid(*[np.arange(s) for s in shape], indexing="ij")]
+            pos = [stacked[x] for x in m]  # cells enumerated row-major in the marginal's own order
+            srt = sorted(range(len(m)), key=lambda j: pos[j])
+            sp = [pos[j] for j in srt]
+            sv = [vals[j] for j in srt]
+            if len(m) == 1:
+                idx = base1 + off[sp[0]] + sv[0]
+            elif len(m) == 2:
+                idx = base2 + (off[sp[0]] + sv[0]) * W + off[sp[1]] + sv[1]
+            elif len(m) == 3:
+                b0, rowoff, coloff, ncols = mid_base[sp[1]]
+                row = rowoff[sp[0]] + sv[0] * ss[sp[1]] + sv[1]
+                idx = b0 + row * ncols + coloff[sp[2]] + sv[2]
+            else:
+                idx = high_base[tuple(sp)] + np.ravel_multi_index(tuple(sv), [ss[p] for p in sp])
+            index.append(np.asarray(idx, dtype=np.int64))
+        dense_index = np.concatenate(index) if index else np.zeros(0, np.int64)
+        if len(np.unique(dense_index)) != len(dense_index):
+            raise ValueError("workload repeats a marginal; give each marginal once")
+        return cls(layout, margs, one_way, two_way, middles, tuple(highers), base, workload.num_queries, dense_index)
 
-    def to_plan_order(self, values: np.ndarray) -> np.ndarray:
-        """Permute a workload-ordered vector (targets, weights) into plan order."""
-        return np.asarray(values)[np.array(self.perm, dtype=np.int64)]
+    # ---- host-side helpers ---------------------------------------------------------------------
 
-    def to_workload_order(self, values) -> np.ndarray:
-        out = np.empty(self.num_queries, dtype=np.asarray(values).dtype)
-        out[np.array(self.perm, dtype=np.int64)] = np.asarray(values)
-        return out
+    @functools.cached_property
+    def dense_mask(self) -> np.ndarray:
+        m = np.zeros(self.dense_size, np.float32)
+        m[self.dense_index] = 1.0
+        return m
 
-    def answers(self, probs: Sequence[jnp.ndarray]) -> jnp.ndarray:
-        """Relaxed answers in plan order for per-attribute probabilities ``probs[i]`` (n' × |i|)."""
-        n = probs[0].shape[0]
-        outs = []
-        for g in self.groups:
-            right = jnp.concatenate([probs[i] for i in g.lasts], axis=1)
-            if not g.prefix:
-                outs.append(jnp.sum(right, axis=0))
-                continue
-            left = probs[g.prefix[0]]
-            for i in g.prefix[1:]:
-                left = (left[:, :, None] * probs[i][:, None, :]).reshape(n, -1)
-            outs.append((left.T @ right).reshape(-1))
-        return jnp.concatenate(outs) / n
+    def dense_targets(self, targets) -> np.ndarray:
+        t = np.zeros(self.dense_size, np.float32)
+        t[self.dense_index] = np.asarray(targets, dtype=np.float32)
+        return t
+
+    @property
+    def activation_rows(self) -> int:
+        """Rows (of n') of the row-wise products one step forms."""
+        ss = self.layout.stacked_sizes
+        return sum(sum(ss[a] for a in mid.lefts) * ss[mid.b] for mid in self.middles) + self.layout.width
+
+    def flops_per_step(self, rows: int) -> float:
+        """Multiply-add FLOPs of one loss-and-gradient evaluation (forward + backward matmuls)."""
+        W = self.layout.width
+        ss = self.layout.stacked_sizes
+        total = 0.0
+        if self.two_way:
+            total += 2 * W * W * rows  # Gram and (R + Rᵀ)·P
+        for mid in self.middles:
+            m = sum(ss[a] for a in mid.lefts) * ss[mid.b]
+            p = sum(ss[c] for c in mid.rights)
+            total += 3 * m * p * rows
+        return 2.0 * total
+
+    # ---- the differentiable answers ------------------------------------------------------------
+
+    def answers(self, P: jax.Array, dtype: str = "float32") -> jax.Array:
+        """Relaxed answers in workload order."""
+        return self.dense_answers(P, dtype)[jnp.asarray(self.dense_index)]
+
+    def dense_answers(self, P: jax.Array, dtype: str = "float32") -> jax.Array:
+        return self._dense_fn(dtype)(P)
+
+    @functools.lru_cache(maxsize=None)
+    def _dense_fn(self, dtype: str):
+        dt = DTYPES[dtype]
+        off = self.layout.offsets
+        ss = self.layout.stacked_sizes
+
+        def factors(P, mid):
+            pa = _rows(P, _runs(mid.lefts, off))
+            pb = P[off[mid.b]:off[mid.b + 1]]
+            left = (pa[:, None, :] * pb[None, :, :]).reshape(-1, P.shape[1])
+            return pa, pb, left, _rows(P, _runs(mid.rights, off))
+
+        def high(P, hp):
+            n = P.shape[1]
+            left = P[off[hp[0]]:off[hp[0] + 1]]
+            for p in hp[1:-1]:
+                left = (left[:, None, :] * P[off[p]:off[p + 1]][None, :, :]).reshape(-1, n)
+            return _dot_t(left, P[off[hp[-1]]:off[hp[-1] + 1]], dt).reshape(-1)
+
+        def forward(P, keep=False):
+            n = P.shape[1]
+            parts, lefts = [], []
+            if self.one_way:
+                parts.append(jnp.sum(P, axis=1))
+            if self.two_way:
+                parts.append(_dot_t(P, P, dt).reshape(-1))
+            for mid in self.middles:
+                _, _, left, right = factors(P, mid)
+                lefts.append(left)
+                parts.append(_dot_t(left, right, dt).reshape(-1))
+            for hp in self.highers:
+                parts.append(high(P, hp))
+            out = jnp.concatenate(parts) / n
+            return (out, lefts) if keep else out
+
+        @jax.custom_vjp
+        def dense(P):
+            return forward(P)
+
+        def fwd(P):
+            out, lefts = forward(P, keep=True)  # the row-wise products are reused, not rebuilt
+            return out, (P, lefts)
+
+        def bwd(res, g):
+            P, lefts = res
+            W, n = P.shape
+            g = g / n
+            d = len(ss)
+            contrib: list[list] = [[] for _ in range(d)]
+            full: list = []  # (W, n') contributions
+            pos = 0
+            if self.one_way:
+                full.append(jnp.broadcast_to(g[:W, None], P.shape))
+                pos += W
+            if self.two_way:
+                R = g[pos:pos + W * W].reshape(W, W)
+                full.append(_dot(R + R.T, P, dt))
+                pos += W * W
+            for mid, left in zip(self.middles, lefts):
+                pa = _rows(P, _runs(mid.lefts, off))
+                pb = P[off[mid.b]:off[mid.b + 1]]
+                right = _rows(P, _runs(mid.rights, off))
+                m, p = left.shape[0], right.shape[0]
+                R = g[pos:pos + m * p].reshape(m, p)
+                pos += m * p
+                d_left = _dot(R, right, dt).reshape(pa.shape[0], pb.shape[0], n)
+                d_right = _dot(R.T, left, dt)
+                # the product rule, unrolled: XLA fuses these slice-multiply-adds into one pass,
+                # while a reduce over a non-minor axis runs several times slower on a CPU
+                d_pa = functools.reduce(jnp.add, [d_left[:, j, :] * pb[j][None, :] for j in range(pb.shape[0])])
+                contrib[mid.b].append(functools.reduce(jnp.add, [d_left[i] * pa[i][None, :] for i in range(pa.shape[0])]))
+                r = 0
+                for a in mid.lefts:
+                    contrib[a].append(d_pa[r:r + ss[a]])
+                    r += ss[a]
+                r = 0
+                for c in mid.rights:
+                    contrib[c].append(d_right[r:r + ss[c]])
+                    r += ss[c]
+            for hp in self.highers:
+                size = int(np.prod([ss[q] for q in hp]))
+                _, vjp = jax.vjp(lambda Q: high(Q, hp), P)
+                full.append(vjp(g[pos:pos + size])[0])
+                pos += size
+            blocks = []
+            for q in range(d):
+                parts = contrib[q]
+                blocks.append(functools.reduce(jnp.add, parts) if parts else jnp.zeros((ss[q], n), P.dtype))
+            out = jnp.concatenate(blocks, axis=0)
+            for f in full:
+                out = out + f
+            return (out,)
+
+        dense.defvjp(fwd, bwd)
+        return dense
 
 
 def reference_answers(workload: Workload, probs: Sequence[jnp.ndarray]) -> jnp.ndarray:
-    """The plain definition, one einsum per marginal, in workload order (for tests only)."""
+    """The plain definition, one einsum per marginal over per-attribute (n' × |a|)
+    probabilities in domain order, in workload order (for tests only)."""
     dom = workload.domain
     letters = "abcdefghijklmnopqrstuvwxyz"
     outs = []
@@ -108,26 +322,47 @@ def reference_answers(workload: Workload, probs: Sequence[jnp.ndarray]) -> jnp.n
     return jnp.concatenate(outs) / probs[0].shape[0]
 
 
-@dataclass(frozen=True)
+def per_attribute(P: jax.Array, layout: Layout) -> list[jax.Array]:
+    """(n' × |a|) probabilities per attribute in domain order, from the feature-major P."""
+    return [P[layout.rows_of(i)].T for i in range(len(layout.sizes))]
+
+
+@dataclass(frozen=True, eq=False)
 class ProductPlan:
     """Relaxed answers of product queries (census table cells), batched: no loop over queries.
 
     A query restricts each attribute a to a value set S_a; on relaxed rows its answer is
-    (1/n') Σ_r Π_a Σ_{v∈S_a} P_a[r, v]. Per attribute, the summed probabilities of all
-    distinct sets are one matmul P_a · M_a (M_a the 0/1 membership matrix). Queries are then
-    grouped by their sets on every attribute but the ``outer`` one: the row-wise product over those attributes is formed
-    once per distinct group, and one matmul against the outer attribute's summed
-    probabilities gives every (outer set × group) answer, from which the queries are
-    gathered. The outer attribute is the one that makes this cheapest (BLOCK, typically). Same interface as :class:`MarginalPlan` (plan order = workload order).
+    (1/n') Σ_r Π_a Σ_{v∈S_a} P_a[v, r]. Per attribute, the summed probabilities of all
+    distinct sets are one matmul M_aᵀ · P_a (M_a the 0/1 membership matrix). Queries are
+    grouped by their sets on every attribute but the ``outer`` one: the row-wise product over
+    those attributes is formed once per distinct group, and one matmul against the outer
+    attribute's summed probabilities gives every (outer set × group) answer, from which the
+    queries are gathered. The outer attribute is the one that makes this cheapest (BLOCK,
+    typically). Dense vector = the queries themselves (workload order); autodiff gradient.
     """
 
-    sizes: tuple[int, ...]
+    layout: Layout
     memberships: tuple[tuple[tuple[int, ...], ...], ...]  # per attribute, per set: its values
     outer: int
     group_sets: tuple[tuple[int, ...], ...]  # per group, a set index for every non-outer attribute
     query_outer: tuple[int, ...]
     query_group: tuple[int, ...]
     num_queries: int
+
+    @property
+    def key(self):
+        return ("product", self.layout.sizes, self.memberships, self.outer, self.group_sets,
+                self.query_outer, self.query_group)
+
+    @functools.cached_property
+    def _hash(self):
+        return hash(self.key)
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return isinstance(other, ProductPlan) and (self is other or self.key == other.key)
 
     @classmethod
     def build(cls, workload) -> "ProductPlan":
@@ -144,7 +379,7 @@ class ProductPlan:
                 best = (cost, outer, groups, inverse)
         _, outer, groups, inverse = best
         return cls(
-            sizes=tuple(workload.domain.sizes),
+            layout=Layout.of(workload.domain.sizes),
             memberships=tuple(tuple(tuple(sorted(s)) for s in sets) for sets in workload.value_sets),
             outer=outer,
             group_sets=tuple(tuple(int(x) for x in g) for g in groups),
@@ -153,25 +388,47 @@ class ProductPlan:
             num_queries=len(q),
         )
 
-    def to_plan_order(self, values: np.ndarray) -> np.ndarray:
-        return np.asarray(values)
+    @property
+    def dense_size(self) -> int:
+        return self.num_queries
 
-    def to_workload_order(self, values) -> np.ndarray:
-        return np.asarray(values)
+    @functools.cached_property
+    def dense_index(self) -> np.ndarray:
+        return np.arange(self.num_queries, dtype=np.int64)
+
+    @functools.cached_property
+    def dense_mask(self) -> np.ndarray:
+        return np.ones(self.num_queries, np.float32)
+
+    def dense_targets(self, targets) -> np.ndarray:
+        return np.asarray(targets, dtype=np.float32)
+
+    @property
+    def activation_rows(self) -> int:
+        return len(self.group_sets) * 2 + sum(len(m) for m in self.memberships)
+
+    def flops_per_step(self, rows: int) -> float:
+        g = len(self.group_sets)
+        return 2.0 * 3 * rows * g * len(self.memberships[self.outer])
 
     def _membership(self, j: int) -> np.ndarray:
-        return membership_matrix(self.sizes[j], self.memberships[j])
+        return membership_matrix(self.layout.sizes[j], self.memberships[j])
 
-    def answers(self, probs: Sequence[jnp.ndarray]) -> jnp.ndarray:
-        n = probs[0].shape[0]
-        # feature-major: (sets × n') so that gathering a set's row is a contiguous copy
-        summed = [jnp.asarray(self._membership(j)).T @ probs[j].T for j in range(len(self.sizes))]
+    def answers(self, P: jax.Array, dtype: str = "float32") -> jax.Array:
+        return self.dense_answers(P, dtype)
+
+    def dense_answers(self, P: jax.Array, dtype: str = "float32") -> jax.Array:
+        dt = DTYPES[dtype]
+        n = P.shape[1]
+        d = len(self.layout.sizes)
+        # (sets × n'): gathering a set's row is a contiguous copy
+        summed = [_dot(jnp.asarray(self._membership(j)).T, P[self.layout.rows_of(j)], dt) for j in range(d)]
         groups = np.array(self.group_sets, dtype=np.int64).reshape(len(self.group_sets), -1)
-        rest = [j for j in range(len(self.sizes)) if j != self.outer]
+        rest = [j for j in range(d) if j != self.outer]
         prod = summed[rest[0]][groups[:, 0]]
         for col, j in enumerate(rest[1:], start=1):
             prod = prod * summed[j][groups[:, col]]
-        table = summed[self.outer] @ prod.T  # (outer sets × groups)
+        table = _dot_t(summed[self.outer], prod, dt)  # (outer sets × groups)
         return table[np.array(self.query_outer), np.array(self.query_group)] / n
 
 

@@ -17,7 +17,6 @@ import optax
 from microdata.domain import Domain
 from microdata.errors import CensusReconError
 from microdata.ranking import Ranking, rank_by_frequency
-from reconstruct.queries import MarginalPlan
 from reconstruct.relaxed import logits_from_codes, random_logits, round_relaxed
 from reconstruct.relaxed import probabilities as probs_of
 
@@ -43,7 +42,9 @@ class RAPSettings:
             puts on that dataset's value (the rest spread uniformly); 1 would freeze softmax.
         steps_per_call: T is run in compiled blocks of this many steps (``lax.scan``); the
             host only sees the state (for progress) between blocks.
-        batch: runs vmapped into one compiled call; ``None`` picks per backend.
+        batch: (unit, run) pairs vmapped into one compiled call; ``None`` picks per backend.
+        precision: operand dtype of the hot loop's matmuls (accumulation is always float32).
+            ``"bfloat16"`` is opt-in and used only when a self-test on this backend passes.
     """
 
     rows: int = 1000
@@ -54,6 +55,7 @@ class RAPSettings:
     init_confidence: float = 0.5
     steps_per_call: int = 1000
     batch: int | None = None
+    precision: Literal["float32", "bfloat16"] = "float32"
 
     def __post_init__(self) -> None:
         if self.rows < 1:
@@ -70,50 +72,103 @@ class RAPSettings:
             raise CensusReconError(f"init_confidence must lie in (0, 1), got {self.init_confidence}")
         if self.steps_per_call < 1:
             raise CensusReconError(f"steps_per_call must be >= 1, got {self.steps_per_call}")
+        if self.precision not in ("float32", "bfloat16"):
+            raise CensusReconError(f"precision must be 'float32' or 'bfloat16', got {self.precision!r}")
         if self.batch is not None and self.batch < 1:
             raise CensusReconError(f"batch must be >= 1 or None, got {self.batch}")
 
 
-def default_batch(settings: RAPSettings, n_runs: int) -> int:
-    """Runs per compiled call: small on CPU (the working set stays in cache and a batch of 4
-    keeps both cores busy: ~2-3x over one run at a time, see bench/rap.py), large on
-    accelerators, where a big batch is what fills the device."""
+def pair_bytes(plan, rows: int) -> int:
+    """Estimated device bytes one (unit, run) pair needs inside a step: logits, Adam moments,
+    gradient and probabilities (W × n' each), the dense answers and targets, and the row-wise
+    products a step forms (float32)."""
+    W = plan.layout.width
+    return 4 * (6 * W * rows + 4 * plan.dense_size + 2 * plan.activation_rows * rows)
+
+
+#: bytes of per-pair working set a CPU batch aims to stay under (cache-sized: past it the
+#: step leaves cache and a larger batch is slower per run; bench/rap.py measures it)
+CPU_WORKING_SET = 48 << 20
+
+
+def default_batch(settings: RAPSettings, n_pairs: int, plan=None) -> int:
+    """(unit, run) pairs per compiled call. On a CPU: as many as fit a cache-sized working set,
+    at most 8 (2-way steps: 8; 3-way: 1-2, see bench/run.py). On an accelerator: as many as
+    fit 40% of its memory (thousands for 2-way on a large GPU), because a big batch is what
+    fills the device. ``settings.batch`` overrides both."""
     if settings.batch is not None:
-        return max(1, min(settings.batch, n_runs))
-    backend = jax.default_backend()
-    want = 4 if backend == "cpu" else 128
-    return max(1, min(want, n_runs))
+        return max(1, min(settings.batch, n_pairs))
+    per = pair_bytes(plan, settings.rows) if plan is not None else 4 << 20
+    if jax.default_backend() == "cpu":
+        want = max(1, min(8, CPU_WORKING_SET // per))
+    else:
+        stats = jax.local_devices()[0].memory_stats() or {}
+        budget = 0.4 * stats.get("bytes_limit", 16 << 30)
+        want = int(max(1, min(8192, budget // per)))
+    return max(1, min(want, n_pairs))
 
 
 # ---- one run, pure functions over explicit state ------------------------------------------------
 
 
-def _initial_logits(key, settings: RAPSettings, sizes, pool):
+_BF16_OK: dict = {}
+
+
+def matmul_dtype(settings: RAPSettings) -> str:
+    """The operand dtype the hot loop will use: bfloat16 only if this backend runs a bfloat16
+    matmul with float32 accumulation correctly (some CPU builds compile one and then fail at
+    run time); otherwise float32, with a warning."""
+    if settings.precision == "float32":
+        return "float32"
+    backend = jax.default_backend()
+    if backend not in _BF16_OK:
+        try:
+            a = jnp.arange(64 * 48, dtype=jnp.float32).reshape(64, 48) % 7
+            b = jnp.arange(48 * 32, dtype=jnp.float32).reshape(48, 32) % 5
+            got = jax.jit(lambda x, y: jnp.matmul(x.astype(jnp.bfloat16), y.astype(jnp.bfloat16),
+                                                  preferred_element_type=jnp.float32))(a, b)
+            _BF16_OK[backend] = bool(np.array_equal(np.asarray(got), np.asarray(a) @ np.asarray(b)))
+        except Exception as exc:  # noqa: BLE001 - any failure means: do not use it
+            log.warning("bfloat16 matmul failed on %s (%s)", backend, exc)
+            _BF16_OK[backend] = False
+        if not _BF16_OK[backend]:
+            log.warning("bfloat16 matmuls are not usable on %s; RAP runs in float32", backend)
+    return "bfloat16" if _BF16_OK[backend] else "float32"
+
+
+def _initial_logits(key, settings: RAPSettings, layout, pool):
     """Random logits, or logits centred on n' rows drawn (with replacement) from ``pool``."""
     if pool is None:
-        return random_logits(key, settings.rows, sizes)
-    idx = jax.random.randint(key, (settings.rows,), 0, pool.shape[0])
-    return logits_from_codes(pool[idx], sizes, settings.init_confidence)
+        return random_logits(key, settings.rows, layout)
+    rows, size = pool  # rows beyond ``size`` pad the pool to a shared shape and are never drawn
+    idx = jax.random.randint(key, (settings.rows,), 0, size)
+    return logits_from_codes(rows[idx], layout, settings.init_confidence)
 
 
-def _loss(logits, targets, key, plan: MarginalPlan, settings: RAPSettings):
-    err = plan.answers(probs_of(logits)) - targets
+def _loss(logits, targets, key, plan, settings: RAPSettings, mask, dtype):
+    err = (plan.dense_answers(probs_of(logits, plan.layout), dtype) - targets) * mask
     if settings.sampling == "dense":
         return jnp.sum(err**2)
     # Paper code's step: a fresh sample of queries each step, in proportion to |error|.
     k = min(settings.queries_per_step, plan.num_queries)
-    score = jnp.log(jnp.abs(jax.lax.stop_gradient(err)) + 1e-12) + jax.random.gumbel(key, err.shape)
-    _, idx = jax.lax.top_k(score, k)
+    noisy = jnp.log(jnp.abs(jax.lax.stop_gradient(err)) + 1e-12) + jax.random.gumbel(key, err.shape)
+    _, idx = jax.lax.top_k(jnp.where(mask > 0, noisy, -jnp.inf), k)
     return jnp.sum(err[idx] ** 2)
 
 
-def _build_program(plan: MarginalPlan, settings: RAPSettings, with_pool: bool):
-    sizes = plan.sizes
+def _build_program(plan, settings: RAPSettings, with_pool: bool):
+    layout = plan.layout
+    dtype = matmul_dtype(settings)
     opt = optax.adam(settings.learning_rate)
-    grad = jax.value_and_grad(functools.partial(_loss, plan=plan, settings=settings))
+    mask_np = plan.dense_mask
 
-    def init_one(run_key, pool):
-        logits = _initial_logits(jax.random.fold_in(run_key, 0), settings, sizes, pool if with_pool else None)
+    def grad(logits, targets, key):
+        mask = jnp.asarray(mask_np)
+        return jax.value_and_grad(_loss)(logits, targets, key, plan, settings, mask, dtype)
+
+    def init_one(run_key, pool, pool_size):
+        logits = _initial_logits(jax.random.fold_in(run_key, 0), settings, layout,
+                                 (pool, pool_size) if with_pool else None)
         return logits, opt.init(logits)
 
     def block_one(state, targets, run_key, block_index, n_steps):
@@ -129,36 +184,44 @@ def _build_program(plan: MarginalPlan, settings: RAPSettings, with_pool: bool):
         return state, losses[-1]
 
     def round_one(state, run_key):
-        return round_relaxed(jax.random.fold_in(run_key, 2), state[0])
+        return round_relaxed(jax.random.fold_in(run_key, 2), state[0], layout)
 
-    def init_b(run_keys, pool):
+    def max_error_one(state, targets):
+        err = (plan.dense_answers(probs_of(state[0], layout), dtype) - targets) * jnp.asarray(mask_np)
+        return jnp.max(jnp.abs(err))
+
+    # one flat batch of (unit, run) pairs: each pair carries its unit's targets (and pool), so a
+    # compiled program depends on the plan, the settings and the batch size only — never on
+    # which units, or how many, share a call
+    def init_b(run_keys, pool, pool_sizes):
         TRACE_COUNT["n"] += 1
-        return jax.vmap(init_one, in_axes=(0, None))(run_keys, pool)
+        if pool is None:
+            return jax.vmap(lambda k: init_one(k, None, None))(run_keys)
+        return jax.vmap(init_one)(run_keys, pool, pool_sizes)
 
     def block_b(state, targets, run_keys, block_index, n_steps):
         TRACE_COUNT["n"] += 1
-        return jax.vmap(block_one, in_axes=(0, None, 0, None, None))(state, targets, run_keys, block_index, n_steps)
+        return jax.vmap(block_one, in_axes=(0, 0, 0, None, None))(state, targets, run_keys, block_index, n_steps)
 
     def round_b(state, run_keys):
         TRACE_COUNT["n"] += 1
         return jax.vmap(round_one)(state, run_keys)
 
-    def answers_b(state):
-        logits, _ = state
-        return jax.vmap(lambda ls: plan.answers(probs_of(ls)))(logits)
+    def max_error_b(state, targets):
+        return jax.vmap(max_error_one)(state, targets)
 
     return (
         jax.jit(init_b),
         jax.jit(block_b, static_argnums=(4,)),
         jax.jit(round_b),
-        jax.jit(answers_b),
+        jax.jit(max_error_b),
     )
 
 
 _PROGRAMS: dict = {}
 
 
-def _program(plan: MarginalPlan, settings: RAPSettings, with_pool: bool):
+def _program(plan, settings: RAPSettings, with_pool: bool):
     # T and the batch size do not enter the compiled functions (T is a host loop over blocks,
     # batch a shape jit retraces on), so they do not select a program
     key = (plan, dataclasses.replace(settings, steps=1, batch=None), with_pool)
@@ -179,18 +242,44 @@ class RAPRankResult:
     timings: dict = field(default_factory=dict)
 
 
-def run_rap(plan: MarginalPlan, targets: np.ndarray, key: jax.Array, run_ids: np.ndarray,
-            settings: RAPSettings, init_pool: np.ndarray | None = None):
-    """Fit and round the runs ``run_ids`` (run k keyed by ``fold_in(key, k)``) in one batch.
+def _pad_pool(pool: np.ndarray) -> np.ndarray:
+    """Pad a pool's rows to the next power of two so pools of similar size share one program."""
+    m = len(pool)
+    cap = 1 << max(0, int(m - 1).bit_length())
+    if cap == m:
+        return pool
+    return np.concatenate([pool, np.zeros((cap - m, pool.shape[1]), pool.dtype)])
 
-    Returns (codes (B, n', d) int32, final loss (B,), max abs error (B,), relaxed answers).
-    ``targets`` are in workload order.
-    """
-    init_b, block_b, round_b, answers_b = _program(plan, settings, init_pool is not None)
-    t = jnp.asarray(plan.to_plan_order(np.asarray(targets, dtype=np.float32)))
-    run_keys = jax.vmap(lambda k: jax.random.fold_in(key, k))(jnp.asarray(run_ids, dtype=jnp.uint32))
-    pool = None if init_pool is None else jnp.asarray(init_pool, dtype=jnp.int32)
-    state = init_b(run_keys, pool)
+
+def _spread(arrays):
+    """Split the batch axis over this host's devices (on a CPU started with several host
+    devices, each is a thread running its share of the runs: small 2-way steps are bound by
+    per-op overhead, which threads inside one op do not hide)."""
+    devs = jax.local_devices()
+    n = arrays[0].shape[0]
+    if len(devs) < 2 or n % len(devs):
+        return arrays
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    sharding = NamedSharding(Mesh(np.array(devs), ("pairs",)), PartitionSpec("pairs"))
+    return tuple(None if a is None else jax.device_put(a, sharding) for a in arrays)
+
+
+def _fit_pairs(plan, settings: RAPSettings, targets: np.ndarray, run_keys: jax.Array,
+               pools: list[np.ndarray] | None):
+    """Fit and round one batch of (unit, run) pairs. ``targets`` (R, dense) per pair;
+    ``pools`` per pair or None. Returns codes (R, n', d), final loss (R,), max abs error (R,)."""
+    init_b, block_b, round_b, max_error_b = _program(plan, settings, pools is not None)
+    if pools is None:
+        pool, sizes = None, None
+    else:
+        cap = max(len(_pad_pool(p)) for p in pools)
+        pool = np.zeros((len(pools), cap, pools[0].shape[1]), np.int32)
+        for i, p in enumerate(pools):
+            pool[i, : len(p)] = p
+        sizes = np.array([len(p) for p in pools], np.int32)
+    t, run_keys, pool, sizes = _spread((jnp.asarray(targets), run_keys, pool, sizes))
+    state = init_b(run_keys, pool, sizes)
     done, block = 0, 0
     loss = None
     while done < settings.steps:
@@ -199,12 +288,22 @@ def run_rap(plan: MarginalPlan, targets: np.ndarray, key: jax.Array, run_ids: np
         done += n
         block += 1
     codes = round_b(state, run_keys)
-    ans = answers_b(state)
-    max_err = jnp.max(jnp.abs(ans - t[None, :]), axis=1)
-    return np.asarray(codes), np.asarray(loss), np.asarray(max_err), ans
+    return np.asarray(codes), np.asarray(loss), np.asarray(max_error_b(state, t))
 
 
-def rap_rank(plan: MarginalPlan, targets: np.ndarray, domain: Domain, key: jax.Array, runs: int,
+def run_rap(plan, targets: np.ndarray, key: jax.Array, run_ids: np.ndarray,
+            settings: RAPSettings, init_pool: np.ndarray | None = None):
+    """Fit and round the runs ``run_ids`` (run k keyed by ``fold_in(key, k)``) of one unit in one
+    batch. ``targets`` are in workload order. Returns (codes (B, n', d) int32, final loss (B,),
+    max abs error (B,))."""
+    dense = plan.dense_targets(np.asarray(targets, dtype=np.float32))
+    ids = jnp.asarray(run_ids, dtype=jnp.uint32)
+    run_keys = jax.vmap(lambda k: jax.random.fold_in(key, k))(ids)
+    pools = None if init_pool is None else [np.asarray(init_pool, np.int32)] * len(run_ids)
+    return _fit_pairs(plan, settings, np.broadcast_to(dense, (len(run_ids), dense.size)), run_keys, pools)
+
+
+def rap_rank(plan, targets: np.ndarray, domain: Domain, key: jax.Array, runs: int,
              settings: RAPSettings, init_pool: np.ndarray | None = None,
              on_batch: Callable[[int], None] | None = None, rng: np.random.Generator | None = None,
              limit: int | None = None) -> RAPRankResult:
@@ -224,31 +323,69 @@ def rap_rank(plan: MarginalPlan, targets: np.ndarray, domain: Domain, key: jax.A
         rng: breaks ties between equally counted rows (default: by key).
         limit: keep only the top ``limit`` rows of the ranking.
     """
+    return rap_rank_units(plan, [targets], domain, [key], runs, settings,
+                          None if init_pool is None else [init_pool], on_batch,
+                          None if rng is None else [rng], limit)[0]
+
+
+def rap_rank_units(plan, targets: list[np.ndarray], domain: Domain, keys: list[jax.Array], runs: int,
+                   settings: RAPSettings, init_pools: list[np.ndarray] | None = None,
+                   on_batch: Callable[[int], None] | None = None,
+                   rngs: list[np.random.Generator] | None = None,
+                   limit: int | list[int] | None = None) -> list[RAPRankResult]:
+    """RAP-Rank for many units that publish the same workload (tracts of a state, say), in
+    shared compiled calls: the K runs of every unit are one stream of (unit, run) pairs cut
+    into batches of ``default_batch`` pairs, so a call may hold the last runs of one unit and
+    the first of the next, and all calls reuse one program. Unit u's run k is keyed by
+    ``fold_in(keys[u], k)``: a unit gets the same runs alone or among others."""
     if runs < 1:
         raise CensusReconError(f"runs (K) must be >= 1, got {runs}")
-    targets = np.asarray(targets)
-    if targets.shape != (plan.num_queries,):
-        raise CensusReconError(f"targets must have {plan.num_queries} entries (one per query), got {targets.shape}")
-    if init_pool is not None:
-        init_pool = domain.check_codes(init_pool)
-        if len(init_pool) == 0:
+    if len(targets) != len(keys) or not targets:
+        raise CensusReconError(f"need one key per unit: {len(targets)} target vectors, {len(keys)} keys")
+    dense = []
+    for t in targets:
+        t = np.asarray(t)
+        if t.shape != (plan.num_queries,):
+            raise CensusReconError(f"targets must have {plan.num_queries} entries (one per query), got {t.shape}")
+        dense.append(plan.dense_targets(t))
+    if init_pools is not None:
+        if len(init_pools) != len(targets):
+            raise CensusReconError(f"need one init pool per unit: {len(init_pools)} for {len(targets)} units")
+        init_pools = [domain.check_codes(p).astype(np.int32) for p in init_pools]
+        if any(len(p) == 0 for p in init_pools):
             raise CensusReconError("init_pool is empty; give at least one row to initialise from")
-    batch = default_batch(settings, runs)
+    U = len(targets)
+    batch = default_batch(settings, runs * U, plan)
+    pairs = [(u, k) for u in range(U) for k in range(runs)]
+    n_real = len(pairs)
+    pairs += [(0, runs + j) for j in range(-len(pairs) % batch)]  # pad the last call; dropped
     t0 = time.perf_counter()
-    codes, losses, errs = [], [], []
-    for start in range(0, runs, batch):
-        ids = np.arange(start, min(start + batch, runs))
-        if ids.size < batch:  # pad the last batch to the compiled shape; extra runs are dropped
-            ids = np.concatenate([ids, np.arange(runs, runs + batch - ids.size)])
-        c, l, e, _ = run_rap(plan, targets, key, ids, settings, init_pool)
-        keep = ids < runs
-        codes.append(c[keep])
-        losses.append(l[keep])
-        errs.append(e[keep])
+    codes = [[] for _ in range(U)]
+    losses = [[] for _ in range(U)]
+    errs = [[] for _ in range(U)]
+    for start in range(0, len(pairs), batch):
+        chunk = pairs[start:start + batch]
+        units = np.array([u for u, _ in chunk])
+        ids = np.array([k for _, k in chunk], dtype=np.uint32)
+        run_keys = jnp.stack([jax.random.fold_in(keys[u], k) for u, k in chunk]) if U > 1 else \
+            jax.vmap(lambda k: jax.random.fold_in(keys[0], k))(jnp.asarray(ids))
+        pools = None if init_pools is None else [init_pools[u] for u in units]
+        c, l, e = _fit_pairs(plan, settings, np.stack([dense[u] for u in units]), run_keys, pools)
+        done = 0
+        for i, (u, k) in enumerate(chunk):
+            if start + i < n_real:
+                codes[u].append(c[i])
+                losses[u].append(l[i])
+                errs[u].append(e[i])
+                done += 1
         if on_batch is not None:
-            on_batch(int(keep.sum()))
-    codes_all = np.concatenate(codes)
-    keys = domain.encode(codes_all.reshape(-1, codes_all.shape[-1]))
-    ranking = rank_by_frequency(keys, rng=rng, limit=limit)
-    return RAPRankResult(codes_all, ranking, np.concatenate(losses), np.concatenate(errs),
-                         seconds=time.perf_counter() - t0)
+            on_batch(done)
+    seconds = time.perf_counter() - t0
+    out = []
+    for u in range(U):
+        cu = np.stack(codes[u])
+        ranking = rank_by_frequency(domain.encode(cu.reshape(-1, cu.shape[-1])),
+                                    rng=None if rngs is None else rngs[u],
+                                    limit=limit[u] if isinstance(limit, (list, tuple)) else limit)
+        out.append(RAPRankResult(cu, ranking, np.array(losses[u]), np.array(errs[u]), seconds=seconds / U))
+    return out

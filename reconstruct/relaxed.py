@@ -1,37 +1,105 @@
-"""The relaxed dataset: n' rows, each a per-attribute softmax over logits; and its rounding."""
+"""The relaxed dataset: n' rows, each a per-attribute softmax over logits; and its rounding.
+
+Layout: feature-major. The logits of a relaxed dataset are ONE array of shape (W, n'), W the
+one-hot width, with the attributes stacked in the plan's ``order`` (a permutation of the
+domain's attributes: marginal plans sort them by size so the largest never enters a row-wise
+product). Feature-major keeps every contraction of the hot loop a plain matmul whose
+contracted axis is n', the layout fast matmul paths accept without a transpose.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
-def probabilities(logits: Sequence[jax.Array]) -> list[jax.Array]:
-    """Per-attribute row probabilities (n' × |attribute|) of a relaxed dataset."""
-    return [jax.nn.softmax(l, axis=-1) for l in logits]
+@dataclass(frozen=True)
+class Layout:
+    """Which rows of the (W, n') logits belong to which attribute."""
+
+    sizes: tuple[int, ...]  # domain order
+    order: tuple[int, ...]  # order[p] = domain position of the p-th stacked attribute
+
+    @classmethod
+    def of(cls, sizes: Sequence[int], order: Sequence[int] | None = None) -> "Layout":
+        sizes = tuple(int(s) for s in sizes)
+        order = tuple(range(len(sizes))) if order is None else tuple(int(i) for i in order)
+        if sorted(order) != list(range(len(sizes))):
+            raise ValueError(f"order {order} is not a permutation of {len(sizes)} attributes")
+        return cls(sizes, order)
+
+    @property
+    def width(self) -> int:
+        return int(sum(self.sizes))
+
+    @property
+    def stacked_sizes(self) -> tuple[int, ...]:
+        return tuple(self.sizes[i] for i in self.order)
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        """Start row of each stacked attribute (length d + 1)."""
+        return tuple(int(x) for x in np.concatenate([[0], np.cumsum(self.stacked_sizes)]))
+
+    def rows_of(self, attr: int) -> slice:
+        """The rows of domain attribute ``attr``."""
+        p = self.order.index(attr)
+        off = self.offsets
+        return slice(off[p], off[p + 1])
 
 
-def random_logits(key: jax.Array, rows: int, sizes: Sequence[int]) -> tuple[jax.Array, ...]:
+    @property
+    def equal_size_runs(self) -> tuple[tuple[int, int, int], ...]:
+        """(first row, count, size) of each run of adjacent stacked attributes of equal size:
+        a run is reshaped to (count, size, n') so one op normalises all its attributes (per-op
+        overhead, not arithmetic, bounds these small reductions on a CPU)."""
+        out: list[list[int]] = []
+        row = 0
+        for s in self.stacked_sizes:
+            if out and out[-1][2] == s:
+                out[-1][1] += 1
+            else:
+                out.append([row, 1, s])
+            row += s
+        return tuple(tuple(r) for r in out)
+
+
+def probabilities(logits: jax.Array, layout: Layout) -> jax.Array:
+    """Per-attribute softmax down each column: (W, n') probabilities, each column a relaxed row."""
+    n = logits.shape[-1]
+    parts = []
+    for lo, count, size in layout.equal_size_runs:
+        block = logits[lo:lo + count * size].reshape(count, size, n)
+        parts.append(jax.nn.softmax(block, axis=1).reshape(count * size, n))
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=0)
+
+
+def random_logits(key: jax.Array, rows: int, layout: Layout) -> jax.Array:
     """A random relaxed dataset: standard normal logits (no prior information)."""
-    keys = jax.random.split(key, len(sizes))
-    return tuple(jax.random.normal(keys[i], (rows, s), jnp.float32) for i, s in enumerate(sizes))
+    return jax.random.normal(key, (layout.width, rows), jnp.float32)
 
 
-def logits_from_codes(codes: jax.Array, sizes: Sequence[int], confidence: float) -> tuple[jax.Array, ...]:
-    """A relaxed dataset centred on the given rows: each row puts ``confidence`` (plus its share
-    of the rest) on its own value. ``confidence=1`` is the one-hot embedding of the rows."""
+def logits_from_codes(codes: jax.Array, layout: Layout, confidence: float) -> jax.Array:
+    """A relaxed dataset centred on the given rows (n', d codes in domain order): each row puts
+    ``confidence`` (plus its share of the rest) on its own value. ``confidence=1`` is the one-hot
+    embedding of the rows."""
     out = []
-    for i, s in enumerate(sizes):
-        p = confidence * jax.nn.one_hot(codes[:, i], s, dtype=jnp.float32) + (1.0 - confidence) / s
+    for i in layout.order:
+        s = layout.sizes[i]
+        p = confidence * jax.nn.one_hot(codes[:, i], s, dtype=jnp.float32, axis=0) + (1.0 - confidence) / s
         out.append(jnp.log(p))
-    return tuple(out)
+    return jnp.concatenate(out, axis=0)
 
 
-def round_relaxed(key: jax.Array, logits: Sequence[jax.Array]) -> jax.Array:
+def round_relaxed(key: jax.Array, logits: jax.Array, layout: Layout) -> jax.Array:
     """Randomised rounding: each relaxed row becomes one row, each attribute drawn from its
-    softmax independently. Returns (n', d) int32 codes."""
-    keys = jax.random.split(key, len(logits))
-    cols = [jax.random.categorical(keys[i], l, axis=-1) for i, l in enumerate(logits)]
+    softmax independently. Returns (n', d) int32 codes in domain order."""
+    keys = jax.random.split(key, len(layout.sizes))
+    cols = [None] * len(layout.sizes)
+    for i in range(len(layout.sizes)):
+        cols[i] = jax.random.categorical(keys[i], logits[layout.rows_of(i)], axis=0)
     return jnp.stack(cols, axis=1).astype(jnp.int32)

@@ -90,7 +90,7 @@ def fit_synthetic(tables: NoisyTables, key: jax.Array, settings: RAPSettings) ->
     """
     w = tables.workload
     plan = plan_for(w)
-    codes, _, _, _ = run_rap(plan, tables.answers(), key, np.arange(1), settings)
+    codes, _, _ = run_rap(plan, tables.answers(), key, np.arange(1), settings)
     return Dataset(w.domain, codes[0].astype(np.int64))
 
 

@@ -74,16 +74,17 @@ def test_cli_help_lists_commands():
 def test_interrupted_run_leaves_no_half_written_file_and_resumes(tmp_path, root, monkeypatch):
     cfg = load_config(root / "configs" / "tiny.yaml",
                       ["attack.init=[random]", "attack.runs=2", "attack.steps=20", "target.with_block=[false]"])
-    real = runner.run_unit
+    real = runner.run_units
     calls = {"n": 0}
 
-    def crash_on_second(*a, **k):
-        calls["n"] += 1
+    def crash_on_second(pop, cfg, tasks, *a, **k):
+        calls["n"] += len(tasks)
         if calls["n"] == 2:
             raise KeyboardInterrupt
-        return real(*a, **k)
+        return real(pop, cfg, tasks, *a, **k)
 
-    monkeypatch.setattr(runner, "run_unit", crash_on_second)
+    monkeypatch.setattr(runner, "units_per_call", lambda cfg, pop: 1)  # one unit per call: crash between units
+    monkeypatch.setattr(runner, "run_units", crash_on_second)
     with pytest.raises(KeyboardInterrupt):
         runner.run_experiment(cfg, tmp_path, progress=False)
     run_dir = tmp_path / "tiny" / cfg.digest()
@@ -103,19 +104,40 @@ def test_resume_does_not_reuse_units_computed_by_other_code(tmp_path, root, monk
                        "target.units=1"])
     run_dir = runner.run_experiment(cfg, tmp_path, progress=False)
     calls = {"n": 0}
-    real = runner.run_unit
+    real = runner.run_units
 
-    def counting(*a, **k):
-        calls["n"] += 1
-        return real(*a, **k)
+    def counting(pop, cfg, tasks, *a, **k):
+        calls["n"] += len(tasks)
+        return real(pop, cfg, tasks, *a, **k)
 
-    monkeypatch.setattr(runner, "run_unit", counting)
+    monkeypatch.setattr(runner, "run_units", counting)
     runner.run_experiment(cfg, tmp_path, progress=False)
     assert calls["n"] == 0  # same code: reused
     monkeypatch.setattr(runner, "code_fingerprint", lambda: "other-code")
     runner.run_experiment(cfg, tmp_path, progress=False)
     assert calls["n"] == 1  # other code: recomputed
     assert json.loads((run_dir / "manifest.json").read_text())["code_fingerprint"] == "other-code"
+
+
+def test_units_attacked_together_get_exactly_the_results_they_get_alone(tmp_path, root, monkeypatch):
+    cfg = load_config(root / "configs" / "tiny.yaml",
+                      ["attack.init=[random, holdout]", "attack.runs=3", "attack.steps=20", "attack.batch=4"])
+    calls = []
+    real = runner.run_units
+
+    def recording(pop, cfg, tasks, *a, **k):
+        calls.append(len(tasks))
+        return real(pop, cfg, tasks, *a, **k)
+
+    monkeypatch.setattr(runner, "run_units", recording)
+    monkeypatch.setattr(runner, "units_per_call", lambda cfg, pop: 3)
+    together = pd.read_parquet(runner.run_experiment(cfg, tmp_path / "a", progress=False) / "match_rate.parquet")
+    assert max(calls) > 1  # several units really shared calls
+    calls.clear()
+    monkeypatch.setattr(runner, "units_per_call", lambda cfg, pop: 1)
+    alone = pd.read_parquet(runner.run_experiment(cfg, tmp_path / "b", progress=False) / "match_rate.parquet")
+    assert max(calls) == 1
+    pd.testing.assert_frame_equal(together, alone)
 
 
 SHARED_PPMF = __import__("pathlib").Path(__file__).resolve().parents[3] / "shared" / "data" / "ppmf_perry_al"

@@ -95,8 +95,8 @@ def test_product_plan_matches_exact_answers_on_one_hot_rows(tract):
     cells = [c for name in TABLE_SETS["sf1"] for c in sf1_tables()[name]]
     w = CensusWorkload.build(tract.domain, cells)
     plan = ProductPlan.build(w)
-    logits = logits_from_codes(jnp.asarray(tract.codes, dtype=jnp.int32), tract.domain.sizes, 1.0)
-    got = np.asarray(plan.answers(probabilities(logits)))
+    logits = logits_from_codes(jnp.asarray(tract.codes, dtype=jnp.int32), plan.layout, 1.0)
+    got = np.asarray(plan.answers(probabilities(logits, plan.layout)))
     np.testing.assert_allclose(got, w.answer(tract), atol=1e-6)
 
 

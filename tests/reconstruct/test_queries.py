@@ -6,65 +6,87 @@ import pytest
 from microdata.dataset import Dataset
 from microdata.domain import Domain
 from microdata.marginals import Workload, answer
-from reconstruct.queries import MarginalPlan, reference_answers
-from reconstruct.relaxed import logits_from_codes, probabilities, round_relaxed
+from reconstruct.queries import MarginalPlan, per_attribute, reference_answers
+from reconstruct.relaxed import Layout, logits_from_codes, probabilities, random_logits, round_relaxed
 
 
-def _random_probs(sizes, n=37, seed=0):
-    key = jax.random.key(seed)
-    return [jax.nn.softmax(jax.random.normal(jax.random.fold_in(key, i), (n, s)) * 2) for i, s in enumerate(sizes)]
+def _random_logits(plan, n=37, seed=0):
+    return random_logits(jax.random.key(seed), n, plan.layout) * 2
 
 
-@pytest.mark.parametrize("k,lower", [(1, False), (2, False), (2, True), (3, False), (3, True)])
+def _reference(w, plan, L):
+    return reference_answers(w, per_attribute(probabilities(L, plan.layout), plan.layout))
+
+
+@pytest.mark.parametrize("k,lower", [(1, False), (2, False), (2, True), (3, False), (3, True), (4, True)])
 def test_plan_matches_one_einsum_per_marginal(k, lower):
     dom = Domain.from_sizes({"A": 5, "B": 2, "C": 7, "D": 3, "E": 4})
     w = Workload.all_kway(dom, k, lower=lower)
     plan = MarginalPlan.build(w)
-    probs = _random_probs(dom.sizes)
-    got = plan.to_workload_order(np.asarray(plan.answers(probs)))
-    np.testing.assert_allclose(got, np.asarray(reference_answers(w, probs)), atol=1e-6)
-    # fewer contractions than marginals once marginals share prefixes
-    if k >= 2:
-        assert len(plan.groups) < len(w.marginals)
+    L = _random_logits(plan)
+    got = np.asarray(plan.answers(probabilities(L, plan.layout)))
+    np.testing.assert_allclose(got, np.asarray(_reference(w, plan, L)), atol=1e-6)
+    # one matmul per middle attribute, not one per marginal
+    if k == 3:
+        assert len(plan.middles) < len(w.marginals)
+    # attributes are stacked by ascending size: the largest never enters a row-wise product
+    assert list(plan.layout.stacked_sizes) == sorted(dom.sizes)
 
 
 def test_plan_handles_hand_picked_marginals_in_any_attribute_order():
-    dom = Domain.from_sizes({"A": 5, "B": 2, "C": 7})
-    w = Workload(dom, (("C", "A"), ("B",), ("C", "B", "A")))
+    dom = Domain.from_sizes({"A": 5, "B": 2, "C": 7, "D": 3})
+    w = Workload(dom, (("C", "A"), ("B",), ("C", "B", "A"), ("D", "A", "B"), ("A", "D", "C", "B")))
     plan = MarginalPlan.build(w)
-    probs = _random_probs(dom.sizes, seed=3)
-    got = plan.to_workload_order(np.asarray(plan.answers(probs)))
-    np.testing.assert_allclose(got, np.asarray(reference_answers(w, probs)), atol=1e-6)
-    # targets permuted into plan order and back are unchanged
-    v = np.arange(w.num_queries, dtype=np.float64)
-    assert np.array_equal(plan.to_workload_order(plan.to_plan_order(v)), v)
+    L = _random_logits(plan, seed=3)
+    got = np.asarray(plan.answers(probabilities(L, plan.layout)))
+    np.testing.assert_allclose(got, np.asarray(_reference(w, plan, L)), atol=1e-6)
+    # targets scattered into the dense vector come back unchanged; the rest is masked out
+    v = np.arange(1, w.num_queries + 1, dtype=np.float32)
+    dense = plan.dense_targets(v)
+    assert np.array_equal(dense[plan.dense_index], v)
+    assert plan.dense_mask.sum() == w.num_queries and np.all(dense[plan.dense_mask == 0] == 0)
 
 
-def test_plan_gradient_matches_reference_gradient():
+@pytest.mark.parametrize("k", [2, 3])
+def test_hand_written_gradient_matches_autodiff_of_the_definition(k):
+    dom = Domain.from_sizes({"A": 3, "B": 4, "C": 2, "D": 5, "E": 2})
+    w = Workload.all_kway(dom, k, lower=True)
+    plan = MarginalPlan.build(w)
+    target = jnp.asarray(np.random.default_rng(0).random(w.num_queries), dtype=jnp.float32)
+    L = _random_logits(plan, n=11, seed=5)
+
+    def fast(L):
+        return jnp.sum((plan.answers(probabilities(L, plan.layout)) - target) ** 2)
+
+    def ref(L):
+        return jnp.sum((_reference(w, plan, L) - target) ** 2)
+
+    np.testing.assert_allclose(np.asarray(jax.grad(fast)(L)), np.asarray(jax.grad(ref)(L)), rtol=1e-4, atol=1e-6)
+
+
+def test_bfloat16_operands_stay_close_to_float32():
     dom = Domain.from_sizes({"A": 3, "B": 4, "C": 2, "D": 5})
     w = Workload.all_kway(dom, 3, lower=True)
     plan = MarginalPlan.build(w)
-    target = jnp.asarray(np.random.default_rng(0).random(w.num_queries), dtype=jnp.float32)
-    logits = [jax.random.normal(jax.random.key(i), (11, s)) for i, s in enumerate(dom.sizes)]
-    perm = jnp.asarray(np.array(plan.perm))
-
-    def fast(ls):
-        return jnp.sum((plan.answers(probabilities(ls)) - target[perm]) ** 2)
-
-    def ref(ls):
-        return jnp.sum((reference_answers(w, probabilities(ls)) - target) ** 2)
-
-    for g1, g2 in zip(jax.grad(fast)(logits), jax.grad(ref)(logits)):
-        np.testing.assert_allclose(np.asarray(g1), np.asarray(g2), rtol=1e-4, atol=1e-6)
+    P = probabilities(_random_logits(plan, n=200), plan.layout)
+    f32 = np.asarray(plan.answers(P, "float32"))
+    bf16 = np.asarray(plan.answers(P, "bfloat16"))
+    assert np.abs(bf16 - f32).max() < 5e-3  # bfloat16 keeps 8 bits of mantissa
+    assert not np.array_equal(bf16, f32)  # and the operands really were rounded
 
 
 def test_one_hot_relaxed_dataset_rounds_to_exactly_its_own_rows_and_counts(small_data):
     w = Workload.all_kway(small_data.domain, 3, lower=True)
     plan = MarginalPlan.build(w)
-    logits = logits_from_codes(jnp.asarray(small_data.codes, dtype=jnp.int32), small_data.domain.sizes, 1.0)
-    relaxed = plan.to_workload_order(np.asarray(plan.answers(probabilities(logits))))
+    logits = logits_from_codes(jnp.asarray(small_data.codes, dtype=jnp.int32), plan.layout, 1.0)
+    relaxed = np.asarray(plan.answers(probabilities(logits, plan.layout)))
     np.testing.assert_allclose(relaxed, answer(small_data, w), atol=1e-7)
     for seed in range(3):
-        rounded = np.asarray(round_relaxed(jax.random.key(seed), logits))
+        rounded = np.asarray(round_relaxed(jax.random.key(seed), logits, plan.layout))
         assert np.array_equal(rounded, small_data.codes)
         np.testing.assert_array_equal(answer(Dataset(small_data.domain, rounded), w), answer(small_data, w))
+
+
+def test_layout_rejects_a_non_permutation():
+    with pytest.raises(ValueError, match="permutation"):
+        Layout.of((2, 3), (0, 0))

@@ -24,7 +24,7 @@ def problem():
 def test_exact_recovery_on_noiseless_tiny_data(problem):
     data, w, plan, targets = problem
     s = RAPSettings(rows=48, steps=1500, learning_rate=0.3, batch=2)
-    _, _, max_err, _ = run_rap(plan, targets, jax.random.key(0), np.arange(2), s)
+    _, _, max_err = run_rap(plan, targets, jax.random.key(0), np.arange(2), s)
     assert np.all(max_err < 1e-3), max_err
 
 
@@ -94,3 +94,32 @@ def test_settings_validation(problem):
         RAPSettings(init_confidence=1.0)
     with pytest.raises(CensusReconError, match="targets must have"):
         rap_rank(plan, targets[:-1], data.domain, jax.random.key(0), 1, RAPSettings(rows=4, steps=1))
+    with pytest.raises(CensusReconError, match="precision must be"):
+        RAPSettings(precision="float16")
+
+
+def test_many_units_share_calls_and_each_gets_the_runs_it_gets_alone(problem):
+    data, w, plan, targets = problem
+    units = [targets, answer(Dataset(data.domain, data.codes[:6]), w), answer(Dataset(data.domain, data.codes[5:]), w)]
+    keys = [jax.random.key(10 + u) for u in range(3)]
+    pools = [data.codes, data.codes[:4], data.codes[2:9]]  # pools of different sizes share the program
+    s = RAPSettings(rows=12, steps=40, batch=4, steps_per_call=20)
+    together = rap_mod.rap_rank_units(plan, units, data.domain, keys, 3, s, init_pools=pools)
+    before = rap_mod.TRACE_COUNT["n"]
+    again = rap_mod.rap_rank_units(plan, units[::-1], data.domain, keys[::-1], 3, s, init_pools=pools[::-1])
+    assert rap_mod.TRACE_COUNT["n"] == before  # 9 runs in 3 calls of 4 (one call spans two units), no retrace
+    for u in range(3):
+        alone = rap_rank(plan, units[u], data.domain, keys[u], 3, s, init_pool=pools[u])
+        assert np.array_equal(together[u].codes, alone.codes)
+        assert np.array_equal(again[2 - u].codes, alone.codes)
+    assert not np.array_equal(together[0].codes, together[1].codes)
+    with pytest.raises(CensusReconError, match="one key per unit"):
+        rap_mod.rap_rank_units(plan, units, data.domain, keys[:2], 3, s)
+
+
+def test_bfloat16_fit_reaches_the_targets_or_falls_back(problem):
+    data, w, plan, targets = problem
+    s = RAPSettings(rows=48, steps=1500, batch=2, precision="bfloat16")
+    assert rap_mod.matmul_dtype(s) in ("bfloat16", "float32")
+    _, _, max_err = run_rap(plan, targets, jax.random.key(0), np.arange(2), s)
+    assert np.all(max_err < 5e-3), max_err
