@@ -27,7 +27,7 @@ from microdata.domain import Attribute
 from microdata.marginals import Workload, answer
 from microdata.acs import read_folktables, read_nist
 from microdata.population import PopulationSpec, embedded_population
-from reconstruct.queries import plan_for
+from reconstruct.queries import EXACT_CHUNK, exact_counts, plan_for
 from reconstruct.rap import RAPSettings, default_batch, rap_rank_units
 
 log = logging.getLogger(__name__)
@@ -221,7 +221,8 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
         workloads = {}
         for q in cfg.queries:
             w = build_workload(cfg, q, D.domain)
-            workloads[q.label] = (q, w, plan_for(w), exact_answers(D, w))  # Q(D): all the attack sees of D
+            plan = plan_for(w)
+            workloads[q.label] = (q, w, plan, exact_answers(D, w, plan))  # Q(D): all the attack sees of D
         work.append(_UnitWork(prob, D.keys(), u, k_grid(u, cfg.grid_points), workloads,
                               build_priors(pop, cfg, prob), rare_in_county(pop, cfg, prob)))
     settings = rap_settings(cfg)
@@ -385,7 +386,11 @@ def unit_queries(cfg: ExperimentConfig) -> list[dict]:
     return out
 
 
-def exact_answers(data: Dataset, w) -> np.ndarray:
+def exact_answers(data: Dataset, w, plan=None) -> np.ndarray:
+    """Q(D) as fractions. Large units go through the plan's matmul counter (exact integer
+    counts, several times the rate of one bincount per marginal); small ones through bincounts."""
+    if plan is not None and len(data) >= EXACT_CHUNK:
+        return exact_counts(plan, data.codes) / len(data)
     return answer(data, w) if isinstance(w, Workload) else w.answer(data)
 
 

@@ -17,6 +17,7 @@ import optax
 from microdata.domain import Domain
 from microdata.errors import CensusReconError
 from microdata.ranking import Ranking, rank_by_frequency
+from reconstruct.queries import usable_dtype
 from reconstruct.relaxed import logits_from_codes, random_logits, round_relaxed
 from reconstruct.relaxed import probabilities as probs_of
 
@@ -111,29 +112,9 @@ def default_batch(settings: RAPSettings, n_pairs: int, plan=None) -> int:
 # ---- one run, pure functions over explicit state ------------------------------------------------
 
 
-_BF16_OK: dict = {}
-
-
 def matmul_dtype(settings: RAPSettings) -> str:
-    """The operand dtype the hot loop will use: bfloat16 only if this backend runs a bfloat16
-    matmul with float32 accumulation correctly (some CPU builds compile one and then fail at
-    run time); otherwise float32, with a warning."""
-    if settings.precision == "float32":
-        return "float32"
-    backend = jax.default_backend()
-    if backend not in _BF16_OK:
-        try:
-            a = jnp.arange(64 * 48, dtype=jnp.float32).reshape(64, 48) % 7
-            b = jnp.arange(48 * 32, dtype=jnp.float32).reshape(48, 32) % 5
-            got = jax.jit(lambda x, y: jnp.matmul(x.astype(jnp.bfloat16), y.astype(jnp.bfloat16),
-                                                  preferred_element_type=jnp.float32))(a, b)
-            _BF16_OK[backend] = bool(np.array_equal(np.asarray(got), np.asarray(a) @ np.asarray(b)))
-        except Exception as exc:  # noqa: BLE001 - any failure means: do not use it
-            log.warning("bfloat16 matmul failed on %s (%s)", backend, exc)
-            _BF16_OK[backend] = False
-        if not _BF16_OK[backend]:
-            log.warning("bfloat16 matmuls are not usable on %s; RAP runs in float32", backend)
-    return "bfloat16" if _BF16_OK[backend] else "float32"
+    """The operand dtype the hot loop will use (see :func:`reconstruct.queries.usable_dtype`)."""
+    return usable_dtype(settings.precision)
 
 
 def _initial_logits(key, settings: RAPSettings, layout, pool):

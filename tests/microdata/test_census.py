@@ -98,6 +98,10 @@ def test_product_plan_matches_exact_answers_on_one_hot_rows(tract):
     logits = logits_from_codes(jnp.asarray(tract.codes, dtype=jnp.int32), plan.layout, 1.0)
     got = np.asarray(plan.answers(probabilities(logits, plan.layout)))
     np.testing.assert_allclose(got, w.answer(tract), atol=1e-6)
+    # the matmul counter gives the census cells' exact integer counts too
+    from reconstruct.queries import exact_counts
+
+    assert np.array_equal(exact_counts(plan, tract.codes), np.rint(w.answer(tract) * len(tract)).astype(np.int64))
 
 
 def test_tables_needing_missing_attributes_are_named():

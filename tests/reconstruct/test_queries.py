@@ -90,3 +90,17 @@ def test_one_hot_relaxed_dataset_rounds_to_exactly_its_own_rows_and_counts(small
 def test_layout_rejects_a_non_permutation():
     with pytest.raises(ValueError, match="permutation"):
         Layout.of((2, 3), (0, 0))
+
+
+@pytest.mark.parametrize("k,lower", [(1, False), (2, True), (3, False)])
+def test_exact_counts_by_matmul_equal_bincounts_across_chunks(small_data, monkeypatch, k, lower):
+    from microdata.marginals import marginal_counts
+    from reconstruct import queries
+
+    monkeypatch.setattr(queries, "EXACT_CHUNK", 64)  # several chunks, the last one padded
+    big = Dataset(small_data.domain, np.concatenate([small_data.codes] * 9))
+    assert len(big) % 64
+    w = Workload.all_kway(big.domain, k, lower=lower)
+    got = queries.exact_counts(MarginalPlan.build(w), big.codes)
+    assert got.dtype == np.int64
+    assert np.array_equal(got, np.concatenate([marginal_counts(big, m) for m in w.marginals]))
