@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One prepared GPU check, to fit a short rented GPU window (target: under 8 minutes):
-# install the project with JAX's CUDA wheels, check that JAX sees the GPU, print the bench JSON.
+# install the project with JAX's CUDA wheels, check that JAX sees the GPU, print the bench JSON
+# with the K = 100 x T = 1000 fits run for real and the issue's GPU figure: 50 tracts x K = 100
+# x T = 1000 end to end (`units_seconds`; target under 60 s on one H200).
 # Run from the repository root on the GPU machine:  bash bench/gpu.sh
 # Not yet run on a GPU: no GPU was lent to the session that wrote it (see the issue notes).
 set -euo pipefail
@@ -15,4 +17,4 @@ print("JAX", jax.__version__, "backend", jax.default_backend(), devices)
 if jax.default_backend() != "gpu":
     raise SystemExit("JAX does not see a GPU: check the driver and the jax[cuda12] install")
 PY
-timeout 420 .venv-gpu/bin/python bench/run.py
+timeout 420 .venv-gpu/bin/python bench/run.py --full --units 50 --units-runs 100 --units-steps 1000

@@ -22,7 +22,7 @@ from microdata.dataset import Dataset
 from microdata.domain import Domain
 from microdata.marginals import Workload, answer
 from reconstruct.queries import MarginalPlan
-from reconstruct.rap import RAPSettings, default_batch, rap_rank
+from reconstruct.rap import RAPSettings, default_batch, rap_rank, use_cpu_cores_as_devices
 
 # An ACS-like domain of 15 attributes (one-hot width 191 minus the last attribute's 2).
 SIZES = (92, 24, 5, 18, 2, 9, 2, 3, 5, 5, 4, 4, 4, 3, 9)
@@ -51,6 +51,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=8, help="runs in the K-run comparison")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
+    use_cpu_cores_as_devices()  # as the CLI does: one JAX device per core
     if args.quick:
         args.rows, args.steps, args.runs = 200, 20, 4
 
@@ -60,9 +61,9 @@ def main() -> None:
     targets = answer(data, w)
     key = jax.random.key(0)
     print(f"backend {jax.default_backend()}; {len(SIZES)} attributes, {len(w.marginals)} {args.k}-way marginals, "
-          f"{w.num_queries} queries, {len(plan.groups)} contractions per step; n'={args.rows}")
+          f"{w.num_queries} queries, {len(plan.middles) + plan.two_way} forward matmuls per step; n'={args.rows}")
 
-    batch = default_batch(RAPSettings(), args.runs)
+    batch = max(2, default_batch(RAPSettings(rows=args.rows), args.runs, plan))
     one = RAPSettings(rows=args.rows, steps=args.steps, batch=1, steps_per_call=args.steps)
     many = RAPSettings(rows=args.rows, steps=args.steps, batch=batch, steps_per_call=args.steps)
     # compile both programs first (one run each shape), then time warm calls

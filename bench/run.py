@@ -1,12 +1,15 @@
 """Bench: the speed figures of issue 6, each a ratio or fraction measured in this one run.
 
-Prints its figures, then one JSON object as the last line. The machine's peak is measured
-first (a large float32 matmul) and every step throughput is also given as a fraction of it.
-End-to-end K = 100 × T = 1000 times are measured on fewer runs/steps and projected
-linearly when ``--full`` is not given (the JSON says which).
+Prints its figures, then one JSON object as the last line. The machine's matmul peak is
+measured first for each dtype (a large matmul, float32 and bfloat16 operands with float32
+accumulation) and every step throughput is also given as a fraction of the peak of the dtype
+it uses. End-to-end K = 100 × T = 1000 times are measured on fewer runs/steps and projected
+linearly unless ``--full`` is given (the JSON says which). Batches are the library defaults
+for this backend (``reconstruct.rap.default_batch``).
 
-    python bench/run.py            # about 5 minutes on a 2-core CPU
+    python bench/run.py            # about 6 minutes on a 2-core CPU
     python bench/run.py --full     # the K = 100 × T = 1000 fits for real (long on a CPU)
+    python bench/run.py --quick    # a smoke run: tiny sizes, figures meaningless
 """
 
 from __future__ import annotations
@@ -21,24 +24,28 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from microdata.census import TABLE_SETS, CensusWorkload, sf1_tables
 from microdata.dataset import Dataset
-from microdata.domain import Domain
-from microdata.marginals import Workload, answer
-from reconstruct.queries import MarginalPlan, plan_for
-from reconstruct.rap import RAPSettings, default_batch, rap_rank
+from microdata.domain import Attribute, Domain
+from microdata.marginals import Workload, answer, marginal_counts
+from reconstruct.queries import MarginalPlan, ProductPlan, exact_counts, plan_for, usable_dtype
+from reconstruct.rap import RAPSettings, default_batch, rap_rank, use_cpu_cores_as_devices, rap_rank_units
 
 # An ACS-coverage-like domain: 17 attributes, one-hot width 107.
 SIZES = (10, 24, 5, 2, 9, 5, 4, 5, 4, 2, 2, 3, 2, 9, 2, 17, 2)
 
 
-def peak_gflops(n: int = 2048, reps: int = 10) -> float:
+def peak_gflops(dtype, n: int = 2048, reps: int = 10) -> float:
     a = jnp.ones((n, n), jnp.float32)
-    f = jax.jit(lambda x: x @ x)
+    f = jax.jit(lambda x: jnp.matmul(x.astype(dtype), x.astype(dtype), preferred_element_type=jnp.float32))
     f(a).block_until_ready()
-    t = time.perf_counter()
-    for _ in range(reps):
-        f(a).block_until_ready()
-    return 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
+    best = 0.0
+    for _ in range(3):  # best of three: the machine is shared
+        t = time.perf_counter()
+        for _ in range(reps):
+            f(a).block_until_ready()
+        best = max(best, 2 * n**3 * reps / (time.perf_counter() - t) / 1e9)
+    return best
 
 
 def data(sizes, n, seed=0) -> Dataset:
@@ -49,87 +56,154 @@ def data(sizes, n, seed=0) -> Dataset:
     return Dataset(dom, np.stack(cols, axis=1))
 
 
-def step_flops(plan: MarginalPlan, rows: int) -> float:
-    """Forward multiply-adds of one relaxed-answer evaluation ×2 (FLOPs) ×3 (with the backward pass)."""
-    total = 0
-    for g in plan.groups:
-        left = int(np.prod([plan.sizes[i] for i in g.prefix])) if g.prefix else 1
-        right = sum(plan.sizes[i] for i in g.lasts)
-        total += rows * left * right
-    return 2.0 * total * 3
-
-
-def timed_runs(plan, targets, dom, runs, steps, rows, sampling="dense", batch=None):
+def timed_runs(plan, targets, dom, runs, steps, settings):
     """Seconds for ``runs`` fits of ``steps`` steps, after compiling on one batch of one block."""
-    block = min(steps, 100)
-    s = RAPSettings(rows=rows, steps=steps, sampling=sampling, batch=batch, steps_per_call=block)
+    block = min(steps, settings.steps_per_call)
+    s = dataclasses.replace(settings, steps=steps, steps_per_call=block)
     warm = dataclasses.replace(s, steps=block)
-    rap_rank(plan, targets, dom, jax.random.key(0), default_batch(s, runs), warm)  # compile
+    rap_rank(plan, targets, dom, jax.random.key(0), default_batch(s, runs, plan), warm)  # compile
     t = time.perf_counter()
     rap_rank(plan, targets, dom, jax.random.key(1), runs, s)
     return time.perf_counter() - t
 
 
+def step_rates(name, plan, targets, dom, rows, steps, peaks, out, runs=None):
+    """Run-steps/s (and fraction of the dtype's peak) for dense and error-sampled steps, per dtype."""
+    best = ("float32", 0.0)
+    for precision in ("float32", "bfloat16"):
+        if usable_dtype(precision) != precision:
+            print(f"{name}: {precision} not usable on this backend; skipped")
+            continue
+        s = RAPSettings(rows=rows, steps=steps, precision=precision, steps_per_call=steps)
+        batch = default_batch(s, 1 << 20, plan)
+        n = runs or batch
+        tag = "" if precision == "float32" else "_bf16"
+        dense = n * steps / timed_runs(plan, targets, dom, n, steps, s)
+        frac = plan.flops_per_step(rows) * dense / (peaks[precision] * 1e9)
+        err = n * steps / timed_runs(plan, targets, dom, n, steps, dataclasses.replace(s, sampling="error"))
+        out[f"step_{name}{tag}_per_s"] = round(dense, 2)
+        out[f"step_{name}{tag}_frac_peak"] = round(frac, 3)
+        out[f"step_{name}{tag}_error_sampled_per_s"] = round(err, 2)
+        print(f"{name} {precision}: dense {dense:.1f} run-steps/s ({frac:.1%} of {precision} peak, batch {batch}); "
+              f"error-sampled {err:.1f} run-steps/s")
+        if dense > best[1]:
+            best = (precision, dense)
+    return best[0]
+
+
+def census_problem(rows_cap: int = 900):
+    """A tract of the embedded population with BLOCK, and its SF1 person tables."""
+    from microdata.population import embedded_population
+
+    pop = embedded_population(0)
+    geo = pop.geography
+    for tr in geo.unit_ids("tract"):
+        idx = np.flatnonzero(geo.mask("tract", tr))
+        if 300 <= len(idx) <= rows_cap:
+            break
+    tract = pop.take(idx).project(["AGE", "SEX", "HISP", "CENRACE"])
+    blocks, code = np.unique(tract.geography.units("block"), return_inverse=True)
+    tract = tract.with_column(Attribute("BLOCK", tuple(b[-4:] for b in blocks)), code, 0)
+    cells = [c for name in TABLE_SETS["sf1"] for c in sf1_tables()[name]]
+    w = CensusWorkload.build(tract.domain, cells)
+    return tract, w
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--full", action="store_true")
-    ap.add_argument("--rows", type=int, default=1000)
+    ap.add_argument("--full", action="store_true", help="run K = 100 x T = 1000 for real")
+    ap.add_argument("--quick", action="store_true", help="smoke run with tiny sizes")
+    ap.add_argument("--rows", type=int, default=1000, help="n'")
+    ap.add_argument("--units", type=int, default=16, help="tracts in the many-units figure")
+    ap.add_argument("--units-runs", type=int, default=10, help="K in the many-units figure")
+    ap.add_argument("--units-steps", type=int, default=100, help="T in the many-units figure")
     args = ap.parse_args()
-    out: dict = {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]}
-    peak = peak_gflops()
-    out["peak_gflops"] = round(peak, 1)
-    print(f"float32 matmul peak: {peak:.1f} GFLOP/s")
+    use_cpu_cores_as_devices()  # as the CLI does: one JAX device per core
+    rows = 64 if args.quick else args.rows
+    out: dict = {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()], "rows": rows}
+    peaks = {"float32": peak_gflops(jnp.float32, 512 if args.quick else 2048)}
+    print(f"matmul peak: float32 {peaks['float32']:.0f} GFLOP/s", end="")
+    if usable_dtype("bfloat16") == "bfloat16":
+        peaks["bfloat16"] = peak_gflops(jnp.bfloat16, 512 if args.quick else 2048)
+        print(f", bfloat16 operands {peaks['bfloat16']:.0f} GFLOP/s", end="")
+    print()
+    out["peak_gflops"] = round(peaks["float32"], 1)
+    out["peak_gflops_bf16"] = round(peaks.get("bfloat16", 0.0), 1)
 
     d = data(SIZES, 20_000)
     for k in (2, 3):
         w = Workload.all_kway(d.domain, k)
         plan = MarginalPlan.build(w)
         t = answer(d, w)
-        steps = 50 if k == 2 else 10
-        sec = timed_runs(plan, t, d.domain, 1, steps, args.rows, batch=1)
-        sps = steps / sec
-        frac = step_flops(plan, args.rows) * sps / (peak * 1e9)
-        err = timed_runs(plan, t, d.domain, 1, steps, args.rows, sampling="error", batch=1)
-        out[f"step_{k}way_per_s"] = round(sps, 2)
-        out[f"step_{k}way_frac_peak"] = round(frac, 3)
-        out[f"step_{k}way_error_sampled_per_s"] = round(steps / err, 2)
-        print(f"{k}-way: {len(w.marginals)} marginals, {w.num_queries} queries; dense {sps:.1f} steps/s "
-              f"({frac:.1%} of peak); error-sampled {steps / err:.1f} steps/s")
-        K, T = (100, 1000) if args.full else ((8, 1000) if k == 2 else (4, 100))
-        sec = timed_runs(plan, t, d.domain, K, T, args.rows)
+        print(f"{k}-way: {len(w.marginals)} marginals, {w.num_queries} queries, "
+              f"{plan.flops_per_step(rows) / 1e9:.3f} GFLOP per step")
+        steps = (5 if args.quick else (100 if k == 2 else 20))
+        best = step_rates(f"{k}way", plan, t, d.domain, rows, steps, peaks, out)
+        K, T = (100, 1000) if args.full else ((2, 10) if args.quick else ((16, 1000) if k == 2 else (4, 100)))
+        s = RAPSettings(rows=rows, steps=T, precision=best, steps_per_call=min(T, 100))
+        sec = timed_runs(plan, t, d.domain, K, T, s)
         projected = sec * (100 / K) * (1000 / T)
         out[f"rap_rank_{k}way_s"] = round(projected, 1)
+        out[f"rap_rank_{k}way_precision"] = best
         out[f"rap_rank_{k}way_measured"] = f"K={K}, T={T}" + ("" if args.full else ", projected to K=100, T=1000")
-        print(f"RAP-Rank {k}-way K=100 x T=1000: {projected:.0f} s (measured K={K}, T={T})")
+        print(f"RAP-Rank {k}-way K=100 x T=1000 ({best}): {projected:.0f} s (measured K={K}, T={T})")
         if k == 3:
             out["rap_rank_3way_peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2)
+            print(f"peak RSS so far: {out['rap_rank_3way_peak_rss_gb']} GB")
 
-    big = data(SIZES, 1_000_000)
+    tract, cw = census_problem()
+    cplan = ProductPlan.build(cw)
+    print(f"census SF1 tables: {cw.num_queries} cells on a tract of {len(tract)} people, "
+          f"{tract.domain.size('BLOCK')} blocks")
+    step_rates("census", cplan, cw.answer(tract), tract.domain, 300, 5 if args.quick else 20, peaks, out)
+
+    n_big = 100_000 if args.quick else 1_000_000
+    big = data(SIZES, n_big)
     w2 = Workload.all_kway(big.domain, 2)
-    answer(big, w2)
+    p2 = plan_for(w2)
+    exact_counts(p2, big.codes[:10])
     t0 = time.perf_counter()
-    answer(big, w2)
+    counts = exact_counts(p2, big.codes)
     rate = len(big) * len(w2.marginals) / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    ref = np.concatenate([marginal_counts(big, m) for m in w2.marginals])
+    rate_bincount = len(big) * len(w2.marginals) / (time.perf_counter() - t0)
+    assert np.array_equal(counts, ref)
     out["answers_row_marginals_per_s"] = round(rate / 1e6, 1) * 1e6
-    print(f"exact answers: {rate / 1e6:.0f} M row-marginals/s (N = 10^6, {len(w2.marginals)} marginals)")
+    out["answers_speedup_over_bincount"] = round(rate / rate_bincount, 2)
+    print(f"exact answers: {rate / 1e6:.0f} M row-marginals/s (N = {n_big}, {len(w2.marginals)} 2-way marginals; "
+          f"{rate / rate_bincount:.1f}x one bincount per marginal)")
 
     from microdata.population import embedded_population
 
     pop = embedded_population(0)
-    tracts = pop.geography.unit_ids("tract")[:8]
     sub = ["AGE", "SEX", "HISP", "RACE"]
+    all_tracts = pop.geography.unit_ids("tract")
+    n_units = 4 if args.quick else args.units
+    tracts = [all_tracts[i % len(all_tracts)] for i in range(n_units)]  # past 48, tracts repeat (own keys)
     wk = Workload.all_kway(pop.project(sub).domain, 2)
     plan = plan_for(wk)
-    s = RAPSettings(rows=300, steps=100)
-    rap_rank(plan, answer(pop.project(sub).take(np.arange(50)), wk), wk.domain, jax.random.key(0), 4, s)
+    targets = [answer(pop.take(np.flatnonzero(pop.geography.mask("tract", tr))).project(sub), wk) for tr in tracts]
+    keys = [jax.random.key(i) for i in range(len(tracts))]
+    K, T = args.units_runs, (20 if args.quick else args.units_steps)
+    s = RAPSettings(rows=300, steps=T, steps_per_call=T)
+    rap_rank_units(plan, targets[:2], wk.domain, keys[:2], K, s)  # compile
     t0 = time.perf_counter()
-    for tr in tracts:
-        unit = pop.take(np.flatnonzero(pop.geography.mask("tract", tr))).project(sub)
-        rap_rank(plan, answer(unit, wk), wk.domain, jax.random.key(1), 10, s)
-    ups = len(tracts) / (time.perf_counter() - t0)
-    out["units_per_s"] = round(ups, 3)
-    out["units_per_s_setting"] = "tracts without BLOCK, all 2-way, K=10, T=100, n'=300, one unit per call"
-    print(f"units per second: {ups:.2f} ({out['units_per_s_setting']})")
+    rap_rank_units(plan, targets, wk.domain, keys, K, s)
+    together = time.perf_counter() - t0
+    out["units_per_s"] = round(len(tracts) / together, 3)
+    out["units_seconds"] = round(together, 2)
+    alone_units = min(len(tracts), 8)  # one at a time is slow; 8 units give its rate
+    t0 = time.perf_counter()
+    for tgt, key in zip(targets[:alone_units], keys[:alone_units]):
+        rap_rank(plan, tgt, wk.domain, key, K, s)
+    alone = (time.perf_counter() - t0) * len(tracts) / alone_units
+    out["units_per_s_one_at_a_time"] = round(len(tracts) / alone, 3)
+    out["units_per_s_setting"] = (f"{len(tracts)} tracts without BLOCK, all 2-way, K={K}, T={T}, n'=300, "
+                                  f"batch {default_batch(s, 1 << 20, plan)} (unit, run) pairs per call")
+    print(f"{len(tracts)} units in {together:.1f} s: {len(tracts) / together:.2f} units/s together, "
+          f"{len(tracts) / alone:.2f} one at a time "
+          f"({out['units_per_s_setting']})")
     print(json.dumps(out))
 
 

@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    from reconstruct.rap import use_cpu_cores_as_devices
+
+    use_cpu_cores_as_devices()  # before any JAX computation: every core runs RAP runs at once
     try:
         if args.command == "run":
             from experiments.config import load_config

@@ -251,7 +251,9 @@ class MarginalPlan:
         def factors(P, mid):
             pa = _rows(P, _runs(mid.lefts, off))
             pb = P[off[mid.b]:off[mid.b + 1]]
-            left = (pa[:, None, :] * pb[None, :, :]).reshape(-1, P.shape[1])
+            # products formed in float32 and stored in the operand dtype (half the bytes in bfloat16:
+            # these products, not the matmuls, are what a 3-way step spends its memory traffic on)
+            left = (pa[:, None, :] * pb[None, :, :]).reshape(-1, P.shape[1]).astype(dt)
             return pa, pb, left, _rows(P, _runs(mid.rights, off))
 
         def high(P, hp):

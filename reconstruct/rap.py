@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Literal
@@ -18,7 +19,7 @@ from microdata.domain import Domain
 from microdata.errors import CensusReconError
 from microdata.ranking import Ranking, rank_by_frequency
 from reconstruct.queries import usable_dtype
-from reconstruct.relaxed import logits_from_codes, random_logits, round_relaxed
+from reconstruct.relaxed import logits_from_codes, random_logits, recentre, round_relaxed
 from reconstruct.relaxed import probabilities as probs_of
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,22 @@ class RAPSettings:
             raise CensusReconError(f"batch must be >= 1 or None, got {self.batch}")
 
 
+def use_cpu_cores_as_devices(count: int | None = None) -> int:
+    """Ask JAX for one CPU device per available core, so that RAP runs proceed on every core
+    at once (a 2-way step is bound by per-kernel overhead, which XLA's threads inside one
+    kernel do not hide: two runs on two devices give ~2x one device). Must be called before
+    JAX's first computation (the CLI and the benches do; library code never does it on its
+    own); later it changes nothing. ``CENSUSRECON_CPU_DEVICES`` overrides the count.
+    Returns the count asked for."""
+    env = os.environ.get("CENSUSRECON_CPU_DEVICES")
+    count = int(env) if env else (count or len(os.sched_getaffinity(0)))
+    try:
+        jax.config.update("jax_num_cpu_devices", max(1, count))
+    except Exception as exc:  # noqa: BLE001 - the backend already started: keep what it has
+        log.debug("CPU device count left as it is (%s)", exc)
+    return count
+
+
 def pair_bytes(plan, rows: int) -> int:
     """Estimated device bytes one (unit, run) pair needs inside a step: logits, Adam moments,
     gradient and probabilities (W × n' each), the dense answers and targets, and the row-wise
@@ -101,7 +118,10 @@ def default_batch(settings: RAPSettings, n_pairs: int, plan=None) -> int:
         return max(1, min(settings.batch, n_pairs))
     per = pair_bytes(plan, settings.rows) if plan is not None else 4 << 20
     if jax.default_backend() == "cpu":
-        want = max(1, min(8, CPU_WORKING_SET // per))
+        devices = len(jax.local_devices())
+        # one pair per host device when the CPU is split into several (each device is a thread:
+        # measured best for 2-way and 3-way alike); else a cache-sized batch on one device
+        want = devices if devices > 1 else max(1, min(8, CPU_WORKING_SET // per))
     else:
         stats = jax.local_devices()[0].memory_stats() or {}
         budget = 0.4 * stats.get("bytes_limit", 16 << 30)
@@ -126,8 +146,23 @@ def _initial_logits(key, settings: RAPSettings, layout, pool):
     return logits_from_codes(rows[idx], layout, settings.init_confidence)
 
 
+#: bound on how far one Adam step moves a logit, in units of the learning rate: |m̂/√v̂| is at most
+#: (1 − β1)/√(1 − β2) ≈ 3.2 for optax's defaults
+_ADAM_STEP_BOUND = 3.2
+#: how far from 0 recentred logits may drift before the next recentring (exp(±24) is safe in
+#: float32 with room to spare for sums over an attribute's values)
+_DRIFT = 24.0
+
+
+def recentre_every(settings: RAPSettings) -> int:
+    """Steps between recentrings of the logits: each attribute's maximum is reset to 0, and
+    until the next reset no logit can move more than ``_DRIFT``, so the step's softmax needs no
+    maxima of its own (their per-attribute reductions were a third of a 2-way step's kernels)."""
+    return max(1, int(_DRIFT // (settings.learning_rate * _ADAM_STEP_BOUND)))
+
+
 def _loss(logits, targets, key, plan, settings: RAPSettings, mask, dtype):
-    err = (plan.dense_answers(probs_of(logits, plan.layout), dtype) - targets) * mask
+    err = (plan.dense_answers(probs_of(logits, plan.layout, centred=True), dtype) - targets) * mask
     if settings.sampling == "dense":
         return jnp.sum(err**2)
     # Paper code's step: a fresh sample of queries each step, in proportion to |error|.
@@ -161,8 +196,20 @@ def _build_program(plan, settings: RAPSettings, with_pool: bool):
             updates, opt_state = opt.update(g, opt_state, logits)
             return (optax.apply_updates(logits, updates), opt_state), loss
 
-        state, losses = jax.lax.scan(step, state, step_keys)
-        return state, losses[-1]
+        def steps_then_recentre(carry, keys):
+            (logits, opt_state), losses = jax.lax.scan(step, carry, keys)
+            return (recentre(logits, layout), opt_state), losses[-1]
+
+        every = recentre_every(settings)
+        q, r = divmod(n_steps, every)
+        state = (recentre(state[0], layout), state[1])  # a fresh or restored state may sit anywhere
+        loss = jnp.zeros((), jnp.float32)
+        if q:
+            state, losses = jax.lax.scan(steps_then_recentre, state, step_keys[: q * every].reshape(q, every))
+            loss = losses[-1]
+        if r:
+            state, loss = steps_then_recentre(state, step_keys[q * every:])
+        return state, loss
 
     def round_one(state, run_key):
         return round_relaxed(jax.random.fold_in(run_key, 2), state[0], layout)
