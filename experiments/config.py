@@ -70,6 +70,9 @@ class TargetConfig(_Strict):
     min_rows: int = Field(20, ge=2)
     max_rows: int | None = Field(None, ge=2)
     with_block: list[bool] = [False]
+    block_bucket: int = Field(
+        8, ge=1, description="with BLOCK, pad each unit's blocks up to a multiple of this with empty blocks "
+        "(published as all-zero cells), so units of one bucket share a compiled program; 1 = no padding")
     unit_ids: list[str] | None = None
     require_siblings: bool = Field(
         False, description="only units whose enclosing unit has other units, so its baseline has data")

@@ -168,7 +168,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
 def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledger, bar) -> tuple[pd.DataFrame, list]:
     """All releases of one unit, each attacked; plus the exact-table attack and the baselines."""
     r = cfg.release
-    prob = prepare_unit(pop, cfg, unit, wb)
+    prob = prepare_unit(pop, cfg, unit, wb, pad_blocks=False)  # release exactly the real blocks
     D, H = prob.private, prob.holdout
     truth = D.keys()
     u = effective_u(D.distinct(), H.distinct())

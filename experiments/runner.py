@@ -175,13 +175,22 @@ class UnitProblem:
     block_weights: np.ndarray | None
 
 
-def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool) -> UnitProblem:
+def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
+                 pad_blocks: bool = True) -> UnitProblem:
+    """D and D_holdout of one unit over the attack domain. With BLOCK, the unit's blocks are
+    padded (``pad_blocks``) up to a multiple of ``target.block_bucket`` with empty blocks: their
+    published cells are all 0 (as an agency's tables for an empty block are), nobody lives or
+    is guessed there, and every unit of a bucket then has the same domain, hence one plan and
+    one compiled program."""
     level = cfg.target.level
     rows = np.flatnonzero(pop.geography.mask(level, unit))
     data = pop.take(rows).project(attributes(cfg, pop))
     if with_block:
         blocks, code = np.unique(data.geography.units("block"), return_inverse=True)
-        data = data.with_column(Attribute("BLOCK", tuple(b[-4:] for b in blocks)), code, 0)
+        names = tuple(b[-4:] for b in blocks)
+        if pad_blocks:
+            names += tuple(f"empty{i}" for i in range(-len(names) % cfg.target.block_bucket))
+        data = data.with_column(Attribute("BLOCK", names), code, 0)
     rng = np.random.default_rng(_stable("split", cfg.seed, unit))
     private, holdout = holdout_split(data, rng, cfg.holdout_fraction)
     weights = None
@@ -374,7 +383,7 @@ def unit_queries(cfg: ExperimentConfig) -> list[dict]:
     out = []
     for wb in cfg.target.with_block:
         for unit in select_units(pop, cfg):
-            prob = prepare_unit(pop, cfg, unit, wb)
+            prob = prepare_unit(pop, cfg, unit, wb, pad_blocks=False)  # what is published, not the padding
             rows = np.flatnonzero(pop.geography.mask(cfg.target.level, unit))
             n_blocks = len(set(pop.geography.units("block")[rows].tolist())) if "block" in pop.geography.levels else 0
             for q in cfg.queries:

@@ -2,6 +2,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -183,3 +184,29 @@ def test_metrics_files_and_report(tiny_run):
     assert main(["report", str(run_dir)]) == 0
     text = (run_dir / "report.md").read_text()
     assert "## Lift over each baseline" in text and "match_rate.png" in text
+
+
+def test_tracts_with_block_are_padded_to_a_bucket_and_share_one_program(root, monkeypatch):
+    cfg = load_config(root / "configs" / "census" / "tracts.yaml",
+                      ["target.units=4", "attack.runs=2", "attack.steps=5", "attack.rows=20",
+                       "attack.init=[random]", "target.block_bucket=64"])
+    pop = runner.load_population(cfg)
+    units = runner.select_units(pop, cfg)
+    real = [runner.prepare_unit(pop, cfg, u, True, pad_blocks=False).private.domain.size("BLOCK") for u in units]
+    padded = [runner.prepare_unit(pop, cfg, u, True) for u in units]
+    assert len(set(real)) > 1  # the tracts really have different block counts
+    assert {p.private.domain.size("BLOCK") for p in padded} == {64}
+    for p, n in zip(padded, real):  # nobody lives in a padding block, and nothing is guessed there
+        assert p.private.column("BLOCK").max() < n and p.holdout.column("BLOCK").max() < n
+        assert np.all(p.block_weights[n:] == 0)
+    calls = []
+    real_units = runner.rap_rank_units
+
+    def recording(plan, targets, *a, **k):
+        calls.append(len(targets))
+        return real_units(plan, targets, *a, **k)
+
+    monkeypatch.setattr(runner, "rap_rank_units", recording)
+    out = runner.run_units(pop, cfg, [(u, True) for u in units])
+    assert calls == [len(units)]  # one plan for all four tracts: one stream of calls
+    assert all(len(df) for df, _ in out)
