@@ -3,6 +3,9 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+ROOT = str(Path(__file__).resolve().parents[2])
 
 SNIPPET = r"""
 import json, sys
@@ -26,7 +29,7 @@ print(json.dumps({"devices": len(jax.devices()), "codes": codes.tolist(), "max_e
 
 def _run(devices: int, batch: int) -> dict:
     out = subprocess.run([sys.executable, "-c", SNIPPET, str(devices), str(batch)], capture_output=True, text=True,
-                         check=True, env={"PATH": "", "CENSUSRECON_CPU_DEVICES": "", "PYTHONPATH": "."})
+                         check=True, env={"PATH": "", "CENSUSRECON_CPU_DEVICES": "", "PYTHONPATH": ROOT})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
