@@ -123,3 +123,23 @@ def test_bfloat16_fit_reaches_the_targets_or_falls_back(problem):
     assert rap_mod.matmul_dtype(s) in ("bfloat16", "float32")
     _, _, max_err = run_rap(plan, targets, jax.random.key(0), np.arange(2), s)
     assert np.all(max_err < 5e-3), max_err
+
+
+def test_recentring_the_logits_changes_nothing_and_keeps_large_steps_finite(problem, monkeypatch):
+    data, w, plan, targets = problem
+    s = RAPSettings(rows=30, steps=200, batch=2, steps_per_call=200)
+    often = rap_mod.recentre_every(s)
+    assert 1 <= often < 200
+    a_codes, a_loss, a_err = run_rap(plan, targets, jax.random.key(4), np.arange(2), s)
+    monkeypatch.setattr(rap_mod, "_DRIFT", 1e9)  # recentre only at the block's start
+    rap_mod._PROGRAMS.clear()
+    assert rap_mod.recentre_every(s) >= 200
+    b_codes, b_loss, b_err = run_rap(plan, targets, jax.random.key(4), np.arange(2), s)
+    np.testing.assert_allclose(a_loss, b_loss, rtol=1e-3, atol=1e-7)
+    assert (a_codes == b_codes).mean() > 0.95  # the same fits, up to float rounding
+    monkeypatch.undo()
+    rap_mod._PROGRAMS.clear()
+    big = RAPSettings(rows=30, steps=300, batch=2, learning_rate=5.0, steps_per_call=300)
+    assert rap_mod.recentre_every(big) == 1
+    _, loss, err = run_rap(plan, targets, jax.random.key(5), np.arange(2), big)
+    assert np.all(np.isfinite(loss)) and np.all(np.isfinite(err))
