@@ -266,10 +266,11 @@ class MarginalPlan:
         def forward(P, keep=False):
             n = P.shape[1]
             parts, lefts = [], []
+            Pd = P.astype(dt)  # matmul operands, cast once (a no-op in float32)
             if self.one_way:
                 parts.append(jnp.sum(P, axis=1))
             if self.two_way:
-                parts.append(_dot_t(P, P, dt).reshape(-1))
+                parts.append(_dot_t(Pd, Pd, dt).reshape(-1))
             for mid in self.middles:
                 _, _, left, right = factors(P, mid)
                 lefts.append(left)
@@ -277,35 +278,38 @@ class MarginalPlan:
             for hp in self.highers:
                 parts.append(high(P, hp))
             out = jnp.concatenate(parts) / n
-            return (out, lefts) if keep else out
+            return (out, Pd, lefts) if keep else out
 
         @jax.custom_vjp
         def dense(P):
             return forward(P)
 
+        # 1-way and 2-way gradients need only the cast operands; 3-way and higher also need P itself
+        needs_p = bool(self.middles or self.highers)
+
         def fwd(P):
-            out, lefts = forward(P, keep=True)  # the row-wise products are reused, not rebuilt
-            return out, (P, lefts)
+            out, Pd, lefts = forward(P, keep=True)  # the row-wise products are reused, not rebuilt
+            return out, (P if needs_p else None, Pd, lefts)
 
         def bwd(res, g):
-            P, lefts = res
-            W, n = P.shape
+            P, Pd, lefts = res
+            W, n = Pd.shape
             g = g / n
             d = len(ss)
             contrib: list[list] = [[] for _ in range(d)]
             full: list = []  # (W, n') contributions
             pos = 0
             if self.one_way:
-                full.append(jnp.broadcast_to(g[:W, None], P.shape))
+                full.append(jnp.broadcast_to(g[:W, None], (W, n)))
                 pos += W
             if self.two_way:
                 R = g[pos:pos + W * W].reshape(W, W)
-                full.append(_dot(R + R.T, P, dt))
+                full.append(_dot(R + R.T, Pd, dt))
                 pos += W * W
             for mid, left in zip(self.middles, lefts):
                 pa = _rows(P, _runs(mid.lefts, off))
                 pb = P[off[mid.b]:off[mid.b + 1]]
-                right = _rows(P, _runs(mid.rights, off))
+                right = _rows(Pd, _runs(mid.rights, off))
                 m, p = left.shape[0], right.shape[0]
                 R = g[pos:pos + m * p].reshape(m, p)
                 pos += m * p
@@ -331,7 +335,7 @@ class MarginalPlan:
             blocks = []
             for q in range(d):
                 parts = contrib[q]
-                blocks.append(functools.reduce(jnp.add, parts) if parts else jnp.zeros((ss[q], n), P.dtype))
+                blocks.append(functools.reduce(jnp.add, parts) if parts else jnp.zeros((ss[q], n), jnp.float32))
             out = jnp.concatenate(blocks, axis=0)
             for f in full:
                 out = out + f

@@ -179,8 +179,8 @@ def _build_program(plan, settings: RAPSettings, with_pool: bool):
     mask_np = plan.dense_mask
 
     def grad(logits, targets, key):
-        mask = jnp.asarray(mask_np)
-        return jax.value_and_grad(_loss)(logits, targets, key, plan, settings, mask, dtype)
+        # the gradient only: the loss's value, a reduction per step, is computed once per block
+        return jax.grad(_loss)(logits, targets, key, plan, settings, jnp.asarray(mask_np), dtype)
 
     def init_one(run_key, pool, pool_size):
         logits = _initial_logits(jax.random.fold_in(run_key, 0), settings, layout,
@@ -192,23 +192,23 @@ def _build_program(plan, settings: RAPSettings, with_pool: bool):
 
         def step(carry, k):
             logits, opt_state = carry
-            loss, g = grad(logits, targets, k)
+            g = grad(logits, targets, k)
             updates, opt_state = opt.update(g, opt_state, logits)
-            return (optax.apply_updates(logits, updates), opt_state), loss
+            return (optax.apply_updates(logits, updates), opt_state), None
 
         def steps_then_recentre(carry, keys):
-            (logits, opt_state), losses = jax.lax.scan(step, carry, keys)
-            return (recentre(logits, layout), opt_state), losses[-1]
+            (logits, opt_state), _ = jax.lax.scan(step, carry, keys)
+            return (recentre(logits, layout), opt_state), None
 
         every = recentre_every(settings)
         q, r = divmod(n_steps, every)
         state = (recentre(state[0], layout), state[1])  # a fresh or restored state may sit anywhere
-        loss = jnp.zeros((), jnp.float32)
         if q:
-            state, losses = jax.lax.scan(steps_then_recentre, state, step_keys[: q * every].reshape(q, every))
-            loss = losses[-1]
+            state, _ = jax.lax.scan(steps_then_recentre, state, step_keys[: q * every].reshape(q, every))
         if r:
-            state, loss = steps_then_recentre(state, step_keys[q * every:])
+            state, _ = steps_then_recentre(state, step_keys[q * every:])
+        # the loss of the block's final logits (on the last step's query sample when sampling)
+        loss = _loss(state[0], targets, step_keys[-1], plan, settings, jnp.asarray(mask_np), dtype)
         return state, loss
 
     def round_one(state, run_key):
