@@ -110,10 +110,11 @@ CPU_WORKING_SET = 48 << 20
 
 
 def default_batch(settings: RAPSettings, n_pairs: int, plan=None) -> int:
-    """(unit, run) pairs per compiled call. On a CPU: as many as fit a cache-sized working set,
-    at most 8 (2-way steps: 8; 3-way: 1-2, see bench/run.py). On an accelerator: as many as
-    fit 40% of its memory (thousands for 2-way on a large GPU), because a big batch is what
-    fills the device. ``settings.batch`` overrides both."""
+    """(unit, run) pairs per compiled call. On a CPU split into several devices (the CLI splits
+    it, one per core): one pair per device. On a single CPU device: as many as fit a
+    cache-sized working set, at most 8. On an accelerator: as many as fit 40% of its memory
+    (thousands for 2-way on a large GPU), because a big batch is what fills the device.
+    ``settings.batch`` overrides all three (bench/run.py measures them)."""
     if settings.batch is not None:
         return max(1, min(settings.batch, n_pairs))
     per = pair_bytes(plan, settings.rows) if plan is not None else 4 << 20
@@ -270,13 +271,9 @@ class RAPRankResult:
     timings: dict = field(default_factory=dict)
 
 
-def _pad_pool(pool: np.ndarray) -> np.ndarray:
-    """Pad a pool's rows to the next power of two so pools of similar size share one program."""
-    m = len(pool)
-    cap = 1 << max(0, int(m - 1).bit_length())
-    if cap == m:
-        return pool
-    return np.concatenate([pool, np.zeros((cap - m, pool.shape[1]), pool.dtype)])
+def _pool_capacity(rows: int) -> int:
+    """Pool rows padded to the next power of two, so pools of similar size share one program."""
+    return 1 << max(0, int(rows - 1).bit_length())
 
 
 def _spread(arrays):
@@ -301,7 +298,7 @@ def _fit_pairs(plan, settings: RAPSettings, targets: np.ndarray, run_keys: jax.A
     if pools is None:
         pool, sizes = None, None
     else:
-        cap = max(len(_pad_pool(p)) for p in pools)
+        cap = _pool_capacity(max(len(p) for p in pools))
         pool = np.zeros((len(pools), cap, pools[0].shape[1]), np.int32)
         for i, p in enumerate(pools):
             pool[i, : len(p)] = p
@@ -391,12 +388,13 @@ def rap_rank_units(plan, targets: list[np.ndarray], domain: Domain, keys: list[j
     codes = [[] for _ in range(U)]
     losses = [[] for _ in range(U)]
     errs = [[] for _ in range(U)]
+    unit_keys = jnp.stack(keys)
+    fold = jax.jit(jax.vmap(jax.random.fold_in))  # all of a call's run keys in one dispatch
     for start in range(0, len(pairs), batch):
         chunk = pairs[start:start + batch]
         units = np.array([u for u, _ in chunk])
         ids = np.array([k for _, k in chunk], dtype=np.uint32)
-        run_keys = jnp.stack([jax.random.fold_in(keys[u], k) for u, k in chunk]) if U > 1 else \
-            jax.vmap(lambda k: jax.random.fold_in(keys[0], k))(jnp.asarray(ids))
+        run_keys = fold(unit_keys[units], jnp.asarray(ids))
         pools = None if init_pools is None else [init_pools[u] for u in units]
         c, l, e = _fit_pairs(plan, settings, np.stack([dense[u] for u in units]), run_keys, pools)
         done = 0
