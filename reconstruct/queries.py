@@ -14,7 +14,6 @@ Both plans answer on the feature-major relaxed dataset of :mod:`reconstruct.rela
 from __future__ import annotations
 
 import functools
-import itertools
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -248,13 +247,11 @@ class MarginalPlan:
         off = self.layout.offsets
         ss = self.layout.stacked_sizes
 
-        def factors(P, mid):
-            pa = _rows(P, _runs(mid.lefts, off))
-            pb = P[off[mid.b]:off[mid.b + 1]]
-            # products formed in float32 and stored in the operand dtype (half the bytes in bfloat16:
-            # these products, not the matmuls, are what a 3-way step spends its memory traffic on)
-            left = (pa[:, None, :] * pb[None, :, :]).reshape(-1, P.shape[1]).astype(dt)
-            return pa, pb, left, _rows(P, _runs(mid.rights, off))
+        def operands(P, Pd, mid):
+            """A middle's float32 factors a's and b (for the product rule) and its right side
+            (already in the operand dtype)."""
+            return (_rows(P, _runs(mid.lefts, off)), P[off[mid.b]:off[mid.b + 1]],
+                    _rows(Pd, _runs(mid.rights, off)))
 
         def high(P, hp):
             n = P.shape[1]
@@ -272,7 +269,10 @@ class MarginalPlan:
             if self.two_way:
                 parts.append(_dot_t(Pd, Pd, dt).reshape(-1))
             for mid in self.middles:
-                _, _, left, right = factors(P, mid)
+                pa, pb, right = operands(P, Pd, mid)
+                # products formed in float32 and stored in the operand dtype (half the bytes in
+                # bfloat16: these products, not the matmuls, are a 3-way step's memory traffic)
+                left = (pa[:, None, :] * pb[None, :, :]).reshape(-1, n).astype(dt)
                 lefts.append(left)
                 parts.append(_dot_t(left, right, dt).reshape(-1))
             for hp in self.highers:
@@ -307,9 +307,7 @@ class MarginalPlan:
                 full.append(_dot(R + R.T, Pd, dt))
                 pos += W * W
             for mid, left in zip(self.middles, lefts):
-                pa = _rows(P, _runs(mid.lefts, off))
-                pb = P[off[mid.b]:off[mid.b + 1]]
-                right = _rows(Pd, _runs(mid.rights, off))
+                pa, pb, right = operands(P, Pd, mid)
                 m, p = left.shape[0], right.shape[0]
                 R = g[pos:pos + m * p].reshape(m, p)
                 pos += m * p
