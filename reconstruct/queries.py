@@ -128,11 +128,15 @@ class MarginalPlan:
     def key(self):
         return ("marginal", self.layout.sizes, self.marginals)
 
-    def __hash__(self):
+    @functools.cached_property
+    def _hash(self):
         return hash(self.key)
 
+    def __hash__(self):  # plans key the program cache and the runner's unit groups: hash once
+        return self._hash
+
     def __eq__(self, other):
-        return isinstance(other, MarginalPlan) and self.key == other.key
+        return isinstance(other, MarginalPlan) and (self is other or self.key == other.key)
 
     @classmethod
     def build(cls, workload: Workload) -> "MarginalPlan":
