@@ -352,6 +352,10 @@ def rap_rank(plan, targets: np.ndarray, domain: Domain, key: jax.Array, runs: in
                           None if rng is None else [rng], limit)[0]
 
 
+#: a call's run keys in one dispatch (module level: a jit built per call would recompile per call)
+_fold_keys = jax.jit(jax.vmap(jax.random.fold_in))
+
+
 def rap_rank_units(plan, targets: list[np.ndarray], domain: Domain, keys: list[jax.Array], runs: int,
                    settings: RAPSettings, init_pools: list[np.ndarray] | None = None,
                    on_batch: Callable[[int], None] | None = None,
@@ -388,12 +392,11 @@ def rap_rank_units(plan, targets: list[np.ndarray], domain: Domain, keys: list[j
     losses = [[] for _ in range(U)]
     errs = [[] for _ in range(U)]
     unit_keys = jnp.stack(keys)
-    fold = jax.jit(jax.vmap(jax.random.fold_in))  # all of a call's run keys in one dispatch
     for start in range(0, len(pairs), batch):
         chunk = pairs[start:start + batch]
         units = np.array([u for u, _ in chunk])
         ids = np.array([k for _, k in chunk], dtype=np.uint32)
-        run_keys = fold(unit_keys[units], jnp.asarray(ids))
+        run_keys = _fold_keys(unit_keys[units], jnp.asarray(ids))
         pools = None if init_pools is None else [init_pools[u] for u in units]
         c, l, e = _fit_pairs(plan, settings, np.stack([dense[u] for u in units]), run_keys, pools)
         done = 0

@@ -1,3 +1,5 @@
+import logging
+
 import jax
 import numpy as np
 import pytest
@@ -58,14 +60,18 @@ def test_batching_does_not_change_the_runs(problem):
     assert np.array_equal(one.codes, many.codes)
 
 
-def test_no_recompilation_when_fitting_twice_with_the_same_shapes(problem):
+def test_no_recompilation_when_fitting_twice_with_the_same_shapes(problem, caplog):
     data, w, plan, targets = problem
     s = RAPSettings(rows=16, steps=20, batch=2, steps_per_call=10)
     rap_rank(plan, targets, data.domain, jax.random.key(0), 2, s)
     before = rap_mod.TRACE_COUNT["n"]
     other_targets = answer(Dataset(data.domain, data.codes[:6]), w)  # new answers, same shapes
-    rap_rank(plan, other_targets, data.domain, jax.random.key(1), 4, s)
+    with jax.log_compiles(True), caplog.at_level(logging.WARNING):
+        rap_rank(plan, other_targets, data.domain, jax.random.key(1), 4, s)
     assert rap_mod.TRACE_COUNT["n"] == before
+    # nothing at all is compiled again, helpers included (a jit built inside the call would be)
+    compiled = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Compiling")]
+    assert not compiled, compiled
 
 
 def test_error_sampled_step_and_baseline_initialisation(problem):
