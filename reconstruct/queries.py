@@ -8,6 +8,8 @@ Both plans answer on the feature-major relaxed dataset of :mod:`reconstruct.rela
   order), the rest are by-products of computing whole blocks at once and carry no loss;
 * ``dense_targets(t)`` / ``dense_mask``: targets scattered into that vector, and which entries
   are queries;
+* ``dense_answers_of_logits(logits, dtype)``: the same of the softmax of recentred logits,
+  the RAP step's entry point;
 * ``answers(P)``: relaxed answers in workload order (tests, reporting).
 """
 
@@ -25,7 +27,7 @@ import numpy as np
 
 from microdata.census import membership_matrix
 from microdata.marginals import Workload
-from reconstruct.relaxed import Layout
+from reconstruct.relaxed import Layout, probabilities, softmax_backward, softmax_forward
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +245,13 @@ class MarginalPlan:
         return self.dense_answers(P, dtype)[jnp.asarray(self.dense_index)]
 
     def dense_answers(self, P: jax.Array, dtype: str = "float32") -> jax.Array:
-        return self._dense_fn(dtype)(P)
+        return self._dense_fn(dtype)[0](P)
+
+    def dense_answers_of_logits(self, logits: jax.Array, dtype: str = "float32") -> jax.Array:
+        """``dense_answers`` of the softmax of recentred logits (see
+        :func:`reconstruct.relaxed.probabilities` with ``centred=True``), with one hand-written
+        gradient for both: the RAP step's entry point."""
+        return self._dense_fn(dtype)[1](logits)
 
     @functools.lru_cache(maxsize=None)
     def _dense_fn(self, dtype: str):
@@ -264,10 +272,10 @@ class MarginalPlan:
                 left = (left[:, None, :] * P[off[p]:off[p + 1]][None, :, :]).reshape(-1, n)
             return _dot_t(left, P[off[hp[-1]]:off[hp[-1] + 1]], dt).reshape(-1)
 
-        def forward(P, keep=False):
-            n = P.shape[1]
+        def forward(P, Pd, keep=False):
+            """Pd: P cast once to the operand dtype (P itself in float32)."""
+            n = Pd.shape[1]
             parts, lefts = [], []
-            Pd = P.astype(dt)  # matmul operands, cast once (a no-op in float32)
             if self.one_way:
                 parts.append(jnp.sum(P, axis=1))
             if self.two_way:
@@ -284,19 +292,8 @@ class MarginalPlan:
             out = jnp.concatenate(parts) / n
             return (out, Pd, lefts) if keep else out
 
-        @jax.custom_vjp
-        def dense(P):
-            return forward(P)
-
-        # 1-way and 2-way gradients need only the cast operands; 3-way and higher also need P itself
-        needs_p = bool(self.middles or self.highers)
-
-        def fwd(P):
-            out, Pd, lefts = forward(P, keep=True)  # the row-wise products are reused, not rebuilt
-            return out, (P if needs_p else None, Pd, lefts)
-
-        def bwd(res, g):
-            P, Pd, lefts = res
+        def backward(P, Pd, lefts, g):
+            """The gradient with respect to P (float32) of <g, dense answers>."""
             W, n = Pd.shape
             g = g / n
             d = len(ss)
@@ -334,17 +331,51 @@ class MarginalPlan:
                 _, vjp = jax.vjp(lambda Q: high(Q, hp), P)
                 full.append(vjp(g[pos:pos + size])[0])
                 pos += size
-            blocks = []
-            for q in range(d):
-                parts = contrib[q]
-                blocks.append(functools.reduce(jnp.add, parts) if parts else jnp.zeros((ss[q], n), jnp.float32))
-            out = jnp.concatenate(blocks, axis=0)
-            for f in full:
-                out = out + f
-            return (out,)
+            if any(contrib):
+                blocks = [functools.reduce(jnp.add, parts) if parts else jnp.zeros((ss[q], n), jnp.float32)
+                          for q, parts in enumerate(contrib)]
+                full.insert(0, jnp.concatenate(blocks, axis=0))
+            # no zero array when only full-width terms exist: XLA keeps an added zero array as a
+            # loop-invariant operand that every gradient pass reads (a 2-way step's hot loop)
+            return functools.reduce(jnp.add, full)
+
+        # 1-way and 2-way gradients need only the cast operands; 3-way and higher also need P itself
+        needs_p = bool(self.middles or self.highers)
+
+        @jax.custom_vjp
+        def dense(P):
+            return forward(P, P.astype(dt))
+
+        def fwd(P):
+            Pd = P.astype(dt)  # matmul operands, cast once (a no-op in float32)
+            out, Pd, lefts = forward(P, Pd, keep=True)  # the row-wise products are reused, not rebuilt
+            return out, (P if needs_p else None, Pd, lefts)
+
+        def bwd(res, g):
+            return (backward(*res, g),)
 
         dense.defvjp(fwd, bwd)
-        return dense
+
+        # softmax and answers as one function: the probabilities are formed directly in the
+        # operand dtype, and when only the cast copy is needed (1-way and 2-way workloads) it is
+        # the only copy the step writes and the softmax's backward reads (half the bytes in
+        # bfloat16; the gradient itself stays float32 throughout)
+        @jax.custom_vjp
+        def of_logits(L):
+            P = softmax_forward(L, self.layout, centred=True)
+            return forward(P, P.astype(dt))
+
+        def fwd_l(L):
+            P = softmax_forward(L, self.layout, centred=True)
+            out, Pd, lefts = forward(P, P.astype(dt), keep=True)
+            return out, (P if needs_p else None, Pd, lefts)
+
+        def bwd_l(res, g):
+            P, Pd, lefts = res
+            return (softmax_backward(Pd if P is None else P, backward(P, Pd, lefts, g), self.layout),)
+
+        of_logits.defvjp(fwd_l, bwd_l)
+        return dense, of_logits
 
 
 def reference_answers(workload: Workload, probs: Sequence[jnp.ndarray]) -> jnp.ndarray:
@@ -468,6 +499,10 @@ class ProductPlan:
             prod = prod * summed[j][groups[:, col]]
         table = _dot_t(summed[self.outer], prod, dt)  # (outer sets × groups)
         return table[np.array(self.query_outer), np.array(self.query_group)] / n
+
+    def dense_answers_of_logits(self, logits: jax.Array, dtype: str = "float32") -> jax.Array:
+        """``dense_answers`` of the softmax of recentred logits (autodiff gradient)."""
+        return self.dense_answers(probabilities(logits, self.layout, centred=True), dtype)
 
 
 def plan_for(workload):

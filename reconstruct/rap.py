@@ -162,7 +162,7 @@ def recentre_every(settings: RAPSettings) -> int:
 
 
 def _loss(logits, targets, key, plan, settings: RAPSettings, mask, dtype):
-    err = (plan.dense_answers(probs_of(logits, plan.layout, centred=True), dtype) - targets) * mask
+    err = (plan.dense_answers_of_logits(logits, dtype) - targets) * mask
     if settings.sampling == "dense":
         return jnp.sum(err**2)
     # Paper code's step: a fresh sample of queries each step, in proportion to |error|.

@@ -104,27 +104,35 @@ def recentre(logits: jax.Array, layout: Layout) -> jax.Array:
     return logits - _segment_max(logits, layout)[seg]
 
 
+def softmax_forward(logits: jax.Array, layout: Layout, centred: bool = False) -> jax.Array:
+    """The per-attribute softmax as a plain float32 expression (see :func:`probabilities`)."""
+    seg_np, member_np = _segments(layout)
+    member, seg = jnp.asarray(member_np), jnp.asarray(seg_np)
+    shifted = logits if centred else logits - jax.lax.stop_gradient(_segment_max(logits, layout))[seg]
+    e = jnp.exp(shifted)
+    return e * (1.0 / (member @ e))[seg]
+
+
+def softmax_backward(p: jax.Array, g: jax.Array, layout: Layout) -> jax.Array:
+    """The softmax's vector-Jacobian product: P ⊙ (dP − segment sums of P ⊙ dP), in float32.
+    ``p`` may be stored in a narrower dtype (a bfloat16 hot loop keeps only that copy)."""
+    seg_np, member_np = _segments(layout)
+    pg = p.astype(jnp.float32) * g
+    return p.astype(jnp.float32) * (g - (jnp.asarray(member_np) @ pg)[jnp.asarray(seg_np)])
+
+
 @functools.lru_cache(maxsize=None)
 def _softmax(layout: Layout, centred: bool):
-    seg_np, member_np = _segments(layout)
-
-    def forward(logits):
-        member, seg = jnp.asarray(member_np), jnp.asarray(seg_np)
-        shifted = logits if centred else logits - jax.lax.stop_gradient(_segment_max(logits, layout))[seg]
-        e = jnp.exp(shifted)
-        return e * (1.0 / (member @ e))[seg]
-
     @jax.custom_vjp
     def softmax(logits):
-        return forward(logits)
+        return softmax_forward(logits, layout, centred)
 
     def fwd(logits):
-        p = forward(logits)
+        p = softmax_forward(logits, layout, centred)
         return p, p
 
     def bwd(p, g):
-        member, seg = jnp.asarray(member_np), jnp.asarray(seg_np)
-        return (p * (g - (member @ (p * g))[seg]),)
+        return (softmax_backward(p, g, layout),)
 
     softmax.defvjp(fwd, bwd)
     return softmax
