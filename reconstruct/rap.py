@@ -275,18 +275,21 @@ def _pool_capacity(rows: int) -> int:
     return 1 << max(0, int(rows - 1).bit_length())
 
 
-def _spread(arrays):
-    """Split the batch axis over this host's devices (on a CPU started with several host
-    devices, each is a thread running its share of the runs: small 2-way steps are bound by
-    per-op overhead, which threads inside one op do not hide)."""
+def _pairs_sharding(n: int):
+    """The batch axis of ``n`` pairs split over this host's devices, or None (one device, or
+    ``n`` not a multiple of their count). On a CPU started with several host devices each is a
+    thread running its share of the runs: small 2-way steps are bound by per-op overhead, which
+    threads inside one op do not hide."""
     devs = jax.local_devices()
-    n = arrays[0].shape[0]
     if len(devs) < 2 or n % len(devs):
-        return arrays
+        return None
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    sharding = NamedSharding(Mesh(np.array(devs), ("pairs",)), PartitionSpec("pairs"))
-    return tuple(None if a is None else jax.device_put(a, sharding) for a in arrays)
+    return NamedSharding(Mesh(np.array(devs), ("pairs",)), PartitionSpec("pairs"))
+
+
+def _spread(arrays, sharding):
+    return arrays if sharding is None else tuple(None if a is None else jax.device_put(a, sharding) for a in arrays)
 
 
 def _fit_pairs(plan, settings: RAPSettings, targets: np.ndarray, run_keys: jax.Array,
@@ -302,8 +305,13 @@ def _fit_pairs(plan, settings: RAPSettings, targets: np.ndarray, run_keys: jax.A
         for i, p in enumerate(pools):
             pool[i, : len(p)] = p
         sizes = np.array([len(p) for p in pools], np.int32)
-    t, run_keys, pool, sizes = _spread((jnp.asarray(targets), run_keys, pool, sizes))
+    sharding = _pairs_sharding(len(targets))
+    t, run_keys, pool, sizes = _spread((jnp.asarray(targets), run_keys, pool, sizes), sharding)
     state = init_b(run_keys, pool, sizes)
+    if sharding is not None:
+        # laid out as every block's output is (init leaves Adam's step count replicated), so the
+        # second block reuses the first block's program instead of compiling another
+        state = jax.device_put(state, sharding)
     done, block = 0, 0
     loss = None
     while done < settings.steps:
