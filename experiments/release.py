@@ -16,7 +16,7 @@ from experiments.config import ConfigError, ExperimentConfig
 from experiments.metrics import effective_u, k_grid, match_rate_curve
 from experiments.release_report import plot_release, write_report
 from experiments.results import code_fingerprint, jax_info, versions, write_json, write_parquet, write_yaml
-from experiments.runner import (_stable, build_priors, build_workload, exact_answers, load_population,
+from experiments.runner import (_stable, baseline_curves, build_priors, build_workload, exact_answers, load_population,
                                 prepare_unit, rap_settings, select_units, unit_key)
 from microdata.dataset import Dataset
 from microdata.domain import Domain
@@ -189,10 +189,8 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
                                             utility_error=0.0, **common)]
     bar.update()
     priors = build_priors(pop, cfg, prob)
-    for b in cfg.baselines:
-        if b in priors:
-            curves.append(match_rate_curve(priors[b].ranking(rng=tie_rng, limit=int(ks.max())), truth, ks, u)
-                          .assign(epsilon=np.nan, mechanism="baseline", method=b, utility_error=np.nan, **common))
+    for b, curve, _ in baseline_curves(cfg, priors, unit, truth, ks, u, lambda b: tie_rng):
+        curves.append(curve.assign(epsilon=np.nan, mechanism="baseline", method=b, utility_error=np.nan, **common))
     utility = []
     for eps in r.epsilons:
         for mech in r.mechanisms:

@@ -71,7 +71,7 @@ def load_population(cfg: ExperimentConfig) -> Dataset:
 
 def check_census_tables(cfg: ExperimentConfig, pop: Dataset) -> None:
     """Census tables need AGE, SEX, HISP, CENRACE; name the tables this data cannot build."""
-    from microdata.census import required_attributes
+    from microdata.census import required_attributes, tables_needing
 
     for q in cfg.queries:
         if q.kind != "census":
@@ -80,10 +80,8 @@ def check_census_tables(cfg: ExperimentConfig, pop: Dataset) -> None:
         have = set(pop.domain.names) & set(attributes(cfg, pop))
         missing = sorted(required_attributes(cells) - have)
         if missing:
-            tables = sorted({c.table for c in cells if set(dict(c.sets)) & set(missing)},
-                            key=lambda t: (len(t), t))
             raise ConfigError(
-                f"this data cannot build census tables {tables}: they need {missing}, which it lacks "
+                f"this data cannot build census tables {tables_needing(cells, missing)}: they need {missing}, which it lacks "
                 f"(it has {list(pop.domain.names)}; the redistricting PPMF has no QAGE or QSEX). "
                 f"Restrict queries.tables to ones it supports, e.g. tables: race_hispanic (P1, P6, P7, P8, P9), "
                 f"and attributes to {[a for a in ('HISP', 'CENRACE') if a in pop.domain]}")
@@ -283,14 +281,11 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
     out = []
     for i, w in enumerate(work):
         D, H = w.prob.private, w.prob.holdout
-        for b in (cfg.baselines if only is None or "baselines" in only else []):
-            if b not in w.priors:
-                log.warning("unit %s: no data for baseline %s; skipped", w.prob.unit, b)
-                continue
-            t0 = time.perf_counter()
-            r = w.priors[b].ranking(rng=ties(w, b), limit=int(w.ks.max()))
-            timings[i][b] = round(time.perf_counter() - t0, 3)
-            frames[i].append(match_rate_curve(r, w.truth, w.ks, w.u, w.rare).assign(method=b, num_queries=0))
+        if only is None or "baselines" in only:
+            for b, curve, seconds in baseline_curves(cfg, w.priors, w.prob.unit, w.truth, w.ks, w.u,
+                                                     lambda b, w=w: ties(w, b), w.rare):
+                timings[i][b] = seconds
+                frames[i].append(curve.assign(method=b, num_queries=0))
         df = pd.concat(frames[i], ignore_index=True)
         df = df.assign(variant=w.prob.with_block, unit=w.prob.unit, u=w.u, n_rows=len(D))
         facts = {
@@ -304,21 +299,30 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
     return out
 
 
+def baseline_curves(cfg: ExperimentConfig, priors: dict, unit: str, truth, ks, u, rng_of, rare=None):
+    """(name, match-rate curve, seconds) of each configured baseline this unit has data for, in
+    config order; a baseline without data is named in a warning and skipped. ``rng_of(name)``
+    gives the generator that breaks that baseline's ties."""
+    out = []
+    for b in cfg.baselines:
+        if b not in priors:
+            log.warning("unit %s: no data for baseline %s; skipped", unit, b)
+            continue
+        t0 = time.perf_counter()
+        r = priors[b].ranking(rng=rng_of(b), limit=int(ks.max()))
+        out.append((b, match_rate_curve(r, truth, ks, u, rare), round(time.perf_counter() - t0, 3)))
+    return out
+
+
 def units_per_call(cfg: ExperimentConfig, pop: Dataset) -> int:
     """How many units to attack together: enough to fill one compiled batch of (unit, run)
     pairs when K alone does not (on a GPU, thousands of pairs per call), capped so that a crash
-    loses at most that many units' work. Sized for the largest configured workload."""
+    loses at most that many units' work. Sized for the largest configured workload, over the
+    person attributes (with BLOCK a census workload adds per-block queries whose count varies by
+    unit; the cap bounds what that can add)."""
     dom = pop.project(attributes(cfg, pop)).domain
     settings = rap_settings(cfg)
-    batch = None
-    for q in cfg.queries:
-        try:
-            plan = plan_for(build_workload(cfg, q, dom))
-        except Exception:  # noqa: BLE001 - a workload needing BLOCK: size without it
-            continue
-        b = default_batch(settings, 1 << 20, plan)
-        batch = b if batch is None else min(batch, b)
-    batch = batch or default_batch(settings, 1 << 20)
+    batch = min(default_batch(settings, 1 << 20, plan_for(build_workload(cfg, q, dom))) for q in cfg.queries)
     return int(min(64, max(1, -(-batch // cfg.attack.runs))))
 
 

@@ -199,6 +199,12 @@ def required_attributes(cells: Iterable[Cell]) -> set[str]:
     return {a for c in cells for a, _ in c.sets}
 
 
+def tables_needing(cells: Iterable[Cell], attrs: Iterable[str]) -> list[str]:
+    """The tables (in table order: P1 before P12) with a cell that restricts any of ``attrs``."""
+    attrs = set(attrs)
+    return sorted({c.table for c in cells if attrs & {a for a, _ in c.sets}}, key=lambda t: (len(t), t))
+
+
 @dataclass(frozen=True)
 class CensusWorkload:
     """Census cells over an attack domain, expanded per block when the domain has BLOCK.
@@ -226,9 +232,8 @@ class CensusWorkload:
         need = required_attributes(cells)
         missing = sorted(need - set(domain.names))
         if missing:
-            tables = sorted({c.table for c in cells if set(dict(c.sets)) & set(missing)})
             raise CensusReconError(
-                f"tables {tables} need attributes {missing}, which the data does not have "
+                f"tables {tables_needing(cells, missing)} need attributes {missing}, which the data does not have "
                 f"(it has {list(domain.names)})")
         has_block = block_attr is not None and block_attr in domain
         blocks = range(domain.size(block_attr)) if has_block else [None]
