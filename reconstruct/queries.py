@@ -73,11 +73,36 @@ def _dot_t(a, b, dtype):
 
 @dataclass(frozen=True)
 class _Middle:
-    """All 3-way marginals (a, b, c), a < b < c in stacked order, that share the middle b."""
+    """All 3-way marginals (a, b, c), a < b < c in stacked order, that share the middle b.
+
+    Their cells are one matmul: the row-wise products of ``first`` × ``second`` (rows are
+    (first row, second row) pairs, first-major) times the rows of ``other``. Either b is paired
+    with the a's before it (other: the c's after it) or, when the c's have fewer rows than the
+    a's, with the c's (other: the a's): the same multiply-adds, but the products, which are the
+    memory traffic of a 3-way step, have fewer rows."""
 
     b: int
-    lefts: tuple[int, ...]  # the a's: left factor rows are (a value, b value) pairs, a-major
-    rights: tuple[int, ...]  # the c's: right factor rows
+    lefts: tuple[int, ...]  # the a's
+    rights: tuple[int, ...]  # the c's
+    flip: bool = False  # pair b with the c's instead of the a's
+
+    @property
+    def first(self) -> tuple[int, ...]:
+        return (self.b,) if self.flip else self.lefts
+
+    @property
+    def second(self) -> tuple[int, ...]:
+        return self.rights if self.flip else (self.b,)
+
+    @property
+    def other(self) -> tuple[int, ...]:
+        return self.lefts if self.flip else self.rights
+
+    def product_rows(self, ss) -> int:
+        return sum(ss[a] for a in self.first) * sum(ss[a] for a in self.second)
+
+    def other_rows(self, ss) -> int:
+        return sum(ss[a] for a in self.other)
 
 
 def _runs(positions: Sequence[int], offsets: Sequence[int]) -> list[tuple[int, int]]:
@@ -163,7 +188,9 @@ class MarginalPlan:
                 rights.add(sp[2])
             elif len(sp) >= 4 and tuple(sp) not in highers:
                 highers.append(tuple(sp))
-        middles = tuple(_Middle(b, tuple(sorted(l)), tuple(sorted(r))) for b, (l, r) in sorted(by_mid.items()))
+        middles = tuple(_Middle(b, tuple(sorted(l)), tuple(sorted(r)),
+                                sum(ss[c] for c in r) < sum(ss[a] for a in l))
+                        for b, (l, r) in sorted(by_mid.items()))
         # where each block starts in the dense vector
         base = 0
         base1 = base
@@ -172,12 +199,10 @@ class MarginalPlan:
         base += W * W if two_way else 0
         mid_base = {}
         for mid in middles:
-            rowoff = dict(zip(mid.lefts, np.cumsum([0] + [ss[a] * ss[mid.b] for a in mid.lefts])))
-            coloff = dict(zip(mid.rights, np.cumsum([0] + [ss[c] for c in mid.rights])))
-            ncols = sum(ss[c] for c in mid.rights)
-            nrows = sum(ss[a] for a in mid.lefts) * ss[mid.b]
-            mid_base[mid.b] = (base, rowoff, coloff, ncols)
-            base += nrows * ncols
+            # each attribute's first row within the first, second and other factors
+            starts = [dict(zip(side, np.cumsum([0] + [ss[a] for a in side]))) for side in (mid.first, mid.second, mid.other)]
+            mid_base[mid.b] = (base, mid, starts)
+            base += mid.product_rows(ss) * mid.other_rows(ss)
         high_base = {}
         for hp in highers:
             high_base[hp] = base
@@ -195,9 +220,13 @@ class MarginalPlan:
             elif len(m) == 2:
                 idx = base2 + (off[sp[0]] + sv[0]) * W + off[sp[1]] + sv[1]
             elif len(m) == 3:
-                b0, rowoff, coloff, ncols = mid_base[sp[1]]
-                row = rowoff[sp[0]] + sv[0] * ss[sp[1]] + sv[1]
-                idx = b0 + row * ncols + coloff[sp[2]] + sv[2]
+                b0, mid, (first, second, other) = mid_base[sp[1]]
+                cell = dict(zip(sp, sv))  # stacked attribute -> its values
+                f, = [a for a in sp if a in first]
+                s2, = [a for a in sp if a in second and a != f]
+                o, = [a for a in sp if a not in (f, s2)]
+                row = (first[f] + cell[f]) * sum(ss[a] for a in mid.second) + second[s2] + cell[s2]
+                idx = b0 + row * mid.other_rows(ss) + other[o] + cell[o]
             else:
                 idx = high_base[tuple(sp)] + np.ravel_multi_index(tuple(sv), [ss[p] for p in sp])
             index.append(np.asarray(idx, dtype=np.int64))
@@ -223,7 +252,7 @@ class MarginalPlan:
     def activation_rows(self) -> int:
         """Rows (of n') of the row-wise products one step forms."""
         ss = self.layout.stacked_sizes
-        return sum(sum(ss[a] for a in mid.lefts) * ss[mid.b] for mid in self.middles) + self.layout.width
+        return sum(mid.product_rows(ss) for mid in self.middles) + self.layout.width
 
     def flops_per_step(self, rows: int) -> float:
         """Multiply-add FLOPs of one loss-and-gradient evaluation (forward + backward matmuls)."""
@@ -233,9 +262,7 @@ class MarginalPlan:
         if self.two_way:
             total += 2 * W * W * rows  # Gram and (R + Rᵀ)·P
         for mid in self.middles:
-            m = sum(ss[a] for a in mid.lefts) * ss[mid.b]
-            p = sum(ss[c] for c in mid.rights)
-            total += 3 * m * p * rows
+            total += 3 * mid.product_rows(ss) * mid.other_rows(ss) * rows
         return 2.0 * total
 
     # ---- the differentiable answers ------------------------------------------------------------
@@ -262,8 +289,8 @@ class MarginalPlan:
         def operands(P, Pd, mid):
             """A middle's float32 factors a's and b (for the product rule) and its right side
             (already in the operand dtype)."""
-            return (_rows(P, _runs(mid.lefts, off)), P[off[mid.b]:off[mid.b + 1]],
-                    _rows(Pd, _runs(mid.rights, off)))
+            return (_rows(P, _runs(mid.first, off)), _rows(P, _runs(mid.second, off)),
+                    _rows(Pd, _runs(mid.other, off)))
 
         def high(P, hp):
             n = P.shape[1]
@@ -317,15 +344,12 @@ class MarginalPlan:
                 # the product rule, unrolled: XLA fuses these slice-multiply-adds into one pass,
                 # while a reduce over a non-minor axis runs several times slower on a CPU
                 d_pa = functools.reduce(jnp.add, [d_left[:, j, :] * pb[j][None, :] for j in range(pb.shape[0])])
-                contrib[mid.b].append(functools.reduce(jnp.add, [d_left[i] * pa[i][None, :] for i in range(pa.shape[0])]))
-                r = 0
-                for a in mid.lefts:
-                    contrib[a].append(d_pa[r:r + ss[a]])
-                    r += ss[a]
-                r = 0
-                for c in mid.rights:
-                    contrib[c].append(d_right[r:r + ss[c]])
-                    r += ss[c]
+                d_pb = functools.reduce(jnp.add, [d_left[i] * pa[i][None, :] for i in range(pa.shape[0])])
+                for side, grad in ((mid.first, d_pa), (mid.second, d_pb), (mid.other, d_right)):
+                    r = 0
+                    for a in side:
+                        contrib[a].append(grad[r:r + ss[a]])
+                        r += ss[a]
             for hp in self.highers:
                 size = int(np.prod([ss[q] for q in hp]))
                 _, vjp = jax.vjp(lambda Q: high(Q, hp), P)

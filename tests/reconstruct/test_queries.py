@@ -26,9 +26,14 @@ def test_plan_matches_one_einsum_per_marginal(k, lower):
     L = _random_logits(plan)
     got = np.asarray(plan.answers(probabilities(L, plan.layout)))
     np.testing.assert_allclose(got, np.asarray(_reference(w, plan, L)), atol=1e-6)
-    # one matmul per middle attribute, not one per marginal
+    # one matmul per middle attribute, not one per marginal; a middle is paired with whichever
+    # side has fewer rows (both orientations occur on this domain: sizes 2, 3, 4, 5, 7)
     if k == 3:
         assert len(plan.middles) < len(w.marginals)
+        assert {m.flip for m in plan.middles} == {True, False}
+        ss = plan.layout.stacked_sizes
+        assert all(m.product_rows(ss) == min(sum(ss[a] for a in m.lefts), sum(ss[c] for c in m.rights)) * ss[m.b]
+                   for m in plan.middles)
     # attributes are stacked by ascending size: the largest never enters a row-wise product
     assert list(plan.layout.stacked_sizes) == sorted(dom.sizes)
 
