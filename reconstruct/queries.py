@@ -71,6 +71,13 @@ def _dot_t(a, b, dtype):
                                preferred_element_type=jnp.float32)
 
 
+def _swap_forward(dtype: str, product_rows: int, other_rows: int) -> bool:
+    """Whether a 3-way middle's forward block is computed as other · productsᵀ and transposed
+    back: measured 15-30% faster for float32 on XLA:CPU when the products are much taller than
+    the other side (at least 4x), and slower in bfloat16."""
+    return dtype == "float32" and product_rows >= 4 * other_rows
+
+
 @dataclass(frozen=True)
 class _Middle:
     """All 3-way marginals (a, b, c), a < b < c in stacked order, that share the middle b.
@@ -313,7 +320,13 @@ class MarginalPlan:
                 # bfloat16: these products, not the matmuls, are a 3-way step's memory traffic)
                 left = (pa[:, None, :] * pb[None, :, :]).reshape(-1, n).astype(dt)
                 lefts.append(left)
-                parts.append(_dot_t(left, right, dt).reshape(-1))
+                if _swap_forward(dtype, left.shape[0], right.shape[0]):
+                    # the same block as other · productsᵀ, transposed back (a small copy the
+                    # answers' concatenation makes anyway): XLA:CPU's float32 matmul runs a tall
+                    # products-by-short-other product 15-30% faster this way round
+                    parts.append(_dot_t(right, left, dt).T.reshape(-1))
+                else:
+                    parts.append(_dot_t(left, right, dt).reshape(-1))
             for hp in self.highers:
                 parts.append(high(P, hp))
             out = jnp.concatenate(parts) / n

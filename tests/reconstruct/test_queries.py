@@ -93,6 +93,25 @@ def test_softmax_and_answers_in_one_gradient_match_autodiff_of_the_definition(k)
     assert np.abs(got16 - want).max() < 2e-2 * np.abs(want).max()  # bfloat16 operands, same gradient
 
 
+def test_a_tall_middle_computed_the_other_way_round_gives_the_same_answers_and_gradient():
+    from reconstruct.queries import _swap_forward
+
+    dom = Domain.from_sizes({"A": 2, "B": 2, "C": 6, "D": 6, "E": 2, "F": 2})
+    w = Workload.all_kway(dom, 3)
+    plan = MarginalPlan.build(w)
+    ss = plan.layout.stacked_sizes
+    assert any(_swap_forward("float32", m.product_rows(ss), m.other_rows(ss)) for m in plan.middles)
+    assert not any(_swap_forward("bfloat16", m.product_rows(ss), m.other_rows(ss)) for m in plan.middles)
+    L = _random_logits(plan, n=17, seed=2)
+    np.testing.assert_allclose(np.asarray(plan.answers(probabilities(L, plan.layout))),
+                               np.asarray(_reference(w, plan, L)), atol=1e-6)
+    target = jnp.asarray(np.random.default_rng(2).random(w.num_queries), dtype=jnp.float32)
+    idx = jnp.asarray(plan.dense_index)
+    got = jax.grad(lambda L: jnp.sum((plan.dense_answers_of_logits(L)[idx] - target) ** 2))(L)
+    want = jax.grad(lambda L: jnp.sum((_reference(w, plan, L) - target) ** 2))(L)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-6)
+
+
 def test_bfloat16_operands_stay_close_to_float32():
     dom = Domain.from_sizes({"A": 3, "B": 4, "C": 2, "D": 5})
     w = Workload.all_kway(dom, 3, lower=True)
