@@ -228,12 +228,10 @@ class MarginalPlan:
                 idx = base2 + (off[sp[0]] + sv[0]) * W + off[sp[1]] + sv[1]
             elif len(m) == 3:
                 b0, mid, (first, second, other) = mid_base[sp[1]]
-                cell = dict(zip(sp, sv))  # stacked attribute -> its values
-                f, = [a for a in sp if a in first]
-                s2, = [a for a in sp if a in second and a != f]
-                o, = [a for a in sp if a not in (f, s2)]
-                row = (first[f] + cell[f]) * sum(ss[a] for a in mid.second) + second[s2] + cell[s2]
-                idx = b0 + row * mid.other_rows(ss) + other[o] + cell[o]
+                # (first, second, other) factor of each of the cell's sorted attributes
+                (f, vf), (s2, vs), (o, vo) = [(sp[i], sv[i]) for i in ((1, 2, 0) if mid.flip else (0, 1, 2))]
+                row = (first[f] + vf) * sum(ss[a] for a in mid.second) + second[s2] + vs
+                idx = b0 + row * mid.other_rows(ss) + other[o] + vo
             else:
                 idx = high_base[tuple(sp)] + np.ravel_multi_index(tuple(sv), [ss[p] for p in sp])
             index.append(np.asarray(idx, dtype=np.int64))
@@ -294,8 +292,8 @@ class MarginalPlan:
         ss = self.layout.stacked_sizes
 
         def operands(P, Pd, mid):
-            """A middle's float32 factors a's and b (for the product rule) and its right side
-            (already in the operand dtype)."""
+            """A middle's two float32 factors (for the product rule) and its other side (already
+            in the operand dtype)."""
             return (_rows(P, _runs(mid.first, off)), _rows(P, _runs(mid.second, off)),
                     _rows(Pd, _runs(mid.other, off)))
 

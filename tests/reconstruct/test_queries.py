@@ -52,44 +52,32 @@ def test_plan_handles_hand_picked_marginals_in_any_attribute_order():
     assert plan.dense_mask.sum() == w.num_queries and np.all(dense[plan.dense_mask == 0] == 0)
 
 
-@pytest.mark.parametrize("k", [2, 3])
-def test_hand_written_gradient_matches_autodiff_of_the_definition(k):
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_hand_written_gradients_match_autodiff_of_the_definition(k):
+    # both entry points: answers of given probabilities, and the RAP step's logits -> answers
+    # (softmax and answers under one gradient; for 1- and 2-way its residual is only the
+    # operand-dtype copy of P)
     dom = Domain.from_sizes({"A": 3, "B": 4, "C": 2, "D": 5, "E": 2})
     w = Workload.all_kway(dom, k, lower=True)
     plan = MarginalPlan.build(w)
     target = jnp.asarray(np.random.default_rng(0).random(w.num_queries), dtype=jnp.float32)
     L = _random_logits(plan, n=11, seed=5)
-
-    def fast(L):
-        return jnp.sum((plan.answers(probabilities(L, plan.layout)) - target) ** 2)
-
-    def ref(L):
-        return jnp.sum((_reference(w, plan, L) - target) ** 2)
-
-    np.testing.assert_allclose(np.asarray(jax.grad(fast)(L)), np.asarray(jax.grad(ref)(L)), rtol=1e-4, atol=1e-6)
-
-
-@pytest.mark.parametrize("k", [1, 2, 3])
-def test_softmax_and_answers_in_one_gradient_match_autodiff_of_the_definition(k):
-    # the RAP step's entry point: logits -> dense answers, one hand-written gradient; for 1- and
-    # 2-way workloads its residual is only the operand-dtype copy of P
-    dom = Domain.from_sizes({"A": 3, "B": 4, "C": 2, "D": 5, "E": 2})
-    w = Workload.all_kway(dom, k, lower=True)
-    plan = MarginalPlan.build(w)
-    target = jnp.asarray(np.random.default_rng(1).random(w.num_queries), dtype=jnp.float32)
-    L = _random_logits(plan, n=13, seed=6)
     idx = jnp.asarray(plan.dense_index)
 
-    def fast(L, dtype="float32"):
-        return jnp.sum((plan.dense_answers_of_logits(L, dtype)[idx] - target) ** 2)
-
     def ref(L):
         return jnp.sum((_reference(w, plan, L) - target) ** 2)
 
-    np.testing.assert_allclose(float(fast(L)), float(ref(L)), rtol=1e-5)
+    def of_probs(L):
+        return jnp.sum((plan.answers(probabilities(L, plan.layout)) - target) ** 2)
+
+    def of_logits(L, dtype="float32"):
+        return jnp.sum((plan.dense_answers_of_logits(L, dtype)[idx] - target) ** 2)
+
     want = np.asarray(jax.grad(ref)(L))
-    np.testing.assert_allclose(np.asarray(jax.grad(fast)(L)), want, rtol=1e-4, atol=1e-6)
-    got16 = np.asarray(jax.grad(lambda L: fast(L, "bfloat16"))(L))
+    np.testing.assert_allclose(float(of_logits(L)), float(ref(L)), rtol=1e-5)
+    for fn in (of_probs, of_logits):
+        np.testing.assert_allclose(np.asarray(jax.grad(fn)(L)), want, rtol=1e-4, atol=1e-6)
+    got16 = np.asarray(jax.grad(lambda L: of_logits(L, "bfloat16"))(L))
     assert np.abs(got16 - want).max() < 2e-2 * np.abs(want).max()  # bfloat16 operands, same gradient
 
 
