@@ -80,28 +80,23 @@ def step_rate(plan, targets, dom, runs, steps, settings):
     return runs * 2 * steps / (three - one)
 
 
-def step_rates(name, plan, targets, dom, rows, steps, peaks, out, runs=None):
+def step_rates(name, plan, targets, dom, rows, steps, peaks, out):
     """Run-steps/s (and fraction of the dtype's peak) for dense and error-sampled steps, per dtype."""
-    best = ("float32", 0.0)
     for precision in ("float32", "bfloat16"):
         if usable_dtype(precision) != precision:
             print(f"{name}: {precision} not usable on this backend; skipped")
             continue
         s = RAPSettings(rows=rows, steps=steps, precision=precision, steps_per_call=steps)
         batch = default_batch(s, 1 << 20, plan)
-        n = runs or batch
         tag = "" if precision == "float32" else "_bf16"
-        dense = step_rate(plan, targets, dom, n, steps, s)
+        dense = step_rate(plan, targets, dom, batch, steps, s)
         frac = plan.flops_per_step(rows) * dense / (peaks[precision] * 1e9)
-        err = step_rate(plan, targets, dom, n, steps, dataclasses.replace(s, sampling="error"))
+        err = step_rate(plan, targets, dom, batch, steps, dataclasses.replace(s, sampling="error"))
         out[f"step_{name}{tag}_per_s"] = round(dense, 2)
         out[f"step_{name}{tag}_frac_peak"] = round(frac, 3)
         out[f"step_{name}{tag}_error_sampled_per_s"] = round(err, 2)
         print(f"{name} {precision}: dense {dense:.1f} run-steps/s ({frac:.1%} of {precision} peak, batch {batch}); "
               f"error-sampled {err:.1f} run-steps/s")
-        if dense > best[1]:
-            best = (precision, dense)
-    return best[0]
 
 
 def census_problem(rows_cap: int = 900):
