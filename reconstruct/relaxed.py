@@ -117,8 +117,8 @@ def softmax_backward(p: jax.Array, g: jax.Array, layout: Layout) -> jax.Array:
     """The softmax's vector-Jacobian product: P ⊙ (dP − segment sums of P ⊙ dP), in float32.
     ``p`` may be stored in a narrower dtype (a bfloat16 hot loop keeps only that copy)."""
     seg_np, member_np = _segments(layout)
-    pg = p.astype(jnp.float32) * g
-    return p.astype(jnp.float32) * (g - (jnp.asarray(member_np) @ pg)[jnp.asarray(seg_np)])
+    p = p.astype(jnp.float32)
+    return p * (g - (jnp.asarray(member_np) @ (p * g))[jnp.asarray(seg_np)])
 
 
 @functools.lru_cache(maxsize=None)
