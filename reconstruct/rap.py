@@ -46,6 +46,15 @@ class RAPSettings:
         batch: (unit, run) pairs vmapped into one compiled call; ``None`` picks per backend.
         precision: operand dtype of the hot loop's matmuls (accumulation is always float32).
             ``"bfloat16"`` is opt-in and used only when a self-test on this backend passes.
+        init_mode: how a run initialised from a dataset (``init_pool``) uses it. ``"resample"``:
+            n' rows drawn with replacement from the pool, afresh per run. ``"each_once"`` (the
+            paper code's ``--init_split``): the pool has exactly n' rows and relaxed row i starts
+            at pool row i, so every pool row is used once in every run.
+        draws: rows drawn from each fitted relaxed dataset when it is rounded. ``None``: one per
+            relaxed row (each row rounded once). An integer m (the paper code's
+            ``num_samples``): every relaxed row is rounded floor(m/n') times and m mod n'
+            distinct relaxed rows, chosen at random, once more; each draw takes every
+            attribute from that row's softmax independently.
     """
 
     rows: int = 1000
@@ -57,6 +66,8 @@ class RAPSettings:
     steps_per_call: int = 1000
     batch: int | None = None
     precision: Literal["float32", "bfloat16"] = "float32"
+    init_mode: Literal["resample", "each_once"] = "resample"
+    draws: int | None = None
 
     def __post_init__(self) -> None:
         if self.rows < 1:
@@ -77,6 +88,10 @@ class RAPSettings:
             raise CensusReconError(f"precision must be 'float32' or 'bfloat16', got {self.precision!r}")
         if self.batch is not None and self.batch < 1:
             raise CensusReconError(f"batch must be >= 1 or None, got {self.batch}")
+        if self.init_mode not in ("resample", "each_once"):
+            raise CensusReconError(f"init_mode must be 'resample' or 'each_once', got {self.init_mode!r}")
+        if self.draws is not None and self.draws < 1:
+            raise CensusReconError(f"draws must be >= 1 or None (one per relaxed row), got {self.draws}")
 
 
 def use_cpu_cores_as_devices(count: int | None = None) -> int:
@@ -138,10 +153,13 @@ def matmul_dtype(settings: RAPSettings) -> str:
 
 
 def _initial_logits(key, settings: RAPSettings, layout, pool):
-    """Random logits, or logits centred on n' rows drawn (with replacement) from ``pool``."""
+    """Random logits, or logits centred on n' rows of ``pool``: drawn with replacement
+    (``init_mode="resample"``), or its first n' rows in order (``"each_once"``)."""
     if pool is None:
         return random_logits(key, settings.rows, layout)
     rows, size = pool  # rows beyond ``size`` pad the pool to a shared shape and are never drawn
+    if settings.init_mode == "each_once":
+        return logits_from_codes(rows[: settings.rows], layout, settings.init_confidence)
     idx = jax.random.randint(key, (settings.rows,), 0, size)
     return logits_from_codes(rows[idx], layout, settings.init_confidence)
 
@@ -211,8 +229,8 @@ def _build_program(plan, settings: RAPSettings, with_pool: bool):
         loss = _loss(state[0], targets, step_keys[-1], plan, settings, jnp.asarray(mask_np), dtype)
         return state, loss
 
-    def round_one(state, run_key):
-        return round_relaxed(jax.random.fold_in(run_key, 2), state[0], layout)
+    def round_one(state, run_key, draws):
+        return round_relaxed(jax.random.fold_in(run_key, 2), state[0], layout, draws)
 
     def max_error_one(state, targets):
         err = (plan.dense_answers(probs_of(state[0], layout), dtype) - targets) * jnp.asarray(mask_np)
@@ -231,9 +249,13 @@ def _build_program(plan, settings: RAPSettings, with_pool: bool):
         TRACE_COUNT["n"] += 1
         return jax.vmap(block_one, in_axes=(0, 0, 0, None, None))(state, targets, run_keys, block_index, n_steps)
 
-    def round_b(state, run_keys):
+    def round_b(state, run_keys, draws):
         TRACE_COUNT["n"] += 1
-        return jax.vmap(round_one)(state, run_keys)
+        if draws is None:
+            return jax.vmap(lambda s, k: round_one(s, k, None))(state, run_keys)
+        # many draws per run: one pair at a time, so a large batch never holds
+        # (pairs x width x draws) gathered logits at once
+        return jax.lax.map(lambda sk: round_one(sk[0], sk[1], draws), (state, run_keys))
 
     def max_error_b(state, targets):
         return jax.vmap(max_error_one)(state, targets)
@@ -241,7 +263,7 @@ def _build_program(plan, settings: RAPSettings, with_pool: bool):
     return (
         jax.jit(init_b),
         jax.jit(block_b, static_argnums=(4,)),
-        jax.jit(round_b),
+        jax.jit(round_b, static_argnums=(2,)),
         jax.jit(max_error_b),
     )
 
@@ -251,8 +273,9 @@ _PROGRAMS: dict = {}
 
 def _program(plan, settings: RAPSettings, with_pool: bool):
     # T and the batch size do not enter the compiled functions (T is a host loop over blocks,
-    # batch a shape jit retraces on), so they do not select a program
-    key = (plan, dataclasses.replace(settings, steps=1, batch=None), with_pool)
+    # batch a shape jit retraces on), nor do the draws (a static argument of the rounding only),
+    # so they do not select a program
+    key = (plan, dataclasses.replace(settings, steps=1, batch=None, draws=None), with_pool)
     if key not in _PROGRAMS:
         _PROGRAMS[key] = _build_program(plan, settings, with_pool)
     return _PROGRAMS[key]
@@ -260,14 +283,37 @@ def _program(plan, settings: RAPSettings, with_pool: bool):
 
 @dataclass
 class RAPRankResult:
-    """The K rounded reconstructions D'_1..D'_K and the ranking R of their union."""
+    """The K rounded reconstructions D'_1..D'_K and the ranking R of their union.
 
-    codes: np.ndarray  # (K, n', d) int32
+    ``ranking`` may be cut to its top rows (``limit``); ``union_size`` is always the number of
+    distinct rows in the whole union of the K reconstructions, before any cut."""
+
+    codes: np.ndarray  # (K, rows drawn per run, d) int32
     ranking: Ranking
     final_loss: np.ndarray  # (K,)
     max_abs_error: np.ndarray  # (K,) max |Q(relaxed) - target| at the end of each fit
+    union_size: int = 0
+    domain: Domain | None = None
     seconds: float = 0.0
     timings: dict = field(default_factory=dict)
+
+    def run_fractions(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every distinct row of the union (sorted int64 keys) and the fraction of the K runs
+        whose rounded output contains it, in (0, 1].
+
+        >>> from microdata.domain import Domain
+        >>> codes = np.array([[[0], [0], [1]], [[1], [2], [2]]])  # K = 2 runs of 3 rows
+        >>> r = RAPRankResult(codes, Ranking(np.zeros(0), np.zeros(0)), np.zeros(2), np.zeros(2),
+        ...                   domain=Domain.from_sizes({"A": 3}))
+        >>> [k.tolist() for k in r.run_fractions()]
+        [[0, 1, 2], [0.5, 1.0, 0.5]]
+        """
+        if self.domain is None:
+            raise CensusReconError("run_fractions needs the result's domain")
+        K = self.codes.shape[0]
+        per_run = [np.unique(self.domain.encode(c)) for c in self.codes]
+        keys, runs = np.unique(np.concatenate(per_run), return_counts=True)
+        return keys, runs / K
 
 
 def _pool_capacity(rows: int) -> int:
@@ -319,7 +365,7 @@ def _fit_pairs(plan, settings: RAPSettings, targets: np.ndarray, run_keys: jax.A
         state, loss = block_b(state, t, run_keys, block, n)
         done += n
         block += 1
-    codes = round_b(state, run_keys)
+    codes = round_b(state, run_keys, settings.draws)
     return np.asarray(codes), np.asarray(loss), np.asarray(max_error_b(state, t))
 
 
@@ -390,6 +436,10 @@ def rap_rank_units(plan, targets: list[np.ndarray], domain: Domain, keys: list[j
         init_pools = [domain.check_codes(p).astype(np.int32) for p in init_pools]
         if any(len(p) == 0 for p in init_pools):
             raise CensusReconError("init_pool is empty; give at least one row to initialise from")
+        if settings.init_mode == "each_once" and any(len(p) != settings.rows for p in init_pools):
+            raise CensusReconError(
+                f"init_mode 'each_once' starts relaxed row i at pool row i: every pool needs exactly n' = "
+                f"{settings.rows} rows, got {sorted({len(p) for p in init_pools})}")
     U = len(targets)
     batch = default_batch(settings, runs * U, plan)
     pairs = [(u, k) for u in range(U) for k in range(runs)]
@@ -420,8 +470,9 @@ def rap_rank_units(plan, targets: list[np.ndarray], domain: Domain, keys: list[j
     out = []
     for u in range(U):
         cu = np.stack(codes[u])
-        ranking = rank_by_frequency(domain.encode(cu.reshape(-1, cu.shape[-1])),
-                                    rng=None if rngs is None else rngs[u],
+        all_keys = domain.encode(cu.reshape(-1, cu.shape[-1]))
+        ranking = rank_by_frequency(all_keys, rng=None if rngs is None else rngs[u],
                                     limit=limit[u] if isinstance(limit, (list, tuple)) else limit)
-        out.append(RAPRankResult(cu, ranking, np.array(losses[u]), np.array(errs[u]), seconds=seconds / U))
+        out.append(RAPRankResult(cu, ranking, np.array(losses[u]), np.array(errs[u]),
+                                 union_size=int(np.unique(all_keys).size), domain=domain, seconds=seconds / U))
     return out

@@ -155,9 +155,23 @@ def logits_from_codes(codes: jax.Array, layout: Layout, confidence: float) -> ja
     return jnp.concatenate(out, axis=0)
 
 
-def round_relaxed(key: jax.Array, logits: jax.Array, layout: Layout) -> jax.Array:
-    """Randomised rounding: each relaxed row becomes one row, each attribute drawn from its
-    softmax independently. Returns (n', d) int32 codes in domain order."""
+def draw_rows(key: jax.Array, rows: int, draws: int) -> jax.Array:
+    """Which relaxed row each of ``draws`` draws rounds: every row floor(draws/rows) times, then
+    draws mod rows distinct rows chosen at random (the paper code's sampling)."""
+    full, extra = divmod(draws, rows)
+    parts = [jnp.tile(jnp.arange(rows), full)] if full else []
+    if extra:
+        parts.append(jax.random.permutation(key, rows)[:extra])
+    return jnp.concatenate(parts)
+
+
+def round_relaxed(key: jax.Array, logits: jax.Array, layout: Layout, draws: int | None = None) -> jax.Array:
+    """Randomised rounding: each relaxed row becomes one row (``draws=None``), or ``draws`` rows
+    are drawn from the relaxed rows (see :func:`draw_rows`); each attribute of a drawn row comes
+    from its softmax independently. Returns (n' or draws, d) int32 codes in domain order."""
+    if draws is not None:
+        key, pick = jax.random.split(key)
+        logits = logits[:, draw_rows(pick, logits.shape[1], draws)]
     keys = jax.random.split(key, len(layout.sizes))
     cols = [None] * len(layout.sizes)
     for i in range(len(layout.sizes)):

@@ -149,3 +149,51 @@ def test_recentring_the_logits_changes_nothing_and_keeps_large_steps_finite(prob
     assert rap_mod.recentre_every(big) == 1
     _, loss, err = run_rap(plan, targets, jax.random.key(5), np.arange(2), big)
     assert np.all(np.isfinite(loss)) and np.all(np.isfinite(err))
+
+
+def test_draws_per_run_round_every_relaxed_row_evenly_and_share_the_fit_program(problem):
+    data, w, plan, targets = problem
+    import jax.numpy as jnp
+
+    from reconstruct.relaxed import draw_rows
+
+    idx = np.asarray(draw_rows(jax.random.key(0), 5, 13))  # 2 full passes and 3 distinct extra rows
+    counts = np.bincount(idx, minlength=5)
+    assert len(idx) == 13 and set(counts.tolist()) == {2, 3} and (counts == 3).sum() == 3
+    s = RAPSettings(rows=12, steps=20, batch=2)
+    plain = rap_rank(plan, targets, data.domain, jax.random.key(2), 2, s)
+    before = rap_mod.TRACE_COUNT["n"]
+    many = rap_rank(plan, targets, data.domain, jax.random.key(2), 2, RAPSettings(rows=12, steps=20, batch=2, draws=30))
+    assert many.codes.shape == (2, 30, 3) and plain.codes.shape == (2, 12, 3)
+    assert rap_mod.TRACE_COUNT["n"] == before + 1  # only the rounding is traced again, not the fit
+    # a near one-hot relaxed row always rounds to its own row, however many times it is drawn
+    logits = jnp.log(jnp.asarray(np.eye(3, dtype=np.float32)[:, [0, 2]] * 0.999999 + 1e-7))
+    from reconstruct.relaxed import Layout, round_relaxed
+
+    rows = np.asarray(round_relaxed(jax.random.key(1), logits, Layout.of([3]), draws=7))
+    assert sorted(rows[:, 0].tolist()) == sorted([0, 2] * 3 + rows[6:, 0].tolist())
+    assert set(rows[:, 0].tolist()) <= {0, 2}
+    with pytest.raises(CensusReconError, match="draws must be"):
+        RAPSettings(draws=0)
+
+
+def test_union_size_and_run_fractions_cover_the_whole_union(problem):
+    data, w, plan, targets = problem
+    res = rap_rank(plan, targets, data.domain, jax.random.key(5), 3, RAPSettings(rows=20, steps=30, batch=1), limit=4)
+    keys, frac = res.run_fractions()
+    assert len(res.ranking) == 4 and res.union_size == len(keys) > 4
+    assert set(res.ranking.keys) <= set(keys)
+    assert (frac > 0).all() and (frac <= 1).all()
+    per_run = [set(data.domain.encode(c).tolist()) for c in res.codes]
+    for k, f in zip(keys[:10], frac[:10]):
+        assert f == sum(k in r for r in per_run) / 3
+
+
+def test_each_once_initialisation_starts_relaxed_row_i_at_pool_row_i(problem):
+    data, w, plan, targets = problem
+    s = RAPSettings(rows=len(data), steps=1, learning_rate=1e-6, init_confidence=0.999, batch=1, init_mode="each_once")
+    res = rap_rank(plan, targets, data.domain, jax.random.key(0), 2, s, init_pool=data.codes)
+    for run in res.codes:
+        assert (run == data.codes).all(axis=1).mean() > 0.9  # row i is pool row i, in order
+    with pytest.raises(CensusReconError, match="exactly n'"):
+        rap_rank(plan, targets, data.domain, jax.random.key(0), 1, s, init_pool=data.codes[:5])
