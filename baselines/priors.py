@@ -27,6 +27,10 @@ class EmpiricalPrior:
     def ranking(self, rng: np.random.Generator | None = None, limit: int | None = None) -> Ranking:
         return rank_by_frequency(self.domain.encode(self.codes), rng=rng, limit=limit)
 
+    def support_size(self) -> int:
+        """How many distinct rows the whole ranking holds (before any ``limit``)."""
+        return int(np.unique(self.domain.encode(self.codes)).size)
+
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         return self.codes[rng.integers(0, len(self.codes), size=n)]
 
@@ -63,6 +67,10 @@ class BlockStrengthenedPrior:
         )
         return rank_by_score(self.domain.encode(codes), scores, rng=rng, limit=limit)
 
+    def support_size(self) -> int:
+        """Rows of positive probability: blocks of D times the pool's distinct rows."""
+        return int((self.block_weights > 0).sum()) * self.pool.support_size()
+
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         b = rng.choice(len(self.block_weights), size=n, p=self.block_weights)
         return np.concatenate([b[:, None], self.pool.sample(n, rng)], axis=1)
@@ -70,13 +78,15 @@ class BlockStrengthenedPrior:
 
 def geographic_priors(population: Dataset, level: str, unit: str, attributes: list[str],
                       block_domain: Domain | None = None, block_weights: np.ndarray | None = None,
-                      levels: list[str] | None = None) -> dict[str, EmpiricalPrior | BlockStrengthenedPrior]:
+                      levels: list[str] | None = None,
+                      include_target: bool = False) -> dict[str, EmpiricalPrior | BlockStrengthenedPrior]:
     """Priors from the units enclosing ``unit`` (a tract or block), one per coarser level.
 
-    The target unit's own rows are excluded from every pool, so a baseline never sees a
-    row of D (nor of D_holdout, which has its own baseline). With ``block_domain`` and
-    ``block_weights`` given (tract targets that keep BLOCK), each prior is strengthened:
-    BLOCK is drawn from its distribution in D.
+    By default the target unit's own rows are excluded from every pool, so a baseline never
+    sees a row of D (nor of D_holdout, which has its own baseline). ``include_target=True``
+    keeps them, as the paper's pools did: a baseline then guesses partly from D itself, which
+    flatters it. With ``block_domain`` and ``block_weights`` given (tract targets that keep
+    BLOCK), each prior is strengthened: BLOCK is drawn from its distribution in D.
     """
     if population.geography is None:
         raise CensusReconError("geographic baselines need a population with geography")
@@ -90,7 +100,7 @@ def geographic_priors(population: Dataset, level: str, unit: str, attributes: li
         if lv not in allowed:
             raise CensusReconError(f"baseline level {lv!r} is not coarser than the target level {level!r}; use {sorted(allowed)}")
         parent = geo.parent(level, unit, lv)
-        rows = (geo.units(lv) == parent) & ~in_unit
+        rows = (geo.units(lv) == parent) & (True if include_target else ~in_unit)
         if not rows.any():
             continue  # e.g. a county with a single tract: no data outside the target
         pool = EmpiricalPrior(sub.domain, sub.codes[rows])
@@ -130,6 +140,14 @@ class ChancePrior:
             codes = np.concatenate([codes[prefix], vals[val][:, None]], axis=1)
             probs = cand[keep]
         return rank_by_score(self.domain.encode(codes), probs, rng=rng, limit=limit)
+
+    def support_size(self) -> int:
+        """Rows of positive probability: the product of the margins' supports (a domain's
+        size fits int64, so this does too)."""
+        size = 1
+        for p in self.margins:
+            size *= int((p > 0).sum())
+        return size
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         return np.stack([rng.choice(len(p), size=n, p=p) for p in self.margins], axis=1)

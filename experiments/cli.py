@@ -142,15 +142,23 @@ def _audit(args) -> None:
 def _print_summary(run_dir) -> None:
     import pandas as pd
 
-    from experiments.metrics import average_curves
+    from experiments.metrics import average_curves, persons_reconstructed, summarise_persons, variant_label
 
     df = pd.read_parquet(run_dir / "match_rate.parquet")
     curves = average_curves(df, 10, by=["variant", "method"])
-    table = curves[curves["k_over_u"].round(2).isin([0.1, 0.5, 1.0])].pivot_table(
-        index=["variant", "method"], columns="k_over_u", values="match_rate")
-    table.columns = [f"k/u={c:g}" for c in table.columns]
-    print("\nmean match rate across units:")
-    print(table.round(3).to_string())
+    persons = summarise_persons(persons_reconstructed(df)).set_index(["variant", "method"])
+    for v in dict.fromkeys(df["variant"].tolist()):
+        table = curves[(curves["variant"] == v) & curves["k_over_u"].round(2).isin([0.1, 0.5, 1.0])].pivot_table(
+            index="method", columns="k_over_u", values="match_rate", sort=False)
+        table.columns = [f"k/u={c:g}" for c in table.columns]
+        print(f"\nmean match rate across units, {variant_label(v)}:")
+        print(table.round(3).to_string())
+        for m in table.index:
+            if (v, m) in persons.index:
+                p = persons.loc[(v, m)]
+                print(f"  {m}: {int(p['persons'])} persons reconstructed (unique in D, top u), "
+                      f"best baselines {int(p['baseline_persons'])}; difference per unit "
+                      f"{p['difference_mean']:+.1f} ± {p['difference_sem']:.1f}")
 
 
 if __name__ == "__main__":

@@ -123,6 +123,9 @@ class QueryConfig(_Strict):
 
 
 class AttackConfig(_Strict):
+    """RAP-Rank's settings. ``draws_per_run`` and ``init_mode`` choose between our defaults and
+    the paper code's sampling and initialisation (configs/paper/ uses the paper's)."""
+
     runs: int = Field(100, ge=1, description="K")
     rows: int = Field(500, ge=1, description="n'")
     steps: int = Field(500, ge=1, description="T")
@@ -135,12 +138,49 @@ class AttackConfig(_Strict):
     steps_per_call: int = Field(1000, ge=1)
     precision: Literal["float32", "bfloat16"] = Field(
         "float32", description="matmul operand dtype (float32 accumulation); bfloat16 only where a self-test passes")
+    draws_per_run: int | Literal["n"] | None = Field(
+        None, description="rows drawn from each fitted relaxed dataset: null = one per relaxed row; an integer; "
+        "or n = as many as D has persons (the paper code's census setting; the attacker reads n off the published "
+        "total)")
+    init_mode: Literal["resample", "each_once"] = Field(
+        "resample", description="init from a baseline: resample = n' rows drawn from it per run; each_once = the "
+        "paper code's: n' = |D_holdout| and each of its rows starts one relaxed row (other baselines: "
+        "|D_holdout| rows drawn from them once per unit)")
+
+    @field_validator("draws_per_run")
+    @classmethod
+    def _draws(cls, v):
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"attack.draws_per_run must be >= 1, null or n, got {v}")
+        return v
 
     @field_validator("init")
     @classmethod
     def _inits(cls, v):
         if not v or len(set(v)) != len(v):
             raise ValueError(f"attack.init needs distinct entries (random, holdout or a geography level), got {v}")
+        return v
+
+
+class BaselinesConfig(_Strict):
+    """Comparators that never see the statistics. A plain list in a config is shorthand for
+    ``{methods: [...]}``."""
+
+    methods: list[str] = ["holdout", "chance", "county", "state", "national"]
+    include_target: bool = Field(
+        False, description="geographic pools include the target unit's own rows, as the paper's did; the default "
+        "excludes them, so a baseline never guesses from D itself")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v):
+        return {"methods": v} if isinstance(v, (list, tuple)) else v
+
+    @field_validator("methods")
+    @classmethod
+    def _distinct(cls, v):
+        if len(set(v)) != len(v):
+            raise ValueError(f"baselines.methods repeats an entry: {v}")
         return v
 
 
@@ -189,7 +229,7 @@ class ExperimentConfig(_Strict):
     holdout_fraction: float = Field(0.5, gt=0, lt=1)
     queries: list[QueryConfig] = [QueryConfig()]
     attack: AttackConfig = AttackConfig()
-    baselines: list[str] = ["holdout", "county", "state", "national"]
+    baselines: BaselinesConfig = BaselinesConfig()
     grid_points: int = Field(100, ge=2, le=10000)
     release: ReleaseConfig | None = None
     sweep: SweepConfig = SweepConfig()

@@ -24,18 +24,45 @@ def k_grid(u: int, points: int) -> np.ndarray:
     return np.unique(np.maximum(1, np.ceil(x * u - 1e-9).astype(np.int64)))
 
 
+#: How often a matched row's person attributes occur outside the target unit, in the unit one
+#: level up (see :func:`outside_counts`): column suffix and inclusive count range.
+OUTSIDE_BINS = (("0", 0, 0), ("1_2", 1, 2), ("3_9", 3, 9), ("10_plus", 10, None))
+OUTSIDE_COLUMNS = [f"num_matched_outside_{name}" for name, _, _ in OUTSIDE_BINS]
+
+
+def lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray, missing: int = 0) -> np.ndarray:
+    """``values`` of the sorted ``keys`` at ``query``, ``missing`` where a query key is absent.
+
+    >>> lookup(np.array([2, 5, 9]), np.array([20, 50, 90]), np.array([5, 3, 9, 10])).tolist()
+    [50, 0, 90, 0]
+    """
+    keys, values, query = np.asarray(keys), np.asarray(values), np.asarray(query)
+    if keys.size == 0:
+        return np.full(query.shape, missing, dtype=values.dtype if values.size else np.int64)
+    pos = np.minimum(np.searchsorted(keys, query), keys.size - 1)
+    return np.where(keys[pos] == query, values[pos], missing)
+
+
 def match_rate_curve(ranking: Ranking, truth_keys: np.ndarray, ks: np.ndarray, u: int,
-                     rare_keys: np.ndarray | None = None) -> pd.DataFrame:
+                     union_size: int | None = None,
+                     outside: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
     """Top-k match rate of ``ranking`` against the private rows for each k in ``ks``.
 
-    match_rate(k) = (rows ranked 1..k that appear in D) / num_candidates, where
-    num_candidates = min(k, |R|): a method that offers fewer than k rows is judged on
-    what it offers (NaN when it offers none).
+    match_rate(k) = (candidates ranked 1..k that appear in D) / k (Dick et al. 2023, §2.1). A
+    method that offers fewer than k candidates simply stops matching: ``num_candidates`` is
+    what it offered up to k (min(k, |R|)) and ``union_size`` its whole candidate list before
+    any cut (``len(ranking)`` unless given: RAP-Rank's union of the K runs, a prior's support).
+
+    Matches are split by uniqueness in D (``num_matched_unique``: rows of exactly one person of
+    D, ``num_matched_common``) and, with ``outside`` = (sorted keys, counts) giving for each of
+    D's distinct rows how many persons outside the target unit share its person attributes,
+    by that count (``num_matched_outside_0``, ``_1_2``, ``_3_9``, ``_10_plus``).
 
     >>> from microdata.ranking import Ranking
     >>> r = Ranking(np.array([4, 9, 1, 7]), np.array([4., 3., 2., 1.]))
-    >>> match_rate_curve(r, np.array([1, 4, 5]), np.array([1, 2, 4, 6]), u=3).match_rate.round(2).tolist()
-    [1.0, 0.5, 0.5, 0.5]
+    >>> c = match_rate_curve(r, np.array([1, 4, 5]), np.array([1, 2, 4, 6]), u=3)
+    >>> c.match_rate.round(3).tolist(), c.num_candidates.tolist()
+    ([1.0, 0.5, 0.5, 0.333], [1, 2, 4, 4])
     """
     ks = np.asarray(ks, dtype=np.int64)
     if ks.size and ks.min() < 1:
@@ -45,42 +72,70 @@ def match_rate_curve(ranking: Ranking, truth_keys: np.ndarray, ks: np.ndarray, u
     unique_rows = np.isin(ranking.keys, uniq[counts == 1])
 
     def cumulative(flags):
-        return np.concatenate([[0], np.cumsum(flags)])
+        return np.concatenate([[0], np.cumsum(flags)]).astype(np.int64)
 
-    cum = cumulative(hits)
     n_cand = np.minimum(ks, len(ranking))
-    matched = cum[n_cand]
+    matched = cumulative(hits)[n_cand]
+    size = len(ranking) if union_size is None else int(union_size)
+    if size < len(ranking):
+        raise CensusReconError(f"union_size {size} is smaller than the ranking it cut ({len(ranking)} rows)")
     extra = {
-        # the Sánchez et al. question: are the matches rows anyone could guess (common in D)
-        # or rows of one person (unique in D)?
-        "num_matched_unique": cumulative(unique_rows)[n_cand].astype(np.int64),
-        "num_matched_common": (matched - cumulative(unique_rows)[n_cand]).astype(np.int64),
+        "num_matched_unique": cumulative(unique_rows)[n_cand],
+        "num_matched_common": matched - cumulative(unique_rows)[n_cand],
     }
-    if rare_keys is not None:
-        extra["num_matched_rare_county"] = cumulative(hits & np.isin(ranking.keys, rare_keys))[n_cand].astype(np.int64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rate = np.where(n_cand > 0, matched / np.maximum(n_cand, 1), np.nan)
+    if outside is not None:
+        count = lookup(*outside, ranking.keys, missing=-1)
+        if (hits & (count < 0)).any():
+            raise CensusReconError("outside counts must cover every distinct row of D")
+        for (_, lo, hi), col in zip(OUTSIDE_BINS, OUTSIDE_COLUMNS):
+            extra[col] = cumulative(hits & (count >= lo) & (count <= (hi if hi is not None else np.inf)))[n_cand]
     return pd.DataFrame(
         {
             "threshold": ks,
             "k": ks,
             "k_over_u": ks / float(u),
             "num_candidates": n_cand.astype(np.int64),
-            "num_matched": matched.astype(np.int64),
-            "match_rate": rate,
+            "num_matched": matched,
+            "match_rate": matched / ks.astype(np.float64),
+            "union_size": np.full(ks.shape, size, dtype=np.int64),
             **extra,
         }
     )
 
 
-def calibration(ranking: Ranking, truth_keys: np.ndarray, runs: int) -> pd.DataFrame:
-    """Observed match rate of RAP-Rank's candidates for each score (count over the K runs)."""
-    hits = np.isin(ranking.keys, np.unique(truth_keys))
-    df = pd.DataFrame({"score": ranking.scores.astype(np.int64), "hit": hits})
-    out = df.groupby("score")["hit"].agg(num_candidates="size", num_matched="sum").reset_index()
-    out["score_fraction"] = out["score"] / runs
-    out["match_rate"] = out["num_matched"] / out["num_candidates"]
-    return out
+def calibration(keys: np.ndarray, run_fraction: np.ndarray, truth_keys: np.ndarray, runs: int,
+                bins: int = 10) -> pd.DataFrame:
+    """Observed match rate of RAP-Rank's candidates against their run fraction, over the whole
+    union of the K runs.
+
+    ``keys`` are every distinct row of the union and ``run_fraction`` the fraction of the K
+    runs whose rounded output contains each (in (0, 1]). Fractions are binned into
+    min(``bins``, K) equal bins (lo, hi]; every bin is returned, empty ones with NaN match rate,
+    so the per-bin ``num_candidates`` add up to the union size.
+
+    >>> t = calibration(np.array([1, 2, 3, 4]), np.array([0.25, 0.5, 1.0, 1.0]), np.array([3, 4, 9]), runs=4)
+    >>> t[["bin_high", "num_candidates", "num_matched"]].values.tolist()
+    [[0.25, 1.0, 0.0], [0.5, 1.0, 0.0], [0.75, 0.0, 0.0], [1.0, 2.0, 2.0]]
+    """
+    keys = np.asarray(keys, dtype=np.int64)
+    f = np.asarray(run_fraction, dtype=np.float64)
+    if keys.shape != f.shape:
+        raise CensusReconError(f"one run fraction per candidate: {keys.shape} keys, {f.shape} fractions")
+    if f.size and (f.min() <= 0 or f.max() > 1):
+        raise CensusReconError("run fractions lie in (0, 1]")
+    B = int(max(1, min(bins, runs)))
+    idx = np.clip(np.ceil(f * B - 1e-9).astype(np.int64) - 1, 0, B - 1)
+    hits = np.isin(keys, np.unique(truth_keys))
+    n = np.bincount(idx, minlength=B)
+    m = np.bincount(idx, weights=hits, minlength=B).astype(np.int64)
+    sums = np.bincount(idx, weights=f, minlength=B)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return pd.DataFrame({
+            "bin_low": np.arange(B) / B, "bin_high": np.arange(1, B + 1) / B,
+            "num_candidates": n.astype(np.int64), "num_matched": m,
+            "mean_run_fraction": np.where(n > 0, sums / np.maximum(n, 1), np.nan),
+            "match_rate": np.where(n > 0, m / np.maximum(n, 1), np.nan),
+        })
 
 
 def concentration(keys: np.ndarray) -> dict:
@@ -92,22 +147,94 @@ def concentration(keys: np.ndarray) -> dict:
             "unique_row_share": float((counts == 1).sum() / counts.sum())}
 
 
+def is_attack(method: str) -> bool:
+    """Methods that saw the published statistics (RAP-Rank variants, exact reconstruction);
+    every other method is a baseline."""
+    return method.startswith(("rap_rank", "exact"))
+
+
+def variant_label(v) -> str:
+    """How a BLOCK variant is named in every table, plot and report."""
+    if isinstance(v, (bool, np.bool_)):
+        return "with BLOCK" if v else "without BLOCK"
+    return str(v)
+
+
 def lift_by_baseline(df: pd.DataFrame) -> pd.DataFrame:
-    """Area between each RAP-Rank curve and each baseline's, per unit (mean over the k/u grid)."""
+    """Area between each attack's curve and each baseline's, per variant and unit (mean match
+    rate over the unit's k/u grid). Variants are never pooled: with and without BLOCK are two
+    experiments."""
     area = df.groupby(["variant", "unit", "method"])["match_rate"].mean().reset_index()
-    rap = area[area["method"].str.startswith("rap_rank")]
-    base = area[~area["method"].str.startswith("rap_rank")]
-    out = rap.merge(base, on=["variant", "unit"], suffixes=("", "_baseline"))
+    attack = area["method"].map(is_attack)
+    out = area[attack].merge(area[~attack], on=["variant", "unit"], suffixes=("", "_baseline"))
     out = out.rename(columns={"method_baseline": "baseline", "match_rate": "rap_area",
                               "match_rate_baseline": "baseline_area"})
     out["lift"] = out["rap_area"] - out["baseline_area"]
     return out
 
 
+def at_u(df: pd.DataFrame) -> pd.DataFrame:
+    """Each (variant, unit, method)'s row at k = u (the last point of its k grid)."""
+    return df[df["k"] == df["u"]].copy()
+
+
+def persons_reconstructed(df: pd.DataFrame) -> pd.DataFrame:
+    """"How many people", per variant, unit and attack method: persons of D whose exact row is
+    unique in D and among the method's top-u candidates (``num_matched_unique`` at k = u), next
+    to the best baseline on that unit (the baseline that finds the most such persons) and the
+    difference. Summarise across units with :func:`summarise_persons`."""
+    top = at_u(df)
+    top = top.assign(persons_reconstructed=top["num_matched_unique"].astype(np.int64))
+    attack = top["method"].map(is_attack)
+    base = top[~attack].sort_values(["persons_reconstructed", "method"], ascending=[False, True])
+    best = base.groupby(["variant", "unit"], sort=False).head(1)[["variant", "unit", "method", "persons_reconstructed"]]
+    best = best.rename(columns={"method": "best_baseline", "persons_reconstructed": "baseline_persons"})
+    cols = ["variant", "unit", "method", "u", "n_rows", "persons_reconstructed"]
+    out = top.loc[attack, cols].merge(best, on=["variant", "unit"], how="left")
+    out["difference"] = out["persons_reconstructed"] - out["baseline_persons"]
+    return out.reset_index(drop=True)
+
+
+def summarise_persons(per_unit: pd.DataFrame) -> pd.DataFrame:
+    """Across units: total persons reconstructed by each attack and by the best baselines, the
+    mean difference per unit and its standard error."""
+    g = per_unit.groupby(["variant", "method"], sort=False)
+    out = g.agg(units=("unit", "nunique"), persons=("persons_reconstructed", "sum"),
+                baseline_persons=("baseline_persons", "sum"), persons_in_d=("n_rows", "sum"),
+                difference_mean=("difference", "mean"), difference_std=("difference", "std")).reset_index()
+    out["difference_sem"] = out["difference_std"].fillna(0.0) / np.sqrt(out["units"])
+    return out.drop(columns="difference_std")
+
+
+def outside_shares(df: pd.DataFrame) -> pd.DataFrame:
+    """Per variant and method, the matches at k = u summed over units and split by how often
+    the row occurs outside the unit (shares of all matches)."""
+    top = at_u(df)
+    g = top.groupby(["variant", "method"], sort=False)[["num_matched", *OUTSIDE_COLUMNS,
+                                                        "num_matched_unique"]].sum().reset_index()
+    for col in [*OUTSIDE_COLUMNS, "num_matched_unique"]:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            g[col.replace("num_matched_", "share_")] = g[col] / g["num_matched"].where(g["num_matched"] > 0)
+    return g
+
+
+#: Fewer units than this: bands are ± one standard error across units; more: a 95% bootstrap band.
+BOOTSTRAP_MIN_UNITS = 20
+
+
+def band_kind(units: int) -> str:
+    """"sem" below :data:`BOOTSTRAP_MIN_UNITS` units (a bootstrap over a handful of units has
+    only a few distinct resamples), "bootstrap" from there on."""
+    return "sem" if units < BOOTSTRAP_MIN_UNITS else "bootstrap"
+
+
 def average_curves(df: pd.DataFrame, points: int, by: list[str], bootstrap: int = 0,
                    seed: int = 0) -> pd.DataFrame:
     """Mean match rate across units at each grid point x of k/u, with its standard error and,
-    with ``bootstrap`` > 0, a 95% percentile band from resampling the units.
+    with ``bootstrap`` > 0, a 95% percentile band from resampling the units (``ci_low``,
+    ``ci_high``). ``band_low``/``band_high`` is the band to draw, of the kind
+    :func:`band_kind` names in ``band`` (± one standard error below 20 units; the bootstrap
+    band, when computed, from 20 on).
 
     Each unit's curve is read at k = ceil(x·u) (the step function the curve is), so units
     of different sizes share one x axis.
@@ -137,4 +264,8 @@ def average_curves(df: pd.DataFrame, points: int, by: list[str], bootstrap: int 
         band = pd.DataFrame({"ci_low": np.nanpercentile(means, 2.5, axis=0),
                              "ci_high": np.nanpercentile(means, 97.5, axis=0)}, index=wide.index).reset_index()
         agg = agg.merge(band, on=by + ["k_over_u"], how="left")
+    agg["band"] = [band_kind(int(n)) if bootstrap > 0 else "sem" for n in agg["units"]]
+    use_boot = agg["band"] == "bootstrap"
+    agg["band_low"] = np.where(use_boot, agg.get("ci_low", np.nan), agg["match_rate"] - agg["sem"])
+    agg["band_high"] = np.where(use_boot, agg.get("ci_high", np.nan), agg["match_rate"] + agg["sem"])
     return agg

@@ -11,7 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.metrics import average_curves  # noqa: E402
+from experiments.metrics import (BOOTSTRAP_MIN_UNITS, OUTSIDE_COLUMNS, at_u, average_curves, is_attack,  # noqa: E402
+                                 lift_by_baseline, variant_label)
 
 _BASELINE_STYLE = {
     "holdout": ("#444444", "--"),
@@ -39,89 +40,147 @@ def save_figure(fig, out_base: Path, dpi: int = 130) -> list[Path]:
 
 
 def _variant_title(v) -> str:
-    return {True: "with BLOCK", False: "without BLOCK"}.get(v, str(v))
+    return variant_label(v)
+
+
+def _method_style(m: str, attack_methods: list[str]) -> tuple[str, str, float]:
+    if m in attack_methods:
+        return _RAP_COLORS[attack_methods.index(m) % len(_RAP_COLORS)], "-", 2.4
+    color, ls = _BASELINE_STYLE.get(m, ("#999999", "-."))
+    return color, ls, 1.6
+
+
+def _ordered_methods(methods) -> tuple[list[str], list[str]]:
+    methods = list(dict.fromkeys(methods))
+    attack = [m for m in methods if is_attack(m)]
+    return attack, attack + [m for m in methods if m not in attack]
 
 
 def plot_match_rate(df: pd.DataFrame, out_base: Path, title: str = "", points: int = 100) -> list[Path]:
-    """Mean match rate against k/u per method (95% bootstrap band across units), one panel
-    per variant; writes ``out_base``.png and .pdf and returns their paths."""
-    curves = average_curves(df, points, by=["variant", "method"], bootstrap=500)
+    """Mean match rate against k/u per method, one panel per variant; the band is ± one
+    standard error across units below 20 units and a 95% bootstrap band from 20 on (the legend
+    says which, and how many units). A triangle marks, for each unit whose candidate list
+    ends before k = u, the k/u where it ends (the curve falls from there: it offers nothing
+    more). Writes ``out_base``.png and .pdf and returns their paths."""
+    curves = average_curves(df, points, by=["variant", "method"], bootstrap=1000)
     variants = list(dict.fromkeys(df["variant"].tolist()))
+    ends = df.groupby(["variant", "unit", "method"]).agg(union_size=("union_size", "first"), u=("u", "first"))
+    ends = ends[ends["union_size"] < ends["u"]].reset_index()
     fig, axes = plt.subplots(1, len(variants), figsize=(6.2 * len(variants), 4.6), squeeze=False, sharey=True)
     for ax, v in zip(axes[0], variants):
         sub = curves[curves["variant"] == v]
-        methods = list(dict.fromkeys(df.loc[df["variant"] == v, "method"].tolist()))
-        rap = [m for m in methods if m.startswith("rap_rank")]
-        for i, m in enumerate(rap + [m for m in methods if m not in rap]):
+        attack, ordered = _ordered_methods(df.loc[df["variant"] == v, "method"])
+        for m in ordered:
             c = sub[sub["method"] == m]
-            if m in rap:
-                color, ls, lw = _RAP_COLORS[rap.index(m) % len(_RAP_COLORS)], "-", 2.4
-            else:
-                color, ls = _BASELINE_STYLE.get(m, ("#999999", "-."))
-                lw = 1.6
-            units = int(c["units"].max()) if len(c) else 0
-            ax.plot(c["k_over_u"], c["match_rate"], ls, color=color, lw=lw, label=f"{m}")
-            if units > 1:  # 95% bootstrap band across units
-                ax.fill_between(c["k_over_u"], c["ci_low"], c["ci_high"], color=color, alpha=0.12, lw=0)
+            color, ls, lw = _method_style(m, attack)
+            ax.plot(c["k_over_u"], c["match_rate"], ls, color=color, lw=lw, label=m)
+            if len(c) and c["units"].max() > 1:
+                ax.fill_between(c["k_over_u"], c["band_low"].clip(0, 1), c["band_high"].clip(0, 1),
+                                color=color, alpha=0.12, lw=0)
+            e = ends[(ends["variant"] == v) & (ends["method"] == m)]
+            if len(e):
+                x = (e["union_size"] / e["u"]).to_numpy()
+                y = np.interp(x, c["k_over_u"], c["match_rate"])
+                ax.plot(x, y, "v", color=color, ms=6, mec="black", mew=0.5, ls="none")
         n_units = df.loc[df["variant"] == v, "unit"].nunique()
+        kind = "± 1 s.e." if n_units < BOOTSTRAP_MIN_UNITS else "95% bootstrap"
         plain = variants == [False]  # data without a BLOCK choice (ACS): no variant to name
-        ax.set_title(f"{n_units} units" if plain else f"{_variant_title(v)} ({n_units} units)")
+        head = f"{n_units} units" if plain else f"{_variant_title(v)} ({n_units} units)"
+        ax.set_title(f"{head}; band: {kind} across units" if n_units > 1 else head, fontsize=10)
         ax.set_xlabel("k / u  (rank as a fraction of distinct rows in D)")
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("top-k match rate")
-    axes[0][-1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=9, frameon=False,
+    axes[0][0].set_ylabel("top-k match rate (matched / k)")
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    if len(ends):
+        handles.append(plt.Line2D([], [], marker="v", color="#777777", mec="black", mew=0.5, ls="none"))
+        labels.append("a unit's candidate list ends")
+    axes[0][-1].legend(handles, labels, loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=9, frameon=False,
                        title="method")
     if title:
         fig.suptitle(title)
     return save_figure(fig, out_base)
 
 
-def plot_metrics(df: pd.DataFrame, lift: pd.DataFrame, calib: pd.DataFrame, out_base: Path, title: str = "") -> list[Path]:
-    """Three answers to the sceptic: lift over each baseline, whether matches are rows unique in
-    D or common ones, and whether a higher RAP-Rank score really means a likelier match."""
-    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(17, 4.6))
-    # 1. lift over each baseline (mean over units, error bar = std)
-    g = lift.groupby(["method", "baseline"])["lift"].agg(["mean", "std"]).reset_index()
-    methods = list(dict.fromkeys(g["method"]))
-    baselines = list(dict.fromkeys(g["baseline"]))
-    width = 0.8 / max(len(methods), 1)
-    for i, m in enumerate(methods):
-        s = g[g["method"] == m].set_index("baseline").reindex(baselines)
-        a1.bar(np.arange(len(baselines)) + i * width, s["mean"], width, yerr=s["std"].fillna(0), capsize=2,
-               color=_RAP_COLORS[i % len(_RAP_COLORS)], label=m)
-    a1.axhline(0, color="black", lw=0.8)
-    a1.set_xticks(np.arange(len(baselines)) + width * (len(methods) - 1) / 2, baselines, rotation=20)
-    a1.set_ylabel("lift: area between RAP-Rank and baseline")
-    a1.set_title("lift over each baseline")
-    a1.legend(fontsize=8)
-    # 2. composition of the matches among the top u candidates
-    top = df.sort_values("k").groupby(["variant", "unit", "method"]).tail(1)
-    comp = top.groupby("method")[["num_matched_unique", "num_matched_common", "num_candidates"]].sum()
-    comp = comp.reindex([m for m in dict.fromkeys(df["method"])])
-    x = np.arange(len(comp))
-    uniq = comp["num_matched_unique"] / comp["num_candidates"]
-    common = comp["num_matched_common"] / comp["num_candidates"]
-    a2.bar(x, uniq, color="#c0392b", label="matched rows unique in D")
-    a2.bar(x, common, bottom=uniq, color="#95a5a6", label="matched rows common in D")
-    a2.set_xticks(x, comp.index, rotation=30, ha="right", fontsize=8)
-    a2.set_ylabel("share of the top-u candidates")
-    a2.set_title("who is matched: unique persons or common rows")
-    a2.legend(fontsize=8)
-    # 3. calibration
-    if len(calib):
-        for i, (m, c) in enumerate(calib.groupby("method")):
-            c = c.groupby("score_fraction")[["num_matched", "num_candidates"]].sum().reset_index()
-            rate = c["num_matched"] / c["num_candidates"]
-            a3.plot(c["score_fraction"], rate, "o-", ms=3, color=_RAP_COLORS[i % len(_RAP_COLORS)], label=m)
-        a3.set_xlabel("RAP-Rank score / K (copies of the row per run)")
-        a3.set_ylabel("observed match rate")
-        a3.set_ylim(0, 1.02)
-        a3.set_title("calibration")
-        a3.legend(fontsize=8)
-    for a in (a1, a2, a3):
-        a.grid(alpha=0.3)
+_OUTSIDE_COLORS = ("#b2182b", "#ef8a62", "#fddbc7", "#d1d1d1")
+_OUTSIDE_LABELS = ("0 persons outside the unit", "1–2", "3–9", "10 or more")
+
+
+def plot_metrics(df: pd.DataFrame, calib: pd.DataFrame, out_base: Path, title: str = "") -> list[Path]:
+    """The sceptic's questions, one row of panels per variant (with / without BLOCK are never
+    pooled): (1) how often each method's matches at k = u occur outside the target unit in the
+    enclosing unit (a row nobody outside has is one no outsider could guess); (2) persons
+    reconstructed: D's unique rows among the top u; (3) lift over each baseline; (4) whether a
+    row found by more of the K runs is likelier to be in D, over the whole union."""
+    variants = list(dict.fromkeys(df["variant"].tolist()))
+    lift = lift_by_baseline(df)
+    top = at_u(df)
+    fig, axes = plt.subplots(len(variants), 4, figsize=(21, 4.4 * len(variants)), squeeze=False)
+    for row, v in zip(axes, variants):
+        a1, a2, a3, a4 = row
+        attack, ordered = _ordered_methods(df.loc[df["variant"] == v, "method"])
+        x = np.arange(len(ordered))
+        # 1. rarity of the matches outside the unit
+        t = top[top["variant"] == v].groupby("method")[[*OUTSIDE_COLUMNS, "k"]].sum().reindex(ordered)
+        if t[OUTSIDE_COLUMNS].notna().all().all():
+            bottom = np.zeros(len(ordered))
+            for col, color, label in zip(OUTSIDE_COLUMNS, _OUTSIDE_COLORS, _OUTSIDE_LABELS):
+                share = (t[col] / t["k"]).to_numpy(dtype=float)
+                a1.bar(x, share, bottom=bottom, color=color, label=label, edgecolor="white", lw=0.5)
+                bottom += share
+            a1.legend(fontsize=7, title="matched row: persons sharing it\noutside the unit, one level up",
+                      title_fontsize=7)
+        else:
+            a1.text(0.5, 0.5, "no enclosing unit below national:\nno outside counts", ha="center",
+                    transform=a1.transAxes)
+        a1.set_xticks(x, ordered, rotation=30, ha="right", fontsize=8)
+        a1.set_ylabel("share of the top-u candidates")
+        a1.set_title(f"{_variant_title(v)}: who is matched at k = u", fontsize=10)
+        # 2. persons reconstructed
+        p = top[top["variant"] == v].groupby("method")["num_matched_unique"].sum().reindex(ordered)
+        n = top[top["variant"] == v].groupby("unit")["n_rows"].first().sum()
+        colors = [_method_style(m, attack)[0] for m in ordered]
+        a2.bar(x, p.to_numpy(dtype=float), color=colors)
+        for xi, val in zip(x, p.to_numpy(dtype=float)):
+            a2.text(xi, val, f"{int(val)}", ha="center", va="bottom", fontsize=7)
+        a2.set_xticks(x, ordered, rotation=30, ha="right", fontsize=8)
+        a2.set_ylabel(f"persons (of {int(n)} in D, all units)")
+        a2.set_title("persons reconstructed: unique in D, in the top u", fontsize=10)
+        # 3. lift over each baseline
+        lv = lift[lift["variant"] == v]
+        g = lv.groupby(["method", "baseline"])["lift"].agg(["mean", "std", "count"]).reset_index()
+        baselines = [m for m in ordered if m not in attack]
+        width = 0.8 / max(len(attack), 1)
+        for i, m in enumerate(attack):
+            s_ = g[g["method"] == m].set_index("baseline").reindex(baselines)
+            sem = (s_["std"].fillna(0) / np.sqrt(s_["count"].clip(lower=1))).to_numpy(dtype=float)
+            a3.bar(np.arange(len(baselines)) + i * width, s_["mean"], width, yerr=sem, capsize=2,
+                   color=_RAP_COLORS[i % len(_RAP_COLORS)], label=m)
+        a3.axhline(0, color="black", lw=0.8)
+        a3.set_xticks(np.arange(len(baselines)) + width * (len(attack) - 1) / 2, baselines, rotation=20, fontsize=8)
+        a3.set_ylabel("lift: mean match-rate difference over k/u")
+        a3.set_title("lift over each baseline (± 1 s.e. across units)", fontsize=10)
+        if attack:
+            a3.legend(fontsize=7)
+        # 4. calibration over the whole union
+        c = calib[calib["variant"] == v] if len(calib) and "bin_high" in calib else pd.DataFrame()
+        for i, (m, cm) in enumerate(c.groupby("method", sort=False) if len(c) else []):
+            b = cm.groupby(["bin_low", "bin_high"])[["num_matched", "num_candidates"]].sum().reset_index()
+            b = b[b["num_candidates"] > 0]
+            mid = (b["bin_low"] + b["bin_high"]) / 2
+            a4.plot(mid, b["num_matched"] / b["num_candidates"], "o-", color=_RAP_COLORS[i % len(_RAP_COLORS)],
+                    ms=3, label=f"{m} ({int(b['num_candidates'].sum())} candidates)")
+        a4.plot([0, 1], [0, 1], ":", color="#999999", lw=0.8)
+        a4.set_xlim(0, 1)
+        a4.set_ylim(0, 1.02)
+        a4.set_xlabel("share of the K runs that output the row")
+        a4.set_ylabel("observed match rate")
+        a4.set_title("calibration over the whole union", fontsize=10)
+        if len(c):
+            a4.legend(fontsize=7)
+        for a in row:
+            a.grid(alpha=0.3)
     if title:
         fig.suptitle(title)
-    return save_figure(fig, out_base, dpi=120)
+    return save_figure(fig, out_base, dpi=110)

@@ -87,7 +87,7 @@ def write_report(cfg, run_dir: Path, lift: pd.DataFrame, util: pd.DataFrame, aud
         f"Config hash `{cfg.digest()}`. Data: {cfg.data.source}; {lift['unit'].nunique()} {cfg.target.level} "
         f"units; published workload: all {cfg.queries[0].k}-way marginals of {', '.join(cfg.attributes or [])}.",
         f"Attack: RAP-Rank, K = {cfg.attack.runs} runs, T = {cfg.attack.steps} steps, n' = {cfg.attack.rows}. "
-        f"Baselines (never see any release): {', '.join(cfg.baselines)}.",
+        f"Baselines (never see any release): {', '.join(cfg.baselines.methods)}.",
         "",
         f"Privacy unit: one person. Neighbouring relation: **{r.relation}**. Noise backend: **{r.backend}**"
         + (" — seeded simulation noise, **not for publication**; use `release.backend: opendp` for a real release."

@@ -1,16 +1,45 @@
-"""`censusrecon report`: a short Markdown summary of a finished run (data, queries, methods, lift, plots)."""
+"""`censusrecon report`: a Markdown summary of a finished run, leading with who is reconstructed."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from experiments.config import ConfigError, parse_config
-from experiments.metrics import average_curves, lift_by_baseline
+from experiments.metrics import (OUTSIDE_COLUMNS, at_u, average_curves, band_kind, is_attack, lift_by_baseline,
+                                 persons_reconstructed, summarise_persons, variant_label)
 from experiments.results import atomic_write_text
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{100 * a / b:.0f}%" if b > 0 else "n/a"
+
+
+def unguessable_sentence(df: pd.DataFrame, variant, around: str | None) -> list[str]:
+    """One sentence per attack method: the share of its matches at k = u that occur nowhere
+    outside the unit, against the same share for the best baseline of each unit."""
+    if around is None or df[OUTSIDE_COLUMNS[0]].isna().all():
+        return []
+    top = at_u(df[df["variant"] == variant])
+    per = persons_reconstructed(df[df["variant"] == variant])
+    out = []
+    for m in [m for m in dict.fromkeys(top["method"]) if is_attack(m)]:
+        rows = top[top["method"] == m]
+        best = per[per["method"] == m][["unit", "best_baseline"]]
+        base = top.merge(best, left_on=["unit", "method"], right_on=["unit", "best_baseline"])
+        names = ", ".join(f"{b} on {n}" for b, n in base["best_baseline"].value_counts().items())
+        out.append(
+            f"- **{m}**: of its {int(rows['num_matched'].sum())} matches among the top u, "
+            f"{int(rows[OUTSIDE_COLUMNS[0]].sum())} ({_pct(rows[OUTSIDE_COLUMNS[0]].sum(), rows['num_matched'].sum())}) "
+            f"are rows no person outside the target unit in its {around} has — rows no baseline built from outside "
+            f"could have guessed — against {int(base[OUTSIDE_COLUMNS[0]].sum())} of {int(base['num_matched'].sum())} "
+            f"({_pct(base[OUTSIDE_COLUMNS[0]].sum(), base['num_matched'].sum())}) for the best baseline "
+            f"of each unit ({names}).")
+    return out
 
 
 def write_run_report(run_dir: str | Path) -> Path:
@@ -21,16 +50,50 @@ def write_run_report(run_dir: str | Path) -> Path:
     manifest = json.loads((run_dir / "manifest.json").read_text())
     df = pd.read_parquet(run_dir / "match_rate.parquet")
     units = manifest["units"]
+    around = manifest.get("rarity_level")
+    variants = list(dict.fromkeys(df["variant"].tolist()))
     lines = [f"# {cfg.name}", "",
              f"Config hash `{manifest['config_hash']}`, code `{manifest.get('code_fingerprint', '?')}`, "
              f"JAX {manifest['versions'].get('jax')} on {manifest['jax']['backend']}; "
-             f"{manifest['seconds_total']:.0f} s.", "",
-             "## Data", "",
-             f"Source: {cfg.data.source}{' (' + cfg.data.path + ')' if cfg.data.path else ''}; "
-             f"{len({u['unit'] for u in units})} {cfg.target.level} units; attributes "
-             f"{', '.join(next(iter(units))['domain'])}.", "",
-             "| unit | BLOCK | rows of D | u | distinct/total | entropy (bits) | queries |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             f"{manifest['seconds_total']:.0f} s.", ""]
+
+    # ---- the answer first: who is reconstructed, and could anyone have guessed them ----------
+    per_unit = persons_reconstructed(df)
+    summary = summarise_persons(per_unit)
+    lines += ["## Who is reconstructed", "",
+              "A person is *reconstructed* when their exact row is unique in D (no one else in D shares it) and "
+              "the method ranks it among its top u candidates. The best baseline of a unit is the baseline that "
+              "finds the most such persons there; the difference is per unit, mean ± one standard error across "
+              "units.", ""]
+    for v in variants:
+        s = summary[summary["variant"] == v]
+        lines += [f"### {variant_label(v)}", "",
+                  "| method | persons reconstructed | by the best baselines | difference per unit | units | persons in D |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for _, r in s.iterrows():
+            lines.append(f"| {r['method']} | {int(r['persons'])} | {int(r['baseline_persons'])} | "
+                         f"{r['difference_mean']:+.1f} ± {r['difference_sem']:.1f} | {int(r['units'])} | "
+                         f"{int(r['persons_in_d'])} |")
+        lines += [""] + unguessable_sentence(df, v, around) + [""]
+        if around is not None and not df[OUTSIDE_COLUMNS[0]].isna().all():
+            top = at_u(df[df["variant"] == v]).groupby("method", sort=False)[
+                ["num_matched", *OUTSIDE_COLUMNS, "num_matched_unique", "k"]].sum()
+            lines += [f"Matches at k = u (all units), by how many persons outside the target unit in its {around} "
+                      "share the row's person attributes, and by uniqueness in D:", "",
+                      "| method | candidates | matched | 0 outside | 1–2 | 3–9 | ≥ 10 | unique in D |",
+                      "|---|---:|---:|---:|---:|---:|---:|---:|"]
+            for m, r in top.iterrows():
+                cells = " | ".join(f"{int(r[c])}" for c in [*OUTSIDE_COLUMNS, "num_matched_unique"])
+                lines.append(f"| {m} | {int(r['k'])} | {int(r['num_matched'])} | {cells} |")
+            lines.append("")
+
+    # ---- what ran ------------------------------------------------------------------------
+    lines += ["## Data", "",
+              f"Source: {cfg.data.source}{' (' + cfg.data.path + ')' if cfg.data.path else ''}; "
+              f"{len({u['unit'] for u in units})} {cfg.target.level} units; attributes "
+              f"{', '.join(next(iter(units))['domain'])}.", "",
+              "| unit | BLOCK | rows of D | u | distinct/total | entropy (bits) | queries |",
+              "|---|---|---:|---:|---:|---:|---:|"]
     for u in units:
         c = u.get("concentration", {})
         nq = ", ".join(str(w["num_queries"]) for w in u["workloads"].values())
@@ -40,24 +103,44 @@ def write_run_report(run_dir: str | Path) -> Path:
     for q in cfg.queries:
         what = f"census tables `{q.tables}`" if q.kind == "census" else f"all {q.k}-way marginals"
         lines.append(f"- workload `{q.label}`: {what}")
-    lines += [f"- attack: RAP-Rank, K = {cfg.attack.runs}, T = {cfg.attack.steps}, n' = {cfg.attack.rows}, "
-              f"init {', '.join(cfg.attack.init)}", f"- baselines (never see the statistics): {', '.join(cfg.baselines)}",
-              "", "## Match rate (mean over units)", ""]
+    a = cfg.attack
+    draws = {None: "one row per relaxed row", "n": "|D| rows"}.get(a.draws_per_run, f"{a.draws_per_run} rows")
+    lines += [f"- attack: RAP-Rank, K = {a.runs}, T = {a.steps}, n' = {a.rows}, init {', '.join(a.init)} "
+              f"({a.init_mode}), {draws} drawn per run",
+              f"- baselines (never see the statistics): {', '.join(cfg.baselines.methods)}"
+              + ("; geographic pools include the target unit (as the paper's did)" if cfg.baselines.include_target
+                 else "; geographic pools exclude the target unit"), ""]
+
+    # ---- curves, lift, calibration, per variant --------------------------------------------
     curves = average_curves(df, 10, by=["variant", "method"])
-    pick = curves[curves["k_over_u"].round(2).isin([0.1, 0.5, 1.0])]
-    table = pick.pivot_table(index=["variant", "method"], columns="k_over_u", values="match_rate")
-    lines += ["| BLOCK | method | k/u = 0.1 | 0.5 | 1.0 |", "|---|---|---:|---:|---:|"]
-    for (v, m), row in table.iterrows():
-        lines.append(f"| {'yes' if v else 'no'} | {m} | " + " | ".join(f"{x:.3f}" for x in row.to_numpy()) + " |")
-    lift = lift_by_baseline(df).groupby(["method", "baseline"])["lift"].agg(["mean", "std"]).reset_index()
-    lines += ["", "## Lift over each baseline", "",
-              "Area between RAP-Rank's match-rate curve and the baseline's over k/u in (0, 1]; mean (std) over units.", "",
-              "| method | baseline | lift |", "|---|---|---:|"]
-    for _, r in lift.iterrows():
-        lines.append(f"| {r['method']} | {r['baseline']} | {r['mean']:+.3f} ({0 if pd.isna(r['std']) else r['std']:.3f}) |")
-    lines += ["", "![match rate](match_rate.png)", ""]
+    lift = lift_by_baseline(df)
+    for v in variants:
+        n_units = df.loc[df["variant"] == v, "unit"].nunique()
+        pick = curves[(curves["variant"] == v) & curves["k_over_u"].round(2).isin([0.1, 0.5, 1.0])]
+        table = pick.pivot_table(index="method", columns="k_over_u", values="match_rate", sort=False)
+        spread = pick.pivot_table(index="method", columns="k_over_u", values="sem", sort=False)
+        ends = df[df["variant"] == v].groupby("method", sort=False).apply(
+            lambda g: int((g.groupby("unit")["union_size"].first() < g.groupby("unit")["u"].first()).sum()),
+            include_groups=False)
+        lines += [f"## Match rate, {variant_label(v)} (mean ± s.e. over {n_units} units)", "",
+                  "Match rate at k = matched among the top k / k; a method whose list ends before k stops matching.",
+                  "", "| method | k/u = 0.1 | 0.5 | 1.0 | units whose list ends before u |", "|---|---:|---:|---:|---:|"]
+        for m, row in table.iterrows():
+            cells = " | ".join(f"{x:.3f} ± {e:.3f}" for x, e in zip(row.to_numpy(), spread.loc[m].to_numpy()))
+            lines.append(f"| {m} | {cells} | {ends.get(m, 0)} |")
+        lv = lift[lift["variant"] == v].groupby(["method", "baseline"], sort=False)["lift"].agg(["mean", "std", "count"])
+        lines += ["", f"Lift over each baseline, {variant_label(v)}: area between the curves over k/u in (0, 1], "
+                  "mean ± s.e. over units.", "", "| method | baseline | lift |", "|---|---|---:|"]
+        for (m, b), r in lv.iterrows():
+            sem = 0.0 if pd.isna(r["std"]) else r["std"] / np.sqrt(r["count"])
+            lines.append(f"| {m} | {b} | {r['mean']:+.3f} ± {sem:.3f} |")
+        lines.append("")
+    kind = band_kind(df["unit"].nunique())
+    lines += [f"Bands in the plots: {'± one standard error' if kind == 'sem' else 'a 95% bootstrap band'} across "
+              "units (standard errors below 20 units, bootstrap from 20).", "",
+              "![match rate](match_rate.png)", ""]
     if (run_dir / "metrics.png").exists():
-        lines += ["![lift, unique versus common matches, calibration](metrics.png)", ""]
+        lines += ["![who is matched, persons reconstructed, lift, calibration](metrics.png)", ""]
     path = run_dir / "report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path

@@ -18,8 +18,8 @@ from tqdm.auto import tqdm
 from baselines.holdout import holdout_split
 from baselines.priors import ChancePrior, EmpiricalPrior, geographic_priors
 from experiments.config import ConfigError, ExperimentConfig
-from experiments.metrics import (calibration, concentration, effective_u, k_grid, lift_by_baseline,
-                                 match_rate_curve)
+from experiments.metrics import (OUTSIDE_COLUMNS, calibration, concentration, effective_u, k_grid,
+                                 lift_by_baseline, lookup, match_rate_curve, persons_reconstructed)
 from experiments.plots import plot_match_rate, plot_metrics
 from experiments.results import code_fingerprint, jax_info, versions, write_json, write_parquet, write_yaml
 from microdata.dataset import Dataset
@@ -102,7 +102,7 @@ def check_against_data(cfg: ExperimentConfig, pop: Dataset) -> None:
     if level not in geo.levels or level == "national":
         raise ConfigError(f"target.level {level!r} is not a level of this data; choose from {list(geo.levels[1:])}")
     allowed = {"holdout", "chance", *geo.coarser(level)}
-    bad = [b for b in cfg.baselines if b not in allowed]
+    bad = [b for b in cfg.baselines.methods if b not in allowed]
     if bad:
         raise ConfigError(f"baselines {bad} are not valid for {level} targets; choose from {sorted(allowed)}")
     bad = [i for i in cfg.attack.init if i not in {"random", *allowed}]
@@ -212,7 +212,7 @@ class _UnitWork:
     ks: np.ndarray
     workloads: dict
     priors: dict
-    rare: np.ndarray | None
+    outside: tuple[np.ndarray, np.ndarray] | None
 
 
 def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]],
@@ -231,8 +231,7 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
             plan = plan_for(w)
             workloads[q.label] = (q, w, plan, exact_answers(D, w, plan))  # Q(D): all the attack sees of D
         work.append(_UnitWork(prob, D.keys(), u, k_grid(u, cfg.grid_points), workloads,
-                              build_priors(pop, cfg, prob), rare_in_county(pop, cfg, prob)))
-    settings = rap_settings(cfg)
+                              build_priors(pop, cfg, prob), outside_counts(pop, cfg, prob)))
     a = cfg.attack
 
     def ties(w: _UnitWork, method: str) -> np.random.Generator:  # per method: a sweep task matches the full run
@@ -246,19 +245,18 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
         name = cfg.rap_method(q, init)
         if only is not None and name not in only:
             continue
-        groups: dict = {}  # plan -> indices of the units that publish it
+        groups: dict = {}  # (plan, settings) -> indices of the units that share compiled calls
         for i, w in enumerate(work):
             if init != "random" and init not in w.priors:
                 log.warning("unit %s: no data for init %s (nothing outside the unit at that level); skipped",
                             w.prob.unit, init)
                 continue
-            groups.setdefault(w.workloads[q.label][2], []).append(i)
-        for plan, idx in groups.items():
+            groups.setdefault((w.workloads[q.label][2], unit_settings(cfg, w.prob, init)), []).append(i)
+        for (plan, settings), idx in groups.items():
             members = [work[i] for i in idx]
             pools = None
             if init != "random":
-                pools = [m.priors[init].sample(_INIT_POOL_ROWS, np.random.default_rng(
-                    _stable("pool", cfg.seed, m.prob.unit, init))) for m in members]
+                pools = [init_pool(cfg, m.prob, m.priors[init], init, settings.rows) for m in members]
             keys = [unit_key(cfg, "rap", m.prob.unit, m.prob.with_block, init, q.label) for m in members]
             if runs_bar is not None:
                 runs_bar.reset(total=a.runs * len(members))
@@ -273,17 +271,18 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
                 timings[i][name] = round(res.seconds, 3)
                 rap_facts[i][name] = {"mean_final_loss": float(res.final_loss.mean()),
                                       "mean_max_abs_error": float(res.max_abs_error.mean()),
-                                      "distinct_candidates": int(len(res.ranking)),
+                                      "distinct_candidates": int(res.union_size),
+                                      "rows_per_run": int(res.codes.shape[1]), "relaxed_rows": settings.rows,
                                       "units_in_call": len(members)}
-                frames[i].append(match_rate_curve(res.ranking, m.truth, m.ks, m.u, m.rare)
+                frames[i].append(match_rate_curve(res.ranking, m.truth, m.ks, m.u, res.union_size, m.outside)
                                  .assign(method=name, num_queries=workload.num_queries))
-                calib[i] += calibration(res.ranking, m.truth, a.runs).assign(method=name).to_dict("records")
+                calib[i] += calibration(*res.run_fractions(), m.truth, a.runs).assign(method=name).to_dict("records")
     out = []
     for i, w in enumerate(work):
         D, H = w.prob.private, w.prob.holdout
         if only is None or "baselines" in only:
             for b, curve, seconds in baseline_curves(cfg, w.priors, w.prob.unit, w.truth, w.ks, w.u,
-                                                     lambda b, w=w: ties(w, b), w.rare):
+                                                     lambda b, w=w: ties(w, b), w.outside):
                 timings[i][b] = seconds
                 frames[i].append(curve.assign(method=b, num_queries=0))
         df = pd.concat(frames[i], ignore_index=True)
@@ -299,18 +298,19 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
     return out
 
 
-def baseline_curves(cfg: ExperimentConfig, priors: dict, unit: str, truth, ks, u, rng_of, rare=None):
+def baseline_curves(cfg: ExperimentConfig, priors: dict, unit: str, truth, ks, u, rng_of, outside=None):
     """(name, match-rate curve, seconds) of each configured baseline this unit has data for, in
     config order; a baseline without data is named in a warning and skipped. ``rng_of(name)``
     gives the generator that breaks that baseline's ties."""
     out = []
-    for b in cfg.baselines:
+    for b in cfg.baselines.methods:
         if b not in priors:
             log.warning("unit %s: no data for baseline %s; skipped", unit, b)
             continue
         t0 = time.perf_counter()
         r = priors[b].ranking(rng=rng_of(b), limit=int(ks.max()))
-        out.append((b, match_rate_curve(r, truth, ks, u, rare), round(time.perf_counter() - t0, 3)))
+        curve = match_rate_curve(r, truth, ks, u, priors[b].support_size(), outside)
+        out.append((b, curve, round(time.perf_counter() - t0, 3)))
     return out
 
 
@@ -360,25 +360,33 @@ def unit_key(cfg: ExperimentConfig, *parts) -> jax.Array:
     return jax.random.fold_in(jax.random.key(cfg.seed), _stable(*parts) & 0x7FFFFFFF)
 
 
-def rare_in_county(pop: Dataset, cfg: ExperimentConfig, prob: UnitProblem, at_most: int = 1) -> np.ndarray | None:
-    """Keys of D's rows whose person attributes occur at most ``at_most`` times in the enclosing
-    county outside the target unit: rows no county-level guess would find. None without counties."""
+def rarity_level(geo, level: str) -> str:
+    """The unit an outsider sees around a target: the county for tracts and blocks (when the
+    data has counties), else the next coarser level (the state for PUMAs)."""
+    coarser = geo.coarser(level)
+    return "county" if "county" in coarser else coarser[0]
+
+
+def outside_counts(pop: Dataset, cfg: ExperimentConfig, prob: UnitProblem) -> tuple[np.ndarray, np.ndarray] | None:
+    """For each distinct row of D (sorted keys over D's domain), how many persons outside the
+    target unit, in the enclosing unit of :func:`rarity_level`, share its person attributes
+    (BLOCK is not a person attribute: with BLOCK the rest of the row is counted). A match with
+    count 0 is a row no outsider could have seen (Sánchez et al. 2023's question). None when
+    the target has no coarser level below national."""
     geo = pop.geography
-    if "county" not in geo.coarser(cfg.target.level):
-        return None
     level = cfg.target.level
-    county = geo.parent(level, prob.unit, "county")
-    outside = (geo.units("county") == county) & ~geo.mask(level, prob.unit)
+    if len(geo.coarser(level)) < 2:  # only national above: nothing one level up
+        return None
+    around = rarity_level(geo, level)
+    parent = geo.parent(level, prob.unit, around)
+    outside = (geo.units(around) == parent) & ~geo.mask(level, prob.unit)
     attrs = attributes(cfg, pop)
     pool = pop.project(attrs)
-    D = prob.private
-    person = D.project(attrs)  # BLOCK dropped: rarity is about the person, not the block
     uniq, counts = np.unique(pool.domain.encode(pool.codes[outside]), return_counts=True)
-    pk = person.keys()
-    pos = np.searchsorted(uniq, pk)
-    found = (pos < len(uniq)) & (uniq[np.minimum(pos, len(uniq) - 1)] == pk)
-    c = np.where(found, counts[np.minimum(pos, len(uniq) - 1)], 0)
-    return np.unique(D.keys()[c <= at_most])
+    D = prob.private
+    keys, first = np.unique(D.keys(), return_index=True)
+    person = D.project(attrs).keys()[first]
+    return keys, lookup(uniq, counts, person, missing=0).astype(np.int64)
 
 
 def unit_queries(cfg: ExperimentConfig) -> list[dict]:
@@ -419,7 +427,7 @@ def build_priors(pop: Dataset, cfg: ExperimentConfig, prob: UnitProblem) -> dict
     dom = prob.private.domain
     priors: dict = {"holdout": EmpiricalPrior(dom, prob.holdout.codes),
                     "chance": ChancePrior.from_data(prob.private)}  # one-way margins of D: published
-    geo_levels = [b for b in {*cfg.baselines, *cfg.attack.init} if b not in ("holdout", "random", "chance")]
+    geo_levels = [b for b in {*cfg.baselines.methods, *cfg.attack.init} if b not in ("holdout", "random", "chance")]
     if geo_levels:
         priors.update(
             geographic_priors(
@@ -427,9 +435,33 @@ def build_priors(pop: Dataset, cfg: ExperimentConfig, prob: UnitProblem) -> dict
                 block_domain=dom if prob.with_block else None,
                 block_weights=prob.block_weights,
                 levels=sorted(geo_levels),
+                include_target=cfg.baselines.include_target,
             )
         )
     return priors
+
+
+def unit_settings(cfg: ExperimentConfig, prob: UnitProblem, init: str) -> RAPSettings:
+    """RAP settings of one unit's attack: the config's, with n' = |D_holdout| for the paper's
+    each-once initialisation and the draws per run resolved (``n`` = the persons of D, which
+    the attacker reads off the published total)."""
+    a = cfg.attack
+    over = {"init_mode": a.init_mode if init != "random" else "resample"}
+    if init != "random" and a.init_mode == "each_once":
+        over["rows"] = len(prob.holdout)
+    if a.draws_per_run is not None:
+        over["draws"] = len(prob.private) if a.draws_per_run == "n" else int(a.draws_per_run)
+    return rap_settings(cfg, **over)
+
+
+def init_pool(cfg: ExperimentConfig, prob: UnitProblem, prior, init: str, rows: int) -> np.ndarray:
+    """The rows a unit's runs start from: a large sample of the prior to draw from per run
+    (``init_mode: resample``), or exactly n' rows used once each (``each_once``: D_holdout
+    itself for the holdout init, else n' rows drawn from the prior once for the unit)."""
+    rng = np.random.default_rng(_stable("pool", cfg.seed, prob.unit, init))
+    if cfg.attack.init_mode == "each_once":
+        return prob.holdout.codes if init == "holdout" else prior.sample(rows, rng)
+    return prior.sample(_INIT_POOL_ROWS, rng)
 
 
 def rap_settings(cfg: ExperimentConfig, **over) -> RAPSettings:
@@ -442,8 +474,8 @@ def rap_settings(cfg: ExperimentConfig, **over) -> RAPSettings:
 
 
 COLUMNS = ["variant", "unit", "method", "threshold", "k", "k_over_u", "num_candidates", "num_matched",
-           "match_rate", "u", "n_rows", "num_queries", "num_matched_unique", "num_matched_common",
-           "num_matched_rare_county"]
+           "match_rate", "union_size", "u", "n_rows", "num_queries", "num_matched_unique", "num_matched_common",
+           *OUTSIDE_COLUMNS]
 
 
 def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", progress: bool = True) -> Path:
@@ -504,15 +536,14 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
 
     result = pd.concat(frames, ignore_index=True)
     write_parquet(run_dir / "match_rate.parquet", result)
-    lift = lift_by_baseline(result)
-    write_parquet(run_dir / "lift.parquet", lift)
+    write_parquet(run_dir / "lift.parquet", lift_by_baseline(result))
+    write_parquet(run_dir / "persons.parquet", persons_reconstructed(result))
     calib = pd.DataFrame([dict(c, unit=f["unit"], variant=f["with_block"]) for f in facts for c in f["calibration"]])
     write_parquet(run_dir / "calibration.parquet", calib)
     conc = pd.DataFrame([dict(f["concentration"], unit=f["unit"], variant=f["with_block"], u=f["u"], rows=f["rows"])
                          for f in facts])
     write_parquet(run_dir / "units.parquet", conc)
-    plot_match_rate(result, run_dir / "match_rate", title=_title(cfg), points=cfg.grid_points)
-    plot_metrics(result, lift, calib, run_dir / "metrics", title=_title(cfg))
+    plot_run(run_dir, cfg)
     manifest = {
         "name": cfg.name,
         "config_hash": cfg.digest(),
@@ -521,6 +552,7 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
         "jax": jax_info(),
         "seeds": {"experiment": cfg.seed, "population": cfg.data.seed},
         "population_rows": len(pop),
+        "rarity_level": rarity_level(pop.geography, cfg.target.level) if len(pop.geography.coarser(cfg.target.level)) > 1 else None,
         "units": facts,
         "seconds_total": round(time.perf_counter() - t_start, 2),
     }
@@ -539,6 +571,16 @@ def _title(cfg: ExperimentConfig) -> str:
     return f"{cfg.name}: {cfg.target.level}s, {qs}, K={a.runs}, T={a.steps}, n'={a.rows}"
 
 
+def plot_run(run_dir: Path, cfg: ExperimentConfig) -> list[Path]:
+    """Draw every plot of a run from its Parquet files."""
+    df = pd.read_parquet(run_dir / "match_rate.parquet")
+    paths = plot_match_rate(df, run_dir / "match_rate", title=_title(cfg), points=cfg.grid_points)
+    calib_path = run_dir / "calibration.parquet"
+    calib = pd.read_parquet(calib_path) if calib_path.exists() else pd.DataFrame()
+    paths += plot_metrics(df, calib, run_dir / "metrics", title=_title(cfg))
+    return paths
+
+
 def replot(run_dir: str | Path) -> list[Path]:
     """Regenerate the plots of a finished run from its Parquet."""
     import yaml
@@ -546,13 +588,7 @@ def replot(run_dir: str | Path) -> list[Path]:
     from experiments.config import parse_config
 
     run_dir = Path(run_dir)
-    pq_path = run_dir / "match_rate.parquet"
-    if not pq_path.exists():
+    if not (run_dir / "match_rate.parquet").exists():
         raise ConfigError(f"{run_dir} has no match_rate.parquet; is it a finished run directory?")
     cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
-    df = pd.read_parquet(pq_path)
-    paths = plot_match_rate(df, run_dir / "match_rate", title=_title(cfg), points=cfg.grid_points)
-    if (run_dir / "calibration.parquet").exists():
-        paths += plot_metrics(df, lift_by_baseline(df), pd.read_parquet(run_dir / "calibration.parquet"),
-                              run_dir / "metrics", title=_title(cfg))
-    return paths
+    return plot_run(run_dir, cfg)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from baselines.holdout import holdout_split
-from baselines.priors import BlockStrengthenedPrior, EmpiricalPrior, geographic_priors
+from baselines.priors import BlockStrengthenedPrior, ChancePrior, EmpiricalPrior, geographic_priors
 from experiments.metrics import effective_u, k_grid, match_rate_curve
 from microdata.dataset import Dataset
 from microdata.domain import Attribute, Domain
@@ -54,6 +54,20 @@ def test_geographic_priors_exclude_the_target_unit():
     assert len(priors["national"].codes) == len(pop) - n_tract
     with pytest.raises(CensusReconError, match="not coarser"):
         geographic_priors(pop, "tract", tract, ["AGE"], levels=["block"])
+    # the paper's pools include the target unit
+    paper = geographic_priors(pop, "tract", tract, ["AGE", "SEX"], include_target=True)
+    assert len(paper["national"].codes) == len(pop)
+
+
+def test_support_sizes_count_every_row_a_ranking_can_hold():
+    dom = Domain.from_sizes({"A": 4})
+    prior = EmpiricalPrior(dom, np.array([[2], [2], [0], [3]]))
+    assert prior.support_size() == 3 == len(prior.ranking())
+    bdom = Domain((Attribute.range("BLOCK", 3), Attribute.range("A", 4)))
+    strong = BlockStrengthenedPrior(bdom, np.array([1.0, 0.0, 2.0]), prior)
+    assert strong.support_size() == 6 == len(strong.ranking())
+    chance = ChancePrior(Domain.from_sizes({"A": 3, "B": 4}), (np.array([0.5, 0.5, 0]), np.array([0.25] * 4)))
+    assert chance.support_size() == 8 == len(chance.ranking())
 
 
 def _mean_match_rate(prior, D, H, rng):

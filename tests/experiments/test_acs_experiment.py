@@ -54,6 +54,6 @@ def test_nist_national_config_runs_on_the_shared_excerpt(tmp_path, root):
                        "attack.rows=50", "target.units=2", "grid_points=10"])
     run_dir = run_experiment(cfg, tmp_path, progress=False)
     df = pd.read_parquet(run_dir / "match_rate.parquet")
-    assert set(df.method) == {"rap_rank_2way", "rap_rank_3way", "holdout", "state", "national"}
+    assert set(df.method) == {"rap_rank_2way", "rap_rank_3way", "holdout", "state", "national", "chance"}
     units = df.unit.unique().tolist()
     assert len(units) == 2 and len({u[:2] for u in units}) == 2  # one PUMA per state

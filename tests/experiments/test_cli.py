@@ -38,7 +38,7 @@ def test_cli_end_to_end_writes_a_self_describing_run_directory(tiny_run, root):
         assert (run_dir / name).stat().st_size > 0, name
     df = pd.read_parquet(run_dir / "match_rate.parquet")
     assert REQUIRED <= set(df.columns)
-    assert set(df.method) == {"rap_rank", "rap_rank_init_holdout", "holdout", "county", "state", "national"}
+    assert set(df.method) == {"rap_rank", "rap_rank_init_holdout", "holdout", "county", "state", "national", "chance"}
     assert not df.duplicated(["variant", "unit", "method", "k"]).any()  # one row per (unit, method, k)
     m = json.loads((run_dir / "manifest.json").read_text())
     assert m["jax"]["backend"] and m["versions"]["jax"] and m["seeds"]["experiment"] == 0
@@ -171,19 +171,49 @@ def test_queries_command_prints_one_json_line_per_unit(root, capsys):
 
 def test_metrics_files_and_report(tiny_run):
     run_dir, _ = tiny_run
-    lift = pd.read_parquet(run_dir / "lift.parquet")
-    assert {"method", "baseline", "lift"} <= set(lift.columns)
+    df = pd.read_parquet(run_dir / "match_rate.parquet")
+    # the match rate is over k on every row; the candidate list is recorded before any cut
+    np.testing.assert_array_equal(df.match_rate, df.num_matched / df.k)
+    assert (df.num_candidates <= np.minimum(df.k, df.union_size)).all() and (df.union_size > 0).all()
+    assert (df.num_matched_unique + df.num_matched_common == df.num_matched).all()
+    outside = df[[c for c in df.columns if c.startswith("num_matched_outside_")]]
+    assert outside.shape[1] == 4 and (outside.sum(axis=1) == df.num_matched).all()
+    # the county pool is the county outside the tract: its guesses all occur outside, by construction
+    assert (df[df.method == "county"].num_matched_outside_0 == 0).all()
+    assert df[df.method == "holdout"].num_matched_outside_0.max() > 0  # the holdout is inside the tract
+    # calibration over the whole union: the bins of each RAP-Rank add up to its union size
     calib = pd.read_parquet(run_dir / "calibration.parquet")
     assert (calib.num_matched <= calib.num_candidates).all()
+    per = calib.groupby(["variant", "unit", "method"]).num_candidates.sum()
+    union = df[df.method.str.startswith("rap_rank")].groupby(["variant", "unit", "method"]).union_size.first()
+    pd.testing.assert_series_equal(per.sort_index(), union.sort_index(), check_names=False, check_dtype=False)
+    m = json.loads((run_dir / "manifest.json").read_text())
+    for u in m["units"]:
+        for name, facts in u["rap"].items():
+            assert facts["distinct_candidates"] == union[(u["with_block"], u["unit"], name)]
+    # lift is per variant: never pooled across with and without BLOCK
+    lift = pd.read_parquet(run_dir / "lift.parquet")
+    assert {"variant", "method", "baseline", "lift"} <= set(lift.columns)
+    assert set(lift.variant) == {True, False}
+    persons = pd.read_parquet(run_dir / "persons.parquet")
+    assert {"persons_reconstructed", "best_baseline", "baseline_persons", "difference"} <= set(persons.columns)
     units = pd.read_parquet(run_dir / "units.parquet")
     assert units.distinct_over_total.between(0, 1).all() and (units.entropy_bits > 0).all()
-    df = pd.read_parquet(run_dir / "match_rate.parquet")
-    assert (df.num_matched_unique + df.num_matched_common == df.num_matched).all()
-    assert (df.num_matched_rare_county <= df.num_matched).all()
     assert (run_dir / "metrics.png").exists()
     assert main(["report", str(run_dir)]) == 0
     text = (run_dir / "report.md").read_text()
-    assert "## Lift over each baseline" in text and "match_rate.png" in text
+    assert text.index("## Who is reconstructed") < text.index("## Data") < text.index("## Match rate")
+    assert "### with BLOCK" in text and "### without BLOCK" in text and "variant True" not in text
+    assert "no baseline built from outside could have guessed" in text and "match_rate.png" in text
+
+
+def test_every_shipped_config_loads_and_runs_the_chance_baseline(root):
+    configs = sorted((root / "configs").rglob("*.yaml"))
+    assert len(configs) > 20
+    for path in configs:
+        cfg = load_config(path)
+        assert "chance" in cfg.baselines.methods, path
+        assert path.read_text().count("censusrecon ") >= 1, f"{path} names no command that runs it"
 
 
 def test_tracts_with_block_are_padded_to_a_bucket_and_share_one_program(root, monkeypatch):

@@ -2,20 +2,105 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.metrics import average_curves, effective_u, k_grid, match_rate_curve
+from experiments.metrics import (average_curves, band_kind, calibration, effective_u, k_grid, lift_by_baseline,
+                                 match_rate_curve, persons_reconstructed, summarise_persons)
 from microdata.errors import CensusReconError
 from microdata.ranking import Ranking, rank_by_frequency
 
 
-def test_hand_computed_match_rate():
+def test_hand_computed_match_rate_is_over_k_and_a_short_list_stops_matching():
     # R = (10, 20, 30, 40, 50); D holds 10, 30, 50, 60 (60 never guessed)
     r = Ranking(np.array([10, 20, 30, 40, 50]), np.array([5.0, 4, 3, 2, 1]))
     c = match_rate_curve(r, np.array([10, 30, 50, 60, 30]), np.array([1, 2, 3, 4, 5, 8]), u=4)
     assert c.num_matched.tolist() == [1, 1, 2, 2, 3, 3]
     assert c.num_candidates.tolist() == [1, 2, 3, 4, 5, 5]  # only 5 candidates exist
-    np.testing.assert_allclose(c.match_rate, [1, 1 / 2, 2 / 3, 2 / 4, 3 / 5, 3 / 5])
+    np.testing.assert_allclose(c.match_rate, [1, 1 / 2, 2 / 3, 2 / 4, 3 / 5, 3 / 8])  # over k, not over 5
     np.testing.assert_allclose(c.k_over_u, [0.25, 0.5, 0.75, 1.0, 1.25, 2.0])
-    assert list(c.columns[:6]) == ["threshold", "k", "k_over_u", "num_candidates", "num_matched", "match_rate"]
+    assert c.union_size.tolist() == [5] * 6
+    assert list(c.columns[:7]) == ["threshold", "k", "k_over_u", "num_candidates", "num_matched", "match_rate",
+                                   "union_size"]
+    # a list cut to its top 3 of a union of 9: judged on what it offers, union recorded
+    cut = match_rate_curve(Ranking(r.keys[:3], r.scores[:3]), np.array([10, 30]), np.array([2, 4]), u=2, union_size=9)
+    assert cut.num_candidates.tolist() == [2, 3] and cut.match_rate.tolist() == [0.5, 0.5]
+    assert (cut.num_candidates <= np.minimum(cut.k, cut.union_size)).all() and cut.union_size.tolist() == [9, 9]
+    with pytest.raises(CensusReconError, match="union_size"):
+        match_rate_curve(r, np.array([10]), np.array([1]), u=1, union_size=2)
+
+
+def test_the_issue_example_a_short_list_is_not_held_flat_to_k_over_u_1():
+    # 285 candidates, u = 420, 55 matched among them: over min(k, |R|) that reads 0.193, over k 0.131
+    keys = np.arange(285)
+    r = Ranking(keys, np.linspace(285, 1, 285))
+    c = match_rate_curve(r, keys[:55], np.array([420]), u=420)
+    assert c.match_rate.round(3).tolist() == [0.131] and c.num_candidates.tolist() == [285]
+
+
+def test_matches_split_by_how_often_the_row_occurs_outside_the_unit():
+    r = Ranking(np.array([1, 2, 3, 4, 5, 6]), np.arange(6, 0, -1.0))
+    truth = np.array([1, 2, 3, 4, 5, 5])  # 6 is not in D
+    outside = (np.array([1, 2, 3, 4, 5]), np.array([0, 2, 3, 10, 0]))
+    c = match_rate_curve(r, truth, np.array([2, 6]), u=5, outside=outside)
+    assert c.num_matched_outside_0.tolist() == [1, 2]  # rows 1 and 5
+    assert c.num_matched_outside_1_2.tolist() == [1, 1]  # row 2
+    assert c.num_matched_outside_3_9.tolist() == [0, 1]  # row 3
+    assert c.num_matched_outside_10_plus.tolist() == [0, 1]  # row 4
+    assert c.num_matched_unique.tolist() == [2, 4] and c.num_matched_common.tolist() == [0, 1]  # 5 occurs twice
+    with pytest.raises(CensusReconError, match="cover every distinct row"):
+        match_rate_curve(r, truth, np.array([6]), u=5, outside=(np.array([1, 2]), np.array([0, 0])))
+
+
+def test_calibration_bins_the_whole_union_by_run_fraction():
+    keys = np.arange(10)
+    frac = np.array([0.1, 0.1, 0.2, 0.3, 0.5, 0.5, 0.9, 1.0, 1.0, 1.0])
+    t = calibration(keys, frac, np.array([5, 6, 7, 8, 9, 0]), runs=10, bins=5)
+    assert t.num_candidates.sum() == 10 and len(t) == 5
+    assert t.num_candidates.tolist() == [3, 1, 2, 0, 4]  # (0, .2], (.2, .4], (.4, .6], (.6, .8], (.8, 1]
+    assert t.num_matched.tolist() == [1, 0, 1, 0, 4]
+    assert np.isnan(t.match_rate[3]) and t.match_rate[4] == 1.0
+    assert len(calibration(keys, frac, keys, runs=3)) == 3  # never more bins than K allows
+    with pytest.raises(CensusReconError, match="run fractions"):
+        calibration(keys, frac * 2, keys, runs=10)
+
+
+def _frame(rows):
+    return pd.DataFrame(rows, columns=["variant", "unit", "method", "k", "u", "n_rows", "match_rate", "num_matched",
+                                       "num_matched_unique"])
+
+
+def test_persons_reconstructed_against_the_best_baseline_of_each_unit():
+    rows = [  # at k = u: unit a (u = 4), unit b (u = 3); only the k = u rows count
+        (True, "a", "rap_rank", 4, 4, 6, 0.75, 3, 3), (True, "a", "rap_rank", 2, 4, 6, 1.0, 2, 2),
+        (True, "a", "holdout", 4, 4, 6, 0.5, 2, 1), (True, "a", "county", 4, 4, 6, 0.5, 2, 2),
+        (True, "b", "rap_rank", 3, 3, 5, 1.0, 3, 1), (True, "b", "holdout", 3, 3, 5, 0.3, 1, 0),
+        (True, "b", "county", 3, 3, 5, 0.3, 1, 0),
+    ]
+    p = persons_reconstructed(_frame(rows))
+    assert p.set_index("unit")["persons_reconstructed"].to_dict() == {"a": 3, "b": 1}
+    assert p.set_index("unit")["best_baseline"].to_dict() == {"a": "county", "b": "county"}  # ties by name
+    assert p.set_index("unit")["difference"].to_dict() == {"a": 1, "b": 1}
+    s = summarise_persons(p)
+    assert s.persons.tolist() == [4] and s.baseline_persons.tolist() == [2] and s.difference_sem.tolist() == [0.0]
+
+
+def test_lift_is_computed_per_variant_never_pooled():
+    rows = []
+    for v, rap, base in ((True, 0.9, 0.1), (False, 0.8, 0.6)):
+        for k in (1, 2):
+            rows.append((v, "t", "rap_rank", k, 2, 4, rap, 0, 0))
+            rows.append((v, "t", "holdout", k, 2, 4, base, 0, 0))
+    lift = lift_by_baseline(_frame(rows)).set_index("variant")["lift"]
+    assert lift[True] == pytest.approx(0.8) and lift[False] == pytest.approx(0.2)
+
+
+def test_bands_are_standard_errors_below_20_units_and_bootstrap_from_20():
+    assert band_kind(4) == "sem" and band_kind(19) == "sem" and band_kind(20) == "bootstrap"
+    rows = [dict(variant=False, method="m", unit=f"u{i}", u=1, k=1, match_rate=float(i % 2)) for i in range(4)]
+    avg = average_curves(pd.DataFrame(rows), 1, by=["variant", "method"], bootstrap=200)
+    assert avg.band.tolist() == ["sem"]
+    assert avg.band_high[0] - avg.match_rate[0] == pytest.approx(avg["sem"][0])
+    rows = [dict(variant=False, method="m", unit=f"u{i}", u=1, k=1, match_rate=float(i % 2)) for i in range(24)]
+    avg = average_curves(pd.DataFrame(rows), 1, by=["variant", "method"], bootstrap=200)
+    assert avg.band.tolist() == ["bootstrap"] and avg.band_low[0] == avg.ci_low[0]
 
 
 def test_match_rate_bookkeeping_is_monotone():
@@ -27,9 +112,9 @@ def test_match_rate_bookkeeping_is_monotone():
     assert (c.num_matched <= c.num_candidates).all()
 
 
-def test_empty_ranking_has_undefined_match_rate():
-    c = match_rate_curve(Ranking(np.zeros(0, np.int64), np.zeros(0)), np.array([1]), np.array([1]), u=1)
-    assert np.isnan(c.match_rate[0]) and c.num_candidates[0] == 0
+def test_an_empty_ranking_matches_nothing():
+    c = match_rate_curve(Ranking(np.zeros(0, np.int64), np.zeros(0)), np.array([1]), np.array([1, 3]), u=1)
+    assert c.match_rate.tolist() == [0.0, 0.0] and c.num_candidates.tolist() == [0, 0] and c.union_size[0] == 0
 
 
 def test_u_is_capped_at_the_holdouts_distinct_rows():
