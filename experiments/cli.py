@@ -123,20 +123,25 @@ def _audit(args) -> None:
     import json
 
     from experiments.config import ConfigError, load_config
-    from experiments.release import audit_mechanisms
+    from experiments.release_audit import audit_release
 
     cfg = load_config(args.config, args.overrides)
     if cfg.release is None:
         raise ConfigError(f"{args.config} has no 'release' section: nothing to audit")
-    results = audit_mechanisms(cfg)
+    results = audit_release(cfg, progress=not args.json and sys.stderr.isatty())
     if args.json:
         for r in results:
             print(json.dumps(r.as_dict()))
-        return
-    print(f"{'mechanism':<22}{'declared ε':>12}{'audited ε ≥':>14}   runs")
-    for r in results:
-        flag = "" if r.epsilon_lower_bound <= r.declared_epsilon else "   EXCEEDS THE DECLARED ε"
-        print(f"{r.mechanism:<22}{r.declared_epsilon:>12g}{r.epsilon_lower_bound:>14.3f}   {r.runs}{flag}")
+    else:
+        print(f"{'mechanism':<22}{'declared ε':>12}{'audited ε ≥':>14}   {'runs':>7}   checks")
+        for r in results:
+            flag = "" if r.epsilon_lower_bound <= r.declared_epsilon else "   EXCEEDS THE DECLARED ε"
+            failed = [f"{k}: {v}" for k, v in r.checks.items() if v != "pass" and not v.startswith(("declared", "not run"))]
+            print(f"{r.mechanism:<22}{r.declared_epsilon:>12g}{r.epsilon_lower_bound:>14.3f}   {r.runs:>7}   "
+                  + ("all pass" if not failed else "FAILED " + "; ".join(failed)) + flag)
+    if not all(r.passed for r in results):
+        raise ConfigError("the audit failed: a mechanism's audited ε exceeds its declared ε or a check failed "
+                          "(see above); do not publish with it")
 
 
 def _print_summary(run_dir) -> None:
@@ -147,11 +152,12 @@ def _print_summary(run_dir) -> None:
     df = pd.read_parquet(run_dir / "match_rate.parquet")
     curves = average_curves(df, 10, by=["variant", "method"])
     persons = summarise_persons(persons_reconstructed(df)).set_index(["variant", "method"])
-    for v in dict.fromkeys(df["variant"].tolist()):
+    variants = list(dict.fromkeys(df["variant"].tolist()))
+    for v in variants:
         table = curves[(curves["variant"] == v) & curves["k_over_u"].round(2).isin([0.1, 0.5, 1.0])].pivot_table(
             index="method", columns="k_over_u", values="match_rate", sort=False)
         table.columns = [f"k/u={c:g}" for c in table.columns]
-        print(f"\nmean match rate across units, {variant_label(v)}:")
+        print(f"\nmean match rate across units, {variant_label(v, variants)}:")
         print(table.round(3).to_string())
         for m in table.index:
             if (v, m) in persons.index:

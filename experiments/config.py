@@ -185,8 +185,11 @@ class BaselinesConfig(_Strict):
 
 
 class AuditConfig(_Strict):
-    epsilon: float = Field(1.0, gt=0, description="declared ε at which every mechanism is audited")
-    runs: int = Field(200_000, ge=1000, description="releases on each of the two neighbouring inputs")
+    """The empirical ε audit of every mechanism, run on the code that publishes."""
+
+    epsilons: Literal["all", "extremes"] = Field(
+        "all", description="audit every ε of release.epsilons, or only the smallest and the largest")
+    runs: int = Field(100_000, ge=1000, description="releases on each of the two neighbouring inputs")
     confidence: float = Field(0.95, gt=0.5, lt=1)
 
 
@@ -198,17 +201,27 @@ class ReleaseConfig(_Strict):
         "laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram"]
     relation: Literal["replace_one", "add_remove"] = "replace_one"
     backend: Literal["simulation", "opendp"] = "simulation"
+    invariants: list[Literal["unit_total", "occupied_blocks"]] = Field(
+        default_factory=list, description="facts the agency publishes exactly and declares as such (recorded in the "
+        "ledger): unit_total = each unit's person count; occupied_blocks = a block list taken from the persons, for "
+        "data that has no public one")
     audit: AuditConfig = AuditConfig()
 
     @model_validator(mode="after")
     def _check(self):
-        if not self.epsilons or any(not (e > 0) for e in self.epsilons):
-            raise ValueError(f"release.epsilons must be positive numbers, got {self.epsilons}")
+        from synth.mechanism import MIN_EPSILON
+
+        if not self.epsilons or any(not (e >= MIN_EPSILON) or e == float("inf") for e in self.epsilons):
+            raise ValueError(f"release.epsilons must be finite numbers >= {MIN_EPSILON:g}, got {self.epsilons}")
         if "smoothed_histogram" in self.mechanisms and self.relation != "replace_one":
             raise ValueError("the smoothed histogram is DP only under replace_one neighbours (n public)")
         if not self.mechanisms or len(set(self.mechanisms)) != len(self.mechanisms):
             raise ValueError(f"release.mechanisms must be distinct and non-empty, got {self.mechanisms}")
         return self
+
+    def audited_epsilons(self) -> list[float]:
+        eps = sorted(set(self.epsilons))
+        return eps if self.audit.epsilons == "all" else sorted({eps[0], eps[-1]})
 
 
 class SweepConfig(_Strict):

@@ -153,8 +153,11 @@ def is_attack(method: str) -> bool:
     return method.startswith(("rap_rank", "exact"))
 
 
-def variant_label(v) -> str:
-    """How a BLOCK variant is named in every table, plot and report."""
+def variant_label(v, variants=None) -> str:
+    """How a BLOCK variant is named in every table, plot and report; a run whose only variant
+    is False (data without a BLOCK choice, such as ACS) has nothing to name: "all units"."""
+    if variants is not None and list(variants) == [False]:
+        return "all units"
     if isinstance(v, (bool, np.bool_)):
         return "with BLOCK" if v else "without BLOCK"
     return str(v)

@@ -136,7 +136,7 @@ def plot_metrics(df: pd.DataFrame, calib: pd.DataFrame, out_base: Path, title: s
                     transform=a1.transAxes)
         a1.set_xticks(x, ordered, rotation=30, ha="right", fontsize=8)
         a1.set_ylabel("share of the top-u candidates")
-        a1.set_title(f"{_variant_title(v)}: who is matched at k = u", fontsize=10)
+        a1.set_title(f"{variant_label(v, variants)}: who is matched at k = u", fontsize=10)
         # 2. persons reconstructed
         p = top[top["variant"] == v].groupby("method")["num_matched_unique"].sum().reindex(ordered)
         n = top[top["variant"] == v].groupby("unit")["n_rows"].first().sum()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,20 +16,19 @@ from tqdm.auto import tqdm
 
 from experiments.config import ConfigError, ExperimentConfig
 from experiments.metrics import effective_u, k_grid, match_rate_curve
+from experiments.problem import (_stable, baseline_curves, build_priors, build_workload, exact_answers,
+                                 load_population, prepare_unit, rap_settings, select_units, unit_blocks, unit_key)
 from experiments.release_report import plot_release, write_report
 from experiments.results import code_fingerprint, jax_info, versions, write_json, write_parquet, write_yaml
-from experiments.runner import (_stable, baseline_curves, build_priors, build_workload, exact_answers, load_population,
-                                prepare_unit, rap_settings, select_units, unit_key)
 from microdata.dataset import Dataset
-from microdata.domain import Domain
-from microdata.marginals import Workload, answer
+from microdata.geography import FROM_ROWS
+from microdata.marginals import Workload, marginal_counts
 from reconstruct.queries import plan_for
 from reconstruct.rap import rap_rank
-from synth.audit import AuditResult, audit, neighbouring_counts
-from synth.histogram import perturbed_histogram, smoothed_delta, smoothed_histogram
-from synth.mechanism import Ledger, Relation
+from synth.histogram import DENSE_LIMIT, SparseHistogram, perturbed_histogram, smoothed_histogram
+from synth.mechanism import Ledger, Mechanism, Relation, parse_relation
 from synth.noise import SimulationNoise, make_backend
-from synth.release import fit_synthetic, laplace_tables, table_errors
+from synth.release import TOTAL_PUBLIC_BY_RELATION, fit_synthetic, laplace_tables, table_errors
 
 log = logging.getLogger(__name__)
 
@@ -39,75 +40,98 @@ def _backend(cfg: ExperimentConfig, *parts):
     return SimulationNoise(np.random.default_rng(_stable("noise", cfg.seed, *parts)))
 
 
-def _release(cfg, mechanism: str, eps: float, D: Dataset, workload, unit, ledger: Ledger):
-    """One DP release of D; returns the answers an attacker computes from it (fractions)."""
-    r = cfg.release
-    backend = _backend(cfg, unit, mechanism, eps)
-    rng = np.random.default_rng(_stable("release", cfg.seed, unit, mechanism, eps))
-    extra = {"unit": unit}
-    if getattr(backend, "contrib", False):
-        extra.update(opendp_version=backend.version, opendp_contrib=True)
-    if mechanism in ("laplace_tables", "synthetic"):
-        tables, mech = laplace_tables(D, workload, eps, backend, r.relation)
-        ledger.record(mech, backend.name, backend.for_publication, **extra)
-        if mechanism == "laplace_tables":
-            return tables.answers()
-        synth = fit_synthetic(tables, unit_key(cfg, "fit", unit, eps), rap_settings(cfg, rows=len(D), batch=1))
-        return exact_answers(synth, workload)
-    if mechanism == "perturbed_histogram":
-        hist, mech = perturbed_histogram(D, eps, backend, r.relation, rng=rng)
-        ledger.record(mech, backend.name, backend.for_publication, **extra)
-        rows = hist.sample(len(D), rng)
-    else:
-        rows, mech = smoothed_histogram(D, eps, len(D), rng)
-        ledger.record(mech, "simulation (numpy sampling; not for publication)", False, **extra)
-    return exact_answers(Dataset(D.domain, D.domain.decode(rows)), workload)
+@dataclass
+class Published:
+    """One release as published, and what an attacker computes from it.
+
+    ``structure`` is the shape of what is published (table cells, histogram size): it must come
+    from public inputs only, so it is the same for any two neighbouring datasets (the auditor
+    checks). ``answers`` are the workload's answers the attacker derives (fractions; None for a
+    batch of runs)."""
+
+    mechanism: str
+    record: Mechanism
+    output: object
+    answers: np.ndarray | None
+    structure: tuple
+    for_publication: bool
+    publication_note: str
 
 
-def audit_mechanisms(cfg: ExperimentConfig) -> list[AuditResult]:
-    """Audit every configured mechanism at ``release.audit.epsilon`` on worst-case neighbours.
+def _fit_note(backend, mechanism: str) -> tuple[bool, str]:
+    if mechanism == "smoothed_histogram":
+        return False, "numpy sampling whatever the backend: a study mechanism, not for publication"
+    if backend.for_publication:
+        return True, f"{backend.name} discrete Laplace (vetted sampler)"
+    return False, "seeded simulation noise: for studies, not for publication"
 
-    Each mechanism calibrates itself through its own code path (sensitivity from the
-    declared relation, scale Δ/ε) on a small dataset; the auditor then draws its noise in
-    bulk from the simulation sampler on a worst-case neighbouring pair. The synthetic
-    release is post-processing of the Laplace tables and is audited as them.
+
+def publish(cfg: ExperimentConfig, mechanism: str, epsilon: float, D: Dataset, workload, backend,
+            rng: np.random.Generator, key=None, runs: int | None = None,
+            dense_limit: int = DENSE_LIMIT) -> Published:
+    """Release D's tables by ``mechanism`` at ``epsilon``: the one code path evaluate-release
+    attacks, the auditor audits and an agency would publish through.
+
+    D's domain (attributes, BLOCK from the public block list) and the workload are public
+    inputs. The true n of D reaches the release only where the neighbouring relation makes it
+    public (replace-one) or the agency declared it (``release.invariants: [unit_total]``);
+    otherwise totals come from the noisy tables. ``runs`` releases that many times at once (the
+    auditor's batches; additive mechanisms only).
     """
     r = cfg.release
-    a = r.audit
-    eps = a.epsilon
-    rel = Relation(r.relation)
-    rng = np.random.default_rng(_stable("audit", cfg.seed))
-    noise = SimulationNoise(rng)
-    cells = 4
-    d, d2 = neighbouring_counts(rel, cells)
-    toy = Dataset(Domain.from_sizes({"A": cells}), np.repeat(np.arange(cells), d)[:, None])
-    toy_tables = Workload(toy.domain, (("A",),))
+    declared_total = "unit_total" in r.invariants
+    ok, note = _fit_note(backend, mechanism)
+    if mechanism in ("laplace_tables", "synthetic"):
+        tables, rec = laplace_tables(D, workload, epsilon, backend, r.relation, declared_total=declared_total,
+                                     runs=runs)
+        structure = ("tables", _labels(workload))
+        if mechanism == "laplace_tables" or runs is not None:
+            answers = tables.answers() if runs is None else None
+            return Published("laplace_tables", rec, tables, answers, structure, ok, note)
+        synth = fit_synthetic(tables, key, rap_settings(cfg, rows=int(tables.total), batch=1))
+        rec = dataclasses.replace(rec, name="synthetic", details={
+            **rec.details, "fitted_to": "laplace_tables (post-processing: no further ε)",
+            "rows": len(synth), "rows_are": tables.total_source})
+        return Published("synthetic", rec, synth, exact_answers(synth, workload),
+                         ("rows over", tuple(D.domain.names), D.domain.sizes), ok, note)
+    if mechanism == "perturbed_histogram":
+        hist, rec = perturbed_histogram(D, epsilon, backend, r.relation, rng=rng, runs=runs, dense_limit=dense_limit)
+        answers = histogram_answers(hist, workload) if runs is None else None
+        return Published(mechanism, rec, hist, answers, ("histogram", D.domain.total_size), ok, note)
+    if mechanism == "smoothed_histogram":
+        if parse_relation(r.relation) is not Relation.REPLACE_ONE:
+            raise ConfigError("the smoothed histogram is DP only under replace_one neighbours (n public)")
+        keys, rec = smoothed_histogram(D, epsilon, len(D), rng, runs=runs)  # k = n draws: n is public here
+        rec = dataclasses.replace(rec, details={**rec.details, "rows_are": TOTAL_PUBLIC_BY_RELATION})
+        answers = None if runs is not None else exact_answers(Dataset(D.domain, D.domain.decode(keys)), workload)
+        return Published(mechanism, rec, keys, answers, ("draws from a histogram of", D.domain.total_size), ok, note)
+    raise ConfigError(f"unknown mechanism {mechanism!r}")
 
-    def additive(scale):
-        return lambda counts, runs: counts[None, :] + noise.sample(scale, runs * counts.size).reshape(runs, counts.size)
 
-    out = []
-    for mech in r.mechanisms:
-        if mech in ("laplace_tables", "synthetic"):
-            scale = laplace_tables(toy, toy_tables, eps, noise, rel)[1].scale
-            res = audit(additive(scale), d, d2, eps, mech, a.runs, a.confidence)
-        elif mech == "perturbed_histogram":
-            scale = perturbed_histogram(toy, eps, noise, rel)[1].scale
-            res = audit(additive(scale), d, d2, eps, mech, a.runs, a.confidence)
-        else:  # the output is k draws: audit the counts of the two moved cells among them
-            k = 10
-            delta = smoothed_delta(eps, int(d.sum()), cells, k)
+def _labels(workload) -> tuple:
+    if isinstance(workload, Workload):
+        return tuple((m, workload.shape(m)) for m in workload.marginals)
+    return tuple(workload.labels)
 
-            def q_of(counts, delta=delta):
-                return (1 - delta) * counts / counts.sum() + delta / counts.size
 
-            def draws(counts, runs):
-                return rng.multinomial(k, q_of(counts), size=runs)
-
-            ref = np.floor(k * q_of(d)).astype(np.int64)
-            res = audit(draws, d, d2, eps, mech, a.runs, a.confidence, offsets=(1, 2, 3, 4, 5, 6), reference=ref)
-        out.append(res)
-    return out
+def histogram_answers(hist: SparseHistogram, workload) -> np.ndarray:
+    """The workload's answers on the normalised noisy histogram itself (post-processing): no rows
+    are sampled from it, so no row count, and no n, enters what the attacker sees."""
+    domain = workload.domain
+    total = hist.counts.sum()
+    if total <= 0:  # nothing left after clipping: the uniform distribution over the domain
+        keys = None
+    else:
+        keys, weights = hist.keys, hist.counts.astype(np.float64) / total
+    if keys is None:
+        if isinstance(workload, Workload):
+            return np.concatenate([np.full(n, 1.0 / n) for n in workload.sizes])
+        return np.array([np.prod([len(workload.value_sets[j][q[j]]) / domain.sizes[j] for j in range(len(domain))])
+                         for q in workload.queries])
+    rows = Dataset(domain, domain.decode(keys))
+    if isinstance(workload, Workload):
+        return np.concatenate([marginal_counts(rows, m, weights) for m in workload.marginals])
+    return workload.counts(rows, weights)
 
 
 def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", progress: bool = True) -> Path:
@@ -118,6 +142,9 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     r = cfg.release
     pop = load_population(cfg)  # fail on bad data before anything is written
     units = select_units(pop, cfg)
+    for wb in cfg.target.with_block:
+        if wb:
+            check_block_list(cfg, pop, units[0])
     run_dir = Path(out_root) / cfg.name / cfg.digest()
     run_dir.mkdir(parents=True, exist_ok=True)
     write_yaml(run_dir / "config.yaml", cfg.model_dump(mode="json"))
@@ -148,11 +175,14 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     df = pd.concat(curves, ignore_index=True)
     util = pd.DataFrame(utility)
     lift = lift_table(df)
-    audits = audit_mechanisms(cfg)
+    from experiments.release_audit import audit_release
+
+    audits = audit_release(cfg, pop, units[0], progress=progress)
     write_parquet(run_dir / "release_eval.parquet", df)
     write_parquet(run_dir / "utility.parquet", util)
     write_parquet(run_dir / "lift.parquet", lift)
-    write_json(run_dir / "ledger.json", {"entries": ledger.entries,
+    write_json(run_dir / "ledger.json", {"entries": ledger.entries, "relation": r.relation,
+                                         "invariants": list(r.invariants),
                                          "total_epsilon_per_unit": {u: ledger.total_epsilon(unit=u) for u in units}})
     write_json(run_dir / "audit.json", [a.as_dict() for a in audits])
     plot_release(df, lift, run_dir, cfg)
@@ -168,7 +198,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
 def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledger, bar) -> tuple[pd.DataFrame, list]:
     """All releases of one unit, each attacked; plus the exact-table attack and the baselines."""
     r = cfg.release
-    prob = prepare_unit(pop, cfg, unit, wb, pad_blocks=False)  # release exactly the real blocks
+    prob = prepare_unit(pop, cfg, unit, wb, pad_blocks=False)  # every listed block, empty ones included
     D, H = prob.private, prob.holdout
     truth = D.keys()
     u = effective_u(D.distinct(), H.distinct())
@@ -192,9 +222,18 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
     for b, curve, _ in baseline_curves(cfg, priors, unit, truth, ks, u, lambda b: tie_rng):
         curves.append(curve.assign(epsilon=np.nan, mechanism="baseline", method=b, utility_error=np.nan, **common))
     utility = []
+    extra = {"unit": unit, "with_block": wb, "invariants": list(r.invariants)}
+    if wb:
+        extra["block_list"] = prob.block_list_source
     for eps in r.epsilons:
         for mech in r.mechanisms:
-            released = _release(cfg, mech, eps, D, w, unit, ledger)
+            backend = _backend(cfg, unit, mech, eps)
+            pub = publish(cfg, mech, eps, D, w, backend, np.random.default_rng(_stable("release", cfg.seed, unit, mech, eps)),
+                          key=unit_key(cfg, "fit", unit, eps))
+            if getattr(backend, "contrib", False):
+                extra.update(opendp_version=backend.version, opendp_contrib=True)
+            ledger.record(pub.record, backend.name, pub.for_publication, publication_note=pub.publication_note, **extra)
+            released = pub.answers
             names, errs = table_errors(released, exact, w)
             for name, e in zip(names, errs):
                 utility.append(dict(epsilon=eps, mechanism=mech, unit=unit, variant=wb, table=name,
@@ -203,6 +242,19 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
                 epsilon=eps, mechanism=mech, method="rap_rank", utility_error=float(errs.mean()), **common))
             bar.update()
     return pd.concat(curves, ignore_index=True), utility
+
+
+def check_block_list(cfg: ExperimentConfig, pop: Dataset, unit: str) -> None:
+    """Tables per block may be released only over a public block list, or a list from the persons
+    that the agency declares it publishes as it is (``release.invariants: [occupied_blocks]``)."""
+    _, source = unit_blocks(pop, cfg, unit)
+    if source == FROM_ROWS and "occupied_blocks" not in cfg.release.invariants:
+        raise ConfigError(
+            "this data has no public block list: its blocks would be "
+            f"{FROM_ROWS}. Publishing tables per block over that list reveals which blocks have anyone in them, "
+            "which no ε accounts for (replace a block's only resident and the block disappears). Give the public "
+            "list of blocks (a units file), or declare release.invariants: [occupied_blocks] to publish it as an "
+            "invariant, recorded in the ledger")
 
 
 def lift_table(df: pd.DataFrame) -> pd.DataFrame:

@@ -35,8 +35,8 @@ def unguessable_sentence(df: pd.DataFrame, variant, around: str | None) -> list[
         out.append(
             f"- **{m}**: of its {int(rows['num_matched'].sum())} matches among the top u, "
             f"{int(rows[OUTSIDE_COLUMNS[0]].sum())} ({_pct(rows[OUTSIDE_COLUMNS[0]].sum(), rows['num_matched'].sum())}) "
-            f"are rows no person outside the target unit in its {around} has — rows no baseline built from outside "
-            f"could have guessed — against {int(base[OUTSIDE_COLUMNS[0]].sum())} of {int(base['num_matched'].sum())} "
+            f"are rows no person outside the target unit in its {around} has — rows no prior built from outside the "
+            f"unit could have guessed — against {int(base[OUTSIDE_COLUMNS[0]].sum())} of {int(base['num_matched'].sum())} "
             f"({_pct(base[OUTSIDE_COLUMNS[0]].sum(), base['num_matched'].sum())}) for the best baseline "
             f"of each unit ({names}).")
     return out
@@ -67,7 +67,7 @@ def write_run_report(run_dir: str | Path) -> Path:
               "units.", ""]
     for v in variants:
         s = summary[summary["variant"] == v]
-        lines += [f"### {variant_label(v)}", "",
+        lines += [f"### {variant_label(v, variants)}", "",
                   "| method | persons reconstructed | by the best baselines | difference per unit | units | persons in D |",
                   "|---|---:|---:|---:|---:|---:|"]
         for _, r in s.iterrows():
@@ -80,7 +80,7 @@ def write_run_report(run_dir: str | Path) -> Path:
                 ["num_matched", *OUTSIDE_COLUMNS, "num_matched_unique", "k"]].sum()
             lines += [f"Matches at k = u (all units), by how many persons outside the target unit in its {around} "
                       "share the row's person attributes, and by uniqueness in D:", "",
-                      "| method | candidates | matched | 0 outside | 1–2 | 3–9 | ≥ 10 | unique in D |",
+                      "| method | top-u slots | matched | 0 outside | 1–2 | 3–9 | ≥ 10 | unique in D |",
                       "|---|---:|---:|---:|---:|---:|---:|---:|"]
             for m, r in top.iterrows():
                 cells = " | ".join(f"{int(r[c])}" for c in [*OUTSIDE_COLUMNS, "num_matched_unique"])
@@ -122,14 +122,14 @@ def write_run_report(run_dir: str | Path) -> Path:
         ends = df[df["variant"] == v].groupby("method", sort=False).apply(
             lambda g: int((g.groupby("unit")["union_size"].first() < g.groupby("unit")["u"].first()).sum()),
             include_groups=False)
-        lines += [f"## Match rate, {variant_label(v)} (mean ± s.e. over {n_units} units)", "",
+        lines += [f"## Match rate, {variant_label(v, variants)} (mean ± s.e. over {n_units} units)", "",
                   "Match rate at k = matched among the top k / k; a method whose list ends before k stops matching.",
                   "", "| method | k/u = 0.1 | 0.5 | 1.0 | units whose list ends before u |", "|---|---:|---:|---:|---:|"]
         for m, row in table.iterrows():
             cells = " | ".join(f"{x:.3f} ± {e:.3f}" for x, e in zip(row.to_numpy(), spread.loc[m].to_numpy()))
             lines.append(f"| {m} | {cells} | {ends.get(m, 0)} |")
         lv = lift[lift["variant"] == v].groupby(["method", "baseline"], sort=False)["lift"].agg(["mean", "std", "count"])
-        lines += ["", f"Lift over each baseline, {variant_label(v)}: area between the curves over k/u in (0, 1], "
+        lines += ["", f"Lift over each baseline, {variant_label(v, variants)}: area between the curves over k/u in (0, 1], "
                   "mean ± s.e. over units.", "", "| method | baseline | lift |", "|---|---|---:|"]
         for (m, b), r in lv.iterrows():
             sem = 0.0 if pd.isna(r["std"]) else r["std"] / np.sqrt(r["count"])

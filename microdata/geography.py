@@ -15,6 +15,46 @@ CENSUS_LEVELS: tuple[str, ...] = ("national", "state", "county", "tract", "block
 _CENSUS_PREFIX = {"state": 2, "county": 5, "tract": 11, "block": 15}
 
 
+#: How a unit list built from the person rows describes itself (a list that is not public).
+FROM_ROWS = "derived from the person rows (not a public list: a unit with no one in it is missing)"
+
+
+@dataclass(frozen=True, eq=False)
+class UnitCatalogue:
+    """The public list of every unit of a geography, empty ones included: one entry per unit of
+    the finest level with its id at every level (coarsest first, national excluded), and where
+    the list comes from (an agency's block file, the embedded population's geography, ...).
+
+    A published table per block must take its blocks from here, never from the persons: if a
+    block's only resident were replaced by someone elsewhere, a list built from the persons
+    would lose the block, and the shape of the release would tell the two datasets apart.
+    """
+
+    ids: dict[str, np.ndarray]
+    source: str
+
+    def __post_init__(self) -> None:
+        ids = {lv: np.asarray(a).astype(str) for lv, a in self.ids.items()}
+        if not ids or len({a.shape for a in ids.values()}) != 1:
+            raise GeographyError("a unit catalogue needs one id per unit at every level, equal lengths")
+        finest = list(ids)[-1]
+        if len(np.unique(ids[finest])) != len(ids[finest]):
+            dup = pd.Series(ids[finest]).loc[lambda x: x.duplicated()].iloc[0]
+            raise GeographyError(f"unit catalogue lists {finest} {dup!r} more than once")
+        object.__setattr__(self, "ids", ids)
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        return tuple(self.ids)
+
+    def within(self, level: str, unit: str, finer: str) -> list[str]:
+        """Sorted ids of the ``finer`` units inside ``unit`` of ``level``."""
+        for lv in (level, finer):
+            if lv not in self.ids:
+                raise GeographyError(f"the unit catalogue has no level {lv!r}; it has {list(self.ids)}")
+        return sorted(set(self.ids[finer][self.ids[level] == unit].tolist()))
+
+
 @dataclass(frozen=True, eq=False)
 class Geography:
     """Each row's unit at every level of a nested hierarchy (coarsest first, "national" on top).
@@ -30,6 +70,7 @@ class Geography:
     levels: tuple[str, ...]
     ids: dict[str, np.ndarray]
     _index: dict = field(default_factory=dict, repr=False)
+    catalogue: UnitCatalogue | None = None
 
     def __post_init__(self) -> None:
         levels = tuple(self.levels)
@@ -128,7 +169,28 @@ class Geography:
         return str(self.units(parent_level)[row])
 
     def take(self, index: np.ndarray) -> "Geography":
-        return Geography(self.levels, {lv: a[index] for lv, a in self.ids.items()})
+        return Geography(self.levels, {lv: a[index] for lv, a in self.ids.items()}, catalogue=self.catalogue)
+
+    def with_catalogue(self, catalogue: UnitCatalogue) -> "Geography":
+        """This geography with the public list of its units; every row's unit must be on it."""
+        for lv in self.levels[1:]:
+            if lv not in catalogue.ids:
+                continue
+            listed = set(catalogue.ids[lv].tolist())
+            missing = sorted(set(self.ids[lv].tolist()) - listed)
+            if missing:
+                raise GeographyError(f"{lv} {missing[0]!r} has persons but is missing from the unit list "
+                                     f"({catalogue.source}); {len(missing)} such {lv}(s)")
+        return Geography(self.levels, self.ids, catalogue=catalogue)
+
+    def units_within(self, level: str, unit: str, finer: str) -> tuple[list[str], str]:
+        """Sorted ids of the ``finer`` units inside ``unit`` of ``level``, and where the list comes
+        from: the public catalogue when there is one (empty units included), else the rows."""
+        self.check_level(finer)
+        if self.catalogue is not None and finer in self.catalogue.ids and level in self.catalogue.ids:
+            return self.catalogue.within(level, unit, finer), self.catalogue.source
+        rows = self.mask(level, unit)
+        return sorted(set(self.units(finer)[rows].tolist())), FROM_ROWS
 
     def to_columns(self) -> dict[str, np.ndarray]:
         """``GEO_<level>`` columns for every level below national (for data frames)."""

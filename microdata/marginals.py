@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -95,12 +95,14 @@ class Workload:
         return [list(m) for m in self.marginals]
 
 
-def marginal_counts(data: Dataset, marginal: Sequence[str]) -> np.ndarray:
-    """Integer cell counts of one marginal, flattened row-major (one bincount, no row loop)."""
+def marginal_counts(data: Dataset, marginal: Sequence[str], weights: np.ndarray | None = None) -> np.ndarray:
+    """Integer cell counts of one marginal, flattened row-major (one bincount, no row loop); with
+    ``weights``, the float64 sum of the rows' weights in each cell."""
     shape = tuple(data.domain.size(a) for a in marginal)
     idx = [data.domain.index(a) for a in marginal]
     flat = np.ravel_multi_index(tuple(data.codes[:, i] for i in idx), shape) if data.codes.size else np.zeros(0, np.int64)
-    return np.bincount(flat, minlength=int(np.prod(shape))).astype(np.int64)
+    out = np.bincount(flat, weights=weights, minlength=int(np.prod(shape)))
+    return out if weights is not None else out.astype(np.int64)
 
 
 def answer(data: Dataset, workload: Workload) -> np.ndarray:

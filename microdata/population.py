@@ -9,7 +9,7 @@ import numpy as np
 from microdata.dataset import Dataset
 from microdata.domain import Attribute, Domain
 from microdata.errors import CensusReconError
-from microdata.geography import Geography
+from microdata.geography import Geography, UnitCatalogue
 
 #: The seven major census race groups (OMB's six races alone, and two or more races).
 RACES: tuple[str, ...] = (
@@ -106,6 +106,9 @@ class PopulationSpec:
     concentration: tuple[float, float, float, float] = (1.0, 1.5, 2.0, 3.0)
     #: Standard deviation (years) of the adult age shift of each state, county, tract, block.
     age_shift: tuple[float, float, float, float] = (9.0, 6.0, 8.0, 2.0)
+    #: Blocks with nobody in them, per tract (real block lists have many: water, parks, roads).
+    #: They are in the public block list, never among the persons.
+    empty_blocks_per_tract: tuple[int, int] = (0, 3)
 
     def __post_init__(self) -> None:
         for name in ("states", "counties_per_state", "tracts_per_county", "max_block_size"):
@@ -122,6 +125,10 @@ class PopulationSpec:
             raise CensusReconError(f"age_shift values must be >= 0, got {self.age_shift}")
         if any(c <= 0 for c in self.concentration):
             raise CensusReconError(f"concentrations must be positive, got {self.concentration}")
+        e_lo, e_hi = self.empty_blocks_per_tract
+        if not 0 <= e_lo <= e_hi or hi + e_hi > 9999:
+            raise CensusReconError(f"empty_blocks_per_tract must be (lo, hi) with 0 <= lo <= hi, got "
+                                   f"{self.empty_blocks_per_tract}")
 
 
 def embedded_population(seed: int = 0, spec: PopulationSpec | None = None) -> Dataset:
@@ -221,4 +228,15 @@ def embedded_population(seed: int = 0, spec: PopulationSpec | None = None) -> Da
         tract_code[t_of_b][person_block],
         block_in_tract[person_block],
     )
-    return Dataset(person_domain(), codes, geo)
+    # the public block list: every block above and, numbered after them, each tract's empty
+    # blocks (their own random stream, so the persons do not depend on them)
+    e_lo, e_hi = spec.empty_blocks_per_tract
+    n_empty = np.random.default_rng([seed, 1]).integers(e_lo, e_hi + 1, size=n_tract)
+    all_tract = np.concatenate([block_tract, np.repeat(np.arange(n_tract), n_empty)])
+    all_block = np.concatenate([block_in_tract, np.concatenate(
+        [np.arange(k) + 1001 + b for k, b in zip(n_empty, blocks_in_tract)]).astype(np.int64)])
+    listed = Geography.from_parts(state_fips[county_state[tract_county[all_tract]]],
+                                  county_fips[tract_county[all_tract]], tract_code[all_tract], all_block)
+    catalogue = UnitCatalogue({lv: listed.units(lv) for lv in listed.levels[1:]},
+                              "the embedded population's geography: every block, empty ones included")
+    return Dataset(person_domain(), codes, geo.with_catalogue(catalogue))

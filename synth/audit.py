@@ -1,9 +1,9 @@
-"""Empirical ε auditor: a Clopper–Pearson lower bound on ε from many runs on neighbouring datasets."""
+"""Empirical ε auditor: a Clopper–Pearson lower bound on ε from many releases on neighbouring datasets."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -14,23 +14,38 @@ from synth.mechanism import PrivacyError, Relation, parse_relation
 
 @dataclass(frozen=True)
 class AuditResult:
+    """What an audit certified: with probability ``confidence``, the mechanism's ε is at least
+    ``epsilon_lower_bound``. ``checks`` are named pass/fail checks run beside the statistics
+    (a failed one means ε = ∞: the two neighbours are told apart with certainty)."""
+
     mechanism: str
     declared_epsilon: float
     epsilon_lower_bound: float
     runs: int
     confidence: float
     event: str
+    checks: dict = field(default_factory=dict)
+    details: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.epsilon_lower_bound <= self.declared_epsilon and all(v == "pass" for v in self.checks.values())
 
     def as_dict(self) -> dict:
         return {"mechanism": self.mechanism, "declared_epsilon": self.declared_epsilon,
                 "epsilon_lower_bound": self.epsilon_lower_bound, "runs": self.runs,
-                "confidence": self.confidence, "event": self.event}
+                "confidence": self.confidence, "event": self.event, "checks": dict(self.checks),
+                "passed": self.passed, **self.details}
 
 
-def clopper_pearson(successes: int, trials: int, alpha: float) -> tuple[float, float]:
-    """Two one-sided (1 - alpha) Clopper–Pearson bounds on a binomial proportion."""
-    lo = 0.0 if successes == 0 else float(beta.ppf(alpha, successes, trials - successes + 1))
-    hi = 1.0 if successes == trials else float(beta.ppf(1 - alpha, successes + 1, trials - successes))
+def clopper_pearson(successes, trials: int, alpha: float):
+    """Two one-sided (1 - alpha) Clopper–Pearson bounds on a binomial proportion (arrays too)."""
+    s = np.asarray(successes, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        lo = np.where(s == 0, 0.0, beta.ppf(alpha, np.maximum(s, 1), trials - s + 1))
+        hi = np.where(s == trials, 1.0, beta.ppf(1 - alpha, s + 1, np.maximum(trials - s, 1)))
+    if np.ndim(successes) == 0:
+        return float(lo), float(hi)
     return lo, hi
 
 
@@ -54,62 +69,132 @@ def neighbouring_counts(relation: Relation | str, cells: int, base: int = 5) -> 
     return d, d2
 
 
-def audit(release: Callable[[np.ndarray, int], np.ndarray], d: np.ndarray, d2: np.ndarray, declared_epsilon: float,
-          name: str, runs: int = 200_000, confidence: float = 0.95, offsets=(1, 2, 3, 4),
-          reference: np.ndarray | None = None) -> AuditResult:
-    """Lower-bound the ε of ``release`` from ``runs`` draws on each of two neighbouring inputs.
+def _event_counts(z: np.ndarray, thresholds) -> tuple[np.ndarray, np.ndarray]:
+    """For each threshold t, how many runs have at least j coordinates with z ≥ t (``up``, j = 1..c)
+    and at least j with z ≤ t (``down``). Returns two (len(thresholds), c) arrays of run counts."""
+    c = z.shape[1]
+    up, down = [], []
+    for t in thresholds:
+        for out, n_i in ((up, (z >= t).sum(axis=1)), (down, (z <= t).sum(axis=1))):
+            hist = np.bincount(n_i, minlength=c + 1)
+            out.append(np.cumsum(hist[::-1])[::-1][1:])  # runs with at least j, j = 1..c
+    return np.array(up), np.array(down)
 
-    ``release(counts, runs)`` returns a (runs × outputs) integer array, one release per row;
-    outputs line up with ``counts`` (for count mechanisms: the noisy cells). The events
-    are rectangles over the cells where d and d2 differ: every such output at least
-    ``t`` beyond its count in the direction d2 moved it. The event (and direction) with
-    the best Clopper–Pearson bound on one half of the runs is certified on the other, where
-    Clopper–Pearson bounds give ε ≥ log(P_lo(E|A) / P_hi(E|B)) with the stated
-    confidence. A correct ε-DP mechanism gives a bound ≤ ε (but for the 1 - confidence
-    chance); a mis-stated one is caught when its true ε exceeds the declared one.
-    Thresholds are offsets from ``reference`` (default: ``d``, right for noisy counts; a
-    mechanism that outputs draws passes the expected draw counts).
+
+def audit_outputs(y1: np.ndarray, y2: np.ndarray, reference: np.ndarray, direction: np.ndarray,
+                  declared_epsilon: float, name: str, confidence: float = 0.95,
+                  thresholds=range(-3, 7), checks: dict | None = None, details: dict | None = None) -> AuditResult:
+    """Lower-bound ε from releases ``y1`` (runs × c outputs) on D and ``y2`` on its neighbour D′.
+
+    The c outputs are those where D and D′ differ (the cells a person moves out of and into);
+    ``direction`` is +1 where D′'s value is higher, -1 where it is lower, and z = direction ·
+    (y − reference). The events are "at least j of the c outputs have z ≥ t" (likelier under D′)
+    and "at least j have z ≤ t" (likelier under D), for every j and every threshold t: for
+    independent discrete Laplace noise, the number of outputs beyond the reference is a
+    sufficient statistic, so these events reach the whole privacy loss even when a person moves
+    dozens of cells (a rectangle "every output beyond t" would need all of them at once, which
+    no feasible number of runs sees). The best event on one half of the runs is certified on the
+    other: with Clopper–Pearson bounds, ε ≥ log(P_lo(E|likely) / P_hi(E|other)) at the stated
+    confidence. A correct ε-DP mechanism stays at or below ε (but for the 1 − confidence chance).
     """
-    diff = np.asarray(d2, dtype=np.int64) - np.asarray(d, dtype=np.int64)
-    idx = np.flatnonzero(diff)
+    y1, y2 = np.asarray(y1), np.asarray(y2)
+    if y1.ndim != 2 or y1.shape != y2.shape:
+        raise PrivacyError(f"outputs must be two (runs × outputs) arrays of one shape, got {y1.shape}, {y2.shape}")
+    if y1.shape[1] == 0:
+        raise PrivacyError("the two datasets release nothing different; nothing to audit")
+    ref = np.asarray(reference)
+    dirn = np.sign(np.asarray(direction))
+    runs = y1.shape[0]
+    half = runs // 2
+    alpha = (1 - confidence) / 2
+    t_list = list(thresholds)
+
+    def bounds(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lo, _ = clopper_pearson(a, n, alpha)
+            _, hi = clopper_pearson(b, n, alpha)
+            return np.where(lo > 0, np.log(lo / hi), -np.inf)
+
+    z1 = dirn[None, :] * (y1 - ref[None, :])
+    z2 = dirn[None, :] * (y2 - ref[None, :])
+    up1, down1 = _event_counts(z1[:half], t_list)
+    up2, down2 = _event_counts(z2[:half], t_list)
+    score_up = bounds(up2, up1, half)  # "z ≥ t at j outputs" is likelier under D′
+    score_down = bounds(down1, down2, half)  # "z ≤ t at j outputs" is likelier under D
+    best = max(((score_up, +1), (score_down, -1)), key=lambda s: np.max(s[0]))
+    score, sign = best
+    if not np.isfinite(np.max(score)):
+        return AuditResult(name, declared_epsilon, 0.0, runs, confidence, "none", dict(checks or {}), dict(details or {}))
+    ti, ji = np.unravel_index(np.argmax(score), score.shape)
+    t, j = t_list[ti], ji + 1
+    n = runs - half
+    u1, d1 = _event_counts(z1[half:], [t])
+    u2, d2 = _event_counts(z2[half:], [t])
+    a_hits, b_hits = (u2[0, ji], u1[0, ji]) if sign > 0 else (d1[0, ji], d2[0, ji])
+    eps = float(bounds(np.array([a_hits]), np.array([b_hits]), n)[0])
+    what = f"at least {j} of {y1.shape[1]} outputs {'≥' if sign > 0 else '≤'} reference {t:+d} (towards {'D′' if sign > 0 else 'D'})"
+    return AuditResult(name, declared_epsilon, max(0.0, eps) if np.isfinite(eps) else 0.0, runs, confidence, what,
+                       dict(checks or {}), dict(details or {}))
+
+
+def audit(release: Callable[[np.ndarray, int], np.ndarray], d: np.ndarray, d2: np.ndarray, declared_epsilon: float,
+          name: str, runs: int = 200_000, confidence: float = 0.95, reference: np.ndarray | None = None,
+          thresholds=range(-3, 7)) -> AuditResult:
+    """:func:`audit_outputs` for a mechanism over count vectors: ``release(counts, runs)`` returns a
+    (runs × cells) integer array, one release per row, aligned with ``counts``. The audited
+    outputs are the cells where ``d`` and ``d2`` differ; thresholds are offsets from
+    ``reference`` (default ``d``, right for noisy counts)."""
+    d, d2 = np.asarray(d, dtype=np.int64), np.asarray(d2, dtype=np.int64)
+    idx = np.flatnonzero(d2 - d)
     if idx.size == 0:
         raise PrivacyError("the two datasets are identical; nothing to audit")
-    ref = np.asarray(d if reference is None else reference, dtype=np.int64)
-    half = runs // 2
-    y1 = release(np.asarray(d), runs)
-    y2 = release(np.asarray(d2), runs)
+    ref = d if reference is None else np.asarray(reference, dtype=np.int64)
+    y1 = np.asarray(release(d, runs))[:, idx]
+    y2 = np.asarray(release(d2, runs))[:, idx]
+    return audit_outputs(y1, y2, ref[idx], (d2 - d)[idx], declared_epsilon, name, confidence, thresholds)
 
-    def events(y, counts, t, sign):
-        # sign=+1: outputs moved towards d2; sign=-1: towards d
-        dirn = np.sign(diff[idx]) * sign
-        z = (y[:, idx] - counts[idx][None, :]) * dirn[None, :]
-        return np.all(z >= t, axis=1)
 
-    best = None
-    for sign in (1, -1):
-        for t in offsets:
-            # event measured relative to the midpoint: use d for both (thresholds fixed before seeing data)
-            e_a = events(y2[:half], ref, t, sign) if sign == 1 else events(y1[:half], ref, t, sign)
-            e_b = events(y1[:half], ref, t, sign) if sign == 1 else events(y2[:half], ref, t, sign)
-            # score an event by the bound it would certify, so rare events whose empirical
-            # ratio is mostly noise do not win the selection
-            lo, _ = clopper_pearson(int(e_a.sum()), half, (1 - confidence) / 2)
-            _, hi = clopper_pearson(int(e_b.sum()), half, (1 - confidence) / 2)
-            if lo > 0:
-                score = math.log(lo / hi)
-                if best is None or score > best[0]:
-                    best = (score, sign, t)
-    if best is None:
-        return AuditResult(name, declared_epsilon, 0.0, runs, confidence, "none")
-    _, sign, t = best
-    hold1, hold2 = y1[half:], y2[half:]
-    if sign == 1:
-        a_hits, b_hits = events(hold2, ref, t, sign).sum(), events(hold1, ref, t, sign).sum()
-    else:
-        a_hits, b_hits = events(hold1, ref, t, sign).sum(), events(hold2, ref, t, sign).sum()
-    n = runs - half
-    alpha = (1 - confidence) / 2
-    pa_lo, _ = clopper_pearson(int(a_hits), n, alpha)
-    _, pb_hi = clopper_pearson(int(b_hits), n, alpha)
-    eps = max(0.0, math.log(pa_lo / pb_hi)) if pa_lo > 0 else 0.0
-    return AuditResult(name, declared_epsilon, eps, runs, confidence, f"offset {t}, direction {sign:+d}")
+class ReplayNoise:
+    """A noise backend that releases ``values`` whatever the counts: as if the noise drawn were
+    exactly values − counts, a draw any neighbour has too. Releasing two neighbouring datasets
+    through it yields the same noisy counts, so everything published after them (answers, totals,
+    synthetic rows) must come out identical; a difference means the release reads the data (its
+    n, its block list) by some other way than through the noisy counts."""
+
+    name = "replay (audit only)"
+    for_publication = False
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = np.asarray(values, dtype=np.int64)
+
+    def add(self, counts: np.ndarray, scale: float) -> np.ndarray:
+        if np.shape(counts) != self.values.shape:
+            raise PrivacyError(f"replayed release has shape {self.values.shape}, the counts {np.shape(counts)}: "
+                               "the shape of the release depends on the data")
+        return self.values.copy()
+
+    def sample(self, scale: float, size: int) -> np.ndarray:
+        raise PrivacyError("the replay backend only replays a release")
+
+
+def laplace_scale_upper(noise: np.ndarray, confidence: float = 0.95) -> float:
+    """An upper confidence bound on the scale t of discrete Laplace noise from its draws: the mean
+    absolute draw is 2r/(1 − r²) with r = e^{−1/t}, increasing in t; its upper bound (normal
+    approximation, the draws being many) is solved for r. Used to check the noise a release
+    really adds against the noise its ε needs (a model-based check: it assumes the noise is
+    discrete Laplace, which the statistical events do not)."""
+    a = np.abs(np.asarray(noise, dtype=np.float64)).ravel()
+    if a.size < 2:
+        raise PrivacyError("need at least two noise draws to bound their scale")
+    z = _normal_quantile(confidence)
+    m = a.mean() + z * a.std(ddof=1) / math.sqrt(a.size)
+    if m <= 0:
+        return 0.0
+    r = (math.sqrt(1.0 + m * m) - 1.0) / m
+    return -1.0 / math.log(r) if 0 < r < 1 else math.inf
+
+
+def _normal_quantile(p: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(p))

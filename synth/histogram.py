@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from microdata.dataset import Dataset
-from synth.mechanism import Mechanism, PrivacyError, Relation, check_counts, histogram_sensitivity, laplace_scale, parse_relation
-from synth.noise import OpenDPNoise, SimulationNoise
+from synth.mechanism import (Mechanism, PrivacyError, Relation, check_counts, check_epsilon, histogram_sensitivity,
+                             parse_relation)
+from synth.noise import SimulationNoise, noise_scale
 
 #: Largest domain noised cell by cell; beyond it the simulation backend noises empty cells sparsely.
 DENSE_LIMIT = 2_000_000
@@ -46,7 +47,8 @@ def _cells(data: Dataset) -> tuple[np.ndarray, np.ndarray]:
 
 
 def perturbed_histogram(data: Dataset, epsilon: float, backend, relation: Relation | str = Relation.REPLACE_ONE,
-                        rng: np.random.Generator | None = None) -> tuple[SparseHistogram, Mechanism]:
+                        rng: np.random.Generator | None = None, runs: int | None = None,
+                        dense_limit: int = DENSE_LIMIT) -> tuple[SparseHistogram | list | np.ndarray, Mechanism]:
     """Wasserman & Zhou (2010, §4.1) perturbed histogram of ``data`` over its whole domain.
 
     Privacy unit: one person (row). Relation: ``replace_one`` (the paper's: same n,
@@ -61,25 +63,41 @@ def perturbed_histogram(data: Dataset, epsilon: float, backend, relation: Relati
     from its binomial law, their positions uniformly, and their values from the noise's
     law given it is ≥ 1 (for the discrete Laplace, 1 + a geometric count) — the same
     distribution as noising every cell. The OpenDP backend noises every cell (up to
-    ``DENSE_LIMIT`` cells).
+    ``dense_limit`` cells).
+
+    The number of cells m comes from the declared domain, never from the data. ``runs``
+    releases that many times (the auditor's batches, through this same code): the dense path
+    then returns the clipped counts, one row per release; the sparse path a list of histograms.
     """
     relation = parse_relation(relation)
     m = data.domain.total_size
     delta_l1 = histogram_sensitivity(relation, m)
-    scale = laplace_scale(max(delta_l1, 1), epsilon)
-    mech = Mechanism("perturbed_histogram", relation, delta_l1, epsilon, scale,
-                     details={"cells": m, "reference": "Wasserman & Zhou 2010, sec. 4.1"})
+    scale, backend_epsilon = noise_scale(delta_l1, epsilon, backend)
+    details = {"cells": m, "reference": "Wasserman & Zhou 2010, sec. 4.1"}
+    if backend_epsilon is not None:
+        details["backend_epsilon"] = backend_epsilon
+    mech = Mechanism("perturbed_histogram", relation, delta_l1, epsilon, scale, details=details)
     keys, counts = _cells(data)
-    if m <= DENSE_LIMIT:
+    if m <= dense_limit:
         full = np.zeros(m, dtype=np.int64)
         full[keys] = counts
+        if runs is not None:
+            return np.maximum(backend.add(np.broadcast_to(full, (int(runs), m)), scale), 0), mech
         noisy = backend.add(full, scale)
         pos = np.flatnonzero(noisy > 0)
         return SparseHistogram(pos.astype(np.int64), noisy[pos], m), mech
     if not isinstance(backend, SimulationNoise):
         raise PrivacyError(f"domain of {m} cells is too large to noise densely with {backend.name}; "
-                           f"limit {DENSE_LIMIT} (use fewer attributes or the smoothed histogram)")
+                           f"limit {dense_limit} (use fewer attributes or the smoothed histogram)")
     rng = rng or backend._rng
+    if runs is not None:
+        return [_sparse_release(keys, counts, m, scale, epsilon, backend, rng) for _ in range(int(runs))], mech
+    return _sparse_release(keys, counts, m, scale, epsilon, backend, rng), mech
+
+
+def _sparse_release(keys, counts, m: int, scale: float, epsilon: float, backend, rng) -> SparseHistogram:
+    """One perturbed histogram over a domain too large to list: occupied cells get discrete
+    Laplace noise; of the empty cells, those whose noise would be positive are drawn directly."""
     noisy = backend.add(counts, scale)
     r = math.exp(-1.0 / scale)
     n_empty = m - len(keys)
@@ -97,7 +115,7 @@ def perturbed_histogram(data: Dataset, epsilon: float, backend, relation: Relati
     all_vals = np.concatenate([noisy, extra_vals])
     keep = all_vals > 0
     order = np.argsort(all_keys[keep])
-    return SparseHistogram(all_keys[keep][order], all_vals[keep][order], m), mech
+    return SparseHistogram(all_keys[keep][order], all_vals[keep][order], m)
 
 
 def smoothed_delta(epsilon: float, n: int, cells: int, rows: int) -> float:
@@ -111,8 +129,13 @@ def smoothed_delta(epsilon: float, n: int, cells: int, rows: int) -> float:
     """
     if not epsilon > 0 or n < 1 or cells < 1 or rows < 1:
         raise PrivacyError(f"need epsilon > 0, n, cells and rows >= 1; got {epsilon}, {n}, {cells}, {rows}")
+    check_epsilon(epsilon)
     a = math.expm1(epsilon / rows)
-    return cells / (cells + a * n)
+    delta = min(1.0, cells / (cells + a * n))
+    # rounded up until the condition holds in floating point too (a larger δ is more private)
+    while delta < 1.0 and smoothed_epsilon(delta, n, cells, rows) > epsilon:
+        delta = float(np.nextafter(delta, 2.0))
+    return delta
 
 
 def smoothed_epsilon(delta: float, n: int, cells: int, rows: int) -> float:
@@ -122,7 +145,8 @@ def smoothed_epsilon(delta: float, n: int, cells: int, rows: int) -> float:
     return rows * math.log1p((1.0 - delta) * cells / (n * delta))
 
 
-def smoothed_histogram(data: Dataset, epsilon: float, rows: int, rng: np.random.Generator) -> tuple[np.ndarray, Mechanism]:
+def smoothed_histogram(data: Dataset, epsilon: float, rows: int, rng: np.random.Generator,
+                       runs: int | None = None) -> tuple[np.ndarray, Mechanism]:
     """Release ``rows`` keys drawn i.i.d. from (1-δ)p̂ + δ/m with δ from :func:`smoothed_delta`.
 
     Privacy unit: one person. Relation: replace-one only (n is public; the condition of
@@ -137,9 +161,10 @@ def smoothed_histogram(data: Dataset, epsilon: float, rows: int, rng: np.random.
                      details={"cells": m, "delta": delta, "rows": rows, "n": n,
                               "reference": "Wasserman & Zhou 2010, sec. 4.2"})
     data_keys = data.keys()
-    from_data = rng.random(rows) >= delta
-    out = np.where(from_data, data_keys[rng.integers(0, n, size=rows)],
-                   rng.integers(0, m, size=rows, dtype=np.int64))
+    shape = (rows,) if runs is None else (int(runs), rows)  # runs: independent releases, one per row
+    from_data = rng.random(shape) >= delta
+    out = np.where(from_data, data_keys[rng.integers(0, n, size=shape)],
+                   rng.integers(0, m, size=shape, dtype=np.int64))
     return out.astype(np.int64), mech
 
 

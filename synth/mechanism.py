@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Sequence
 
@@ -110,17 +110,48 @@ class Mechanism:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "relation", parse_relation(self.relation))
-        if not (self.epsilon > 0 and np.isfinite(self.epsilon)):
-            raise PrivacyError(f"epsilon must be positive and finite, got {self.epsilon}")
+        check_epsilon(self.epsilon)
         if self.sensitivity < 0:
             raise PrivacyError(f"sensitivity must be >= 0, got {self.sensitivity}")
 
 
+#: The smallest ε a release accepts: below it the noise drowns any table, and the scales it asks
+#: for approach what an int64 sampler can represent.
+MIN_EPSILON = 1e-6
+#: The largest discrete Laplace scale a sampler is asked for. Beyond ~1e18 numpy's geometric draw
+#: overflows int64, and at 1e25 it returns all zeros, so the exact counts would be published.
+MAX_SCALE = float(2**40)
+
+
+def check_epsilon(epsilon: float) -> float:
+    """ε must be finite and at least :data:`MIN_EPSILON`."""
+    if not (np.isfinite(epsilon) and epsilon >= MIN_EPSILON):
+        raise PrivacyError(f"epsilon must be a finite number >= {MIN_EPSILON:g}, got {epsilon}")
+    return float(epsilon)
+
+
+def check_scale(scale: float) -> float:
+    """A noise scale the samplers represent exactly enough: positive, at most :data:`MAX_SCALE`."""
+    if not (np.isfinite(scale) and 0 < scale <= MAX_SCALE):
+        raise PrivacyError(f"noise scale {scale:g} is outside (0, {MAX_SCALE:g}]: the samplers cannot represent it "
+                           f"(raise ε or publish fewer cells)")
+    return float(scale)
+
+
 def laplace_scale(sensitivity: int, epsilon: float) -> float:
-    """Scale Δ/ε of (discrete) Laplace noise giving ε-DP for L1 sensitivity Δ."""
-    if not epsilon > 0:
-        raise PrivacyError(f"epsilon must be positive, got {epsilon}")
-    return float(sensitivity) / float(epsilon)
+    """Scale Δ/ε of (discrete) Laplace noise giving ε-DP for L1 sensitivity Δ, rounded up to the
+    next float for which Δ/scale ≤ ε holds in floating point too (Δ = 12, ε = 0.3 would
+    otherwise give Δ/scale = 0.30000000000000004 > ε). Δ = 0 is given the scale of Δ = 1.
+
+    >>> 12 / laplace_scale(12, 0.3) <= 0.3
+    True
+    """
+    epsilon = check_epsilon(epsilon)
+    delta = max(int(sensitivity), 1)
+    scale = float(delta) / epsilon
+    while delta / scale > epsilon:
+        scale = float(np.nextafter(scale, np.inf))
+    return check_scale(scale)
 
 
 @dataclass
@@ -152,7 +183,14 @@ class Ledger:
         return entry
 
     def total_epsilon(self, **match) -> float:
-        return float(sum(e["epsilon"] for e in self.entries if all(e.get(k) == v for k, v in match.items())))
+        """ε summed over the entries matching ``match`` (basic composition). ε under different
+        neighbouring relations measure different things and are never added: that raises."""
+        chosen = [e for e in self.entries if all(e.get(k) == v for k, v in match.items())]
+        relations = sorted({e["relation"] for e in chosen if e.get("relation")})
+        if len(relations) > 1:
+            raise PrivacyError(f"cannot add ε across neighbouring relations {relations}: "
+                               "select entries of one relation")
+        return float(sum(e["epsilon"] for e in chosen if e.get("epsilon") is not None))
 
     def to_json(self) -> str:
         return json.dumps({"entries": self.entries}, indent=2, sort_keys=True, default=str)

@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from synth.mechanism import PrivacyError, check_counts, checked_add
+from synth.mechanism import PrivacyError, check_counts, check_scale, checked_add, laplace_scale
 
 
 class NoiseBackend(Protocol):
@@ -42,9 +42,7 @@ class SimulationNoise:
         self._rng = self.seed if isinstance(self.seed, np.random.Generator) else np.random.default_rng(self.seed)
 
     def sample(self, scale: float, size: int) -> np.ndarray:
-        if not scale > 0:
-            raise PrivacyError(f"noise scale must be positive, got {scale}")
-        p = -math.expm1(-1.0 / scale)  # success probability 1 - e^{-1/t}
+        p = -math.expm1(-1.0 / check_scale(scale))  # success probability 1 - e^{-1/t}
         g1 = self._rng.geometric(p, size=size).astype(np.int64)
         g2 = self._rng.geometric(p, size=size).astype(np.int64)
         return g1 - g2
@@ -86,16 +84,33 @@ class OpenDPNoise:
         dp = self._dp
         return dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64"), scale=float(scale))
 
+    def privacy_map(self, scale: float, sensitivity: int) -> float:
+        """OpenDP's own ε for L1 sensitivity ``sensitivity`` at this scale (its privacy map)."""
+        return float(self._measurement(check_scale(scale)).map(int(sensitivity)))
+
     def sample(self, scale: float, size: int) -> np.ndarray:
-        if not scale > 0:
-            raise PrivacyError(f"noise scale must be positive, got {scale}")
-        return np.asarray(self._measurement(scale)([0] * int(size)), dtype=np.int64)
+        return np.asarray(self._measurement(check_scale(scale))([0] * int(size)), dtype=np.int64)
 
     def add(self, counts: np.ndarray, scale: float) -> np.ndarray:
         counts = check_counts(counts)
-        flat = [int(v) for v in counts.reshape(-1)]
-        out = np.asarray(self._measurement(scale)(flat), dtype=np.int64)
+        out = np.asarray(self._measurement(check_scale(scale))(counts.reshape(-1).tolist()), dtype=np.int64)
         return out.reshape(counts.shape)
+
+
+def noise_scale(sensitivity: int, epsilon: float, backend) -> tuple[float, float | None]:
+    """The scale to release with: Δ/ε rounded up in floating point (:func:`laplace_scale`) and,
+    when the backend has a privacy map (OpenDP's), rounded up further until that map gives at
+    most ε too. Returns (scale, the backend's own ε figure or None)."""
+    scale = laplace_scale(sensitivity, epsilon)
+    if not hasattr(backend, "privacy_map"):
+        return scale, None
+    delta = max(int(sensitivity), 1)
+    for _ in range(1000):
+        figure = backend.privacy_map(scale, delta)
+        if figure <= epsilon:
+            return scale, figure
+        scale = float(np.nextafter(scale, np.inf))
+    raise PrivacyError(f"no scale near {scale} makes {backend.name}'s privacy map <= {epsilon}")
 
 
 def make_backend(kind: str, seed: int | None = None):

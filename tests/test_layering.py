@@ -42,7 +42,6 @@ def test_every_module_opens_with_a_one_line_docstring():
 
 
 def test_library_import_has_no_side_effects():
-    import logging
     import subprocess
     import sys
 

@@ -204,7 +204,7 @@ def test_metrics_files_and_report(tiny_run):
     text = (run_dir / "report.md").read_text()
     assert text.index("## Who is reconstructed") < text.index("## Data") < text.index("## Match rate")
     assert "### with BLOCK" in text and "### without BLOCK" in text and "variant True" not in text
-    assert "no baseline built from outside could have guessed" in text and "match_rate.png" in text
+    assert "no prior built from outside the unit could have guessed" in text and "match_rate.png" in text
 
 
 def test_every_shipped_config_loads_and_runs_the_chance_baseline(root):

@@ -1,5 +1,3 @@
-import itertools
-from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
@@ -8,6 +6,7 @@ import pytest
 from microdata.census import (CENRACE_COMBOS, CensusWorkload, TABLE_SETS, reference_cells, sf1_tables)
 from microdata.dataset import Dataset
 from microdata.domain import Attribute
+from microdata.population import person_domain
 from microdata.errors import CensusReconError
 from microdata.population import PopulationSpec, embedded_population
 from reconstruct.queries import ProductPlan
@@ -111,3 +110,47 @@ def test_tables_needing_missing_attributes_are_named():
     with pytest.raises(CensusReconError, match=r"tables \['P12'\] need attributes \['AGE', 'SEX'\]"):
         CensusWorkload.build(dom, sf1_tables()["P12"])
     assert CensusWorkload.build(dom, [c for n in TABLE_SETS["race_hispanic"] for c in sf1_tables()[n]]).num_queries > 0
+
+
+def _brute_force_cells_per_person(w) -> int:
+    """The most released queries any single person (every type, every block) is counted in."""
+    import itertools
+
+    best = 0
+    for codes in itertools.product(*[range(s) for s in w.domain.sizes]):
+        best = max(best, int(w.counts(Dataset(w.domain, np.array([codes]))).sum()))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_census_sensitivity_is_the_brute_force_maximum_on_small_domains(seed):
+    from microdata.census import Cell
+    from microdata.domain import Attribute, Domain
+
+    rng = np.random.default_rng(seed)
+    attrs = [Attribute.range(f"X{i}", int(rng.integers(2, 4))) for i in range(int(rng.integers(2, 4)))]
+    with_block = bool(seed % 2)
+    dom = Domain(((Attribute.range("BLOCK", int(rng.integers(2, 4))),) if with_block else ()) + tuple(attrs))
+    cells = []
+    for t in range(int(rng.integers(2, 5))):  # tables of random product cells, block or tract level
+        level = "tract" if rng.random() < 0.3 else "block"
+        for number in range(int(rng.integers(1, 6))):
+            sets = {}
+            for a in attrs:
+                if rng.random() < 0.6:
+                    vals = rng.choice(a.size, size=int(rng.integers(1, a.size + 1)), replace=False)
+                    sets[a.name] = frozenset(int(v) for v in vals)
+            cells.append(Cell(f"T{t}", number + 1, "cell", tuple(sorted(sets.items())), level))
+    w = CensusWorkload.build(dom, cells)
+    assert w.max_cells_per_person() == _brute_force_cells_per_person(w)
+
+
+def test_census_sensitivity_of_the_sf1_set_is_the_maximum_over_persons_not_the_sum_of_table_maxima():
+    from microdata.domain import Attribute, Domain
+
+    base = person_domain().project(["AGE", "SEX", "HISP", "CENRACE"])
+    dom = Domain((Attribute.range("BLOCK", 3),) + tuple(base.attributes))
+    t = sf1_tables()
+    w = CensusWorkload.build(dom, [c for name in TABLE_SETS["sf1"] for c in t[name]])
+    assert w.max_cells_per_person() == 42  # 99 when each table's own maximum was summed
+    assert CensusWorkload.build(dom, reference_cells()).max_cells_per_person() == 26  # was 51

@@ -1,5 +1,4 @@
 import itertools
-import math
 
 import numpy as np
 import pytest
@@ -215,3 +214,61 @@ def test_census_table_sensitivity_bounds_random_neighbours(relation):
         diff = np.abs(w.counts(Dataset(dom, codes)) - w.counts(Dataset(dom, codes2))).sum()
         seen = max(seen, int(diff))
     assert 0 < seen <= mech.sensitivity
+
+
+def test_a_scale_the_sampler_cannot_represent_and_an_epsilon_below_the_floor_are_refused():
+    from synth.mechanism import MAX_SCALE, MIN_EPSILON, laplace_scale
+
+    noise = SimulationNoise(0)
+    for scale in (1e19, 1e25, float("inf"), 0.0, -1.0):
+        with pytest.raises(PrivacyError, match="noise scale"):
+            noise.sample(scale, 3)
+    assert np.abs(noise.sample(MAX_SCALE, 1000)).max() > 0  # the largest accepted scale still adds noise
+    with pytest.raises(PrivacyError, match="epsilon must be"):
+        laplace_scale(2, MIN_EPSILON / 2)
+    with pytest.raises(PrivacyError, match="noise scale"):  # ε above the floor but Δ/ε too large
+        laplace_scale(10**9, 1e-5)
+    data = Dataset(DOM, np.zeros((3, 3), np.int64))
+    with pytest.raises(PrivacyError):
+        laplace_tables(data, Workload.all_kway(DOM, 2), 1e-30, noise)
+
+
+def test_scales_and_deltas_are_rounded_so_epsilon_never_exceeds_the_declared_value():
+    from synth.mechanism import laplace_scale
+
+    for delta_l1 in range(1, 200):
+        for eps in (0.01, 0.1, 0.3, 0.7, 1.0, 1.1, 3.0, 10.0):
+            assert delta_l1 / laplace_scale(delta_l1, eps) <= eps
+    worst = 0.0
+    for eps in (0.05, 0.1, 0.3, 1.0, 3.0):
+        for n in (1, 7, 100, 1000):
+            for cells in (2, 10, 1000, 10**6):
+                for rows in (1, 10, 100, 1000):
+                    worst = max(worst, smoothed_epsilon(smoothed_delta(eps, n, cells, rows), n, cells, rows) / eps)
+    assert worst <= 1.0
+
+
+def test_with_opendp_the_scale_satisfies_opendps_own_privacy_map_and_the_ledger_records_it():
+    pytest.importorskip("opendp")
+    from synth.noise import noise_scale
+
+    b = OpenDPNoise()
+    assert b.privacy_map(12 / 0.3, 12) > 0.3  # the plain Δ/ε overshoots in OpenDP's own arithmetic
+    scale, figure = noise_scale(12, 0.3, b)
+    assert figure <= 0.3 and b.privacy_map(scale, 12) <= 0.3
+    data = Dataset(DOM, np.zeros((3, 3), np.int64))
+    _, mech = laplace_tables(data, Workload.all_kway(DOM, 2), 0.3, b)
+    assert mech.details["backend_epsilon"] <= 0.3
+
+
+def test_the_ledger_never_adds_epsilon_across_relations():
+    from synth.mechanism import Mechanism
+
+    ledger = Ledger()
+    ledger.record(Mechanism("laplace_tables", "replace_one", 2, 1.0, 2.0), "x", False, unit="a")
+    ledger.record(Mechanism("synthetic", "replace_one", 2, 0.5, 4.0), "x", False, unit="a")
+    assert ledger.total_epsilon(unit="a") == 1.5
+    ledger.record(Mechanism("laplace_tables", "add_remove", 1, 1.0, 1.0), "x", False, unit="a")
+    with pytest.raises(PrivacyError, match="across neighbouring relations"):
+        ledger.total_epsilon(unit="a")
+    assert ledger.total_epsilon(unit="a", relation="add_remove") == 1.0

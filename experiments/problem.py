@@ -1,0 +1,352 @@
+"""One unit's problem, prepared the same way for `run`, `sweep` and `evaluate-release`: the data
+and its public geography, the target units, D and D_holdout over the attack domain (BLOCK from
+the public block list), the published workload and its exact answers, the priors, RAP settings."""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+import pandas as pd
+
+from baselines.holdout import holdout_split
+from baselines.priors import ChancePrior, EmpiricalPrior, geographic_priors
+from experiments.config import ConfigError, ExperimentConfig
+from experiments.metrics import lookup, match_rate_curve
+from microdata.acs import read_folktables, read_nist
+from microdata.dataset import Dataset
+from microdata.domain import Attribute
+from microdata.marginals import Workload, answer
+from microdata.population import PopulationSpec, embedded_population
+from reconstruct.queries import EXACT_CHUNK, exact_counts
+from reconstruct.rap import RAPSettings
+
+log = logging.getLogger(__name__)
+
+_INIT_POOL_ROWS = 20_000
+
+
+#: Attack attributes when a config names none.
+EMBEDDED_ATTRIBUTES = ["AGE", "SEX", "HISP", "RACE"]
+
+
+def load_population(cfg: ExperimentConfig) -> Dataset:
+    """The rows of the configured source (all of them; units are picked later)."""
+    d = cfg.data
+    if d.source == "embedded":
+        p = d.population
+        spec = PopulationSpec(
+            states=p.states,
+            counties_per_state=p.counties_per_state,
+            tracts_per_county=p.tracts_per_county,
+            blocks_per_tract=tuple(p.blocks_per_tract),
+            block_size_median=p.block_size_median,
+        )
+        pop = embedded_population(d.seed, spec)
+    elif d.source == "acs_nist":
+        pop = read_nist(d.path, attributes=cfg.attributes, bounds=d.bounds, bins=d.bins, dictionary=d.dictionary)
+    elif d.source == "ppmf":
+        from microdata.ppmf import read_ppmf
+
+        pop = read_ppmf(d.path, states=d.states or None, counties=d.counties or None, tracts=d.tracts or None)
+    else:
+        pop = read_folktables(d.path, d.states, d.task, year=d.year, horizon=d.horizon,
+                              include_target=d.include_target, bounds=d.bounds, bins=d.bins, download=d.download)
+    check_census_tables(cfg, pop)
+    missing = [a for a in attributes(cfg, pop) if a not in pop.domain]
+    if missing:
+        raise ConfigError(f"attributes {missing} are not in the data; it has {list(pop.domain.names)}")
+    check_against_data(cfg, pop)
+    return pop
+
+
+def check_census_tables(cfg: ExperimentConfig, pop: Dataset) -> None:
+    """Census tables need AGE, SEX, HISP, CENRACE; name the tables this data cannot build."""
+    from microdata.census import required_attributes, tables_needing
+
+    for q in cfg.queries:
+        if q.kind != "census":
+            continue
+        cells = census_cells(q)
+        have = set(pop.domain.names) & set(attributes(cfg, pop))
+        missing = sorted(required_attributes(cells) - have)
+        if missing:
+            raise ConfigError(
+                f"this data cannot build census tables {tables_needing(cells, missing)}: they need {missing}, which it lacks "
+                f"(it has {list(pop.domain.names)}; the redistricting PPMF has no QAGE or QSEX). "
+                f"Restrict queries.tables to ones it supports, e.g. tables: race_hispanic (P1, P6, P7, P8, P9), "
+                f"and attributes to {[a for a in ('HISP', 'CENRACE') if a in pop.domain]}")
+
+
+def attributes(cfg: ExperimentConfig, pop: Dataset) -> list[str]:
+    if cfg.attributes is not None:
+        return list(cfg.attributes)
+    return EMBEDDED_ATTRIBUTES if cfg.data.source == "embedded" else list(pop.domain.names)
+
+
+def check_against_data(cfg: ExperimentConfig, pop: Dataset) -> None:
+    """Levels, baselines and initialisations must exist in this data's geography."""
+    geo = pop.geography
+    if geo is None:
+        raise ConfigError("the data has no geography; target units cannot be chosen")
+    level = cfg.target.level
+    if level not in geo.levels or level == "national":
+        raise ConfigError(f"target.level {level!r} is not a level of this data; choose from {list(geo.levels[1:])}")
+    allowed = {"holdout", "chance", *geo.coarser(level)}
+    bad = [b for b in cfg.baselines.methods if b not in allowed]
+    if bad:
+        raise ConfigError(f"baselines {bad} are not valid for {level} targets; choose from {sorted(allowed)}")
+    bad = [i for i in cfg.attack.init if i not in {"random", *allowed}]
+    if bad:
+        raise ConfigError(f"attack.init {bad} not valid for {level} targets; choose from {sorted({'random', *allowed})}")
+    if any(cfg.target.with_block) and "block" not in geo.finer(level):
+        raise ConfigError(f"target.with_block: true needs a block level below {level!r}; this data has {list(geo.levels)}")
+
+
+def _stable(*parts) -> int:
+    return zlib.crc32("|".join(str(p) for p in parts).encode())
+
+
+def select_units(pop: Dataset, cfg: ExperimentConfig) -> list[str]:
+    """Target units: explicit ``unit_ids``, one per state, or at random, among units with
+    between ``min_rows`` and ``max_rows`` persons; seeded by the config's seed."""
+    geo = pop.geography
+    level = cfg.target.level
+    ids, counts = np.unique(geo.units(level), return_counts=True)
+    ok = counts >= cfg.target.min_rows
+    if cfg.target.max_rows is not None:
+        ok &= counts <= cfg.target.max_rows
+    if cfg.target.require_siblings:
+        parent_level = geo.coarser(level)[0]
+        pairs = pd.DataFrame({"unit": geo.units(level), "parent": geo.units(parent_level)}).drop_duplicates()
+        siblings = pairs.groupby("parent")["unit"].transform("size")
+        ok &= np.isin(ids, pairs.loc[siblings > 1, "unit"].to_numpy())
+    eligible = ids[ok]
+    if cfg.target.unit_ids is not None:
+        unknown = [u for u in cfg.target.unit_ids if u not in set(ids.tolist())]
+        if unknown:
+            raise ConfigError(f"target.unit_ids {unknown} are not {level}s of the data (e.g. {ids[:3].tolist()})")
+        return list(cfg.target.unit_ids)
+    if eligible.size == 0:
+        raise ConfigError(f"no {level} has between {cfg.target.min_rows} and {cfg.target.max_rows} rows")
+    rng = np.random.default_rng(_stable("units", cfg.seed))
+    by_parent_level = geo.coarser(level)[-2] if len(geo.coarser(level)) > 1 else "national"  # the state
+    if cfg.target.selection == "size_quantiles":  # units spread evenly over the size distribution
+        sizes = counts[ok]
+        order = np.argsort(sizes, kind="stable")
+        n = min(cfg.target.units, eligible.size)
+        picks = np.unique(np.round(np.linspace(0, eligible.size - 1, n)).astype(int))
+        return sorted(eligible[order[picks]].tolist())
+    if cfg.target.selection == "random":
+        pick = rng.choice(eligible.size, size=min(cfg.target.units, eligible.size), replace=False)
+        return sorted(eligible[pick].tolist())
+    # one per state, round-robin over states until enough units
+    state_of = dict(zip(geo.units(level).tolist(), geo.units(by_parent_level).tolist()))
+    by_state: dict[str, list[str]] = {}
+    for u in eligible.tolist():
+        by_state.setdefault(state_of[u], []).append(u)
+    for s in by_state:
+        rng.shuffle(by_state[s])
+    chosen: list[str] = []
+    while len(chosen) < cfg.target.units and any(by_state.values()):
+        for s in sorted(by_state):
+            if by_state[s] and len(chosen) < cfg.target.units:
+                chosen.append(by_state[s].pop())
+    return sorted(chosen)
+
+
+@dataclass
+class UnitProblem:
+    unit: str
+    with_block: bool
+    private: Dataset  # D, over the attack domain
+    holdout: Dataset  # D_holdout
+    block_weights: np.ndarray | None
+    block_list_source: str | None = None  # where the BLOCK values come from (None without BLOCK)
+
+
+def unit_blocks(pop: Dataset, cfg: ExperimentConfig, unit: str) -> tuple[list[str], str]:
+    """Every block of ``unit`` (empty ones included) from the data's public unit list, and where
+    that list comes from. Without a public list the blocks are those with persons, and the
+    source says so: a release must not publish such a list unless the agency declares it."""
+    return pop.geography.units_within(cfg.target.level, unit, "block")
+
+
+def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
+                 pad_blocks: bool = True) -> UnitProblem:
+    """D and D_holdout of one unit over the attack domain.
+
+    With BLOCK, the attribute's values are the unit's blocks from the public block list
+    (:func:`unit_blocks`), never from the persons, so the domain, every table's shape and every
+    histogram's size are the same for any two neighbouring datasets. For the attack they are
+    padded (``pad_blocks``) up to a multiple of ``target.block_bucket`` with more empty blocks:
+    their published cells are all 0 (as an agency's tables for an empty block are), nobody lives
+    or is guessed there, and every unit of a bucket then has the same domain, hence one plan and
+    one compiled program. A release publishes the listed blocks only (``pad_blocks=False``)."""
+    level = cfg.target.level
+    rows = np.flatnonzero(pop.geography.mask(level, unit))
+    data = pop.take(rows).project(attributes(cfg, pop))
+    source = None
+    if with_block:
+        blocks, source = unit_blocks(pop, cfg, unit)
+        position = {b: i for i, b in enumerate(blocks)}
+        code = np.array([position[b] for b in data.geography.units("block")], dtype=np.int64)
+        names = tuple(b[-4:] if len({x[-4:] for x in blocks}) == len(blocks) else b for b in blocks)
+        if pad_blocks:
+            names += tuple(f"pad{i}" for i in range(-len(names) % cfg.target.block_bucket))
+        data = data.with_column(Attribute("BLOCK", names), code, 0)
+    rng = np.random.default_rng(_stable("split", cfg.seed, unit))
+    private, holdout = holdout_split(data, rng, cfg.holdout_fraction)
+    weights = None
+    if with_block:
+        weights = np.bincount(private.column("BLOCK"), minlength=private.domain.sizes[0]).astype(np.float64)
+    return UnitProblem(unit, with_block, private, holdout, weights, source)
+
+
+def census_cells(q) -> list:
+    """The census cells a query config names."""
+    from microdata.census import TABLE_SETS, reference_cells, sf1_tables
+
+    if q.tables == "reference":
+        return reference_cells()
+    tables = sf1_tables()
+    names = TABLE_SETS[q.tables] if isinstance(q.tables, str) else q.tables
+    return [c for name in names for c in tables[name]]
+
+
+def method_names(cfg: ExperimentConfig) -> list[str]:
+    """Every RAP-Rank method a config runs (one per workload and initialisation)."""
+    return [cfg.rap_method(q, init) for q in cfg.queries for init in cfg.attack.init]
+
+
+def build_workload(cfg: ExperimentConfig, q, domain):
+    """The published queries of workload ``q`` over the attack domain: k-way marginals
+    (a seeded sample if asked) or census table cells (per block when BLOCK is kept)."""
+    if q.kind == "census":
+        from microdata.census import CensusWorkload
+
+        return CensusWorkload.build(domain, census_cells(q))
+    w = Workload.all_kway(domain, q.k, lower=q.lower)
+    if q.max_marginals is not None:
+        w = w.sample(q.max_marginals, np.random.default_rng(_stable("workload", cfg.seed, q.label)))
+    return w
+
+
+def unit_key(cfg: ExperimentConfig, *parts) -> jax.Array:
+    """The JAX key of one attack: stable in the config seed and the parts naming the attack."""
+    return jax.random.fold_in(jax.random.key(cfg.seed), _stable(*parts) & 0x7FFFFFFF)
+
+
+def rarity_level(geo, level: str) -> str:
+    """The unit an outsider sees around a target: the county for tracts and blocks (when the
+    data has counties), else the next coarser level (the state for PUMAs)."""
+    coarser = geo.coarser(level)
+    return "county" if "county" in coarser else coarser[0]
+
+
+def outside_counts(pop: Dataset, cfg: ExperimentConfig, prob: UnitProblem) -> tuple[np.ndarray, np.ndarray] | None:
+    """For each distinct row of D (sorted keys over D's domain), how many persons outside the
+    target unit, in the enclosing unit of :func:`rarity_level`, share its person attributes
+    (BLOCK is not a person attribute: with BLOCK the rest of the row is counted). A match with
+    count 0 is a row no outsider could have seen (Sánchez et al. 2023's question). None when
+    the target has no coarser level below national."""
+    geo = pop.geography
+    level = cfg.target.level
+    if len(geo.coarser(level)) < 2:  # only national above: nothing one level up
+        return None
+    around = rarity_level(geo, level)
+    parent = geo.parent(level, prob.unit, around)
+    outside = (geo.units(around) == parent) & ~geo.mask(level, prob.unit)
+    attrs = attributes(cfg, pop)
+    pool = pop.project(attrs)
+    uniq, counts = np.unique(pool.domain.encode(pool.codes[outside]), return_counts=True)
+    D = prob.private
+    keys, first = np.unique(D.keys(), return_index=True)
+    person = D.project(attrs).keys()[first]
+    return keys, lookup(uniq, counts, person, missing=0).astype(np.int64)
+
+
+def exact_answers(data: Dataset, w, plan=None) -> np.ndarray:
+    """Q(D) as fractions. Large units go through the plan's matmul counter (exact integer
+    counts, several times the rate of one bincount per marginal); small ones through bincounts."""
+    if plan is not None and len(data) >= EXACT_CHUNK:
+        return exact_counts(plan, data.codes) / len(data)
+    return answer(data, w) if isinstance(w, Workload) else w.answer(data)
+
+
+def workload_facts(q, w) -> dict:
+    if isinstance(w, Workload):
+        return {"kind": "marginals", "k": q.k, "num_marginals": len(w.marginals), "num_queries": w.num_queries}
+    return {"kind": "census", "tables": q.tables, "num_queries": w.num_queries,
+            "cells_per_table": dict(w.cells_per_table)}
+
+
+def build_priors(pop: Dataset, cfg: ExperimentConfig, prob: UnitProblem) -> dict:
+    """The holdout prior, the chance prior and the geographic priors the config's baselines and inits need."""
+    dom = prob.private.domain
+    priors: dict = {"holdout": EmpiricalPrior(dom, prob.holdout.codes),
+                    "chance": ChancePrior.from_data(prob.private)}  # one-way margins of D: published
+    geo_levels = [b for b in {*cfg.baselines.methods, *cfg.attack.init} if b not in ("holdout", "random", "chance")]
+    if geo_levels:
+        priors.update(
+            geographic_priors(
+                pop, cfg.target.level, prob.unit, attributes(cfg, pop),
+                block_domain=dom if prob.with_block else None,
+                block_weights=prob.block_weights,
+                levels=sorted(geo_levels),
+                include_target=cfg.baselines.include_target,
+            )
+        )
+    return priors
+
+
+def unit_settings(cfg: ExperimentConfig, prob: UnitProblem, init: str) -> RAPSettings:
+    """RAP settings of one unit's attack: the config's, with n' = |D_holdout| for the paper's
+    each-once initialisation and the draws per run resolved (``n`` = the persons of D, which
+    the attacker reads off the published total)."""
+    a = cfg.attack
+    over = {"init_mode": a.init_mode if init != "random" else "resample"}
+    if init != "random" and a.init_mode == "each_once":
+        over["rows"] = len(prob.holdout)
+    if a.draws_per_run is not None:
+        over["draws"] = len(prob.private) if a.draws_per_run == "n" else int(a.draws_per_run)
+    return rap_settings(cfg, **over)
+
+
+def init_pool(cfg: ExperimentConfig, prob: UnitProblem, prior, init: str, rows: int) -> np.ndarray:
+    """The rows a unit's runs start from: a large sample of the prior to draw from per run
+    (``init_mode: resample``), or exactly n' rows used once each (``each_once``: D_holdout
+    itself for the holdout init, else n' rows drawn from the prior once for the unit)."""
+    rng = np.random.default_rng(_stable("pool", cfg.seed, prob.unit, init))
+    if cfg.attack.init_mode == "each_once":
+        return prob.holdout.codes if init == "holdout" else prior.sample(rows, rng)
+    return prior.sample(_INIT_POOL_ROWS, rng)
+
+
+def rap_settings(cfg: ExperimentConfig, **over) -> RAPSettings:
+    a = cfg.attack
+    kw = dict(rows=a.rows, steps=a.steps, learning_rate=a.learning_rate, sampling=a.sampling,
+              queries_per_step=a.queries_per_step, init_confidence=a.init_confidence,
+              steps_per_call=a.steps_per_call, batch=a.batch, precision=a.precision)
+    kw.update(over)
+    return RAPSettings(**kw)
+
+
+def baseline_curves(cfg: ExperimentConfig, priors: dict, unit: str, truth, ks, u, rng_of, outside=None):
+    """(name, match-rate curve, seconds) of each configured baseline this unit has data for, in
+    config order; a baseline without data is named in a warning and skipped. ``rng_of(name)``
+    gives the generator that breaks that baseline's ties."""
+    out = []
+    for b in cfg.baselines.methods:
+        if b not in priors:
+            log.warning("unit %s: no data for baseline %s; skipped", unit, b)
+            continue
+        t0 = time.perf_counter()
+        r = priors[b].ranking(rng=rng_of(b), limit=int(ks.max()))
+        curve = match_rate_curve(r, truth, ks, u, priors[b].support_size(), outside)
+        out.append((b, curve, round(time.perf_counter() - t0, 3)))
+    return out

@@ -1,0 +1,364 @@
+"""The ε audit of evaluate-release's own publishing path (experiments.release.publish), on worst-case
+neighbouring datasets under the declared relation, at every ε the config releases at."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from experiments.config import ConfigError, ExperimentConfig
+from experiments.problem import _stable, build_workload, load_population, prepare_unit, select_units, unit_key
+from microdata.dataset import Dataset
+from microdata.domain import Attribute, Domain
+from microdata.geography import FROM_ROWS, Geography
+from microdata.marginals import Workload, marginal_counts
+from synth.audit import AuditResult, ReplayNoise, audit_outputs, laplace_scale_upper
+from synth.histogram import SparseHistogram
+from synth.mechanism import PrivacyError, Relation, parse_relation
+from synth.noise import OpenDPNoise, SimulationNoise
+
+log = logging.getLogger(__name__)
+
+#: Cells of the small domain the histograms are audited on (their sensitivity does not depend on
+#: the domain's size; the auditor needs every cell's value in every run).
+HISTOGRAM_CELLS = 64
+#: Runs of the large-domain histogram path (one Python call per release).
+SPARSE_RUNS = 20_000
+#: Noise values drawn per compiled chunk of releases.
+CHUNK_VALUES = 20_000_000
+
+
+def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, unit: str | None = None,
+                  progress: bool = False) -> list[AuditResult]:
+    """Audit every configured mechanism at every audited ε of the config, through
+    :func:`experiments.release.publish`, the function evaluate-release attacks and an agency
+    publishes through.
+
+    Each audit releases two worst-case neighbouring datasets ``runs`` times each and certifies a
+    Clopper–Pearson lower bound on ε (:func:`synth.audit.audit_outputs`), beside named checks: the
+    block list does not depend on the persons; the release's shape does not depend on the data;
+    what is published after the noise depends on the data only through the noisy counts (so no
+    n, no block list leaks past the noise); and, for the Laplace tables, the noise really added
+    is as large as the declared ε needs. Tables are audited over the unit's attack domain with
+    at most two of its public blocks; histograms over a domain of at most 64 cells made of the
+    smallest attack attributes, the large-domain path included (by lowering its dense limit).
+    """
+    r = cfg.release
+    if r is None:
+        raise ConfigError("this config has no 'release' section: nothing to audit")
+    pop = load_population(cfg) if pop is None else pop
+    unit = select_units(pop, cfg)[0] if unit is None else unit
+    eps_list = r.audited_epsilons()
+    jobs = [(wb, eps, m) for wb in cfg.target.with_block for eps in eps_list for m in r.mechanisms]
+    bar = tqdm(total=len(jobs), desc="audits", disable=not progress)
+    out = []
+    for wb in cfg.target.with_block:
+        frame = _frame(cfg, pop, unit, wb)
+        blocks_check = _block_list_check(cfg, pop, unit) if wb else None
+        workload = build_workload(cfg, cfg.queries[0], frame)
+        pair = _worst_pair(frame, workload, parse_relation(r.relation))
+        small = _histogram_pair(frame, parse_relation(r.relation))
+        tables_result = {}
+        for eps in eps_list:
+            for mech in r.mechanisms:
+                if mech == "laplace_tables" or (mech == "synthetic" and eps not in tables_result):
+                    tables_result[eps] = _audit_tables(cfg, eps, workload, pair)
+                if mech in ("laplace_tables", "synthetic"):
+                    res = tables_result[eps]
+                    checks = dict(res.checks)
+                    if mech == "synthetic":
+                        checks.update(_synthetic_checks(cfg, eps, workload, pair))
+                    details = dict(res.details, audited_as="laplace_tables; the fit is post-processing of them"
+                                   if mech == "synthetic" else "the published noisy counts")
+                    res = AuditResult(mech, eps, res.epsilon_lower_bound, res.runs, res.confidence, res.event,
+                                      checks, details)
+                elif mech == "perturbed_histogram":
+                    res = _audit_perturbed(cfg, eps, small)
+                else:
+                    res = _audit_smoothed(cfg, eps, small)
+                if blocks_check is not None:
+                    res.checks["block_list"] = blocks_check
+                res.details.update(with_block=wb, unit_of_public_inputs=unit)
+                out.append(res)
+                bar.update()
+    bar.close()
+    return out
+
+
+# ---- inputs: a small frame of public inputs and worst-case neighbours in it ------------------------
+
+
+def _frame(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bool) -> Domain:
+    """The attack domain of ``unit`` (BLOCK from its public block list), cut to two blocks: every
+    block publishes the same tables, and a person lives in one."""
+    prob = prepare_unit(pop, cfg, unit, with_block, pad_blocks=False)
+    dom = prob.private.domain
+    if not with_block:
+        return dom
+    names = dom.attribute("BLOCK").values[:2]
+    return Domain((Attribute("BLOCK", tuple(names)),) + tuple(a for a in dom.attributes if a.name != "BLOCK"))
+
+
+def _cells_of(workload, codes: np.ndarray) -> np.ndarray:
+    """(rows × queries) 0/1: the released cells each row is counted in (computed from the rows,
+    as exact answers are, independently of any sensitivity computation)."""
+    codes = np.atleast_2d(codes)
+    if isinstance(workload, Workload):
+        out = np.zeros((len(codes), workload.num_queries), dtype=bool)
+        for off, m in zip(workload.offsets()[:-1], workload.marginals):
+            idx = [workload.domain.index(a) for a in m]
+            flat = np.ravel_multi_index(tuple(codes[:, i] for i in idx), workload.shape(m))
+            out[np.arange(len(codes)), off + flat] = True
+        return out
+    q = np.array(workload.queries, dtype=np.int64).reshape(len(workload.queries), len(workload.domain))
+    hit = np.ones((len(codes), len(q)), dtype=bool)
+    for j in range(len(workload.domain)):
+        hit &= workload.membership(j).astype(bool)[codes[:, j]][:, q[:, j]]
+    return hit
+
+
+def _person_types(domain: Domain, block: int | None, limit: int = 200_000, seed: int = 0) -> np.ndarray:
+    """Every person type of ``domain`` (BLOCK fixed to ``block``), or ``limit`` of them at random."""
+    free = [j for j, a in enumerate(domain.names) if a != "BLOCK"]
+    sizes = [domain.sizes[j] for j in free]
+    total = int(np.prod(sizes))
+    flat = np.arange(total) if total <= limit else np.random.default_rng(seed).choice(total, limit, replace=False)
+    codes = np.zeros((len(flat), len(domain)), dtype=np.int64)
+    codes[:, free] = np.stack(np.unravel_index(flat, sizes), axis=1)
+    if "BLOCK" in domain:
+        codes[:, domain.index("BLOCK")] = block
+    return codes
+
+
+def _worst_pair(domain: Domain, workload, relation: Relation) -> tuple[Dataset, Dataset]:
+    """Neighbours D, D′ whose released counts are as far apart as one person can make them:
+    add/remove adds the person type counted in the most cells; replace-one replaces that person
+    by the type, in another block, whose cells differ from theirs the most."""
+    has_block = "BLOCK" in domain
+    a_types = _person_types(domain, 0 if has_block else None)
+    counts = np.concatenate([_cells_of(workload, a_types[i:i + 2000]).sum(axis=1) for i in range(0, len(a_types), 2000)])
+    a = a_types[int(np.argmax(counts))]
+    base = np.array([[(i + 2) % s for s in domain.sizes] for i in range(3)], dtype=np.int64)
+    if relation is Relation.ADD_REMOVE:
+        return Dataset(domain, base), Dataset(domain, np.vstack([base, a]))
+    other = 1 if has_block and domain.size("BLOCK") > 1 else 0
+    b_types = _person_types(domain, other if has_block else None)
+    cells_a = _cells_of(workload, a[None, :])[0]
+    diff = np.concatenate([(_cells_of(workload, b_types[i:i + 2000]) != cells_a[None, :]).sum(axis=1)
+                           for i in range(0, len(b_types), 2000)])
+    b = b_types[int(np.argmax(diff))]
+    return Dataset(domain, np.vstack([base, a])), Dataset(domain, np.vstack([base, b]))
+
+
+def _exact(workload, data: Dataset) -> np.ndarray:
+    if isinstance(workload, Workload):
+        return np.concatenate([marginal_counts(data, m) for m in workload.marginals])
+    return workload.counts(data)
+
+
+def _histogram_pair(frame: Domain, relation: Relation) -> tuple[Dataset, Dataset, tuple[int, int]]:
+    """Neighbours over a small domain (the smallest attack attributes, at most 64 cells): D has
+    one person alone in cell a and one in cell c; D′ moves the first to the empty cell b
+    (replace-one) or adds a person in b (add/remove). Returns D, D′ and the keys (a, b)."""
+    attrs, size = [], 1
+    for at in sorted(frame.attributes, key=lambda x: x.size):
+        if size * at.size <= HISTOGRAM_CELLS:
+            attrs.append(at)
+            size *= at.size
+    if size < 3:
+        attrs, size = [Attribute.range("CELL", 4)], 4
+    dom = Domain(tuple(attrs))
+    a, b, c = 0, 1, size - 1
+    D = Dataset(dom, dom.decode(np.array([a, c])))
+    D2 = Dataset(dom, dom.decode(np.array([b, c] if relation is Relation.REPLACE_ONE else [a, c, b])))
+    return D, D2, (a, b)
+
+
+# ---- the audits ---------------------------------------------------------------------------------
+
+
+def _noise(cfg: ExperimentConfig, *parts):
+    if cfg.release.backend == "opendp":
+        return OpenDPNoise()
+    return SimulationNoise(np.random.default_rng(_stable("audit-noise", cfg.seed, *parts)))
+
+
+def _publish(cfg, mech, eps, D, workload, backend, rng, **kw):
+    from experiments.release import publish
+
+    return publish(cfg, mech, eps, D, workload, backend, rng, **kw)
+
+
+def _structure_check(cfg, mech, eps, workload, D, D2, **kw) -> str:
+    rng = np.random.default_rng(0)
+    try:
+        s1 = _publish(cfg, mech, eps, D, workload, _noise(cfg, "structure", 1), rng, **kw).structure
+        s2 = _publish(cfg, mech, eps, D2, workload, _noise(cfg, "structure", 2), rng, **kw).structure
+    except PrivacyError as e:
+        return f"fail: {e}"
+    return "pass" if s1 == s2 else "fail: the shape of the release differs between neighbours"
+
+
+def _replay_check(cfg, mech, eps, workload, D, D2, **kw) -> str:
+    """Release D once; replay the same noisy counts for D and D′: what follows the noise must agree."""
+    rng = np.random.default_rng(0)
+    tables_kw = {k: v for k, v in kw.items() if k != "key"}
+    source = "laplace_tables" if mech == "synthetic" else mech  # the synthetic rows are fitted to these counts
+    first = _publish(cfg, source, eps, D, workload, _noise(cfg, "replay"), rng, **tables_kw)
+    if isinstance(first.output, SparseHistogram):
+        values = np.zeros(first.output.domain_size, dtype=np.int64)
+        values[first.output.keys] = first.output.counts
+    else:
+        values = first.output.counts
+    try:
+        p1 = _publish(cfg, mech, eps, D, workload, ReplayNoise(values), np.random.default_rng(1), **kw)
+        p2 = _publish(cfg, mech, eps, D2, workload, ReplayNoise(values), np.random.default_rng(1), **kw)
+    except PrivacyError as e:
+        return f"fail: {e}"
+    same = np.array_equal(p1.answers, p2.answers) and (
+        not isinstance(p1.output, Dataset) or np.array_equal(p1.output.codes, p2.output.codes))
+    t1, t2 = getattr(p1.output, "total", None), getattr(p2.output, "total", None)
+    if not same or t1 != t2:
+        return ("fail: with the same noisy counts, the neighbours' releases differ "
+                f"(totals {t1} and {t2}): the release reads the data beyond its noisy counts")
+    return "pass"
+
+
+def _audit_tables(cfg: ExperimentConfig, eps: float, workload, pair) -> AuditResult:
+    a = cfg.release.audit
+    D, D2 = pair
+    c1, c2 = _exact(workload, D), _exact(workload, D2)
+    idx = np.flatnonzero(c2 - c1)
+    cells = workload.num_queries
+    chunk = int(max(100, min(a.runs, CHUNK_VALUES // max(cells, 1))))
+    ys = {0: [], 1: []}
+    for which, data in ((0, D), (1, D2)):
+        backend = _noise(cfg, "tables", eps, which)
+        done = 0
+        while done < a.runs:
+            n = min(chunk, a.runs - done)
+            pub = _publish(cfg, "laplace_tables", eps, data, workload, backend, np.random.default_rng(0), runs=n)
+            ys[which].append(pub.output.counts[:, idx])
+            done += n
+    y1, y2 = np.concatenate(ys[0]), np.concatenate(ys[1])
+    res = audit_outputs(y1, y2, c1[idx], (c2 - c1)[idx], eps, "laplace_tables", a.confidence)
+    distance = int(np.abs(c2 - c1).sum())
+    scale_hi = laplace_scale_upper(np.concatenate([(y1 - c1[idx]).ravel(), (y2 - c2[idx]).ravel()]), a.confidence)
+    eps_noise = distance / scale_hi if scale_hi > 0 else float("inf")
+    checks = {
+        "structure": _structure_check(cfg, "laplace_tables", eps, workload, D, D2),
+        "post_processing": _replay_check(cfg, "laplace_tables", eps, workload, D, D2),
+        "noise_scale": "pass" if eps_noise <= eps else
+        f"fail: the noise added (scale ≤ {scale_hi:.4g}) gives ε ≥ {eps_noise:.4g} for this pair, whose counts are "
+        f"{distance} apart (assumes discrete Laplace noise)",
+    }
+    return AuditResult("laplace_tables", eps, res.epsilon_lower_bound, a.runs, a.confidence, res.event, checks,
+                       {"differing_cells": int(idx.size), "pair_l1_distance": distance,
+                        "epsilon_from_noise_scale": round(eps_noise, 6)})
+
+
+def _synthetic_checks(cfg: ExperimentConfig, eps: float, workload, pair) -> dict:
+    """The synthetic release's own checks: its shape, and that its rows follow from the noisy
+    tables alone (the same tables, the same fit, the same rows, n included)."""
+    D, D2 = pair
+    key = unit_key(cfg, "audit-fit", eps)
+    return {"synthetic_structure": _structure_check(cfg, "synthetic", eps, workload, D, D2, key=key),
+            "synthetic_post_processing": _replay_check(cfg, "synthetic", eps, workload, D, D2, key=key)}
+
+
+def _histogram_workload(D: Dataset) -> Workload:
+    return Workload(D.domain, tuple((a,) for a in D.domain.names))
+
+
+def _audit_perturbed(cfg: ExperimentConfig, eps: float, small) -> AuditResult:
+    """Both paths of the perturbed histogram: dense (every cell noised) and the large-domain one
+    (empty cells' positive noise drawn directly), the latter by lowering the dense limit below
+    the small domain's size; the larger of the two bounds is reported."""
+    a = cfg.release.audit
+    D, D2, (ka, kb) = small
+    keys = np.array([ka, kb])
+    c1 = np.bincount(D.keys(), minlength=D.domain.total_size)[keys]
+    c2 = np.bincount(D2.keys(), minlength=D.domain.total_size)[keys]
+    w = _histogram_workload(D)
+    results = {}
+    for path, limit, runs in (("dense", D.domain.total_size, a.runs), ("large-domain", 1, min(a.runs, SPARSE_RUNS))):
+        ys = []
+        for which, data in ((0, D), (1, D2)):
+            backend = _noise(cfg, "hist", eps, path, which)
+            if path == "large-domain" and not isinstance(backend, SimulationNoise):
+                break
+            rng = np.random.default_rng(_stable("audit-hist", cfg.seed, eps, path, which))
+            out = _publish(cfg, "perturbed_histogram", eps, data, w, backend, rng, runs=runs, dense_limit=limit).output
+            if isinstance(out, list):
+                out = np.stack([_values_at(h, keys) for h in out])
+            else:
+                out = out[:, keys]
+            ys.append(out)
+        if len(ys) == 2:
+            results[path] = audit_outputs(ys[0], ys[1], c1, c2 - c1, eps, "perturbed_histogram", a.confidence)
+    path, best = max(results.items(), key=lambda kv: kv[1].epsilon_lower_bound)
+    checks = {"structure": _structure_check(cfg, "perturbed_histogram", eps, w, D, D2),
+              "post_processing": _replay_check(cfg, "perturbed_histogram", eps, w, D, D2)}
+    details = {f"epsilon_lower_bound_{p.replace('-', '_')}_path": round(r.epsilon_lower_bound, 6) for p, r in results.items()}
+    details["histogram_cells"] = D.domain.total_size
+    return AuditResult("perturbed_histogram", eps, best.epsilon_lower_bound, best.runs, a.confidence,
+                       f"{path} path: {best.event}", checks, details)
+
+
+def _values_at(h: SparseHistogram, keys: np.ndarray) -> np.ndarray:
+    pos = np.searchsorted(h.keys, keys)
+    pos_c = np.minimum(pos, max(len(h.keys) - 1, 0))
+    found = (pos < len(h.keys)) & (h.keys[pos_c] == keys) if len(h.keys) else np.zeros(len(keys), bool)
+    return np.where(found, h.counts[pos_c] if len(h.keys) else 0, 0)
+
+
+def _audit_smoothed(cfg: ExperimentConfig, eps: float, small) -> AuditResult:
+    """The smoothed histogram's worst case: a person alone in their cell moves to an empty one,
+    in a dataset of two persons released as two draws (k = n), where the whole privacy loss is
+    reached by an event of reasonable probability (both draws in the cell the person moved to)."""
+    a = cfg.release.audit
+    D, D2, (ka, kb) = small
+    if parse_relation(cfg.release.relation) is not Relation.REPLACE_ONE:
+        raise ConfigError("the smoothed histogram is DP only under replace_one neighbours")
+    w = _histogram_workload(D)
+    ys = []
+    for which, data in ((0, D), (1, D2)):
+        rng = np.random.default_rng(_stable("audit-smooth", cfg.seed, eps, which))
+        draws = _publish(cfg, "smoothed_histogram", eps, data, w, None, rng, runs=a.runs).output
+        ys.append(np.stack([(draws == ka).sum(axis=1), (draws == kb).sum(axis=1)], axis=1))
+    res = audit_outputs(ys[0], ys[1], np.zeros(2, np.int64), np.array([-1, 1]), eps, "smoothed_histogram",
+                        a.confidence)
+    checks = {"structure": _structure_check(cfg, "smoothed_histogram", eps, w, D, D2)}
+    return AuditResult("smoothed_histogram", eps, res.epsilon_lower_bound, a.runs, a.confidence, res.event, checks,
+                       {"histogram_cells": D.domain.total_size, "draws": len(D)})
+
+
+def _block_list_check(cfg: ExperimentConfig, pop: Dataset, unit: str) -> str:
+    """A tract where one block's only resident is replaced by someone in another of its blocks
+    (or removed): the attack domain, hence every table's and histogram's shape, must not change."""
+    if "occupied_blocks" in cfg.release.invariants:
+        return "declared invariant: occupied_blocks (the block list is published as it is; not audited)"
+    geo = pop.geography
+    rows = np.flatnonzero(geo.mask(cfg.target.level, unit))
+    blocks = sorted(set(geo.units("block")[rows].tolist()))
+    if len(blocks) < 2:
+        return "not run: the unit has fewer than two occupied blocks"
+    first = rows[geo.units("block")[rows] == blocks[0]][:1]
+    second = rows[geo.units("block")[rows] == blocks[1]][:3]
+    template = pop.take(np.concatenate([first, second]))
+    moved = pop.take(np.concatenate([second[:1], second]))  # the lone resident replaced by one of block 2
+
+    def domain_of(people: Dataset):
+        g = Geography(people.geography.levels, people.geography.ids, catalogue=geo.catalogue)
+        return prepare_unit(Dataset(people.domain, people.codes, g), cfg, unit, True, pad_blocks=False).private.domain
+
+    try:
+        same = domain_of(template) == domain_of(moved)
+    except Exception as e:  # noqa: BLE001 - a crash on the neighbour is a failed check, reported as such
+        return f"fail: the neighbour could not be prepared ({e})"
+    if same:
+        return "pass"
+    source = geo.catalogue.source if geo.catalogue is not None else FROM_ROWS
+    return f"fail: the block list changes when a block's only resident is replaced (block list: {source})"

@@ -1,0 +1,201 @@
+"""The auditor tests the code that publishes: each bug this project must never ship is caught when
+injected, the unmodified mechanisms pass, and no release depends on what it does not account for."""
+
+import json
+
+import numpy as np
+import pytest
+
+import experiments.problem
+import synth.histogram
+import synth.noise
+import synth.release
+from experiments.cli import main
+from experiments.config import load_config
+from experiments.problem import build_workload, load_population, prepare_unit, select_units
+from experiments.release import publish
+from experiments.release_audit import audit_release
+from microdata.dataset import Dataset
+from microdata.geography import FROM_ROWS
+from synth.audit import ReplayNoise
+from synth.mechanism import marginal_sensitivity
+from synth.noise import SimulationNoise
+
+SMALL = ["release.epsilons=[1.0]", "release.audit.runs=20000", "target.units=1"]
+
+
+def _cfg(root, *over):
+    return load_config(root / "configs" / "release_tiny.yaml", SMALL + list(over))
+
+
+def _failures(results):
+    return {r.mechanism: (r.epsilon_lower_bound, {k: v for k, v in r.checks.items() if v != "pass"})
+            for r in results if not r.passed}
+
+
+_scale, _delta, _sens = synth.noise.laplace_scale, synth.histogram.smoothed_delta, marginal_sensitivity
+
+BUGS = {
+    "noise 25% too small": ([], {(synth.noise, "laplace_scale"): lambda d, e: 0.75 * _scale(d, e)},
+                            {"laplace_tables", "synthetic", "perturbed_histogram"}),
+    "the replace-one factor 2 forgotten": (
+        [], {(synth.release, "marginal_sensitivity"): lambda dom, m, rel, lv=1: _sens(dom, m, "add_remove", lv),
+             (synth.histogram, "histogram_sensitivity"): lambda rel, cells: 1},
+        {"laplace_tables", "synthetic", "perturbed_histogram"}),
+    "the sensitivity of one table instead of all": (
+        [], {(synth.release, "marginal_sensitivity"): lambda dom, m, rel, lv=1: _sens(dom, m[:1], rel, lv)},
+        {"laplace_tables", "synthetic"}),
+    "the smoothed histogram's delta for 10 epsilon": (
+        [], {(synth.histogram, "smoothed_delta"): lambda e, n, c, r: _delta(10 * e, n, c, r)}, {"smoothed_histogram"}),
+    "a block list taken from the persons": (
+        ["target.with_block=[true]", "release.mechanisms=[laplace_tables, perturbed_histogram]"],
+        {(experiments.problem, "unit_blocks"): lambda pop, cfg, unit: (sorted(set(
+            pop.geography.units("block")[pop.geography.mask(cfg.target.level, unit)].tolist())), FROM_ROWS)},
+        {"laplace_tables", "perturbed_histogram"}),
+}
+
+
+@pytest.mark.parametrize("bug", list(BUGS))
+def test_each_injected_bug_is_caught_by_the_audit(bug, root, monkeypatch):
+    over, patches, caught = BUGS[bug]
+    cfg = _cfg(root, *over)
+    pop = load_population(cfg)
+    for (module, name), fake in patches.items():
+        monkeypatch.setattr(module, name, fake)
+    failures = _failures(audit_release(cfg, pop))
+    assert caught <= set(failures), (bug, failures)
+
+
+def test_the_unmodified_mechanisms_pass_the_audit_with_and_without_block(root):
+    for over in ([], ["target.with_block=[true]", "release.relation=add_remove",
+                      "release.mechanisms=[laplace_tables, synthetic, perturbed_histogram]"]):
+        results = audit_release(_cfg(root, *over))
+        assert results and not _failures(results), _failures(results)
+        assert all(r.checks for r in results)
+
+
+def test_audit_cli_audits_every_epsilon_of_the_config_and_says_which_checks_ran(root, capsys):
+    cfg = str(root / "configs" / "release_tiny.yaml")
+    assert main(["audit", cfg, "--json", "--set", "release.audit.runs=20000", "--set", "release.epsilons=[0.5, 2.0]",
+                 "--set", "release.mechanisms=[laplace_tables, smoothed_histogram]"]) == 0
+    objs = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert sorted((o["mechanism"], o["declared_epsilon"]) for o in objs) == [
+        ("laplace_tables", 0.5), ("laplace_tables", 2.0), ("smoothed_histogram", 0.5), ("smoothed_histogram", 2.0)]
+    for o in objs:
+        assert o["passed"] and 0 <= o["epsilon_lower_bound"] <= o["declared_epsilon"]
+    lap = [o for o in objs if o["mechanism"] == "laplace_tables"][0]
+    assert set(lap["checks"]) == {"structure", "post_processing", "noise_scale"}
+    assert main(["audit", cfg, "--json", "--set", "release.audit.runs=20000", "--set", "release.epsilons=[0.5, 1, 2.0]",
+                 "--set", "release.audit.epsilons=extremes", "--set", "release.mechanisms=[laplace_tables]"]) == 0
+    eps = [json.loads(line)["declared_epsilon"] for line in capsys.readouterr().out.strip().splitlines()]
+    assert eps == [0.5, 2.0]
+
+
+def test_a_failed_audit_exits_non_zero(root, capsys, monkeypatch):
+    monkeypatch.setattr(synth.noise, "laplace_scale", lambda d, e: 0.5 * _scale(d, e))
+    assert main(["audit", str(root / "configs" / "release_tiny.yaml"), "--set", "release.audit.runs=20000",
+                 "--set", "release.epsilons=[1.0]", "--set", "release.mechanisms=[laplace_tables]"]) == 2
+    assert "FAILED noise_scale" in capsys.readouterr().out
+
+
+def _one_person_block_population(root):
+    """The tiny config's population with one tract's first block reduced to a single resident."""
+    cfg = _cfg(root, "target.with_block=[true]")
+    pop = load_population(cfg)
+    unit = select_units(pop, cfg)[0]
+    geo = pop.geography
+    rows = np.flatnonzero(geo.mask("tract", unit))
+    blocks = sorted(set(geo.units("block")[rows].tolist()))
+    lone = rows[geo.units("block")[rows] == blocks[0]]
+    keep = np.setdiff1d(np.arange(len(pop)), lone[1:])  # blocks[0] keeps one resident
+    return cfg, pop.take(keep), unit, blocks
+
+
+def test_a_one_person_block_changes_no_shape_when_its_resident_is_replaced(root):
+    cfg, pop, unit, blocks = _one_person_block_population(root)
+    geo = pop.geography
+    lone = int(np.flatnonzero(geo.units("block") == blocks[0])[0])
+    elsewhere = int(np.flatnonzero(geo.units("block") == blocks[1])[0])
+    # the neighbour: the lone resident's record replaced by a copy of someone in another block
+    moved_ids = {lv: a.copy() for lv, a in geo.ids.items()}
+    for lv in moved_ids:
+        moved_ids[lv][lone] = geo.ids[lv][elsewhere]
+    codes = pop.codes.copy()
+    codes[lone] = pop.codes[elsewhere]
+    from microdata.geography import Geography
+
+    neighbour = Dataset(pop.domain, codes, Geography(geo.levels, moved_ids, catalogue=geo.catalogue))
+    assert blocks[0] not in set(neighbour.geography.units("block")[neighbour.geography.mask("tract", unit)].tolist())
+    shapes = []
+    for people in (pop, neighbour):
+        prob = prepare_unit(people, cfg, unit, True, pad_blocks=False)
+        D = prob.private
+        w = build_workload(cfg, cfg.queries[0], D.domain)
+        tables = publish(cfg, "laplace_tables", 1.0, D, w, SimulationNoise(0), np.random.default_rng(0))
+        hist = publish(cfg, "perturbed_histogram", 1.0, D, w, SimulationNoise(0), np.random.default_rng(0))
+        shapes.append((D.domain, tables.structure, tables.output.counts.shape, hist.structure,
+                       hist.output.domain_size, prob.block_list_source))
+    assert shapes[0] == shapes[1]
+    assert "embedded population's geography" in shapes[0][-1] and "empty ones included" in shapes[0][-1]
+    assert blocks[0][-4:] in shapes[0][0].attribute("BLOCK").values  # the now-empty block is still published
+
+
+def test_the_ledger_names_the_public_source_of_the_block_list(root, tmp_path):
+    from experiments.release import evaluate_release
+
+    cfg = load_config(root / "configs" / "release_tiny.yaml",
+                      ["target.units=1", "target.with_block=[true]", "release.epsilons=[1.0]", "attack.runs=2",
+                       "attack.steps=20", "release.mechanisms=[laplace_tables]", "release.audit.runs=5000"])
+    run = evaluate_release(cfg, tmp_path, progress=False)
+    ledger = json.loads((run / "ledger.json").read_text())
+    assert all("empty ones included" in e["block_list"] for e in ledger["entries"])
+    assert "The published block list: the embedded population's geography" in (run / "report.md").read_text()
+
+
+@pytest.mark.parametrize("mechanism", ["laplace_tables", "synthetic", "perturbed_histogram"])
+def test_under_add_remove_no_release_depends_on_n(mechanism, root):
+    """Two datasets one person apart, released with the same noisy counts (the noise of one is the
+    noise of the other shifted by the person): everything published must agree."""
+    cfg = _cfg(root, "release.relation=add_remove", "attack.steps=30", "release.mechanisms=[laplace_tables]")
+    pop = load_population(cfg)
+    D = prepare_unit(pop, cfg, select_units(pop, cfg)[0], False, pad_blocks=False).private
+    D2 = Dataset(D.domain, np.vstack([D.codes, D.codes[:1]]))
+    w = build_workload(cfg, cfg.queries[0], D.domain)
+    source = "laplace_tables" if mechanism == "synthetic" else mechanism
+    first = publish(cfg, source, 1.0, D, w, SimulationNoise(3), np.random.default_rng(0))
+    out = first.output
+    values = out.counts if source == "laplace_tables" else np.bincount(out.keys, out.counts, D.domain.total_size)
+    key = experiments.problem.unit_key(cfg, "test")
+    a = publish(cfg, mechanism, 1.0, D, w, ReplayNoise(values.astype(np.int64)), np.random.default_rng(1), key=key)
+    b = publish(cfg, mechanism, 1.0, D2, w, ReplayNoise(values.astype(np.int64)), np.random.default_rng(1), key=key)
+    np.testing.assert_array_equal(a.answers, b.answers)
+    if mechanism == "synthetic":
+        assert len(a.output) == len(b.output) != len(D)  # rows from the noisy total, not from n
+        assert "estimated from the noisy tables" in a.record.details["rows_are"]
+    # and the true n leaks when it is declared an invariant: then the ledger says so
+    declared = _cfg(root, "release.relation=add_remove", "release.invariants=[unit_total]",
+                    "release.mechanisms=[laplace_tables]")
+    t = publish(declared, "laplace_tables", 1.0, D, w, SimulationNoise(3), np.random.default_rng(0))
+    assert t.output.total == len(D) and "invariant the agency declared" in t.record.details["total"]
+
+
+def test_a_data_derived_block_list_is_refused_unless_declared(root, tmp_path, monkeypatch):
+    from experiments.config import ConfigError
+    from experiments.release import evaluate_release
+
+    import experiments.release
+
+    from_rows = BUGS["a block list taken from the persons"][1][(experiments.problem, "unit_blocks")]
+    monkeypatch.setattr(experiments.problem, "unit_blocks", from_rows)
+    monkeypatch.setattr(experiments.release, "unit_blocks", from_rows)
+    cfg = _cfg(root, "target.with_block=[true]")
+    with pytest.raises(ConfigError, match="no public block list"):
+        evaluate_release(cfg, tmp_path, progress=False)
+    declared = _cfg(root, "target.with_block=[true]", "release.invariants=[occupied_blocks]",
+                    "release.mechanisms=[laplace_tables]", "attack.runs=2", "attack.steps=10")
+    run = evaluate_release(declared, tmp_path, progress=False)
+    ledger = json.loads((run / "ledger.json").read_text())
+    assert ledger["invariants"] == ["occupied_blocks"]
+    assert all(e["block_list"] == FROM_ROWS and e["invariants"] == ["occupied_blocks"] for e in ledger["entries"])
+    audit = json.loads((run / "audit.json").read_text())
+    assert all(a["checks"]["block_list"].startswith("declared invariant") for a in audit)
