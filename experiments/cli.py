@@ -116,7 +116,8 @@ def _queries(args) -> None:
             print(json.dumps(row))
         else:
             tables = ", ".join(f"{k} {v}" for k, v in row["cells_per_table"].items())
-            print(f"{row['unit']}: {row['num_blocks']} blocks, {row['num_queries']} distinct queries ({tables})")
+            blocks = (f"{row['num_blocks']} blocks ({row['occupied_blocks']} occupied), " if row["num_blocks"] else "")
+            print(f"{row['unit']}: {blocks}{row['num_queries']} distinct queries ({tables})")
 
 
 def _audit(args) -> None:

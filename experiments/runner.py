@@ -21,7 +21,7 @@ from experiments.results import code_fingerprint, jax_info, versions, write_json
 from experiments.problem import (UnitProblem, _stable, attributes, baseline_curves, build_priors, build_workload,
                                  exact_answers,
                                  init_pool, load_population, outside_counts, prepare_unit, rap_settings, rarity_level,
-                                 select_units, unit_key, unit_settings, workload_facts)
+                                 select_units, unit_blocks, unit_key, unit_settings, workload_facts)
 from microdata.dataset import Dataset
 from microdata.marginals import Workload
 from reconstruct.queries import plan_for
@@ -150,12 +150,15 @@ def unit_queries(cfg: ExperimentConfig) -> list[dict]:
         for unit in select_units(pop, cfg):
             prob = prepare_unit(pop, cfg, unit, wb, pad_blocks=False)  # what is published, not the padding
             rows = np.flatnonzero(pop.geography.mask(cfg.target.level, unit))
-            n_blocks = len(set(pop.geography.units("block")[rows].tolist())) if "block" in pop.geography.levels else 0
+            has_blocks = "block" in pop.geography.finer(cfg.target.level)
+            blocks, source = unit_blocks(pop, cfg, unit) if has_blocks else ([], None)
+            occupied = len(set(pop.geography.units("block")[rows].tolist())) if has_blocks else 0
             for q in cfg.queries:
                 w = build_workload(cfg, q, prob.private.domain)
                 cells = (dict(w.cells_per_table) if not isinstance(w, Workload)
                          else {"×".join(m): int(np.prod(w.shape(m))) for m in w.marginals})
-                out.append({"unit": unit, "with_block": wb, "workload": q.label, "num_blocks": n_blocks,
+                out.append({"unit": unit, "with_block": wb, "workload": q.label, "num_blocks": len(blocks),
+                            "occupied_blocks": occupied, "block_list": source,
                             "num_queries": w.num_queries, "cells_per_table": cells})
     return out
 

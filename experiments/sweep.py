@@ -30,7 +30,7 @@ class Task:
 
 
 def plan_tasks(cfg: ExperimentConfig) -> list[Task]:
-    from experiments.runner import load_population, method_names, select_units
+    from experiments.problem import load_population, method_names, select_units
 
     pop = load_population(cfg)
     units = select_units(pop, cfg)
@@ -40,7 +40,8 @@ def plan_tasks(cfg: ExperimentConfig) -> list[Task]:
 
 def run_task(cfg_json: dict, task: Task, out_dir: str, fingerprint: str) -> str:
     """Run one task and write its result atomically under ``out_dir``; returns the task id."""
-    from experiments.runner import load_population, run_unit
+    from experiments.problem import load_population
+    from experiments.runner import run_unit
 
     cfg = parse_config(cfg_json).model_copy(update={"seed": task.seed})
     pop = load_population(cfg)

@@ -27,7 +27,8 @@ import numpy as np
 
 from experiments.config import load_config
 from experiments.metrics import effective_u, k_grid, match_rate_curve
-from experiments.runner import load_population, prepare_unit, run_experiment, select_units
+from experiments.problem import load_population, prepare_unit, select_units
+from experiments.runner import run_experiment
 from microdata.marginals import Workload, answer
 from reconstruct.queries import MarginalPlan
 from reconstruct.rap import RAPSettings, rap_rank

@@ -167,6 +167,8 @@ def test_queries_command_prints_one_json_line_per_unit(root, capsys):
     for r in rows:
         assert r["num_queries"] == 417 * r["num_blocks"] + 208
         assert r["cells_per_table"]["PCT12"] == 208 and r["cells_per_table"]["P1"] == r["num_blocks"]
+        assert r["occupied_blocks"] <= r["num_blocks"] and "empty ones included" in r["block_list"]
+    assert any(r["occupied_blocks"] < r["num_blocks"] for r in rows)  # empty blocks are published too
 
 
 def test_metrics_files_and_report(tiny_run):

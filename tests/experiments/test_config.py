@@ -24,7 +24,7 @@ def test_unknown_or_misspelled_key_is_an_error_naming_it():
 
 
 def test_levels_baselines_and_inits_are_checked_against_the_data():
-    from experiments.runner import check_against_data
+    from experiments.problem import check_against_data
     from microdata.population import PopulationSpec, embedded_population
 
     pop = embedded_population(0, PopulationSpec(states=1, counties_per_state=1, tracts_per_county=2))

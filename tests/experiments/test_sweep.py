@@ -72,7 +72,8 @@ def test_ray_sweep_killed_with_sigkill_loses_no_finished_task_and_recomputes_non
 
 
 def test_a_sweep_task_gives_the_same_curves_as_the_full_run(tmp_path, root):
-    from experiments.runner import load_population, run_unit, select_units
+    from experiments.problem import load_population, select_units
+    from experiments.runner import run_unit
 
     cfg = load_config(root / "configs" / "tiny.yaml", OVERRIDES)
     pop = load_population(cfg)
