@@ -1,4 +1,4 @@
-"""The `censusrecon` command line: run an experiment config, replot a run."""
+"""The `censusrecon` command line: run, sweep, evaluate and audit releases, plot, report, example data."""
 
 from __future__ import annotations
 
@@ -9,44 +9,73 @@ import sys
 from microdata.errors import CensusReconError
 
 
+_CONFIG_HELP = "a YAML experiment config (see configs/; every file there says which command runs it)"
+_SET_HELP = ("override a config key with a YAML value, e.g. --set attack.runs=10 or --set 'target.with_block=[true]' "
+             "(repeatable; any change gives a new config hash, hence a new results directory)")
+_OUT_HELP = "root of the results directories (default: results); a run writes OUT/<name>/<config-hash>/"
+_PROGRESS_HELP = "no progress bars or per-unit lines"
+
+
+def _add_config(p: argparse.ArgumentParser, out: bool = True, progress: bool = True) -> None:
+    p.add_argument("config", help=_CONFIG_HELP)
+    if out:
+        p.add_argument("--out", default="results", metavar="DIR", help=_OUT_HELP)
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=_SET_HELP)
+    if progress:
+        p.add_argument("--no-progress", action="store_true", help=_PROGRESS_HELP)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="censusrecon",
-        description="Reconstruct census microdata from published statistics (RAP-Rank) and compare with baselines.",
-    )
-    p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
-    sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="run an experiment config; writes results/<name>/<config-hash>/")
-    r.add_argument("config", help="YAML experiment config (see configs/)")
-    r.add_argument("--out", default="results", help="results root directory (default: results)")
-    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key, e.g. --set attack.runs=10 (repeatable)")
-    r.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    pl = sub.add_parser("plot", help="regenerate match_rate.png/.pdf of a run from its Parquet")
-    pl.add_argument("run_dir")
-    ev = sub.add_parser("evaluate-release",
-                        help="release at each ε, attack each release, compare with exact tables and baselines, report")
-    ev.add_argument("config")
-    ev.add_argument("--out", default="results")
-    ev.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    ev.add_argument("--no-progress", action="store_true")
-    au = sub.add_parser("audit", help="audited ε lower bound of every mechanism of a config, next to its declared ε")
-    au.add_argument("config")
-    au.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    au.add_argument("--json", action="store_true", help="one JSON object per mechanism")
-    qs = sub.add_parser("queries", help="what a config publishes, per target unit, without running any attack")
-    qs.add_argument("config")
-    qs.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    qs.add_argument("--json", action="store_true", help="one JSON line per unit")
-    sw = sub.add_parser("sweep", help="fan (unit × method × seed) tasks out locally or over Ray; resumable")
-    sw.add_argument("config")
-    sw.add_argument("--backend", choices=["local", "ray"], default="local")
-    sw.add_argument("--address", default=None, help="Ray cluster address (default: start a local one)")
-    sw.add_argument("--out", default="results")
-    sw.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    sw.add_argument("--no-progress", action="store_true")
-    rp = sub.add_parser("report", help="write report.md for a finished run directory")
-    rp.add_argument("run_dir")
+        description="If we publish these tables, how many people's records can be reconstructed from them, beyond "
+                    "what anyone could guess, and does a DP release fix that? Reconstructs census microdata from "
+                    "published statistics (RAP-Rank), compares with baselines that never saw them, and evaluates "
+                    "and audits differentially private releases.",
+        epilog="Run 'censusrecon COMMAND --help' for a command's arguments.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress details and show tracebacks")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_config(sub.add_parser(
+        "run", help="attack a config's target units; writes OUT/<name>/<config-hash>/",
+        description="Attack every target unit of a config with RAP-Rank and its baselines, write match rates, "
+                    "persons reconstructed, lift, calibration and plots. Each finished unit is saved at once; "
+                    "rerunning the same command resumes where an interrupted run stopped."))
+    pl = sub.add_parser("plot", help="regenerate a run's or a release evaluation's plots from its files",
+                        description="Redraw the plots of a finished run directory (censusrecon run) or release "
+                                    "directory (censusrecon evaluate-release) from its Parquet files.")
+    pl.add_argument("run_dir", help="a results directory: OUT/<name>/<config-hash>/ or its release/ subdirectory")
+    _add_config(sub.add_parser(
+        "evaluate-release", help="release at each ε, attack each release, compare, audit, report",
+        description="For each ε and mechanism of the config's release section, release each unit's tables, attack "
+                    "the release, compare with the attack on the exact tables and with the baselines, audit the "
+                    "publishing code and write report.md/.html in OUT/<name>/<config-hash>/release/."))
+    au = sub.add_parser("audit", help="audit the publishing code of every mechanism at the config's ε values",
+                        description="Release worst-case neighbouring datasets through the publishing code many times "
+                                    "and certify a lower bound on each mechanism's ε at every ε of the config, with "
+                                    "named checks; exits with status 2 if any bound exceeds its ε or a check fails.")
+    _add_config(au, out=False, progress=False)
+    au.add_argument("--json", action="store_true", help="print one JSON object per (mechanism, ε) instead of a table")
+    qs = sub.add_parser("queries", help="what a config publishes, per target unit, without attacking",
+                        description="Print, per target unit, its blocks, distinct queries and cells per table.")
+    _add_config(qs, out=False, progress=False)
+    qs.add_argument("--json", action="store_true", help="print one JSON object per unit instead of a line of text")
+    sw = sub.add_parser("sweep", help="fan (unit × method × seed) tasks out locally or over Ray; resumable",
+                        description="Run every (unit, method, seed) task of a config as its own task, locally or on "
+                                    "a Ray cluster; every task's result is written atomically, so a sweep killed at "
+                                    "any moment loses no finished task and a rerun skips them.")
+    _add_config(sw)
+    sw.add_argument("--backend", choices=["local", "ray"], default="local",
+                    help="local: one process; ray: a Ray cluster (pip install 'censusrecon[ray]')")
+    sw.add_argument("--address", default=None, help="address of a running Ray cluster (default: start a local one)")
+    rp = sub.add_parser("report", help="write report.md and report.html for a finished run or release evaluation",
+                        description="Write report.md and a self-contained report.html (figures embedded) for a run "
+                                    "directory or a release directory.")
+    rp.add_argument("run_dir", help="a results directory: OUT/<name>/<config-hash>/ or its release/ subdirectory")
+    ex = sub.add_parser("example-data", help="write the worked example's person file and block list",
+                        description="Write persons.csv and blocks.csv, generated from the embedded population with "
+                                    "an agency's own column names and codes, for configs/agency/example.yaml.")
+    ex.add_argument("out_dir", nargs="?", default="inputs/agency", help="where to write them (default: inputs/agency)")
+    ex.add_argument("--seed", type=int, default=0, help="population seed (default: 0)")
     return p
 
 
@@ -98,9 +127,24 @@ def main(argv: list[str] | None = None) -> int:
 
             for path in replot(args.run_dir):
                 print(path)
+        elif args.command == "example-data":
+            from microdata.example import write_agency_example
+
+            for path in write_agency_example(args.out_dir, seed=args.seed):
+                print(path)
     except CensusReconError as e:
         print(f"censusrecon: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:
+        note = str(e) or "interrupted; whatever finished was saved: rerun the same command to resume"
+        print(f"censusrecon: {note}", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - one line, never a traceback, unless asked for
+        if args.verbose:
+            raise
+        print(f"censusrecon: error: unexpected {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''} "
+              "(run with -v for the traceback, and please report it)", file=sys.stderr)
+        return 1
     return 0
 
 

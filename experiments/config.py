@@ -32,13 +32,47 @@ class PopulationConfig(_Strict):
     block_size_median: float = Field(22.0, gt=0)
 
 
-class DataConfig(_Strict):
-    """Where the rows come from: the embedded population, a NIST ACS excerpt, or folktables."""
+class GeoLevelConfig(_Strict):
+    """One geography level of a person file: its name and the column holding its codes."""
 
-    source: Literal["embedded", "acs_nist", "folktables", "ppmf"] = "embedded"
+    level: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    column: str
+
+    @field_validator("level")
+    @classmethod
+    def _not_national(cls, v):
+        if v == "national":
+            raise ValueError("'national' is the level above every file's first; name the file's levels below it")
+        return v
+
+
+class AttributeDeclConfig(_Strict):
+    """One declared attribute of a person file: its column and its codes (``values``, which become
+    codes 0, 1, ... in that order) or an inclusive integer ``range``."""
+
+    column: str
+    values: list[str | int] | None = None
+    range: tuple[int, int] | None = None
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.values is None) == (self.range is None):
+            raise ValueError("declare exactly one of values (a list of codes) or range ([low, high])")
+        if self.values is not None and (not self.values or len({str(v) for v in self.values}) != len(self.values)):
+            raise ValueError(f"values must be distinct and non-empty, got {self.values}")
+        if self.range is not None and self.range[1] < self.range[0]:
+            raise ValueError(f"range [{self.range[0]}, {self.range[1]}] is empty")
+        return self
+
+
+class DataConfig(_Strict):
+    """Where the persons come from. Each source reads some of these keys (``microdata.sources``);
+    a key the chosen source does not read is an error rather than silently ignored."""
+
+    source: Literal["embedded", "acs_nist", "folktables", "ppmf", "table"] = "embedded"
     seed: int = 0
     population: PopulationConfig = PopulationConfig()
-    path: str | None = Field(None, description="acs_nist, ppmf: the CSV file; folktables: the root directory")
+    path: str | None = Field(None, description="acs_nist, ppmf, table: the person file; folktables: the root directory")
     dictionary: str | None = Field(None, description="acs_nist: data dictionary (default: beside the CSV)")
     bounds: dict[str, tuple[float, float]] = Field(default_factory=dict, description="bin bounds per numeric column")
     bins: int = Field(10, ge=1, le=1000)
@@ -50,16 +84,34 @@ class DataConfig(_Strict):
     horizon: Literal["1-Year", "5-Year"] = "1-Year"
     include_target: bool = True
     download: bool = False
+    geography: list[GeoLevelConfig] = Field(
+        default_factory=list, description="table: the file's geography levels, coarsest first, each one column")
+    units_file: str | None = Field(
+        None, description="table: the public list of every unit of the finest level with its parents, empty ones "
+        "included (the published block list comes from here, never from the persons)")
+    attributes: dict[str, AttributeDeclConfig] = Field(
+        default_factory=dict, description="table: each attribute's column and its values or range")
 
     @model_validator(mode="after")
     def _check(self):
-        if self.source in ("acs_nist", "folktables", "ppmf") and not self.path:
-            raise ValueError(f"data.path is required for source {self.source!r}")
-        if self.source == "folktables" and (self.task is None or not self.states):
-            raise ValueError("data.task and data.states are required for source 'folktables'")
+        from microdata.sources import source
+
+        src = source(self.source)
+        for name, field in type(self).model_fields.items():
+            if name == "source" or name in src.keys:
+                continue
+            if getattr(self, name) != field.get_default(call_default_factory=True):
+                raise ValueError(f"data.{name} is not read by source {self.source!r}, which reads "
+                                 f"{sorted(src.keys) or 'no other key'}: remove it, or choose the source that reads it")
+        for name in sorted(src.required):
+            if getattr(self, name) in (None, [], {}, ""):
+                raise ValueError(f"data.{name} is required for source {self.source!r}")
         for c, (lo, hi) in self.bounds.items():
             if not hi > lo:
                 raise ValueError(f"data.bounds.{c}: high must exceed low, got [{lo}, {hi}]")
+        levels = [g.level for g in self.geography]
+        if len(set(levels)) != len(levels):
+            raise ValueError(f"data.geography repeats a level: {levels}")
         return self
 
 
@@ -86,39 +138,80 @@ class TargetConfig(_Strict):
         return self
 
 
-class QueryConfig(_Strict):
-    """One published workload: all k-way marginals (optionally a seeded sample of them), or
-    census SF1 tables (a named set, or a list of table names)."""
+class TableDeclConfig(_Strict):
+    """A table to publish: a cross-tabulation of ``by`` (variable names, or ``{NAME: [groups]}`` with
+    each group a list of value labels, or [low, high] for a range variable) at ``level`` (the
+    finest geography level, one table per block, or the target level). ``by: []`` is a total."""
 
-    kind: Literal["marginals", "census"] = "marginals"
+    name: str = Field(pattern=r"^[A-Za-z0-9_]+$")
+    level: str = "block"
+    by: list[str | dict[str, list]] = Field(default_factory=list)
+
+
+class QueryConfig(_Strict):
+    """One published workload: all k-way marginals (optionally a seeded sample of them), or tables
+    (``kind: tables``): a named preset (sf1, race_hispanic, reference: the 2010 SF1 person tables),
+    or a list of SF1 table names and declared tables. ``kind: census`` is the same as tables."""
+
+    kind: Literal["marginals", "tables", "census"] = "marginals"
     k: int = Field(2, ge=1, le=4)
     lower: bool = False
     max_marginals: int | None = Field(None, ge=1, description="publish a seeded random subset of this many")
-    tables: str | list[str] = Field("sf1", description="census: sf1, race_hispanic, reference, or table names")
+    tables: str | list[str | TableDeclConfig] = Field(
+        "sf1", description="a preset (sf1, race_hispanic, reference), or SF1 table names and declared tables")
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9_]+$")
 
     @model_validator(mode="after")
     def _check(self):
-        if self.kind == "census":
+        if self.kind in ("census", "tables"):
             from microdata.census import TABLE_SETS, sf1_tables
 
             known = set(sf1_tables())
             if isinstance(self.tables, str):
                 if self.tables not in (*TABLE_SETS, "reference"):
-                    raise ValueError(f"queries.tables {self.tables!r} is not a table set; "
+                    raise ValueError(f"queries.tables {self.tables!r} is not a preset; "
                                      f"use {sorted((*TABLE_SETS, 'reference'))} or a list of tables")
             else:
-                bad = [t for t in self.tables if t not in known]
+                bad = [t for t in self.tables if isinstance(t, str) and t not in known]
                 if bad or not self.tables:
-                    raise ValueError(f"unknown census tables {bad}; known: {sorted(known)}")
+                    raise ValueError(f"unknown SF1 tables {bad}: declare your own as {{name, level, by}}, or use "
+                                     f"SF1's: {sorted(known, key=lambda t: (len(t), t))}")
+                names = [t if isinstance(t, str) else t.name for t in self.tables]
+                if len(set(names)) != len(names):
+                    raise ValueError(f"queries.tables names a table twice: {names}")
         return self
+
+    @property
+    def is_tables(self) -> bool:
+        return self.kind in ("census", "tables")
+
+    def describe(self) -> str:
+        """What this workload publishes, in words (for titles and reports; never hard-coded)."""
+        if not self.is_tables:
+            what = f"all {self.k}-way marginals" + (" and every lower order" if self.lower else "")
+            return what if self.max_marginals is None else f"{self.max_marginals} randomly chosen of {what}"
+        if isinstance(self.tables, str):
+            from microdata.census import TABLE_SETS
+
+            names = TABLE_SETS.get(self.tables)
+            return (f"the SF1 tables preset '{self.tables}' ({', '.join(names)})" if names else
+                    "the paper code's SF1 query set ('reference': P1, P6, P7, P9, P11, P12, P12A-I per block; PCT12 "
+                    "per unit)")
+        parts = []
+        for t in self.tables:
+            if isinstance(t, str):
+                parts.append(f"SF1 {t}")
+                continue
+            by = [b if isinstance(b, str) else f"{next(iter(b))} in {len(next(iter(b.values())))} groups" for b in t.by]
+            parts.append(f"{t.name} ({' × '.join(by) if by else 'total'}, per {t.level})")
+        return "tables " + "; ".join(parts)
 
     @property
     def label(self) -> str:
         if self.name:
             return self.name
-        if self.kind == "census":
-            return self.tables if isinstance(self.tables, str) else "census"
+        if self.is_tables:
+            return self.tables if isinstance(self.tables, str) else "tables"
         return f"{self.k}way"
 
 
@@ -305,9 +398,18 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config {path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    except OSError as e:
+        raise ConfigError(f"config {path} cannot be read: {e.strerror}") from None
+    try:
+        raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
-        raise ConfigError(f"config {path} is not valid YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"config {path} is not valid YAML{where}: {what}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"config {path} must be a mapping at the top level")
     return parse_config(apply_overrides(raw, overrides or []), str(path))

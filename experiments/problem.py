@@ -17,11 +17,10 @@ from baselines.holdout import holdout_split
 from baselines.priors import ChancePrior, EmpiricalPrior, geographic_priors
 from experiments.config import ConfigError, ExperimentConfig
 from experiments.metrics import lookup, match_rate_curve
-from microdata.acs import read_folktables, read_nist
 from microdata.dataset import Dataset
 from microdata.domain import Attribute
 from microdata.marginals import Workload, answer
-from microdata.population import PopulationSpec, embedded_population
+from microdata.sources import source
 from reconstruct.queries import EXACT_CHUNK, exact_counts
 from reconstruct.rap import RAPSettings
 
@@ -30,37 +29,21 @@ log = logging.getLogger(__name__)
 _INIT_POOL_ROWS = 20_000
 
 
-#: Attack attributes when a config names none.
-EMBEDDED_ATTRIBUTES = ["AGE", "SEX", "HISP", "RACE"]
-
-
 def load_population(cfg: ExperimentConfig) -> Dataset:
-    """The rows of the configured source (all of them; units are picked later)."""
+    """The persons of the configured source (all of them; units are picked later), loaded through
+    the source's entry in :data:`microdata.sources.SOURCES`, then checked against the config."""
     d = cfg.data
-    if d.source == "embedded":
-        p = d.population
-        spec = PopulationSpec(
-            states=p.states,
-            counties_per_state=p.counties_per_state,
-            tracts_per_county=p.tracts_per_county,
-            blocks_per_tract=tuple(p.blocks_per_tract),
-            block_size_median=p.block_size_median,
-        )
-        pop = embedded_population(d.seed, spec)
-    elif d.source == "acs_nist":
-        pop = read_nist(d.path, attributes=cfg.attributes, bounds=d.bounds, bins=d.bins, dictionary=d.dictionary)
-    elif d.source == "ppmf":
-        from microdata.ppmf import read_ppmf
-
-        pop = read_ppmf(d.path, states=d.states or None, counties=d.counties or None, tracts=d.tracts or None)
-    else:
-        pop = read_folktables(d.path, d.states, d.task, year=d.year, horizon=d.horizon,
-                              include_target=d.include_target, bounds=d.bounds, bins=d.bins, download=d.download)
+    src = source(d.source)
+    dumped = d.model_dump(mode="python")
+    pop = src.load({k: dumped[k] for k in src.keys}, cfg.attributes)
     check_census_tables(cfg, pop)
     missing = [a for a in attributes(cfg, pop) if a not in pop.domain]
     if missing:
         raise ConfigError(f"attributes {missing} are not in the data; it has {list(pop.domain.names)}")
     check_against_data(cfg, pop)
+    for q in cfg.queries:  # a table naming an unknown variable, value or level fails here, before any run
+        if q.is_tables:
+            build_workload(cfg, q, pop.project(attributes(cfg, pop)).domain)
     return pop
 
 
@@ -69,7 +52,7 @@ def check_census_tables(cfg: ExperimentConfig, pop: Dataset) -> None:
     from microdata.census import required_attributes, tables_needing
 
     for q in cfg.queries:
-        if q.kind != "census":
+        if not q.is_tables:
             continue
         cells = census_cells(q)
         have = set(pop.domain.names) & set(attributes(cfg, pop))
@@ -83,9 +66,11 @@ def check_census_tables(cfg: ExperimentConfig, pop: Dataset) -> None:
 
 
 def attributes(cfg: ExperimentConfig, pop: Dataset) -> list[str]:
+    """The attack attributes: the config's, else the source's default, else every attribute."""
     if cfg.attributes is not None:
         return list(cfg.attributes)
-    return EMBEDDED_ATTRIBUTES if cfg.data.source == "embedded" else list(pop.domain.names)
+    default = source(cfg.data.source).default_attributes
+    return list(default) if default else list(pop.domain.names)
 
 
 def check_against_data(cfg: ExperimentConfig, pop: Dataset) -> None:
@@ -176,6 +161,13 @@ def unit_blocks(pop: Dataset, cfg: ExperimentConfig, unit: str) -> tuple[list[st
     return pop.geography.units_within(cfg.target.level, unit, "block")
 
 
+def block_names(blocks: list[str]) -> tuple[str, ...]:
+    """Short names for a unit's blocks: the block's own code (after the last ':' of a person file's
+    composite id, the last 4 digits of a census GEOID), or the whole id when those repeat."""
+    short = [b.rsplit(":", 1)[-1] if ":" in b else b[-4:] for b in blocks]
+    return tuple(short) if len(set(short)) == len(short) else tuple(blocks)
+
+
 def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
                  pad_blocks: bool = True) -> UnitProblem:
     """D and D_holdout of one unit over the attack domain.
@@ -195,7 +187,7 @@ def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: boo
         blocks, source = unit_blocks(pop, cfg, unit)
         position = {b: i for i, b in enumerate(blocks)}
         code = np.array([position[b] for b in data.geography.units("block")], dtype=np.int64)
-        names = tuple(b[-4:] if len({x[-4:] for x in blocks}) == len(blocks) else b for b in blocks)
+        names = block_names(blocks)
         if pad_blocks:
             names += tuple(f"pad{i}" for i in range(-len(names) % cfg.target.block_bucket))
         data = data.with_column(Attribute("BLOCK", names), code, 0)
@@ -208,13 +200,13 @@ def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: boo
 
 
 def census_cells(q) -> list:
-    """The census cells a query config names."""
+    """The SF1 cells a tables workload names (its preset, or the SF1 names in its list)."""
     from microdata.census import TABLE_SETS, reference_cells, sf1_tables
 
     if q.tables == "reference":
         return reference_cells()
     tables = sf1_tables()
-    names = TABLE_SETS[q.tables] if isinstance(q.tables, str) else q.tables
+    names = TABLE_SETS[q.tables] if isinstance(q.tables, str) else [t for t in q.tables if isinstance(t, str)]
     return [c for name in names for c in tables[name]]
 
 
@@ -224,12 +216,19 @@ def method_names(cfg: ExperimentConfig) -> list[str]:
 
 
 def build_workload(cfg: ExperimentConfig, q, domain):
-    """The published queries of workload ``q`` over the attack domain: k-way marginals
-    (a seeded sample if asked) or census table cells (per block when BLOCK is kept)."""
-    if q.kind == "census":
+    """The published queries of workload ``q`` over the attack domain: k-way marginals (a seeded
+    sample if asked), or tables: SF1 cells and declared tables, one product-query workload (per
+    block when BLOCK is kept, summed to the unit when it is not)."""
+    if q.is_tables:
         from microdata.census import CensusWorkload
+        from microdata.tables import TableError, build_table_cells
 
-        return CensusWorkload.build(domain, census_cells(q))
+        declared = [t.model_dump() for t in (q.tables if isinstance(q.tables, list) else []) if not isinstance(t, str)]
+        try:
+            cells = census_cells(q) + build_table_cells(declared, domain, cfg.target.level)
+            return CensusWorkload.build(domain, cells)
+        except TableError as e:
+            raise ConfigError(f"queries.tables: {e}") from None
     w = Workload.all_kway(domain, q.k, lower=q.lower)
     if q.max_marginals is not None:
         w = w.sample(q.max_marginals, np.random.default_rng(_stable("workload", cfg.seed, q.label)))

@@ -16,9 +16,10 @@ from tqdm.auto import tqdm
 
 from experiments.config import ConfigError, ExperimentConfig
 from experiments.metrics import effective_u, k_grid, match_rate_curve
-from experiments.problem import (_stable, baseline_curves, build_priors, build_workload, exact_answers,
+from experiments.progress import UnitProgress
+from experiments.problem import (_stable, attributes, baseline_curves, build_priors, build_workload, exact_answers,
                                  load_population, prepare_unit, rap_settings, select_units, unit_blocks, unit_key)
-from experiments.release_report import plot_release, write_report
+from experiments.release_report import plot_release, release_persons, write_report
 from experiments.results import code_fingerprint, jax_info, versions, write_json, write_parquet, write_yaml
 from microdata.dataset import Dataset
 from microdata.geography import FROM_ROWS
@@ -26,9 +27,10 @@ from microdata.marginals import Workload, marginal_counts
 from reconstruct.queries import plan_for
 from reconstruct.rap import rap_rank
 from synth.histogram import DENSE_LIMIT, SparseHistogram, perturbed_histogram, smoothed_histogram
-from synth.mechanism import Ledger, Mechanism, Relation, parse_relation
+from synth.mechanism import Ledger, Mechanism, PrivacyError, Relation, parse_relation
 from synth.noise import SimulationNoise, make_backend
-from synth.release import TOTAL_PUBLIC_BY_RELATION, fit_synthetic, laplace_tables, table_errors
+from synth.release import (TOTAL_PUBLIC_BY_RELATION, fit_synthetic, laplace_tables, table_utility,
+                           total_queries, workload_counts)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ class Published:
     structure: tuple
     for_publication: bool
     publication_note: str
+    counts: np.ndarray | None = None  # the published table counts in persons (workload order)
 
 
 def _fit_note(backend, mechanism: str) -> tuple[bool, str]:
@@ -87,24 +90,30 @@ def publish(cfg: ExperimentConfig, mechanism: str, epsilon: float, D: Dataset, w
         structure = ("tables", _labels(workload))
         if mechanism == "laplace_tables" or runs is not None:
             answers = tables.answers() if runs is None else None
-            return Published("laplace_tables", rec, tables, answers, structure, ok, note)
+            counts = tables.counts.astype(np.float64) if runs is None else None
+            return Published("laplace_tables", rec, tables, answers, structure, ok, note, counts)
         synth = fit_synthetic(tables, key, rap_settings(cfg, rows=int(tables.total), batch=1))
         rec = dataclasses.replace(rec, name="synthetic", details={
             **rec.details, "fitted_to": "laplace_tables (post-processing: no further ε)",
             "rows": len(synth), "rows_are": tables.total_source})
         return Published("synthetic", rec, synth, exact_answers(synth, workload),
-                         ("rows over", tuple(D.domain.names), D.domain.sizes), ok, note)
+                         ("rows over", tuple(D.domain.names), D.domain.sizes), ok, note,
+                         workload_counts(synth, workload).astype(np.float64))
     if mechanism == "perturbed_histogram":
         hist, rec = perturbed_histogram(D, epsilon, backend, r.relation, rng=rng, runs=runs, dense_limit=dense_limit)
         answers = histogram_answers(hist, workload) if runs is None else None
-        return Published(mechanism, rec, hist, answers, ("histogram", D.domain.total_size), ok, note)
+        counts = None if runs is not None else answers * float(max(hist.counts.sum(), 0))
+        return Published(mechanism, rec, hist, answers, ("histogram", D.domain.total_size), ok, note, counts)
     if mechanism == "smoothed_histogram":
         if parse_relation(r.relation) is not Relation.REPLACE_ONE:
             raise ConfigError("the smoothed histogram is DP only under replace_one neighbours (n public)")
         keys, rec = smoothed_histogram(D, epsilon, len(D), rng, runs=runs)  # k = n draws: n is public here
         rec = dataclasses.replace(rec, details={**rec.details, "rows_are": TOTAL_PUBLIC_BY_RELATION})
-        answers = None if runs is not None else exact_answers(Dataset(D.domain, D.domain.decode(keys)), workload)
-        return Published(mechanism, rec, keys, answers, ("draws from a histogram of", D.domain.total_size), ok, note)
+        drawn = None if runs is not None else Dataset(D.domain, D.domain.decode(keys))
+        answers = None if drawn is None else exact_answers(drawn, workload)
+        counts = None if drawn is None else workload_counts(drawn, workload).astype(np.float64)
+        return Published(mechanism, rec, keys, answers, ("draws from a histogram of", D.domain.total_size), ok, note,
+                         counts)
     raise ConfigError(f"unknown mechanism {mechanism!r}")
 
 
@@ -134,6 +143,11 @@ def histogram_answers(hist: SparseHistogram, workload) -> np.ndarray:
     return workload.counts(rows, weights)
 
 
+def release_dir(out_root: str | Path, cfg: ExperimentConfig) -> Path:
+    """results/<name>/<config-hash>/release/: beside the attack run of the same config, never in it."""
+    return Path(out_root) / cfg.name / cfg.digest() / "release"
+
+
 def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", progress: bool = True) -> Path:
     """Release → attack → compare with the exact-table attack and the baselines, per ε and mechanism."""
     if cfg.release is None:
@@ -145,33 +159,52 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     for wb in cfg.target.with_block:
         if wb:
             check_block_list(cfg, pop, units[0])
-    run_dir = Path(out_root) / cfg.name / cfg.digest()
+        if parse_relation(r.relation) is Relation.ADD_REMOVE and "unit_total" not in r.invariants:
+            D = prepare_unit(pop, cfg, units[0], wb, pad_blocks=False).private
+            try:  # n must come from the noisy tables: they must publish a total or a partition
+                total_queries(build_workload(cfg, cfg.queries[0], D.domain))
+            except PrivacyError as e:
+                raise ConfigError(str(e)) from None
+    run_dir = release_dir(out_root, cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_yaml(run_dir / "config.yaml", cfg.model_dump(mode="json"))
     ledger = Ledger()
     curves, utility = [], []
     tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
     per_unit = 1 + len(r.epsilons) * len(r.mechanisms)
-    bar = tqdm(total=len(tasks) * per_unit, desc="releases attacked", disable=not progress)
+    units_bar = UnitProgress(len(tasks), "units", progress)
+    bar = tqdm(total=len(tasks) * per_unit, desc="releases attacked", disable=not units_bar.tty, leave=False)
     fingerprint = code_fingerprint()
-    for wb, unit in tasks:
-        stem = run_dir / "units" / f"{'block' if wb else 'noblock'}_{unit}"
-        saved = stem.with_suffix(".json")
-        if saved.exists() and json.loads(saved.read_text()).get("code_fingerprint") == fingerprint:
-            facts = json.loads(saved.read_text())
-            curves.append(pd.read_parquet(stem.with_suffix(".parquet")))
-            utility.extend(facts["utility"])
-            ledger.entries.extend(facts["ledger"])
-            bar.update(per_unit)
-            continue
-        n_ledger = len(ledger.entries)
-        unit_curves, unit_util = _evaluate_unit(cfg, pop, unit, wb, ledger, bar)
-        write_parquet(stem.with_suffix(".parquet"), unit_curves)
-        write_json(saved, {"code_fingerprint": fingerprint, "utility": unit_util,
-                           "ledger": ledger.entries[n_ledger:]})
-        curves.append(unit_curves)
-        utility.extend(unit_util)
-    bar.close()
+    found = 0
+    try:
+        for wb, unit in tasks:
+            stem = run_dir / "units" / f"{'block' if wb else 'noblock'}_{unit}"
+            saved = stem.with_suffix(".json")
+            if saved.exists() and json.loads(saved.read_text()).get("code_fingerprint") == fingerprint:
+                facts = json.loads(saved.read_text())
+                curves.append(pd.read_parquet(stem.with_suffix(".parquet")))
+                utility.extend(facts["utility"])
+                ledger.entries.extend(facts["ledger"])
+                bar.update(per_unit)
+                found += 1
+                continue
+            if found:
+                units_bar.found(found, run_dir)
+                found = 0
+            n_ledger = len(ledger.entries)
+            unit_curves, unit_util = _evaluate_unit(cfg, pop, unit, wb, ledger, bar)
+            write_parquet(stem.with_suffix(".parquet"), unit_curves)
+            write_json(saved, {"code_fingerprint": fingerprint, "utility": unit_util,
+                               "ledger": ledger.entries[n_ledger:]})
+            curves.append(unit_curves)
+            utility.extend(unit_util)
+            units_bar.update(1, f"{unit} {'with' if wb else 'without'} BLOCK")
+        units_bar.found(found, run_dir)
+    except KeyboardInterrupt:
+        raise units_bar.interrupted() from None
+    finally:
+        bar.close()
+        units_bar.close()
     df = pd.concat(curves, ignore_index=True)
     util = pd.DataFrame(utility)
     lift = lift_table(df)
@@ -185,13 +218,15 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                                          "invariants": list(r.invariants),
                                          "total_epsilon_per_unit": {u: ledger.total_epsilon(unit=u) for u in units}})
     write_json(run_dir / "audit.json", [a.as_dict() for a in audits])
-    plot_release(df, lift, run_dir, cfg)
-    write_report(cfg, run_dir, lift, util, audits, ledger)
+    write_parquet(run_dir / "persons.parquet", release_persons(df))
+    facts = {"units": units, "levels": list(pop.geography.levels[1:]), "attributes": attributes(cfg, pop)}
     write_json(run_dir / "manifest.json", {
         "name": cfg.name, "config_hash": cfg.digest(), "code_fingerprint": code_fingerprint(),
         "versions": versions(), "jax": jax_info(), "seeds": {"experiment": cfg.seed, "population": cfg.data.seed},
-        "units": units, "seconds_total": round(time.perf_counter() - t_start, 2),
+        "units": units, "facts": facts, "seconds_total": round(time.perf_counter() - t_start, 2),
     })
+    plot_release(df, util, run_dir, cfg)
+    write_report(cfg, run_dir, df, util, audits, ledger, facts)
     return run_dir
 
 
@@ -206,6 +241,7 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
     w = build_workload(cfg, cfg.queries[0], D.domain)
     plan = plan_for(w)
     exact = exact_answers(D, w)
+    exact_counts = workload_counts(D, w)
     settings = rap_settings(cfg)
     tie_rng = np.random.default_rng(_stable("ties", cfg.seed, unit, wb))
 
@@ -233,13 +269,11 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
             if getattr(backend, "contrib", False):
                 extra.update(opendp_version=backend.version, opendp_contrib=True)
             ledger.record(pub.record, backend.name, pub.for_publication, publication_note=pub.publication_note, **extra)
-            released = pub.answers
-            names, errs = table_errors(released, exact, w)
-            for name, e in zip(names, errs):
-                utility.append(dict(epsilon=eps, mechanism=mech, unit=unit, variant=wb, table=name,
-                                    tv_error=float(e)))
-            curves.append(attack(released, f"{mech}-{eps}").assign(
-                epsilon=eps, mechanism=mech, method="rap_rank", utility_error=float(errs.mean()), **common))
+            rows = table_utility(pub.counts, exact_counts, w)
+            utility += [dict(row, epsilon=eps, mechanism=mech, unit=unit, variant=wb) for row in rows]
+            curves.append(attack(pub.answers, f"{mech}-{eps}").assign(
+                epsilon=eps, mechanism=mech, method="rap_rank",
+                utility_error=float(np.mean([row["mae_per_cell"] for row in rows])), **common))
             bar.update()
     return pd.concat(curves, ignore_index=True), utility
 

@@ -1,7 +1,9 @@
-"""Plots and the Markdown report of a release evaluation (regenerated from its Parquet files)."""
+"""Plots and the report of a release evaluation (Markdown and self-contained HTML), regenerated from its files."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import matplotlib
@@ -11,37 +13,119 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.metrics import average_curves  # noqa: E402
+from experiments.doc import Doc  # noqa: E402
+from experiments.metrics import average_curves, variant_label  # noqa: E402
 from experiments.plots import save_figure  # noqa: E402
+
+#: A release "does no better than the best baseline beyond its spread" when the mean difference in
+#: persons reconstructed across units is at most this many standard errors above zero.
+SPREAD_SE = 2.0
 
 
 def lift_summary(lift: pd.DataFrame) -> pd.DataFrame:
-    """Mean and spread (std) across units of the lift, and the mean utility error, per (mechanism, ε)."""
-    g = lift.groupby(["mechanism", "epsilon"])
+    """Mean and spread (std) across units of the lift, and the mean utility error, per (variant, mechanism, ε)."""
+    g = lift.groupby(["variant", "mechanism", "epsilon"])
     out = g.agg(lift_mean=("lift", "mean"), lift_std=("lift", "std"), utility_error=("utility_error", "mean"),
                 units=("unit", "nunique")).reset_index()
     out["lift_std"] = out["lift_std"].fillna(0.0)
     return out
 
 
-def plot_release(df: pd.DataFrame, lift: pd.DataFrame, run_dir: Path, cfg) -> None:
+def release_persons(df: pd.DataFrame) -> pd.DataFrame:
+    """Per variant, unit, ε and mechanism (the exact tables as ε = inf): persons of D whose row is
+    unique in D and among RAP-Rank's top u on the release, next to the best baseline on that unit
+    (the baseline that finds the most such persons) and the difference."""
+    top = df[df["k"] == df["u"]]
+    base = top[top["mechanism"] == "baseline"]
+    best = base.sort_values(["num_matched_unique", "method"], ascending=[False, True]).groupby(
+        ["variant", "unit"], sort=False).head(1)[["variant", "unit", "method", "num_matched_unique"]]
+    best = best.rename(columns={"method": "best_baseline", "num_matched_unique": "baseline_persons"})
+    rel = top[top["mechanism"] != "baseline"][["variant", "unit", "epsilon", "mechanism", "num_matched_unique", "n_rows"]]
+    out = rel.rename(columns={"num_matched_unique": "persons_reconstructed"}).merge(best, on=["variant", "unit"])
+    out["difference"] = out["persons_reconstructed"] - out["baseline_persons"]
+    return out.reset_index(drop=True)
+
+
+def summarise_release_persons(per_unit: pd.DataFrame) -> pd.DataFrame:
+    g = per_unit.groupby(["variant", "mechanism", "epsilon"], sort=False)
+    out = g.agg(units=("unit", "nunique"), persons=("persons_reconstructed", "sum"),
+                baseline_persons=("baseline_persons", "sum"), difference_mean=("difference", "mean"),
+                difference_std=("difference", "std")).reset_index()
+    out["difference_sem"] = out["difference_std"].fillna(0.0) / np.sqrt(out["units"])
+    out["beyond_spread"] = out["difference_mean"] > SPREAD_SE * out["difference_sem"]
+    return out.drop(columns="difference_std")
+
+
+def utility_summary(util: pd.DataFrame) -> pd.DataFrame:
+    """Per variant, mechanism and ε: mean absolute error per cell and share of cells off by more than
+    10%, averaged over tables and units (each table weighs the same)."""
+    return util.groupby(["variant", "mechanism", "epsilon"], sort=False).agg(
+        mae_per_cell=("mae_per_cell", "mean"), share_off_10pct=("share_off_10pct", "mean")).reset_index()
+
+
+def verdicts(persons: pd.DataFrame, util: pd.DataFrame, variant) -> list[str]:
+    """One paragraph per mechanism: the largest ε (if any) at which the attack does no better than
+    the best baseline beyond its spread, and the table error there."""
+    p = persons[(persons["variant"] == variant) & np.isfinite(persons["epsilon"])]
+    u = utility_summary(util[util["variant"] == variant]) if len(util) else pd.DataFrame()
+    exact = persons[(persons["variant"] == variant) & (persons["epsilon"] == math.inf)]
+    out = []
+    for mech in dict.fromkeys(p["mechanism"]):
+        rows = p[p["mechanism"] == mech].sort_values("epsilon")
+        safe = rows[~rows["beyond_spread"]]
+        tail = ""
+        if len(exact):
+            e = exact.iloc[0]
+            tail = (f" For comparison, the exact tables give {e['difference_mean']:+.1f} ± {e['difference_sem']:.1f} "
+                    "persons per unit beyond the best baseline.")
+        if len(safe):
+            eps = float(safe["epsilon"].max())
+            err = u[(u["mechanism"] == mech) & (u["epsilon"] == eps)]
+            err_text = (f"; there, each published cell is off by {err['mae_per_cell'].iloc[0]:.2f} persons on "
+                        f"average and {100 * err['share_off_10pct'].iloc[0]:.0f}% of cells are off by more than "
+                        "10%" if len(err) else "")
+            more = rows[rows["epsilon"] > eps]
+            warn = (f" At larger ε ({', '.join(f'{x:g}' for x in more['epsilon'])}) the attack reconstructs more "
+                    "persons than the baseline beyond the spread." if len(more) else "")
+            out.append(f"**{mech}**: the largest ε evaluated at which the attack does no better than the best "
+                       f"baseline beyond its spread is **ε = {eps:g}** "
+                       f"({safe[safe['epsilon'] == eps]['difference_mean'].iloc[0]:+.1f} ± "
+                       f"{safe[safe['epsilon'] == eps]['difference_sem'].iloc[0]:.1f} persons per unit){err_text}."
+                       f"{warn}{tail}")
+        else:
+            out.append(f"**{mech}**: at every ε evaluated ({', '.join(f'{x:g}' for x in rows['epsilon'])}) the attack "
+                       "reconstructs more persons than the best baseline beyond its spread: no ε evaluated protects "
+                       f"them; evaluate smaller ε.{tail}")
+    return out
+
+
+# ---- plots -------------------------------------------------------------------------------------
+
+
+def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> None:
+    """release_match_rate.png (RAP-Rank's curve on each release, per mechanism, beside the exact
+    tables and the best baseline) and persons_error.png (persons reconstructed against table
+    error, one point per ε, the best baseline as a band)."""
     run_dir = Path(run_dir)
-    points = cfg.grid_points
-    key = [f"{e}|{m}" for e, m in zip(df["epsilon"].tolist(), df["mechanism"].tolist())]  # nan|baseline, inf|exact
-    curves = average_curves(df.assign(key=key), points, by=["key", "method"])
-    mechanisms = [m for m in dict.fromkeys(df["mechanism"]) if m not in ("exact", "baseline")]
-    base_area = lift.groupby("best_baseline").size().idxmax()
-    eps_list = sorted(e for e in df["epsilon"].dropna().unique() if np.isfinite(e))
+    persons = summarise_release_persons(release_persons(df))
+    variant = df["variant"].iloc[0]
+    d = df[df["variant"] == variant]
+    key = [f"{e}|{m}" for e, m in zip(d["epsilon"].tolist(), d["mechanism"].tolist())]  # nan|baseline, inf|exact
+    curves = average_curves(d.assign(key=key), cfg.grid_points, by=["key", "method"])
+    mechanisms = [m for m in dict.fromkeys(d["mechanism"]) if m not in ("exact", "baseline")]
+    best = release_persons(d)["best_baseline"].value_counts().idxmax()
+    eps_list = sorted(e for e in d["epsilon"].dropna().unique() if np.isfinite(e))
     cmap = plt.get_cmap("viridis")
     fig, axes = plt.subplots(1, len(mechanisms), figsize=(4.6 * len(mechanisms), 4.2), squeeze=False, sharey=True)
     for ax, mech in zip(axes[0], mechanisms):
         for i, eps in enumerate(eps_list):
             c = curves[curves["key"] == f"{eps}|{mech}"]
-            ax.plot(c["k_over_u"], c["match_rate"], color=cmap(i / max(len(eps_list) - 1, 1)), lw=1.8, label=f"ε={eps:g}")
+            ax.plot(c["k_over_u"], c["match_rate"], color=cmap(i / max(len(eps_list) - 1, 1)), lw=1.8,
+                    label=f"ε={eps:g}")
         c = curves[curves["key"] == "inf|exact"]
         ax.plot(c["k_over_u"], c["match_rate"], color="black", lw=2.4, label="exact tables")
-        b = curves[(curves["key"] == "nan|baseline") & (curves["method"] == base_area)]
-        ax.plot(b["k_over_u"], b["match_rate"], "--", color="#d95f02", lw=1.8, label=f"{base_area} (baseline)")
+        b = curves[(curves["key"] == "nan|baseline") & (curves["method"] == best)]
+        ax.plot(b["k_over_u"], b["match_rate"], "--", color="#d95f02", lw=1.8, label=f"{best} (baseline)")
         ax.set_title(mech.replace("_", " "))
         ax.set_xlabel("k / u")
         ax.set_xlim(0, 1)
@@ -49,100 +133,162 @@ def plot_release(df: pd.DataFrame, lift: pd.DataFrame, run_dir: Path, cfg) -> No
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("RAP-Rank top-k match rate on the release")
     axes[0][-1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=9)
-    fig.suptitle(f"{cfg.name}: attacking each release")
+    fig.suptitle(f"{cfg.name}: attacking each release ({variant_label(variant, [variant])})")
     save_figure(fig, run_dir / "release_match_rate")
 
-    summ = lift_summary(lift)
-    exact = summ[summ["mechanism"] == "exact"]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    p = persons[persons["variant"] == variant]
+    u = utility_summary(util[util["variant"] == variant])
+    per_unit = release_persons(d)
+    units = per_unit["unit"].nunique()
+    base = per_unit.groupby("unit")["baseline_persons"].first()
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    lo, hi = base.mean() - base.std(ddof=1) / np.sqrt(units) if units > 1 else base.mean(), None
+    hi = base.mean() + (base.std(ddof=1) / np.sqrt(units) if units > 1 else 0)
+    ax.axhspan(lo, hi, color="#d95f02", alpha=0.15, lw=0)
+    ax.axhline(base.mean(), color="#d95f02", ls="--", lw=1.5, label="best baseline (± 1 s.e. across units)")
     for i, mech in enumerate(mechanisms):
-        s = summ[summ["mechanism"] == mech].sort_values("epsilon")
-        color = plt.get_cmap("tab10")(i)
-        a1.errorbar(s["epsilon"], s["lift_mean"], yerr=s["lift_std"], marker="o", capsize=3, color=color,
-                    label=mech.replace("_", " "))
-        a2.plot(s["epsilon"], s["utility_error"], marker="o", color=color, label=mech.replace("_", " "))
-    if len(exact):
-        a1.axhline(float(exact["lift_mean"].iloc[0]), color="black", lw=1.5, label="exact tables")
-    a1.axhline(0, color="#999999", lw=1, ls=":")
-    for a in (a1, a2):
-        a.set_xscale("log")
-        a.set_xlabel("ε")
-        a.grid(alpha=0.3, which="both")
-    a1.set_ylabel("lift over the best baseline (area between curves)")
-    a1.set_title("reconstruction beyond guessing (mean ± std across units)")
-    a2.set_ylabel("utility error (mean total variation per table)")
-    a2.set_title("cost in accuracy")
-    a1.legend(fontsize=8)
-    save_figure(fig, run_dir / "lift_utility")
+        pts = p[p["mechanism"] == mech].merge(u[u["mechanism"] == mech], on=["variant", "mechanism", "epsilon"])
+        pts = pts.sort_values("epsilon")
+        y = pts["persons"] / pts["units"]
+        ax.plot(pts["mae_per_cell"], y, "o-", color=plt.get_cmap("tab10")(i), label=mech.replace("_", " "))
+        for x_, y_, e in zip(pts["mae_per_cell"], y, pts["epsilon"]):
+            ax.annotate(f"ε={e:g}", (x_, y_), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    ex = p[p["mechanism"] == "exact"]
+    if len(ex):
+        ax.plot([0], [ex["persons"].iloc[0] / ex["units"].iloc[0]], "*", ms=14, color="black", label="exact tables")
+    ax.set_xscale("symlog", linthresh=0.1)
+    ax.set_xlabel("table error: mean absolute error per published cell (persons)")
+    ax.set_ylabel("persons reconstructed per unit (unique in D, top u)")
+    ax.set_title("who is reconstructed, against what the tables lose")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    save_figure(fig, run_dir / "persons_error")
 
 
-def write_report(cfg, run_dir: Path, lift: pd.DataFrame, util: pd.DataFrame, audits, ledger) -> Path:
+def replot_release(run_dir: Path, cfg) -> list[Path]:
+    run_dir = Path(run_dir)
+    df = pd.read_parquet(run_dir / "release_eval.parquet")
+    util = pd.read_parquet(run_dir / "utility.parquet")
+    plot_release(df, util, run_dir, cfg)
+    return [run_dir / f"{s}.{x}" for s in ("release_match_rate", "persons_error") for x in ("png", "pdf")]
+
+
+# ---- the report ---------------------------------------------------------------------------------
+
+
+def _data_words(cfg, facts: dict) -> str:
+    d = cfg.data
+    src = {"embedded": "the embedded census-style population (generated by our own code)",
+           "table": f"the person file {d.path}", "ppmf": f"the PPMF file {d.path}",
+           "acs_nist": f"the NIST ACS excerpt {d.path}", "folktables": f"ACS PUMS files under {d.path}"}[d.source]
+    levels = " ⊃ ".join(facts["levels"])
+    return (f"Data: {src}; geography {levels}. {len(facts['units'])} {cfg.target.level} units, chosen "
+            f"{cfg.target.selection.replace('_', ' ')}; attributes {', '.join(facts['attributes'])}.")
+
+
+def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audits, ledger, facts: dict) -> Path:
+    """report.md and report.html of a release evaluation: what ran (generated from the config and the
+    data, never hard-coded), who is reconstructed per mechanism and ε against the best baseline,
+    the table errors, a verdict per mechanism, the audit and the ledger."""
     r = cfg.release
-    summ = lift_summary(lift)
-    exact = summ[summ["mechanism"] == "exact"]
-    entries = ledger.entries
-    lines = [
-        f"# Release evaluation: {cfg.name}",
-        "",
-        f"Config hash `{cfg.digest()}`. Data: {cfg.data.source}; {lift['unit'].nunique()} {cfg.target.level} "
-        f"units; published workload: all {cfg.queries[0].k}-way marginals of {', '.join(cfg.attributes or [])}.",
-        f"Attack: RAP-Rank, K = {cfg.attack.runs} runs, T = {cfg.attack.steps} steps, n' = {cfg.attack.rows}. "
-        f"Baselines (never see any release): {', '.join(cfg.baselines.methods)}.",
-        "",
-        f"Privacy unit: one person. Neighbouring relation: **{r.relation}**. Noise backend: **{r.backend}**"
-        + (" — seeded simulation noise, **not for publication**; use `release.backend: opendp` for a real release."
-           if r.backend == "simulation" else " (OpenDP's discrete Laplace, `contrib` enabled, for the noise mechanisms)."),
-        "",
-    ]
-    lines += ["## Fit for publication?", "", "| mechanism | fit for publication | why |", "|---|---|---|"]
-    for mech in r.mechanisms:
-        e = next((x for x in entries if x["mechanism"] == mech), None)
-        if e is not None:
-            lines.append(f"| {mech} | {'yes' if e['for_publication'] else 'no'} | {e.get('publication_note', '')} |")
+    run_dir = Path(run_dir)
+    entries = ledger["entries"] if isinstance(ledger, dict) else ledger.entries
+    persons = summarise_release_persons(release_persons(df))
+    variants = list(dict.fromkeys(df["variant"].tolist()))
+    doc = Doc().h(1, f"Release evaluation: {cfg.name}")
+    doc.p(f"Config hash `{cfg.digest()}`. " + _data_words(cfg, facts))
+    doc.p(f"Published workload: {cfg.queries[0].describe()}. Privacy unit: one person. Neighbouring relation: "
+          f"**{r.relation}** ({'n is fixed and public' if r.relation == 'replace_one' else 'one person added or removed'}). "
+          f"Noise backend: **{r.backend}**" + (" — seeded simulation noise, **not for publication**; use "
+                                                 "`release.backend: opendp` for a real release."
+                                                 if r.backend == "simulation" else "."))
+    doc.p("The attack sees the released tables of **D, a random half of each unit's persons**, and tries to "
+          "reconstruct D's rows. The other half, D_holdout, is kept out of every release: it is the strongest prior "
+          "an outsider could have (persons of the same unit), and the holdout baseline guesses from it. Without the "
+          "split there would be no honest prior from the same population to measure the attack against. "
+          f"Attack: RAP-Rank, K = {cfg.attack.runs} runs, T = {cfg.attack.steps} steps, n' = {cfg.attack.rows}. "
+          f"Baselines (never see any release): {', '.join(cfg.baselines.methods)}.")
+    for v in variants:
+        p = persons[persons["variant"] == v]
+        title = "How many persons are reconstructed?" + (f" ({variant_label(v, variants)})" if len(variants) > 1 else "")
+        doc.h(2, title)
+        doc.p("A person is reconstructed when their row is unique in D and RAP-Rank ranks it among its top u "
+              "candidates from the release; the best baseline of a unit is the baseline that finds the most such "
+              f"persons there. Difference: mean ± one standard error across units; *beyond spread* when the mean is "
+              f"more than {SPREAD_SE:g} standard errors above zero.")
+        rows = []
+        for _, x in p.sort_values(["mechanism", "epsilon"], key=lambda s: s.map(
+                lambda y: (0 if y == "exact" else 1, y) if isinstance(y, str) else y)).iterrows():
+            eps = "exact tables" if x["epsilon"] == math.inf else f"{x['epsilon']:g}"
+            rows.append([x["mechanism"], eps, int(x["persons"]), int(x["baseline_persons"]),
+                         f"{x['difference_mean']:+.1f} ± {x['difference_sem']:.1f}",
+                         "yes" if x["beyond_spread"] else "no"])
+        doc.table(["mechanism", "ε", "persons reconstructed", "by the best baselines", "difference per unit",
+                   "beyond spread"], rows, numeric={2, 3, 4})
+        doc.h(3, "Verdict")
+        for para in verdicts(persons, util, v):
+            doc.p(para)
+        u = util[util["variant"] == v]
+        doc.h(3, "Error of each published table")
+        doc.p("Mean absolute error per cell, in persons, and the share of cells off by more than 10% of their true "
+              "count (an empty cell is off as soon as anything but 0 is published there), per table and level, "
+              "averaged over units.")
+        g = u.groupby(["mechanism", "epsilon", "table", "level"], sort=False).agg(
+            mae=("mae_per_cell", "mean"), off=("share_off_10pct", "mean"), cells=("cells", "mean")).reset_index()
+        doc.table(["mechanism", "ε", "table", "level", "cells per unit", "mean abs. error per cell", "cells off > 10%"],
+                  [[x["mechanism"], f"{x['epsilon']:g}", x["table"], x["level"], f"{x['cells']:.0f}",
+                    f"{x['mae']:.2f}", f"{100 * x['off']:.0f}%"] for _, x in g.iterrows()], numeric={4, 5, 6})
+    doc.img(run_dir / "persons_error.png", "persons reconstructed against table error")
+    doc.img(run_dir / "release_match_rate.png", "match rate per release")
+    doc.h(2, "Fit for publication?")
+    doc.table(["mechanism", "fit for publication", "why"],
+              [[m, "yes" if e["for_publication"] else "no", e.get("publication_note", "")]
+               for m in r.mechanisms for e in [next((x for x in entries if x["mechanism"] == m), None)] if e],
+              numeric=set())
     n_note = next((x.get("total") or x.get("rows_are") for x in entries if x.get("total") or x.get("rows_are")), None)
     blocks = next((x.get("block_list") for x in entries if x.get("block_list")), None)
-    lines += ["", f"- The total n of each unit: {n_note or 'not used'}."]
-    if blocks:
-        lines.append(f"- The published block list: {blocks}.")
-    lines.append(f"- Declared invariants (published exactly): {', '.join(r.invariants) if r.invariants else 'none'}.")
-    lines += [
-        "",
-        "## Is anyone reconstructed beyond what a guess gives?",
-        "",
-        "Lift = area under RAP-Rank's match-rate curve (k/u in (0, 1]) minus the best baseline's, per unit; "
-        "mean ± std across units. Utility error = total variation between released and exact tables, averaged over tables.",
-        "",
-    ]
-    if len(exact):
-        lines += [f"Attack on the exact tables: lift **{exact['lift_mean'].iloc[0]:+.3f}** "
-                  f"± {exact['lift_std'].iloc[0]:.3f}.", ""]
-    lines += ["| mechanism | ε | lift (mean) | lift (std across units) | utility error | within the spread? |",
-              "|---|---:|---:|---:|---:|---|"]
-    for _, row in summ[summ["mechanism"] != "exact"].sort_values(["mechanism", "epsilon"]).iterrows():
-        within = "yes" if row["lift_mean"] <= row["lift_std"] else "no"
-        lines.append(f"| {row['mechanism']} | {row['epsilon']:g} | {row['lift_mean']:+.3f} | {row['lift_std']:.3f} | "
-                     f"{row['utility_error']:.4f} | {within} |")
-    lines += ["", "![lift and utility](lift_utility.png)", "", "![match rate per release](release_match_rate.png)", "",
-              "## Audit of the publishing code", "",
-              "Each mechanism is released through the same function this evaluation attacks, on worst-case "
-              "neighbouring datasets under the declared relation, at each audited ε; the audited ε is a "
-              f"{audits[0].confidence:.0%} Clopper–Pearson lower bound and must not exceed the declared ε. The checks: "
-              "`block_list` (the published blocks do not change when a block's only resident is replaced), "
-              "`structure` (the release's shape is the same for both neighbours), `post_processing` (given the "
-              "same noisy counts, both neighbours publish the same thing: no n or other fact leaks past the noise), "
-              "`noise_scale` (the noise really added is as large as the declared ε needs; assumes discrete Laplace).",
-              "", "| mechanism | declared ε | audited ε lower bound | runs | checks |", "|---|---:|---:|---:|---|"]
-    for a in audits:
-        flag = "" if a.epsilon_lower_bound <= a.declared_epsilon else " **EXCEEDS**"
-        failed = [f"{k}: {v}" for k, v in a.checks.items() if v != "pass"]
-        lines.append(f"| {a.mechanism} | {a.declared_epsilon:g} | {a.epsilon_lower_bound:.3f}{flag} | {a.runs} | "
-                     + ("all pass" if not failed else "; ".join(failed)) + " |")
-    lines += ["", "## Ledger", "",
-              f"{len(entries)} releases recorded in `ledger.json` (relation, sensitivity, ε, scale, backend, where n and "
-              "the block list come from). Every ε above is per release; releasing several of them about the same "
-              "persons adds their ε (the ledger never adds ε across different relations).", ""]
-    path = Path(run_dir) / "report.md"
-    from experiments.results import atomic_write_text
+    doc.ul([f"The total n of each unit: {n_note or 'not used'}."]
+           + ([f"The published block list: {blocks}."] if blocks else [])
+           + [f"Declared invariants (published exactly): {', '.join(r.invariants) if r.invariants else 'none'}."])
+    doc.h(2, "Audit of the publishing code")
+    doc.p("Each mechanism is released through the same function this evaluation attacks, on worst-case neighbouring "
+          "datasets under the declared relation, at each audited ε; the audited ε is a "
+          f"{audits[0].confidence:.0%} Clopper–Pearson lower bound and must not exceed the declared ε. Checks: "
+          "`block_list` (a block whose only resident is replaced stays published), `structure` (the release's shape is "
+          "the same for both neighbours), `post_processing` (given the same noisy counts both neighbours publish the "
+          "same: no n or other fact leaks past the noise), `noise_scale` (the noise really added is as large as the "
+          "declared ε needs; assumes discrete Laplace).")
+    doc.table(["mechanism", "declared ε", "audited ε lower bound", "runs", "checks"],
+              [[a.mechanism, f"{a.declared_epsilon:g}",
+                f"{a.epsilon_lower_bound:.3f}" + ("" if a.epsilon_lower_bound <= a.declared_epsilon else " **EXCEEDS**"),
+                a.runs, "all pass" if all(v == "pass" or v.startswith(("declared", "not run")) for v in a.checks.values())
+                else "; ".join(f"{k}: {v}" for k, v in a.checks.items() if v != "pass")] for a in audits],
+              numeric={1, 2, 3})
+    doc.h(2, "Ledger")
+    doc.p(f"{len(entries)} releases recorded in `ledger.json` (relation, sensitivity, ε, scale, backend, where n and "
+          "the block list come from). Every ε above is per release; releasing several of them about the same persons "
+          "adds their ε (the ledger never adds ε across different relations).")
+    md, _ = doc.write(run_dir, "report", f"Release evaluation: {cfg.name}")
+    return md
 
-    atomic_write_text(path, "\n".join(lines) + "\n")
-    return path
+
+def write_release_report_from_dir(run_dir: Path) -> Path:
+    """Regenerate report.md/.html of a finished release run from its files."""
+    import yaml
+
+    from experiments.config import parse_config
+    from synth.audit import AuditResult
+
+    run_dir = Path(run_dir)
+    cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
+    df = pd.read_parquet(run_dir / "release_eval.parquet")
+    util = pd.read_parquet(run_dir / "utility.parquet")
+    ledger = json.loads((run_dir / "ledger.json").read_text())
+    audits = []
+    for a in json.loads((run_dir / "audit.json").read_text()):
+        known = {"mechanism", "declared_epsilon", "epsilon_lower_bound", "runs", "confidence", "event", "checks"}
+        audits.append(AuditResult(a["mechanism"], a["declared_epsilon"], a["epsilon_lower_bound"], a["runs"],
+                                  a["confidence"], a["event"], a.get("checks", {}),
+                                  {k: v for k, v in a.items() if k not in known | {"passed"}}))
+    facts = json.loads((run_dir / "manifest.json").read_text()).get("facts", {})
+    return write_report(cfg, run_dir, df, util, audits, ledger, facts)

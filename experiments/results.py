@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import yaml
 
-from microdata.dataset import atomic_write_table
+from microdata.dataset import atomic_write_table, shared_mode
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -23,8 +23,9 @@ def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        shared_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

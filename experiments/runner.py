@@ -17,6 +17,7 @@ from experiments.config import ConfigError, ExperimentConfig
 from experiments.metrics import (OUTSIDE_COLUMNS, calibration, concentration, effective_u, k_grid,
                                  lift_by_baseline, match_rate_curve, persons_reconstructed)
 from experiments.plots import plot_match_rate, plot_metrics
+from experiments.progress import UnitProgress
 from experiments.results import code_fingerprint, jax_info, versions, write_json, write_parquet, write_yaml
 from experiments.problem import (UnitProblem, _stable, attributes, baseline_curves, build_priors, build_workload,
                                  exact_answers,
@@ -184,8 +185,8 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
     log.info("attacking %d %ss: %s", len(units), cfg.target.level, units)
     fingerprint = code_fingerprint()
     tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
-    unit_bar = tqdm(total=len(tasks), desc="units", disable=not progress, unit="unit")
-    runs_bar = tqdm(total=cfg.attack.runs, desc="K runs", disable=not progress, leave=False, unit="run")
+    unit_bar = UnitProgress(len(tasks), "units", progress)
+    runs_bar = tqdm(total=cfg.attack.runs, desc="K runs", disable=not unit_bar.tty, leave=False, unit="run")
     group = units_per_call(cfg, pop)
     done: dict[tuple[bool, str], tuple[pd.DataFrame, dict]] = {}
     pending: list[tuple[bool, str]] = []
@@ -203,13 +204,13 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
                 continue
             log.warning("unit %s was computed by other code (%s); recomputing", pq_path.stem, saved.get("code_fingerprint"))
         pending.append((wb, u))
-    unit_bar.update(len(done))
+    unit_bar.found(len(done), run_dir)
     try:
         for start in range(0, len(pending), group):
             chunk = pending[start:start + group]
-            unit_bar.set_postfix_str(", ".join(f"{u} {'with' if wb else 'without'} BLOCK" for wb, u in chunk[:3])
-                                     + (" ..." if len(chunk) > 3 else ""))
-            results = run_units(pop, cfg, [(u, wb) for wb, u in chunk], runs_bar=runs_bar if progress else None)
+            unit_bar.postfix(", ".join(f"{u} {'with' if wb else 'without'} BLOCK" for wb, u in chunk[:3])
+                             + (" ..." if len(chunk) > 3 else ""))
+            results = run_units(pop, cfg, [(u, wb) for wb, u in chunk], runs_bar=runs_bar if unit_bar.tty else None)
             for (wb, u), (df, f) in zip(chunk, results):
                 f["code_fingerprint"] = fingerprint
                 df = df.reindex(columns=COLUMNS)
@@ -217,9 +218,11 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
                 write_parquet(pq_path, df)
                 write_json(js_path, f)
                 done[(wb, u)] = (df, f)
-            unit_bar.update(len(chunk))
+                unit_bar.update(1, f"{u} {'with' if wb else 'without'} BLOCK")
         frames = [done[t][0] for t in tasks]
         facts = [done[t][1] for t in tasks]
+    except KeyboardInterrupt:
+        raise unit_bar.interrupted() from None
     finally:
         runs_bar.close()
         unit_bar.close()
@@ -252,12 +255,7 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
 
 def _title(cfg: ExperimentConfig) -> str:
     a = cfg.attack
-    def describe(q):
-        if q.kind == "census":
-            return f"census tables ({q.label})"
-        return f"{q.k}-way marginals" if q.max_marginals is None else f"{q.max_marginals} {q.k}-way marginals"
-
-    qs = " and ".join(describe(q) for q in cfg.queries)
+    qs = " and ".join(q.describe() if len(q.describe()) < 60 else q.label for q in cfg.queries)
     return f"{cfg.name}: {cfg.target.level}s, {qs}, K={a.runs}, T={a.steps}, n'={a.rows}"
 
 
@@ -278,7 +276,13 @@ def replot(run_dir: str | Path) -> list[Path]:
     from experiments.config import parse_config
 
     run_dir = Path(run_dir)
-    if not (run_dir / "match_rate.parquet").exists():
-        raise ConfigError(f"{run_dir} has no match_rate.parquet; is it a finished run directory?")
+    release = (run_dir / "release_eval.parquet").exists()
+    if not release and not (run_dir / "match_rate.parquet").exists():
+        raise ConfigError(f"{run_dir} has neither match_rate.parquet nor release_eval.parquet; is it a finished "
+                          "run directory (censusrecon run) or release directory (censusrecon evaluate-release)?")
     cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
+    if release:
+        from experiments.release_report import replot_release
+
+        return replot_release(run_dir, cfg)
     return plot_run(run_dir, cfg)

@@ -102,7 +102,9 @@ def encode_columns(df: pd.DataFrame, columns: Sequence[str], binning: Mapping[st
             vals = pd.to_numeric(s, errors="coerce")
             bad = vals.isna().to_numpy() & ~null
             if bad.any():
-                raise ACSDataError(f"{source}: column {c!r} has non-numeric value {s[bad].iloc[0]!r}")
+                i = int(np.argmax(bad))
+                raise ACSDataError(f"{source} row {i + 2}, column {c}: {s.iloc[i]!r} is not a number (nor the null "
+                                   "marker)")
             labels = list(b.labels())
             code = b.codes(vals.fillna(b.low).to_numpy(dtype=np.float64))
         else:
@@ -112,7 +114,9 @@ def encode_columns(df: pd.DataFrame, columns: Sequence[str], binning: Mapping[st
                 labels = [str(v) for v in categories[c] if str(v) != NULL]
                 unknown = sorted(set(present) - set(labels), key=_natural_key)
                 if unknown:
-                    raise ACSDataError(f"{source}: column {c!r} has values {unknown[:5]} not in its dictionary")
+                    i = int(np.argmax((text.isin(unknown) & ~null).to_numpy()))
+                    raise ACSDataError(f"{source} row {i + 2}, column {c}: {text.iloc[i]!r} is not one of the values its "
+                                       f"dictionary lists ({', '.join(labels[:8])}{', ...' if len(labels) > 8 else ''})")
             else:
                 labels = present
             lookup = {v: i for i, v in enumerate(labels)}
@@ -168,8 +172,18 @@ def read_nist(path: str | Path, attributes: Sequence[str] | None = None,
     dict_path = Path(dictionary) if dictionary else path.with_name("data_dictionary.json")
     if not dict_path.is_file():
         raise ACSDataError(f"data dictionary {str(dict_path)!r} does not exist (expected beside {path.name})")
-    spec = json.loads(dict_path.read_text())
-    df = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=["N"])
+    from microdata.table_source import reading
+
+    try:
+        spec = json.loads(dict_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ACSDataError(f"{dict_path}: not a JSON data dictionary ({type(e).__name__}: {e})") from None
+    if not isinstance(spec, dict) or not all(isinstance(v, dict) for v in spec.values()):
+        raise ACSDataError(f"{dict_path}: a data dictionary maps each column to its description and values")
+    with reading(path, "NIST ACS excerpt (CSV)"):
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=["N"], encoding="utf-8")
+    if len(df) == 0:
+        raise ACSDataError(f"{path} has a header but no persons")
     if "PUMA" not in df.columns:
         raise ACSDataError(f"{path} has no PUMA column; columns are {list(df.columns)}")
     puma = df["PUMA"].astype(str)
@@ -244,8 +258,12 @@ def read_folktables(root: str | Path, states: Sequence[str], task: str, year: in
                     f"ACS file {str(f)!r} for {s} is missing; expected the layout "
                     f"root/<year>/<horizon>/psam_p<FIPS>.csv (or set data.download: true)"
                 )
+    from microdata.table_source import reading
+
     source = ACSDataSource(survey_year=str(year), horizon=horizon, survey="person", root_dir=str(root))
-    df = source.get_data(states=states, download=download)
+    files = root / str(year) / horizon
+    with reading(files, f"folder of ACS PUMS person files (psam_p<FIPS>.csv for {', '.join(states)})"):
+        df = source.get_data(states=states, download=download)
     if "RELP" not in df.columns and "RELSHIPP" in df.columns:
         df = df.rename(columns={"RELSHIPP": "RELP"})
     needed = [*problem.features, problem.target, "ST", "PUMA"]

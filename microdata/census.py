@@ -295,8 +295,12 @@ class CensusWorkload:
         return self.counts(data) / len(data)
 
     def tables(self) -> np.ndarray:
-        """The table each query belongs to (its first cell's table)."""
-        return np.array([label.split("_")[0] for label in self.labels])
+        """The table each query belongs to (its first cell's table; a label is TABLE_NNN[@block])."""
+        return np.array([label.split("@")[0].rsplit("_", 1)[0] for label in self.labels])
+
+    def levels(self) -> np.ndarray:
+        """Where each query is published: "block" (one per block) or "unit" (the whole target unit)."""
+        return np.array(["block" if "@" in label else "unit" for label in self.labels])
 
     def cells_per_person(self, chunk_cells: int = 1 << 26) -> np.ndarray:
         """For every person type (a value of each attribute but BLOCK, row-major over the domain

@@ -126,6 +126,14 @@ class Dataset:
         return cls.from_pandas(table.to_pandas(), domain)
 
 
+def shared_mode(path: str | os.PathLike) -> None:
+    """Give a file the permissions a plain ``open`` would (0666 less the umask): temporary files
+    are created private (0600), and results must stay readable by the user's group."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
+
 def atomic_write_table(table: pa.Table, path: str | os.PathLike) -> None:
     """Write a Parquet file so that readers see the old file or the whole new one, never a part."""
     path = Path(path)
@@ -134,6 +142,7 @@ def atomic_write_table(table: pa.Table, path: str | os.PathLike) -> None:
     os.close(fd)
     try:
         pq.write_table(table, tmp)
+        shared_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

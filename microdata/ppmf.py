@@ -47,44 +47,76 @@ def read_ppmf(path: str | Path, states: Sequence[str] | None = None, counties: S
     The full person format (QAGE, QSEX, CENHISP, CENRACE, ...) gives AGE, SEX, HISP, RACE and
     CENRACE with the embedded population's domains; the redistricting variant (no QAGE or
     QSEX) gives VOTING_AGE, HISP, RACE and CENRACE, and the tables that need age or sex
-    cannot be built from it (the census workload says which).
+    cannot be built from it (the census workload says which). Every value is checked (QAGE
+    0..115, QSEX 1 or 2, CENHISP 1 or 2, CENRACE 01..63, VOTING_AGE 1 or 2, geography codes of
+    2, 3, 6 and 4 digits); the first that is not names the file, row, column and value.
     """
+    from microdata.table_source import ColumnSpec, reading
+
     path = Path(path)
     if not path.is_file():
         raise PPMFError(f"PPMF file {str(path)!r} does not exist")
-    header = pd.read_csv(path, nrows=0).columns.tolist()
+    with reading(path, "PPMF person file (CSV)"):
+        header = pd.read_csv(path, nrows=0, encoding="utf-8").columns.tolist()
     missing_geo = [c for c in GEO_COLUMNS if c not in header]
     if missing_geo or "CENRACE" not in header or "CENHISP" not in header:
-        raise PPMFError(f"{path} is not a PPMF person file: it lacks {missing_geo + [c for c in ('CENHISP', 'CENRACE') if c not in header]}")
+        raise PPMFError(f"{path} is not a PPMF person file: it lacks "
+                        f"{missing_geo + [c for c in ('CENHISP', 'CENRACE') if c not in header]}")
     full = "QAGE" in header and "QSEX" in header
-    cols = list(GEO_COLUMNS) + ["CENHISP", "CENRACE"] + (["QAGE", "QSEX"] if full else
-                                                          (["VOTING_AGE"] if "VOTING_AGE" in header else []))
-    parts = []
-    for chunk in pd.read_csv(path, usecols=cols, dtype=str, chunksize=chunksize):
-        chunk = chunk[_keep(chunk, states, counties, tracts)]
-        if len(chunk):
-            parts.append(chunk)
-    if not parts:
-        raise PPMFError(f"no persons in {path} match states={states} counties={counties} tracts={tracts}")
-    df = pd.concat(parts, ignore_index=True)
-    cenrace = pd.to_numeric(df["CENRACE"]).to_numpy(dtype=np.int64) - 1
-    hisp = pd.to_numeric(df["CENHISP"]).to_numpy(dtype=np.int64) - 1
-    if cenrace.min() < 0 or cenrace.max() > 62 or hisp.min() < 0 or hisp.max() > 1:
-        raise PPMFError(f"{path}: CENRACE must be 01..63 and CENHISP 1 or 2")
-    base = person_domain()
+    specs = [ColumnSpec("HISP", "CENHISP", ("1", "2")),
+             ColumnSpec("CENRACE", "CENRACE", tuple(f"{i:02d}" for i in range(1, 64)))]
     if full:
-        age = np.clip(pd.to_numeric(df["QAGE"]).to_numpy(dtype=np.int64), 0, MAX_AGE)
-        sex = pd.to_numeric(df["QSEX"]).to_numpy(dtype=np.int64) - 1
-        codes = np.stack([age, sex, hisp, race_group(cenrace), cenrace], axis=1)
+        specs = [ColumnSpec("AGE", "QAGE", range=(0, MAX_AGE)), ColumnSpec("SEX", "QSEX", ("1", "2"))] + specs
+    elif "VOTING_AGE" in header:
+        specs = [ColumnSpec("VOTING_AGE", "VOTING_AGE", ("1", "2"))] + specs
+    widths = dict(zip(GEO_COLUMNS, (2, 3, 6, 4)))
+    cols = list(GEO_COLUMNS) + [s.column for s in specs]
+    parts, geo_parts, kept = [], [], 0
+    row = 2
+    with reading(path, "PPMF person file (CSV)"):
+        for chunk in pd.read_csv(path, usecols=cols, dtype=str, keep_default_na=False, chunksize=chunksize,
+                                 encoding="utf-8"):
+            first, row = row, row + len(chunk)
+            chunk = chunk.fillna("")  # a short row's missing fields
+            keep = _keep(chunk, states, counties, tracts).to_numpy()
+            chunk = chunk[keep]
+            if not len(chunk):
+                continue
+            lines = first + np.flatnonzero(keep)
+
+            def where(i, lines=lines):
+                return f"{path} row {lines[i]}"
+
+            for c, w in widths.items():
+                code = chunk[c].str.strip()
+                bad = ~(code.str.fullmatch(r"\d+") & (code.str.len() == w)).to_numpy()
+                if bad.any():
+                    i = int(np.argmax(bad))
+                    raise PPMFError(f"{where(i)}, column {c}: {chunk[c].iloc[i]!r} is not a {w}-digit code")
+            codes = [s.encode(chunk[s.column], where) for s in specs]
+            parts.append(np.stack(codes, axis=1))
+            geo_parts.append(chunk[list(GEO_COLUMNS)])
+            kept += len(chunk)
+    if not kept:
+        if row == 2:
+            raise PPMFError(f"{path} has a header but no persons")
+        raise PPMFError(f"no persons in {path} match states={states} counties={counties} tracts={tracts} "
+                        f"({row - 2} rows read)")
+    codes = np.concatenate(parts)
+    geo_df = pd.concat(geo_parts, ignore_index=True)
+    base = person_domain()
+    if full:  # AGE, SEX, HISP, CENRACE -> AGE, SEX, HISP, RACE, CENRACE
+        codes = np.stack([codes[:, 0], codes[:, 1], codes[:, 2], race_group(codes[:, 3]), codes[:, 3]], axis=1)
         domain = base
     else:
         attrs = [base.attribute("HISP"), base.attribute("RACE"), base.attribute("CENRACE")]
+        cenrace, hisp = codes[:, -1], codes[:, -2]
         cols_ = [hisp, race_group(cenrace), cenrace]
-        if "VOTING_AGE" in df.columns:
+        if "VOTING_AGE" in header:
             attrs.insert(0, VOTING_AGE)
-            cols_.insert(0, pd.to_numeric(df["VOTING_AGE"]).to_numpy(dtype=np.int64) - 1)
+            cols_.insert(0, codes[:, 0])
         domain = Domain(tuple(attrs))
         codes = np.stack(cols_, axis=1)
         log.info("%s is the redistricting PPMF (no QAGE/QSEX): tables by age or sex cannot be built", path.name)
-    geo = Geography.from_parts(df["TABBLKST"], df["TABBLKCOU"], df["TABTRACTCE"], df["TABBLK"])
+    geo = Geography.from_parts(geo_df["TABBLKST"], geo_df["TABBLKCOU"], geo_df["TABTRACTCE"], geo_df["TABBLK"])
     return Dataset(domain, codes, geo)

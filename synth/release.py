@@ -112,30 +112,52 @@ def _census_sensitivity(per_person: int, relation: Relation, levels: int) -> int
     return per_person * (1 if relation is Relation.ADD_REMOVE else 2) * levels
 
 
-def estimate_total(workload, noisy: np.ndarray) -> int:
-    """n from noisy tables alone (post-processing). Marginals: the median over tables of each
-    table's noisy sum. Product-query tables: the unit's noisy total if it is published, else the
-    sum of the noisy block totals; a workload that publishes neither has no total to estimate."""
+def total_queries(workload) -> list[np.ndarray]:
+    """Groups of query indices whose counts add up to n: the unit's total cell, or all the block
+    totals, or every table whose cells partition the persons (each person type, in each block, in
+    exactly one of its cells). Raises when the workload has none: n cannot then be estimated."""
     if isinstance(workload, Workload):
-        sums = [part.sum() for part in np.split(noisy, workload.offsets()[1:-1])]
-        return int(max(1, np.median(sums)))
-    full = [frozenset(range(s)) for s in workload.domain.sizes]
+        return [np.arange(a, b) for a, b in zip(workload.offsets()[:-1], workload.offsets()[1:])]
     names = list(workload.domain.names)
-    unit_total, block_totals = [], []
-    for i, query in enumerate(workload.queries):
-        sets = [workload.value_sets[j][query[j]] for j in range(len(names))]
-        if all(sets[j] == full[j] for j, a in enumerate(names) if a != "BLOCK"):
-            if "BLOCK" not in names or sets[names.index("BLOCK")] == full[names.index("BLOCK")]:
-                unit_total.append(i)
-            elif len(sets[names.index("BLOCK")]) == 1:
-                block_totals.append(i)
-    if unit_total:
-        return int(max(1, noisy[unit_total[0]]))
-    if block_totals:
-        return int(max(1, noisy[block_totals].sum()))
-    raise PrivacyError("these tables publish no total (no cell counts everyone), so under add/remove neighbours "
-                       "n cannot be estimated from them: add a total table, or declare the unit total an invariant "
-                       "(release.invariants: [unit_total])")
+    q = np.array(workload.queries, dtype=np.int64).reshape(len(workload.queries), len(names))
+    member = [workload.membership(j).astype(bool) for j in range(len(names))]
+    jb = names.index("BLOCK") if "BLOCK" in names else None
+    free = [j for j in range(len(names)) if j != jb]
+    sizes = [workload.domain.sizes[j] for j in free]
+    n_types = int(np.prod(sizes))
+    if n_types > 500_000:
+        free_types = None
+    else:
+        free_types = np.stack(np.unravel_index(np.arange(n_types), sizes), axis=1) if sizes else np.zeros((1, 0), int)
+    tables, levels = workload.tables(), workload.levels()
+    groups = []
+    for t in dict.fromkeys(tables.tolist()):
+        for lv in ("unit", "block"):
+            idx = np.flatnonzero((tables == t) & (levels == lv))
+            if idx.size == 0 or free_types is None:
+                continue
+            one = idx if jb is None or lv == "unit" else idx[member[jb][0, q[idx, jb]]]  # block 0 stands for all
+            hit = np.ones((len(free_types), len(one)), dtype=bool)
+            for col, j in enumerate(free):
+                hit &= member[j][free_types[:, col]][:, q[one, j]]
+            if np.all(hit.sum(axis=1) == 1):
+                groups.append(idx)
+    if not groups:
+        raise PrivacyError("these tables publish neither a total nor a table whose cells add up to everyone, so under "
+                           "add/remove neighbours n cannot be estimated from them: add a total table, or declare the "
+                           "unit total an invariant (release.invariants: [unit_total])")
+    return sorted(groups, key=len)
+
+
+def estimate_total(workload, noisy: np.ndarray) -> int:
+    """n from noisy tables alone (post-processing): the median over the groups of
+    :func:`total_queries` (a published total, all block totals, each partitioning table) of their
+    noisy sums. The smallest group (the total itself, when published) has the least noise."""
+    groups = total_queries(workload)
+    sums = [int(np.asarray(noisy)[g].sum()) for g in groups]
+    if len(groups[0]) == 1:  # the total is published: it alone has the least noise
+        return int(max(1, sums[0]))
+    return int(max(1, np.median(sums)))
 
 
 def fit_synthetic(tables: NoisyTables, key: jax.Array, settings: RAPSettings) -> Dataset:
@@ -149,15 +171,28 @@ def fit_synthetic(tables: NoisyTables, key: jax.Array, settings: RAPSettings) ->
     return Dataset(w.domain, codes[0].astype(np.int64))
 
 
-def table_errors(released: np.ndarray, exact: np.ndarray, workload) -> tuple[list[str], np.ndarray]:
-    """Half the L1 distance between each released table (fractions of persons) and the exact
-    one: the total variation for a marginal; for census tables, whose cells overlap, the
-    same formula over the table's cells. Returns (table names, errors)."""
+def workload_counts(data: Dataset, workload) -> np.ndarray:
+    """Exact int64 counts of every published cell of ``workload`` on ``data`` (workload order)."""
     if isinstance(workload, Workload):
-        cuts = workload.offsets()[1:-1]
-        names = ["×".join(m) for m in workload.marginals]
-        errs = [0.5 * np.abs(a - b).sum() for a, b in zip(np.split(released, cuts), np.split(exact, cuts))]
-        return names, np.array(errs)
-    tables = workload.tables()
-    names = list(dict.fromkeys(tables.tolist()))
-    return names, np.array([0.5 * np.abs(released[tables == t] - exact[tables == t]).sum() for t in names])
+        return np.concatenate([marginal_counts(data, m) for m in workload.marginals]).astype(np.int64)
+    return workload.counts(data)
+
+
+def table_utility(published: np.ndarray, exact: np.ndarray, workload) -> list[dict]:
+    """Error of each published table in units a statistician reads, per table and level: the mean
+    absolute error per cell, in persons, and the share of cells off by more than 10% of their
+    true count (an empty cell is off as soon as anything other than 0 is published there)."""
+    published, exact = np.asarray(published, dtype=np.float64), np.asarray(exact, dtype=np.float64)
+    if isinstance(workload, Workload):
+        cuts = workload.offsets()
+        groups = [("×".join(m), "unit", slice(cuts[i], cuts[i + 1])) for i, m in enumerate(workload.marginals)]
+    else:
+        tables, levels = workload.tables(), workload.levels()
+        groups = [(t, lv, (tables == t) & (levels == lv)) for t in dict.fromkeys(tables.tolist())
+                  for lv in ("block", "unit") if ((tables == t) & (levels == lv)).any()]
+    out = []
+    for name, level, idx in groups:
+        err = np.abs(published[idx] - exact[idx])
+        out.append({"table": name, "level": level, "cells": int(err.size), "mae_per_cell": float(err.mean()),
+                    "share_off_10pct": float(np.mean(err > 0.1 * exact[idx] + 1e-9))})
+    return out

@@ -1,0 +1,55 @@
+"""Progress of long work for people: bars on a terminal, one plain line per finished unit elsewhere."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from tqdm.auto import tqdm
+
+
+class UnitProgress:
+    """Units of work done out of ``total``. On a terminal: a tqdm bar. Otherwise (a log file, a CI
+    job, a notebook's captured output): one line per finished unit on stderr, so progress is
+    still visible without a bar's control characters. ``enabled=False`` says nothing at all but
+    what must be said (a resumed run's units found done, an interruption)."""
+
+    def __init__(self, total: int, desc: str, enabled: bool = True, stream=None):
+        self.total, self.desc, self.enabled = total, desc, enabled
+        self.stream = stream or sys.stderr
+        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.bar = tqdm(total=total, desc=desc, unit="unit", file=self.stream, disable=not self.tty)
+        self.done = 0
+        self.t0 = time.perf_counter()
+
+    def say(self, text: str) -> None:
+        """A line that is always shown (tqdm-safe on a terminal)."""
+        if self.tty:
+            self.bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def found(self, n: int, where) -> None:
+        if n:
+            self.say(f"resuming: {n} of {self.total} {self.desc} already done in {where}")
+            self.done += n
+            self.bar.update(n)
+
+    def postfix(self, text: str) -> None:
+        if self.tty:
+            self.bar.set_postfix_str(text)
+
+    def update(self, n: int = 1, label: str = "") -> None:
+        self.done += n
+        self.bar.update(n)
+        if self.enabled and not self.tty:
+            elapsed = time.perf_counter() - self.t0
+            print(f"[{self.done}/{self.total} {self.desc}] {label} done ({elapsed:.0f} s)", file=self.stream, flush=True)
+
+    def interrupted(self) -> KeyboardInterrupt:
+        """The exception to raise on Ctrl-C: its message is the one line the CLI prints."""
+        return KeyboardInterrupt(f"interrupted: {self.done} of {self.total} {self.desc} saved; "
+                                 "rerun the same command to resume")
+
+    def close(self) -> None:
+        self.bar.close()

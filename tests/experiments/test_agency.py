@@ -1,0 +1,140 @@
+"""An agency's own release: its person file, block list and tables, through run and evaluate-release,
+and every malformed input of every source ending in one line that names the file."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from experiments.cli import main
+from experiments.config import ConfigError, load_config
+from microdata.example import write_agency_example
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = ROOT.parent / "shared" / "data"
+SMALL = ["attack.runs=2", "attack.steps=20", "attack.rows=60", "target.units=2", "grid_points=10",
+         "release.epsilons=[1.0, 8.0]", "release.audit.runs=5000", "release.mechanisms=[laplace_tables, synthetic]"]
+
+
+@pytest.fixture(scope="module")
+def agency(tmp_path_factory):
+    d = tmp_path_factory.mktemp("agency")
+    persons, blocks = write_agency_example(d / "inputs")
+    over = SMALL + [f"data.path={persons}", f"data.units_file={blocks}"]
+    return d, over
+
+
+def test_the_agency_config_runs_and_evaluates_a_release_end_to_end(agency, capsys):
+    d, over = agency
+    cfg = str(ROOT / "configs" / "agency" / "example.yaml")
+    sets = [x for o in over for x in ("--set", o)]
+    assert main(["run", cfg, "--out", str(d / "results"), "--no-progress", *sets]) == 0
+    run = next((d / "results" / "agency_example").iterdir())
+    df = pd.read_parquet(run / "match_rate.parquet")
+    assert {"rap_rank", "holdout", "chance", "county"} <= set(df.method)
+    facts = json.loads((run / "manifest.json").read_text())["units"]
+    for f in facts:  # TOTAL, SEX_BY_AGE and RACE_HISP per block, SEX_BY_SYA for the tract
+        cells = f["workloads"]["tables"]["cells_per_table"]
+        blocks = cells["TOTAL"]
+        assert cells["SEX_BY_AGE"] == 6 * blocks and cells["RACE_HISP"] == 14 * blocks and cells["SEX_BY_SYA"] == 232
+    assert main(["evaluate-release", cfg, "--out", str(d / "results"), "--no-progress", *sets]) == 0
+    rel = run / "release"
+    util = pd.read_parquet(rel / "utility.parquet")
+    assert set(util.table) == {"TOTAL", "SEX_BY_AGE", "RACE_HISP", "SEX_BY_SYA"}
+    assert set(util[util.table == "SEX_BY_SYA"].level) == {"unit"} and set(util[util.table == "TOTAL"].level) == {"block"}
+    assert {"mae_per_cell", "share_off_10pct"} <= set(util.columns)
+    text = (rel / "report.md").read_text()
+    assert "TOTAL (total, per block)" in text and "SEX_BY_AGE (SEX × AGE in 3 groups, per block)" in text
+    assert "How many persons are reconstructed?" in text and "### Verdict" in text
+    assert "random half of each unit" in text and "all 2-way marginals" not in text
+    assert f"the person file {over[-2].split('=', 1)[1]}" in text and "state ⊃ county ⊃ tract ⊃ block" in text
+    page = (rel / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 2 and "<table>" in page
+    ledger = json.loads((rel / "ledger.json").read_text())
+    assert all("blocks.csv" in e["block_list"] and e["relation"] == "add_remove" for e in ledger["entries"])
+    # report and plot accept the release directory as well as the run directory
+    (rel / "report.md").unlink()
+    assert main(["report", str(rel)]) == 0 and (rel / "report.md").exists()
+    assert main(["plot", str(rel)]) == 0 and (rel / "persons_error.png").exists()
+    assert main(["report", str(run)]) == 0 and (run / "report.html").exists()
+    mode = (rel / "report.md").stat().st_mode & 0o777
+    assert mode & 0o040, oct(mode)  # results are readable by the user's group
+
+
+def test_the_report_describes_the_tables_that_ran(agency, tmp_path):
+    from experiments.release import evaluate_release
+
+    _, over = agency
+    cfg = load_config(ROOT / "configs" / "agency" / "example.yaml",
+                      over + ["queries.tables=[{name: ONLY_SEX, level: block, by: [SEX]}]", "target.units=1",
+                              "release.epsilons=[4.0]", "release.mechanisms=[laplace_tables]"])
+    text = (evaluate_release(cfg, tmp_path, progress=False) / "report.md").read_text()
+    assert "tables ONLY_SEX (SEX, per block)" in text and "SEX_BY_AGE" not in text
+
+
+def test_table_declarations_are_checked_against_the_data(agency):
+    from experiments.problem import load_population
+
+    _, over = agency
+    for table, expected in (("{name: T, level: block, by: [AGEX]}", "variable 'AGEX' is not an attack attribute"),
+                            ("{name: T, level: block, by: [{RACE: [[W], [Z]]}]}", "values ['Z'] that RACE does not"),
+                            ("{name: T, level: county, by: [SEX]}", "level 'county' must be 'block'"),
+                            ("{name: T, level: block, by: [{AGE: [[0, 200]]}]}", "outside AGE's range")):
+        cfg = load_config(ROOT / "configs" / "agency" / "example.yaml", over + [f"queries.tables=[{table}]"])
+        with pytest.raises(ConfigError, match=expected.replace("[", r"\[").replace("]", r"\]")):
+            load_population(cfg)
+
+
+def test_a_key_the_source_does_not_read_is_an_error(capsys):
+    assert main(["run", str(ROOT / "configs" / "demo.yaml"), "--set", "data.path=/tmp/x.csv"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "data.path is not read by source 'embedded'" in err and "\n" not in err
+    # a dumped config (every default written out) still loads
+    cfg = load_config(ROOT / "configs" / "demo.yaml")
+    from experiments.config import parse_config
+
+    assert parse_config(cfg.model_dump(mode="json")) == cfg
+
+
+def _malformed_corpus(tmp_path: Path) -> list[tuple[list[str], str]]:
+    """(command line, the file its one-line error must name) for malformed PPMF, ACS, table and config files."""
+    bad = tmp_path
+    rng = np.random.default_rng(0)
+    (bad / "binary.csv").write_bytes(rng.bytes(3000))
+    (bad / "empty.csv").write_text("")
+    hdr = "VINTAGE,TABBLKST,TABBLKCOU,TABTRACTCE,TABBLKGRPCE,TABBLK,RTYPE,GQTYPE_PL,QAGE,QSEX,CENHISP,CENRACE\n"
+    ok = "x,01,105,686800,1,1000,3,0,25,1,1,01\n"
+    (bad / "qsex_text.csv").write_text(hdr + ok + "x,01,105,686800,1,1000,3,0,25,female,1,01\n")
+    (bad / "qage200.csv").write_text(hdr + ok + "x,01,105,686800,1,1000,3,0,200,1,1,01\n")
+    (bad / "cenrace99.csv").write_text(hdr + ok + "x,01,105,686800,1,1000,3,0,20,1,1,99\n")
+    (bad / "short_geo.csv").write_text(hdr + ok + "x,1,105,686800,1,1000,3,0,20,1,1,01\n")
+    (bad / "ok.csv").write_text(hdr + ok)
+    (bad / "latin1.csv").write_bytes((hdr + ok + "x,01,105,686800,1,1000,3,0,25,1,1,0\xe9\n").encode("latin-1"))
+    (bad / "config.yaml").write_bytes(b"name: x\nseed: \xff\xfe\n")
+    (bad / "config_bad.yaml").write_text("name: [unclosed\n")
+    (bad / "config_list.yaml").write_text("- a\n- b\n")
+    (bad / "config_type.yaml").write_text("name: x\nattack: {runs: many}\n")
+    ppmf = str(ROOT / "configs" / "census" / "tracts.yaml")
+    cases = [([ppmf, "--set", "data.source=ppmf", "--set", f"data.path={bad / f}.csv"], f"{f}.csv")
+             for f in ("binary", "empty", "qsex_text", "qage200", "cenrace99", "short_geo", "latin1")]
+    cases.append(([ppmf, "--set", "data.source=ppmf", "--set", f"data.path={bad / 'ok.csv'}", "--set",
+                   "data.tracts=['01105999999']"], "ok.csv"))
+    nist = str(ROOT / "configs" / "acs" / "nist_national_2018.yaml")
+    for f in ("binary", "empty", "qsex_text"):
+        cases.append(([nist, "--set", f"data.path={bad / f}.csv"], f"{f}.csv"))
+    cases += [([str(bad / f)], f) for f in ("config.yaml", "config_bad.yaml", "config_list.yaml", "config_type.yaml")]
+    agency_cfg = str(ROOT / "configs" / "agency" / "example.yaml")
+    for f in ("binary", "empty", "qsex_text"):
+        cases.append(([agency_cfg, "--set", f"data.path={bad / f}.csv"], f"{f}.csv"))
+    return cases
+
+
+def test_every_malformed_input_ends_in_one_line_naming_the_file(tmp_path, capsys):
+    (tmp_path / "data_dictionary.json").write_text("{}")
+    for argv, name in _malformed_corpus(tmp_path):
+        code = main(["queries", *argv])
+        err = capsys.readouterr().err.strip()
+        assert code == 2, (argv, err)
+        assert "\n" not in err and name in err and "Traceback" not in err, (argv, err)
