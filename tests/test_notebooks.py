@@ -10,13 +10,13 @@ import jupytext
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run_notebook(name: str, config: str, tmp_path) -> str:
+def _run_notebook(name: str, config: str, tmp_path, **env_extra) -> str:
     nb = jupytext.read(ROOT / "notebooks" / name)
     assert sum(c.cell_type == "code" for c in nb.cells) >= 4
     script = tmp_path / "nb.py"
     script.write_text(jupytext.writes(nb, fmt="py:percent"))
     env = dict(os.environ, CENSUSRECON_CONFIG=str(ROOT / "configs" / config), CENSUSRECON_OUT=str(tmp_path),
-               MPLBACKEND="Agg")
+               MPLBACKEND="Agg", **env_extra)
     proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -32,4 +32,10 @@ def test_quickstart_notebook_runs_on_the_tiny_config(tmp_path):
 def test_release_notebook_runs_on_the_tiny_release_config(tmp_path):
     out = _run_notebook("03_evaluate_a_release.py", "release_tiny.yaml", tmp_path)
     assert "audited ε" in out and "report:" in out
-    assert list(tmp_path.glob("release_tiny/*/report.md"))
+    assert list(tmp_path.glob("release_tiny/*/release/report.md"))
+
+
+def test_your_own_release_notebook_runs_on_the_agency_example(tmp_path):
+    out = _run_notebook("02_your_own_release.py", "agency/example.yaml", tmp_path, CENSUSRECON_QUICK="1")
+    assert "cells per table" in out and "persons_reconstructed" in out and "Verdict" in out
+    assert list(tmp_path.glob("agency_example/*/release/report.html"))
