@@ -242,3 +242,17 @@ def test_tracts_with_block_are_padded_to_a_bucket_and_share_one_program(root, mo
     out = runner.run_units(pop, cfg, [(u, True) for u in units])
     assert calls == [len(units)]  # one plan for all four tracts: one stream of calls
     assert all(len(df) for df, _ in out)
+
+
+def test_the_readme_lists_every_command_and_notebook_and_every_command_explains_its_arguments(root, capsys):
+    from experiments.cli import _parser
+
+    readme = (root / "README.md").read_text()
+    sub = next(a for a in _parser()._actions if a.dest == "command")
+    for name, parser in sub.choices.items():
+        assert f"censusrecon {name}" in readme, name
+        for action in parser._actions:
+            if action.dest != "help":
+                assert action.help, f"censusrecon {name}: argument {action.dest} has no help"
+    for nb in (root / "notebooks").glob("*.py"):
+        assert nb.name in readme, nb.name
