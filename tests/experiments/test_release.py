@@ -21,29 +21,59 @@ def release_run(tmp_path_factory, root=None):
 
 
 def test_release_evaluation_writes_its_files(release_run):
-    for name in ("release_eval.parquet", "utility.parquet", "lift.parquet", "ledger.json", "audit.json",
-                 "report.md", "release_match_rate.png", "lift_utility.png", "manifest.json"):
+    assert release_run.name == "release"  # beside the attack run of the same config, never in it
+    for name in ("release_eval.parquet", "utility.parquet", "lift.parquet", "ledger.json", "audit.json", "persons.parquet",
+                 "report.md", "report.html", "release_match_rate.png", "persons_error.png", "manifest.json"):
         assert (release_run / name).stat().st_size > 0, name
     df = pd.read_parquet(release_run / "release_eval.parquet")
     assert {"epsilon", "mechanism", "unit", "method", "k_over_u", "match_rate", "utility_error"} <= set(df.columns)
     assert set(df.mechanism) == {"exact", "baseline", "laplace_tables", "synthetic", "perturbed_histogram",
                                  "smoothed_histogram"}
     util = pd.read_parquet(release_run / "utility.parquet")
-    assert util.tv_error.between(0, 1).all()  # per-table total variation
+    assert (util.mae_per_cell >= 0).all() and util.share_off_10pct.between(0, 1).all()
+    assert set(util.level) == {"unit"} and util.cells.gt(0).all()
     ledger = json.loads((release_run / "ledger.json").read_text())
     assert {e["relation"] for e in ledger["entries"]} == {"replace_one"}
     assert all(e["for_publication"] is False for e in ledger["entries"])  # simulation noise is labelled
     assert "not for publication" in (release_run / "report.md").read_text()
 
 
-def test_more_noise_means_less_lift_and_more_error(release_run):
+def test_more_noise_means_less_lift_fewer_persons_and_more_error(release_run):
     lift = pd.read_parquet(release_run / "lift.parquet")
+    persons = pd.read_parquet(release_run / "persons.parquet")
     for mech in ("laplace_tables", "perturbed_histogram"):
         s = lift[lift.mechanism == mech].groupby("epsilon")[["lift", "utility_error"]].mean()
         assert s.loc[0.1, "lift"] < s.loc[10.0, "lift"]
         assert s.loc[0.1, "utility_error"] > s.loc[10.0, "utility_error"]
+        p = persons[persons.mechanism == mech].groupby("epsilon").persons_reconstructed.sum()
+        assert p.loc[0.1] < p.loc[10.0]
     exact = lift[lift.epsilon == math.inf].lift.mean()
     assert exact > lift[lift.epsilon == 0.1].lift.max()
+    assert persons[persons.epsilon == math.inf].persons_reconstructed.sum() > persons[
+        persons.epsilon == 0.1].groupby("mechanism").persons_reconstructed.sum().max()
+
+
+def test_release_persons_and_verdict_on_hand_made_numbers():
+    from experiments.release_report import release_persons, summarise_release_persons, verdicts
+
+    rows = []
+    for unit, base, by_eps in (("a", 10, {1.0: 9, 8.0: 30, math.inf: 40}), ("b", 12, {1.0: 12, 8.0: 33, math.inf: 45})):
+        rows.append(dict(variant=False, unit=unit, epsilon=float("nan"), mechanism="baseline", method="holdout",
+                         k=5, u=5, num_matched_unique=base, n_rows=50))
+        rows.append(dict(variant=False, unit=unit, epsilon=float("nan"), mechanism="baseline", method="county",
+                         k=5, u=5, num_matched_unique=base - 3, n_rows=50))
+        for eps, n in by_eps.items():
+            rows.append(dict(variant=False, unit=unit, epsilon=eps, mechanism="exact" if eps == math.inf else
+                             "laplace_tables", method="rap_rank", k=5, u=5, num_matched_unique=n, n_rows=50))
+    per = release_persons(pd.DataFrame(rows))
+    assert set(per.best_baseline) == {"holdout"}
+    s = summarise_release_persons(per).set_index(["mechanism", "epsilon"])
+    assert s.loc[("laplace_tables", 1.0), "difference_mean"] == -0.5 and not s.loc[("laplace_tables", 1.0), "beyond_spread"]
+    assert s.loc[("laplace_tables", 8.0), "difference_mean"] == 20.5 and s.loc[("laplace_tables", 8.0), "beyond_spread"]
+    util = pd.DataFrame([dict(variant=False, mechanism="laplace_tables", epsilon=1.0, table="T", level="block",
+                              cells=4, mae_per_cell=2.5, share_off_10pct=0.5)])
+    text = verdicts(summarise_release_persons(per), util, False)[0]
+    assert "**ε = 1**" in text and "2.50 persons" in text and "50% of cells" in text and "At larger ε (8)" in text
 
 
 def test_lift_is_the_area_between_rap_rank_and_the_best_baseline():

@@ -272,3 +272,41 @@ def test_the_ledger_never_adds_epsilon_across_relations():
     with pytest.raises(PrivacyError, match="across neighbouring relations"):
         ledger.total_epsilon(unit="a")
     assert ledger.total_epsilon(unit="a", relation="add_remove") == 1.0
+
+
+def test_table_utility_on_hand_made_tables():
+    from synth.release import table_utility
+
+    w = Workload(DOM, (("A",), ("B",)))  # 3 cells, then 2 cells
+    exact = np.array([10, 0, 5, 7, 8])
+    published = np.array([12, 1, 5, 7, 0])
+    rows = {r["table"]: r for r in table_utility(published, exact, w)}
+    assert rows["A"]["mae_per_cell"] == pytest.approx(1.0)  # |2| + |1| + 0 over 3 cells
+    assert rows["A"]["share_off_10pct"] == pytest.approx(2 / 3)  # 12 vs 10 is 20% off; the empty cell got 1
+    assert rows["B"]["mae_per_cell"] == 4.0 and rows["B"]["share_off_10pct"] == 0.5
+    assert {r["level"] for r in rows.values()} == {"unit"}
+
+
+def test_n_is_estimated_from_a_total_a_partition_or_refused():
+    from microdata.census import Cell, CensusWorkload
+    from microdata.domain import Attribute
+    from synth.release import estimate_total, total_queries
+
+    dom = Domain((Attribute.range("BLOCK", 2), Attribute.range("S", 2), Attribute.range("R", 3)))
+
+    def cells(*specs):
+        return [Cell(t, i + 1, "c", tuple(sorted(sets.items())), level) for t, level, cs in specs
+                for i, sets in enumerate(cs)]
+
+    by_sex = ("SEX", "block", [{"S": frozenset({0})}, {"S": frozenset({1})}])
+    partial = ("R0", "block", [{"R": frozenset({0})}])
+    w = CensusWorkload.build(dom, cells(by_sex, partial))
+    groups = total_queries(w)
+    assert len(groups) == 1 and len(groups[0]) == 4  # SEX in both blocks partitions everyone; R0 does not
+    assert estimate_total(w, np.array([3, 4, 5, 6, 100, 100])[: w.num_queries]) == 3 + 4 + 5 + 6
+    with_total = CensusWorkload.build(dom, cells(("TOT", "tract", [{}]), by_sex))
+    noisy = np.zeros(with_total.num_queries, dtype=np.int64)
+    noisy[0] = 42
+    assert estimate_total(with_total, noisy) == 42  # the published total alone
+    with pytest.raises(PrivacyError, match="n cannot be estimated"):
+        total_queries(CensusWorkload.build(dom, cells(partial)))
