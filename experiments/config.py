@@ -235,6 +235,10 @@ class AttackConfig(_Strict):
         None, description="rows drawn from each fitted relaxed dataset: null = one per relaxed row; an integer; "
         "or n = as many as D has persons (the paper code's census setting; the attacker reads n off the published "
         "total)")
+    exact: bool = Field(
+        False, description="also reconstruct every tables workload exactly by integer programming (HiGHS) and "
+        "certify rows: methods exact and exact_certified")
+    exact_time_limit: float = Field(300.0, gt=0, description="seconds per unit for the exact attack")
     init_mode: Literal["resample", "each_once"] = Field(
         "resample", description="init from a baseline: resample = n' rows drawn from it per run; each_once = the "
         "paper code's: n' = |D_holdout| and each of its rows starts one relaxed row (other baselines: "
@@ -253,6 +257,14 @@ class AttackConfig(_Strict):
         if not v or len(set(v)) != len(v):
             raise ValueError(f"attack.init needs distinct entries (random, holdout or a geography level), got {v}")
         return v
+
+
+class ReidentificationConfig(_Strict):
+    """The Bureau's reidentification simulation: an attacker file of a ``coverage`` share of D's
+    persons with block, sex and age (off by one year for an ``age_off_by_one`` share)."""
+
+    coverage: float = Field(0.8, gt=0, le=1)
+    age_off_by_one: float = Field(0.1, ge=0, le=1)
 
 
 class BaselinesConfig(_Strict):
@@ -338,6 +350,7 @@ class ExperimentConfig(_Strict):
     baselines: BaselinesConfig = BaselinesConfig()
     grid_points: int = Field(100, ge=2, le=10000)
     release: ReleaseConfig | None = None
+    reidentification: ReidentificationConfig | None = None
     sweep: SweepConfig = SweepConfig()
 
     @field_validator("queries", mode="before")
@@ -350,6 +363,10 @@ class ExperimentConfig(_Strict):
         labels = [q.label for q in self.queries]
         if not labels or len(set(labels)) != len(labels):
             raise ValueError(f"queries need at least one workload and distinct names, got {labels}")
+        if self.attack.exact and not any(q.is_tables for q in self.queries):
+            raise ValueError("attack.exact reconstructs published tables: add a kind: tables workload")
+        if self.reidentification is not None and not self.attack.exact:
+            raise ValueError("reidentification links the exact reconstruction's rows: set attack.exact: true")
         return self
 
     def rap_method(self, query: "QueryConfig", init: str) -> str:

@@ -211,8 +211,10 @@ def census_cells(q) -> list:
 
 
 def method_names(cfg: ExperimentConfig) -> list[str]:
-    """Every RAP-Rank method a config runs (one per workload and initialisation)."""
-    return [cfg.rap_method(q, init) for q in cfg.queries for init in cfg.attack.init]
+    """Every attack task a config runs: one RAP-Rank per workload and initialisation, and the exact
+    attack (all its workloads) when ``attack.exact``."""
+    return [cfg.rap_method(q, init) for q in cfg.queries for init in cfg.attack.init] + (
+        ["exact"] if cfg.attack.exact else [])
 
 
 def build_workload(cfg: ExperimentConfig, q, domain):

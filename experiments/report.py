@@ -88,6 +88,9 @@ def write_run_report(run_dir: str | Path) -> Path:
                                                                                    "num_matched_unique"]]
                        for m, r in top.iterrows()])
 
+    if any("exact" in u for u in units):
+        _exact_section(doc, run_dir, units)
+
     # ---- what ran ------------------------------------------------------------------------
     doc.h(2, "Data")
     doc.p(f"Source: {cfg.data.source}{' (' + cfg.data.path + ')' if cfg.data.path else ''}; "
@@ -139,3 +142,58 @@ def write_run_report(run_dir: str | Path) -> Path:
         doc.img(run_dir / "metrics.png", "who is matched, persons reconstructed, lift, calibration")
     md, _ = doc.write(run_dir, "report", cfg.name)
     return md
+
+
+def _exact_section(doc: Doc, run_dir: Path, units: list[dict]) -> None:
+    """The exact attack: solve and certificates per unit, RAP-Rank's rows certified, the Bureau's
+    agreement measure, and the reidentification simulation."""
+    doc.h(2, "Exact reconstruction by integer programming")
+    doc.p("The published tables, as the Census Bureau's 2010 experiment used them, in count form: one non-negative "
+          "integer per (block, person type) that no published zero rules out, one equality per published cell, "
+          "solved by HiGHS. A row is *certified* when every dataset consistent with the tables contains it (an "
+          "integer program with that row's count below its value, or at 0, is infeasible); a block is exact "
+          "(zero solution variability) when its whole solution is certified and its total fixed.")
+    rows, proven = [], []
+    for u in units:
+        for label, f in u.get("exact", {}).items():
+            if f["status"] != "solved":
+                rows.append([u["unit"], label, f["status"], f["variables"], "", "", "", "", f"{f['seconds_solve']:.1f}", ""])
+                continue
+            rows.append([u["unit"], label, "solved" + ("" if f.get("certification_complete") else
+                                                      " (certification cut by the time limit)"),
+                         f"{f['variables']} of {f['variables_before_zeros']}",
+                         f"{f.get('blocks_zero_variability', 0)} of {f.get('blocks_solved', 0)}",
+                         f.get("persons_in_zero_variability_blocks", 0),
+                         f"{f.get('certified_rows', 0)} rows, {f.get('certified_persons', 0)} persons",
+                         f["persons"], f"{f['seconds_solve']:.2f}", f"{f['seconds_certify']:.1f}"])
+            for name, c in f.get("rap_rank_certified", {}).items():
+                proven.append([u["unit"], name, c["top_u"], c["top_u_certified"], c["certified_rows"],
+                               c["certified_rows_ranked_below_u"]])
+    doc.table(["unit", "tables", "status", "variables (left of all)", "zero-variability blocks", "persons in them",
+               "certified", "persons solved", "solve s", "certify s"], rows, numeric={5, 7, 8, 9})
+    if proven:
+        doc.p("Generate-then-Verify on RAP-Rank's own rows: how many of its top u are provable (in every consistent "
+              "dataset), and how many provable rows it ranks below u.")
+        doc.table(["unit", "method", "top u", "provable among them", "provable rows in all", "provable, ranked below u"],
+                  proven)
+    agree_path, reid_path = run_dir / "agreement.parquet", run_dir / "reid.parquet"
+    if agree_path.exists():
+        a = pd.read_parquet(agree_path).groupby("method", sort=False)[["agree_exact_age", "agree_binned_age"]].mean()
+        doc.p("The Bureau's agreement measure: reconstructed persons matched one-to-one to D's within each block, on "
+              "exact age, then the leftovers on P12's age groups (share of D's persons, mean over units; RAP-Rank and "
+              "the best baseline contribute their top |D| rows). The Bureau reports 46.6% (exact age) and 91.9% "
+              "(binned) from the 2010 tables.")
+        doc.table(["method", "agree, exact age", "agree, exact or binned age"],
+                  [[m, f"{100 * r['agree_exact_age']:.1f}%", f"{100 * r['agree_binned_age']:.1f}%"]
+                   for m, r in a.iterrows()])
+    if reid_path.exists():
+        r = pd.read_parquet(reid_path).groupby(["method", "group"], sort=False)[["putative", "confirmed"]].sum()
+        doc.p("Reidentification: an attacker file (block, sex, age) linked to the reconstructed rows; the appended "
+              "race and ethnicity are a putative reidentification, confirmed when they are the person's own. The "
+              "vulnerable group: persons whose race/ethnicity is not their block's mode, unique in D on {block, sex, "
+              "age group}. The Bureau reports precision 41.2% overall, and 95.4% for this group against 3.3% (modal "
+              "guess) and 20.9% (proportional guess).")
+        doc.table(["method", "group", "putative", "confirmed", "precision"],
+                  [[m, g, int(x["putative"]), int(x["confirmed"]),
+                    f"{100 * x['confirmed'] / x['putative']:.1f}%" if x["putative"] else "n/a"]
+                   for (m, g), x in r.iterrows()])

@@ -74,6 +74,8 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
     timings = [{} for _ in work]
     rap_facts = [{} for _ in work]
     calib = [[] for _ in work]
+    rankings = [{} for _ in work]  # (workload label, method) -> RAP-Rank's ranking, for the exact attack
+    exact_on = a.exact and (only is None or "exact" in only)
     for q, init in itertools.product(cfg.queries, a.init):
         name = cfg.rap_method(q, init)
         if only is not None and name not in only:
@@ -98,7 +100,8 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
                                      keys, a.runs, settings, init_pools=pools,
                                      on_batch=(runs_bar.update if runs_bar is not None else None),
                                      rngs=[ties(m, name) for m in members],
-                                     limit=[int(m.ks.max()) for m in members])
+                                     limit=[int(max(m.ks.max(), len(m.prob.private) if exact_on else 0))
+                                            for m in members])
             for i, m, res in zip(idx, members, results):
                 workload = m.workloads[q.label][1]
                 timings[i][name] = round(res.seconds, 3)
@@ -110,6 +113,7 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
                 frames[i].append(match_rate_curve(res.ranking, m.truth, m.ks, m.u, res.union_size, m.outside)
                                  .assign(method=name, num_queries=workload.num_queries))
                 calib[i] += calibration(*res.run_fractions(), m.truth, a.runs).assign(method=name).to_dict("records")
+                rankings[i][(q.label, name)] = res.ranking
     out = []
     for i, w in enumerate(work):
         D, H = w.prob.private, w.prob.holdout
@@ -118,6 +122,9 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
                                                      lambda b, w=w: ties(w, b), w.outside):
                 timings[i][b] = seconds
                 frames[i].append(curve.assign(method=b, num_queries=0))
+        exact_facts, agree, reid = {}, [], []
+        if exact_on:
+            exact_facts, agree, reid = _exact_attack(cfg, w, frames[i], rankings[i], ties, timings[i])
         df = pd.concat(frames[i], ignore_index=True)
         df = df.assign(variant=w.prob.with_block, unit=w.prob.unit, u=w.u, n_rows=len(D))
         facts = {
@@ -127,8 +134,39 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
             "domain": dict(zip(D.domain.names, D.domain.sizes)), "seconds": timings[i], "rap": rap_facts[i],
             "concentration": concentration(w.truth), "calibration": calib[i],
         }
+        if exact_on:
+            facts.update(exact=exact_facts, agreement=agree, reidentification=reid)
         out.append((df, facts))
     return out
+
+
+def _exact_attack(cfg: ExperimentConfig, w: _UnitWork, frames: list, rankings: dict, ties, timings: dict):
+    """The exact attack on each tables workload of one unit; its curves join ``frames``."""
+    from experiments.exact_eval import evaluate_exact
+
+    facts, agree, reid = {}, [], []
+    so_far = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    base_rankings = {}
+    if len(so_far):
+        top = so_far[(so_far["k"] == w.u) & ~so_far["method"].str.startswith(("rap_rank", "exact"))]
+        if len(top):
+            best = top.sort_values(["num_matched_unique", "method"], ascending=[False, True])["method"].iloc[0]
+            base_rankings[best] = w.priors[best].ranking(rng=ties(w, best), limit=len(w.prob.private))
+    for q in cfg.queries:
+        if not q.is_tables:
+            continue
+        workload = w.workloads[q.label][1]
+        mine = {name: r for (label, name), r in rankings.items() if label == q.label}
+        rng = np.random.default_rng(_stable("reid", cfg.seed, w.prob.unit, w.prob.with_block, q.label))
+        t0 = time.perf_counter()
+        curves, f, a_rows, r_rows = evaluate_exact(cfg, w.prob, workload, w.truth, w.ks, w.u, w.outside, mine,
+                                                   base_rankings, rng, q.label)
+        timings[f"exact_{q.label}"] = round(time.perf_counter() - t0, 3)
+        frames += [c.assign(num_queries=workload.num_queries) for c in curves]
+        facts[q.label] = f
+        agree += [dict(x, workload=q.label) for x in a_rows]
+        reid += [dict(x, workload=q.label) for x in r_rows]
+    return facts, agree, reid
 
 
 def units_per_call(cfg: ExperimentConfig, pop: Dataset) -> int:
@@ -236,6 +274,11 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
     conc = pd.DataFrame([dict(f["concentration"], unit=f["unit"], variant=f["with_block"], u=f["u"], rows=f["rows"])
                          for f in facts])
     write_parquet(run_dir / "units.parquet", conc)
+    if cfg.attack.exact:
+        for key, name in (("agreement", "agreement.parquet"), ("reidentification", "reid.parquet")):
+            rows = [dict(x, unit=f["unit"], variant=f["with_block"]) for f in facts for x in f.get(key, [])]
+            if rows:
+                write_parquet(run_dir / name, pd.DataFrame(rows))
     plot_run(run_dir, cfg)
     manifest = {
         "name": cfg.name,

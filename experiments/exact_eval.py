@@ -1,0 +1,197 @@
+"""The exact attack in a run: its ranked rows, its certificates checked against D, the Bureau's
+agreement measure and its reidentification simulation (this layer sees both truth and attack)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import pandas as pd
+
+from experiments.metrics import match_rate_curve
+from microdata.census import P12_AGE_GROUPS
+from microdata.domain import Domain
+from microdata.errors import CensusReconError
+from microdata.ranking import Ranking, rank_by_score
+from reconstruct.exact import ExactResult, certify_rows, reconstruct_exact
+
+log = logging.getLogger(__name__)
+
+#: P12's age group of every single year of age 0..115.
+AGE_GROUP = np.concatenate([np.full(hi - lo + 1, g) for g, (lo, hi) in enumerate(P12_AGE_GROUPS)])
+
+
+def exact_rankings(res: ExactResult) -> tuple[Ranking, Ranking]:
+    """``exact``: the solution's rows, certified rows first (by certified count), then the rest (by
+    solved count); ``exact_certified``: the certified rows only."""
+    keys, counts = res.rows()
+    cert_keys, cert_counts = res.certified_rows() if res.certified is not None else (np.zeros(0, np.int64),
+                                                                                      np.zeros(0, np.int64))
+    level = np.zeros(len(keys))
+    pos = np.searchsorted(keys, cert_keys)
+    level[pos] = cert_counts
+    big = float(counts.sum() + 1)
+    score = np.where(level > 0, big + level, counts.astype(np.float64))
+    certified = rank_by_score(cert_keys, cert_counts.astype(np.float64))
+    return rank_by_score(keys, score), certified
+
+
+def _multiset(keys: np.ndarray, counts: np.ndarray | None = None) -> dict:
+    keys = np.asarray(keys)
+    counts = np.ones(len(keys), np.int64) if counts is None else np.asarray(counts)
+    out: dict = {}
+    for k, c in zip(keys.tolist(), counts.tolist()):
+        out[k] = out.get(k, 0) + int(c)
+    return out
+
+
+def agreement(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, rec_counts: np.ndarray | None = None
+              ) -> dict | None:
+    """The Bureau's agreement measure: reconstructed persons matched one-to-one to D's within each
+    block, first on every attribute with exact age, then the leftovers with age replaced by its
+    P12 age group. Returns the shares of D's persons matched (exact age; exact or binned age), or
+    None when the domain has no single-year AGE."""
+    if "AGE" not in domain or domain.size("AGE") != len(AGE_GROUP):
+        return None
+    truth, rec = _multiset(truth_keys), _multiset(rec_keys, rec_counts)
+    exact = {k: min(c, rec.get(k, 0)) for k, c in truth.items()}
+    matched = sum(exact.values())
+    j = domain.index("AGE")
+
+    def binned(ms: dict, used: dict) -> dict:
+        left = {k: c - used.get(k, 0) for k, c in ms.items() if c - used.get(k, 0) > 0}
+        if not left:
+            return {}
+        codes = domain.decode(np.array(list(left), dtype=np.int64))
+        codes[:, j] = AGE_GROUP[codes[:, j]]
+        return _multiset(domain.encode(codes), np.array(list(left.values())))
+
+    tb, rb = binned(truth, exact), binned(rec, exact)
+    more = sum(min(c, rb.get(k, 0)) for k, c in tb.items())
+    n = max(len(truth_keys), 1)
+    return {"agree_exact_age": matched / n, "agree_binned_age": (matched + more) / n}
+
+
+def _race_eth(domain: Domain, codes: np.ndarray) -> np.ndarray:
+    """One code per row for its race (the detailed CENRACE where there is one) and ethnicity."""
+    race = "CENRACE" if "CENRACE" in domain else ("RACE" if "RACE" in domain else None)
+    cols = [domain.index(a) for a in (race, "HISP") if a is not None and a in domain]
+    if not cols:
+        return np.zeros(len(codes), np.int64)
+    return np.ravel_multi_index(tuple(codes[:, c] for c in cols), tuple(domain.sizes[c] for c in cols))
+
+
+def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.ndarray], rng: np.random.Generator,
+                     coverage: float = 0.8, age_off_by_one: float = 0.1) -> pd.DataFrame | None:
+    """The Bureau's reidentification simulation on one unit.
+
+    An attacker file stands in for a commercial one: a ``coverage`` share of D's persons with
+    their block, sex and age (off by one year for an ``age_off_by_one`` share) and an id. Each
+    record is linked to a method's reconstructed persons (a multiset of rows, ``methods[name]``)
+    on {block, sex, exact age}, failing that on {block, sex, age group}; the race and ethnicity of
+    the linked rows (the most common among them) are appended: a putative reidentification,
+    confirmed when they are the person's own. Two guessing baselines need no reconstruction: each
+    block's modal race/ethnicity (``modal``) and a draw from the block's race/ethnicity shares
+    (``proportional``), both readable off the published block tables. Reported overall and for
+    the Bureau's vulnerable group: persons whose race/ethnicity is not their block's mode and who
+    are unique in D on {block, sex, age group}. None without AGE and SEX."""
+    if not {"AGE", "SEX"} <= set(domain.names) or domain.size("AGE") != len(AGE_GROUP):
+        return None
+    jb = domain.index("BLOCK") if "BLOCK" in domain else None
+    ja, js = domain.index("AGE"), domain.index("SEX")
+    block = truth[:, jb] if jb is not None else np.zeros(len(truth), np.int64)
+    re = _race_eth(domain, truth)
+    picked = np.flatnonzero(rng.random(len(truth)) < coverage)
+    age = truth[picked, ja] + np.where(rng.random(len(picked)) < age_off_by_one, rng.choice([-1, 1], len(picked)), 0)
+    age = np.clip(age, 0, len(AGE_GROUP) - 1)
+    rec_block, rec_sex, rec_age, rec_re = block[picked], truth[picked, js], age, re[picked]
+    # the vulnerable group
+    mode = {}
+    for b in np.unique(block):
+        vals, cnt = np.unique(re[block == b], return_counts=True)
+        mode[b] = vals[np.argmax(cnt)]
+    grp = np.stack([block, truth[:, js], AGE_GROUP[truth[:, ja]]], axis=1)
+    _, inv, cnt = np.unique(grp, axis=0, return_inverse=True, return_counts=True)
+    unique_bsa = cnt[inv.ravel()] == 1
+    vulnerable = np.array([re[i] != mode[block[i]] for i in range(len(truth))]) & unique_bsa
+    vul = vulnerable[picked]
+    rows = []
+
+    def tally(name: str, guess: np.ndarray) -> None:
+        put = guess >= 0
+        conf = put & (guess == rec_re)
+        for group, sel in (("all", np.ones(len(picked), bool)), ("vulnerable", vul)):
+            p, c = int(put[sel].sum()), int(conf[sel].sum())
+            rows.append({"method": name, "group": group, "attacker_records": int(sel.sum()), "putative": p,
+                         "confirmed": c, "precision": c / p if p else float("nan")})
+
+    for name, rec in methods.items():
+        rb = rec[:, jb] if jb is not None else np.zeros(len(rec), np.int64)
+        rre = _race_eth(domain, rec)
+        guess = np.full(len(picked), -1, np.int64)
+        exact_key = pd.DataFrame({"b": rb, "s": rec[:, js], "a": rec[:, ja], "re": rre})
+        for level in ("exact", "group"):
+            frame = exact_key.assign(a=AGE_GROUP[exact_key["a"]]) if level == "group" else exact_key
+            top = frame.groupby(["b", "s", "a", "re"]).size().reset_index(name="n")
+            top = top.sort_values(["n", "re"], ascending=[False, True]).drop_duplicates(["b", "s", "a"])
+            look = {(b, s, a): r for b, s, a, r in top[["b", "s", "a", "re"]].itertuples(index=False)}
+            a_key = AGE_GROUP[rec_age] if level == "group" else rec_age
+            for i in np.flatnonzero(guess < 0):
+                guess[i] = look.get((rec_block[i], rec_sex[i], a_key[i]), -1)
+        tally(name, guess)
+    tally("modal", np.array([mode[b] for b in rec_block]))
+    shares = {b: np.unique(re[block == b], return_counts=True) for b in np.unique(block)}
+    tally("proportional", np.array([rng.choice(shares[b][0], p=shares[b][1] / shares[b][1].sum()) for b in rec_block]))
+    return pd.DataFrame(rows)
+
+
+def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: int, outside, rankings: dict,
+                   baseline_rankings: dict, rng: np.random.Generator, label: str) -> tuple[list, dict, list, list]:
+    """The exact attack on one unit's published tables: its curves (``exact``, ``exact_certified``),
+    its facts (solve, certificates, blocks, RAP-Rank's rows certified), agreement rows, reid rows.
+    A certified row that is not in D is impossible; the run stops if one appears."""
+    D = prob.private
+    t0 = time.perf_counter()
+    res, solver = reconstruct_exact(workload, workload.counts(D), time_limit=cfg.attack.exact_time_limit)
+    facts = {"workload": label, **res.facts()}
+    if not res.solved:
+        log.warning("unit %s: exact reconstruction %s", prob.unit, res.status)
+        return [], facts, [], []
+    exact_r, cert_r = exact_rankings(res)
+    truth_set = np.unique(truth)
+    if not np.isin(cert_r.keys, truth_set).all():
+        raise CensusReconError(f"unit {prob.unit}: a certified row is not in D, which the certificate makes "
+                               "impossible: the model or the solver is wrong; stopping")
+    names = ("exact", "exact_certified") if len(cfg.queries) == 1 else (f"exact_{label}", f"exact_certified_{label}")
+    curves = [match_rate_curve(exact_r, truth, ks, u, len(exact_r), outside).assign(method=names[0]),
+              match_rate_curve(cert_r, truth, ks, u, len(cert_r), outside).assign(method=names[1])]
+    # Generate-then-Verify on RAP-Rank's own rows
+    for name, r in rankings.items():
+        top = r.keys[:u]
+        proven = certify_rows(solver, res.model, top) if solver is not None else np.zeros(len(top), bool)
+        ranked = {k: i for i, k in enumerate(r.keys.tolist())}
+        low = sum(1 for k in cert_r.keys.tolist() if ranked.get(k, 10**9) >= u)
+        facts.setdefault("rap_rank_certified", {})[name] = {
+            "top_u": int(len(top)), "top_u_certified": int(proven.sum()),
+            "top_u_certified_in_d": int(np.isin(top[proven], truth_set).sum()),
+            "certified_rows_ranked_below_u": int(low), "certified_rows": int(len(cert_r))}
+    facts["seconds_total"] = round(time.perf_counter() - t0, 3)
+    # the Bureau's agreement, and reidentification
+    n = len(D)
+    recon = {names[0]: np.repeat(*res.rows())}
+    for name, r in {**rankings, **baseline_rankings}.items():
+        recon[name] = r.keys[:n]
+    agree = []
+    for name, keys in recon.items():
+        a = agreement(D.domain, truth, keys)
+        if a is not None:
+            agree.append({"method": name, **a})
+    reid = []
+    if getattr(cfg, "reidentification", None) is not None:
+        rc = cfg.reidentification
+        methods = {k: D.domain.decode(v) for k, v in recon.items() if k in (names[0], *rankings)}
+        df = reidentification(D.domain, D.codes, methods, rng, rc.coverage, rc.age_off_by_one)
+        if df is not None:
+            reid = df.to_dict("records")
+    return curves, facts, agree, reid

@@ -1,0 +1,110 @@
+"""The exact attack in a run: curves, certificates checked against D, agreement, reidentification, report."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from experiments.config import ConfigError, load_config, parse_config
+from experiments.exact_eval import agreement, reidentification
+from experiments.runner import run_experiment
+from microdata.domain import Attribute, Domain
+from microdata.errors import CensusReconError
+
+pytest.importorskip("highspy")
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["target.units=2", "attack.runs=2", "attack.steps=20", "attack.rows=60", "grid_points=10",
+         "attack.exact_time_limit=120"]
+
+
+@pytest.fixture(scope="module")
+def exact_run(tmp_path_factory):
+    cfg = load_config(ROOT / "configs" / "census" / "exact_tracts.yaml", SMALL)
+    return run_experiment(cfg, tmp_path_factory.mktemp("exact"), progress=False)
+
+
+def test_the_exact_attack_writes_its_curves_and_certified_rows_are_all_in_d(exact_run):
+    df = pd.read_parquet(exact_run / "match_rate.parquet")
+    assert {"exact", "exact_certified", "rap_rank", "holdout", "chance"} <= set(df.method)
+    cert = df[df.method == "exact_certified"]
+    assert (cert.num_matched == cert.num_candidates).all()  # a certified row not in D is impossible
+    assert cert.groupby("unit").union_size.first().max() > 0  # some unit has certified rows
+    facts = json.loads((exact_run / "manifest.json").read_text())["units"]
+    for u in facts:
+        f = u["exact"]["sf1"]
+        assert f["status"] == "solved" and f["persons"] == u["rows"] and f["certification_complete"]
+        assert 0 <= f["blocks_zero_variability"] <= f["blocks_solved"]
+        rc = f["rap_rank_certified"]["rap_rank"]
+        assert rc["top_u_certified"] == rc["top_u_certified_in_d"] <= rc["top_u"]
+    agree = pd.read_parquet(exact_run / "agreement.parquet")
+    assert {"exact", "rap_rank"} <= set(agree.method) and agree.agree_exact_age.between(0, 1).all()
+    assert (agree.agree_binned_age >= agree.agree_exact_age).all()
+    reid = pd.read_parquet(exact_run / "reid.parquet")
+    assert {"exact", "rap_rank", "modal", "proportional"} <= set(reid.method)
+    assert (reid.confirmed <= reid.putative).all()
+
+
+def test_the_report_has_the_exact_sections(exact_run):
+    from experiments.report import write_run_report
+
+    text = write_run_report(exact_run).read_text()
+    for phrase in ("## Exact reconstruction by integer programming", "zero-variability blocks", "Generate-then-Verify",
+                   "agreement measure", "Reidentification", "vulnerable"):
+        assert phrase in text
+
+
+def test_the_run_stops_if_a_certified_row_is_not_in_d(tmp_path, monkeypatch):
+    import reconstruct.exact
+
+    def claims_everything(solver, variables, values):  # a broken certifier: every solved row "certified"
+        return np.asarray(values), True
+
+    monkeypatch.setattr(reconstruct.exact, "certify", claims_everything)
+    cfg = load_config(ROOT / "configs" / "census" / "exact_tracts.yaml", SMALL + ["target.units=1"])
+    with pytest.raises(CensusReconError, match="certified row is not in D"):
+        run_experiment(cfg, tmp_path, progress=False)
+
+
+def test_exact_needs_tables_and_reidentification_needs_exact():
+    with pytest.raises(ConfigError, match="add a kind: tables workload"):
+        parse_config({"name": "x", "attack": {"exact": True}})
+    with pytest.raises(ConfigError, match="set attack.exact: true"):
+        parse_config({"name": "x", "queries": {"kind": "tables"}, "reidentification": {}})
+
+
+@pytest.mark.skipif(not (ROOT.parent / "shared" / "data" / "ppmf_perry_al").exists(), reason="no shared data")
+def test_the_perry_county_ppmf_is_reconstructed_exactly(tmp_path):
+    cfg = load_config(ROOT / "configs" / "census" / "exact_ppmf_perry.yaml",
+                      ["target.units=1", "attack.runs=2", "attack.steps=20", "grid_points=10"])
+    run = run_experiment(cfg, tmp_path, progress=False)
+    f = json.loads((run / "manifest.json").read_text())["units"][0]["exact"]["race_hispanic"]
+    assert f["status"] == "solved" and f["blocks_zero_variability"] > 0.9 * f["blocks_solved"]
+
+
+def _dom():
+    return Domain((Attribute.range("BLOCK", 2), Attribute.range("AGE", 116), Attribute.range("SEX", 2),
+                   Attribute.range("HISP", 2), Attribute.range("CENRACE", 63)))
+
+
+def test_agreement_matches_exact_age_first_then_age_groups_one_to_one():
+    dom = _dom()
+    truth = dom.encode(np.array([[0, 30, 0, 0, 0], [0, 31, 0, 0, 0], [0, 70, 1, 0, 1], [1, 5, 1, 1, 0]]))
+    rec = dom.encode(np.array([[0, 30, 0, 0, 0], [0, 33, 0, 0, 0], [0, 34, 0, 0, 0], [1, 5, 1, 1, 0]]))
+    a = agreement(dom, truth, rec)
+    # exact: 30 and the block-1 child; then 31 (P12 group 30-34) takes one of 33/34; 70 finds nothing
+    assert a == {"agree_exact_age": 0.5, "agree_binned_age": 0.75}
+    assert agreement(Domain.from_sizes({"X": 3}), np.array([0]), np.array([0])) is None
+
+
+def test_reidentification_confirms_only_the_persons_own_race_and_beats_guessing_on_the_vulnerable():
+    dom = _dom()
+    # block 0: three white non-Hispanic adults and one Black child (the vulnerable person)
+    truth = np.array([[0, 40, 0, 0, 0], [0, 41, 1, 0, 0], [0, 60, 0, 0, 0], [0, 8, 1, 0, 1]])
+    perfect = {"exact": truth.copy()}
+    r = reidentification(dom, truth, perfect, np.random.default_rng(0), coverage=1.0, age_off_by_one=0.0)
+    r = r.set_index(["method", "group"])
+    assert r.loc[("exact", "all"), "precision"] == 1.0 and r.loc[("exact", "vulnerable"), "putative"] == 1
+    assert r.loc[("modal", "vulnerable"), "confirmed"] == 0  # the modal guess says white for the Black child
+    assert r.loc[("modal", "all"), "precision"] == 0.75

@@ -1,0 +1,106 @@
+"""Exact reconstruction by integer programming: solutions satisfy the tables, certificates are sound."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from microdata.census import Cell, CensusWorkload
+from microdata.dataset import Dataset
+from microdata.domain import Attribute, Domain
+from reconstruct.exact import build_count_model, certify_rows, reconstruct_exact
+
+pytest.importorskip("highspy")
+
+DOM = Domain((Attribute.range("BLOCK", 1), Attribute.range("A", 2), Attribute.range("B", 2)))
+
+
+def _workload(dom, tables):
+    cells = [Cell(t, i + 1, "c", tuple(sorted(sets.items())), "block") for t, cs in tables for i, sets in enumerate(cs)]
+    return CensusWorkload.build(dom, cells)
+
+
+def _consistent_datasets(w, counts, total):
+    """Every dataset of ``total`` persons (as counts per row type) consistent with the published
+    counts, by brute force."""
+    types = list(itertools.product(*[range(s) for s in w.domain.sizes]))
+    out = []
+    for combo in itertools.combinations_with_replacement(range(len(types)), total):
+        d = Dataset(w.domain, np.array([types[i] for i in combo]))
+        if np.array_equal(w.counts(d), counts):
+            out.append(np.bincount(d.keys(), minlength=w.domain.total_size))
+    return out
+
+
+def test_tables_that_admit_one_dataset_certify_it_whole():
+    # the full A × B table of one block: the published counts are the dataset
+    w = _workload(DOM, [("T", [{}]), ("AB", [{"A": {a}, "B": {b}} for a in range(2) for b in range(2)])])
+    D = Dataset(DOM, np.array([[0, 0, 1], [0, 0, 1], [0, 1, 0]]))
+    res, _ = reconstruct_exact(w, w.counts(D), time_limit=30)
+    assert res.solved and res.certification_complete
+    keys, counts = res.certified_rows()
+    truth_keys, truth_counts = np.unique(D.keys(), return_counts=True)
+    assert np.array_equal(np.sort(keys), truth_keys) and counts[np.argsort(keys)].tolist() == truth_counts.tolist()
+    assert res.facts()["blocks_zero_variability"] == 1 and res.facts()["persons_in_zero_variability_blocks"] == 3
+
+
+def test_two_consistent_datasets_certify_only_their_common_rows():
+    # one-way margins of A and B only: {(0,0),(1,1)} and {(0,1),(1,0)} both fit; (1,1) x 2 is in every one
+    w = _workload(DOM, [("T", [{}]), ("A", [{"A": {0}}, {"A": {1}}]), ("B", [{"B": {0}}, {"B": {1}}])])
+    D = Dataset(DOM, np.array([[0, 0, 0], [0, 1, 1], [0, 1, 1], [0, 1, 1]]))  # A: 1, 3; B: 1, 3
+    counts = w.counts(D)
+    consistent = _consistent_datasets(w, counts, len(D))
+    assert len(consistent) == 2
+    always = np.min(np.stack(consistent), axis=0)  # what every consistent dataset contains
+    res, solver = reconstruct_exact(w, counts, time_limit=30)
+    assert res.solved and res.certification_complete
+    got = np.zeros(DOM.total_size, dtype=np.int64)
+    keys, levels = res.certified_rows()
+    got[keys] = levels
+    assert got.tolist() == always.tolist()  # (0,1,1) at least twice, nothing else
+    assert res.facts()["blocks_zero_variability"] == 0
+    # Generate-then-Verify on candidates: only rows in every consistent dataset are proven
+    rows = DOM.encode(np.array([[0, 1, 1], [0, 0, 0], [0, 1, 0]]))
+    assert certify_rows(solver, res.model, rows).tolist() == [True, False, False]
+
+
+def test_published_zeros_remove_variables_before_the_solver_sees_them():
+    w = _workload(DOM, [("A", [{"A": {0}}, {"A": {1}}])])
+    model = build_count_model(w, np.array([0, 2]))
+    assert model.variables_before == 4 and model.num_variables == 2  # A = 0 rows are gone
+    assert set(model.codes[:, 1].tolist()) == {1}
+
+
+def test_a_unit_past_its_time_limit_is_unsolved_not_zero_certified():
+    w = _workload(DOM, [("A", [{"A": {0}}, {"A": {1}}])])
+    res, _ = reconstruct_exact(w, np.array([1, 2]), time_limit=0.0)
+    assert not res.solved and res.status.startswith("not solved within") and res.certified is None
+    assert "certified_rows" not in res.facts()
+
+
+def test_inconsistent_tables_are_infeasible():
+    w = _workload(DOM, [("T", [{}]), ("A", [{"A": {0}}, {"A": {1}}])])
+    res, _ = reconstruct_exact(w, np.array([5, 1, 1]), time_limit=30)
+    assert res.status == "infeasible"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_certified_rows_are_in_every_brute_forced_consistent_dataset(seed):
+    rng = np.random.default_rng(seed)
+    dom = Domain((Attribute.range("BLOCK", 2), Attribute.range("A", 2), Attribute.range("B", 3)))
+    tables = [("T", [{}]), ("A", [{"A": {0}}, {"A": {1}}]), ("B", [{"B": {b}} for b in range(3)])]
+    if seed % 2:
+        tables.append(("AB0", [{"A": {a}, "B": {0}} for a in range(2)]))
+    w = _workload(dom, tables)
+    D = Dataset(dom, np.stack([rng.integers(0, s, 5) for s in dom.sizes], axis=1))
+    counts = w.counts(D)
+    res, _ = reconstruct_exact(w, counts, time_limit=30)
+    assert res.solved and np.array_equal(w.counts(Dataset(dom, dom.decode(np.repeat(*res.rows())))), counts)
+    keys, levels = res.certified_rows()
+    truth = np.bincount(D.keys(), minlength=dom.total_size)
+    assert np.all(truth[keys] >= levels)  # certified rows are in D, at least as often as certified
+    always = np.min(np.stack(_consistent_datasets(w, counts, len(D))), axis=0)
+    got = np.zeros(dom.total_size, dtype=np.int64)
+    got[keys] = levels
+    assert np.all(got <= always)  # sound: never more than every consistent dataset has
+    assert np.array_equal(got >= 1, always >= 1)  # and every row in all of them is found
