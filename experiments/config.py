@@ -298,18 +298,30 @@ class AuditConfig(_Strict):
     confidence: float = Field(0.95, gt=0.5, lt=1)
 
 
+class TopDownConfig(_Strict):
+    """The TopDown-style release: its root level, and each level's share of ε (default: the 2020
+    production shares for persons, renormalised over the levels from the root down)."""
+
+    root: str = Field("county", description="the level whose unit around each target is the release's root")
+    shares: dict[str, float] | None = Field(None, description="budget share per level, e.g. {county: 1, tract: 2}")
+
+
 class ReleaseConfig(_Strict):
-    """The defence: which DP releases to evaluate, at which ε, under which neighbouring relation."""
+    """The defence: which releases to evaluate (DP at each ε; swapping at each swap rate), under which
+    neighbouring relation."""
 
     epsilons: list[float] = [0.1, 0.3, 1.0, 3.0, 10.0]
-    mechanisms: list[Literal["laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram"]] = [
-        "laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram"]
+    mechanisms: list[Literal["laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram", "topdown",
+                             "swapping"]] = ["laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram"]
+    swap_rates: list[float] = Field([0.02, 0.1, 0.5], description="swapping: share of records swapped, each a setting")
+    swap_match: list[str] = Field(["SEX", "AGE"], description="swapping: pairs match on these (AGE by P12 age group)")
+    topdown: TopDownConfig = TopDownConfig()
     relation: Literal["replace_one", "add_remove"] = "replace_one"
     backend: Literal["simulation", "opendp"] = "simulation"
-    invariants: list[Literal["unit_total", "occupied_blocks"]] = Field(
+    invariants: list[Literal["unit_total", "occupied_blocks", "root_total"]] = Field(
         default_factory=list, description="facts the agency publishes exactly and declares as such (recorded in the "
         "ledger): unit_total = each unit's person count; occupied_blocks = a block list taken from the persons, for "
-        "data that has no public one")
+        "data that has no public one; root_total = the TopDown root's total (a state total in 2020)")
     audit: AuditConfig = AuditConfig()
 
     @model_validator(mode="after")
@@ -322,7 +334,17 @@ class ReleaseConfig(_Strict):
             raise ValueError("the smoothed histogram is DP only under replace_one neighbours (n public)")
         if not self.mechanisms or len(set(self.mechanisms)) != len(self.mechanisms):
             raise ValueError(f"release.mechanisms must be distinct and non-empty, got {self.mechanisms}")
+        if "swapping" in self.mechanisms and (not self.swap_rates or any(not 0 < r <= 1 for r in self.swap_rates)):
+            raise ValueError(f"release.swap_rates must be shares in (0, 1], got {self.swap_rates}")
         return self
+
+    def settings(self, mechanism: str) -> list[float]:
+        """The settings a mechanism is evaluated at: swap rates for swapping, ε for the rest."""
+        return list(self.swap_rates) if mechanism == "swapping" else list(self.epsilons)
+
+    @property
+    def dp_mechanisms(self) -> list[str]:
+        return [m for m in self.mechanisms if m != "swapping"]
 
     def audited_epsilons(self) -> list[float]:
         eps = sorted(set(self.epsilons))
@@ -365,6 +387,8 @@ class ExperimentConfig(_Strict):
             raise ValueError(f"queries need at least one workload and distinct names, got {labels}")
         if self.attack.exact and not any(q.is_tables for q in self.queries):
             raise ValueError("attack.exact reconstructs published tables: add a kind: tables workload")
+        if self.release is not None and "topdown" in self.release.mechanisms and not any(q.is_tables for q in self.queries[:1]):
+            raise ValueError("the topdown release publishes tables: make the first workload kind: tables")
         if self.reidentification is not None and not self.attack.exact:
             raise ValueError("reidentification links the exact reconstruction's rows: set attack.exact: true")
         return self

@@ -7,7 +7,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,12 +25,17 @@ from microdata.dataset import Dataset
 from microdata.geography import FROM_ROWS
 from microdata.marginals import Workload, marginal_counts
 from reconstruct.queries import plan_for
+from microdata.ranking import rank_by_score
 from reconstruct.rap import rap_rank
 from synth.histogram import DENSE_LIMIT, SparseHistogram, perturbed_histogram, smoothed_histogram
 from synth.mechanism import Ledger, Mechanism, PrivacyError, Relation, parse_relation
 from synth.noise import SimulationNoise, make_backend
-from synth.release import (TOTAL_PUBLIC_BY_RELATION, fit_synthetic, laplace_tables, table_utility,
-                           total_queries, workload_counts)
+from synth.release import (TOTAL_PUBLIC_BY_RELATION, estimate_total, fit_synthetic, laplace_tables, table_utility,
+                           total_queries, totals_utility, workload_counts)
+from synth.swapping import NOT_DP, swap_records
+from synth.topdown import Tree
+from synth.topdown import estimate as topdown_estimate
+from synth.topdown import measure as topdown_measure
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +64,7 @@ class Published:
     for_publication: bool
     publication_note: str
     counts: np.ndarray | None = None  # the published table counts in persons (workload order)
+    facts: dict = field(default_factory=dict)
 
 
 def _fit_note(backend, mechanism: str) -> tuple[bool, str]:
@@ -117,6 +123,123 @@ def publish(cfg: ExperimentConfig, mechanism: str, epsilon: float, D: Dataset, w
     raise ConfigError(f"unknown mechanism {mechanism!r}")
 
 
+def publish_swapping(cfg: ExperimentConfig, rate: float, D: Dataset, workload, rng: np.random.Generator) -> Published:
+    """Swap about ``rate`` of D's records between its blocks and publish the swapped file's exact
+    tables (consistent, integer, and not differentially private)."""
+    swapped, facts = swap_records(D, rate, rng, list(cfg.release.swap_match))
+    pub = Published("swapping", None, swapped, exact_answers(swapped, workload), ("tables", _labels(workload)),
+                    False, NOT_DP, workload_counts(swapped, workload).astype(np.float64))
+    pub.facts = facts
+    return pub
+
+
+@dataclass
+class TopDownRoot:
+    """One TopDown release's inputs: the tree under a root, the person-level tables measured at every
+    level, and where each target unit's blocks and unit sit in it."""
+
+    root: str
+    tree: Tree
+    person_workload: object
+    cells_per_person: int
+    nodes: dict  # unit -> (unit level index, its node, {block value: block node})
+    private: dict  # unit -> D
+
+
+def topdown_root(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bool) -> TopDownRoot:
+    """The tree a TopDown release of ``unit`` runs over: the unit's ancestor at ``release.topdown.root``,
+    every unit of the target level inside it (each its private half D: the holdouts stay out of every
+    release), their blocks from the public list when BLOCK is kept, and the levels between."""
+    geo = pop.geography
+    level, root_level = cfg.target.level, cfg.release.topdown.root
+    if root_level not in geo.coarser(level):
+        raise ConfigError(f"release.topdown.root {root_level!r} must be coarser than the target level {level!r}; "
+                          f"choose from {list(geo.coarser(level))}")
+    root = geo.parent(level, unit, root_level)
+    mids = [lv for lv in reversed(geo.coarser(level)) if lv in geo.finer(root_level)]  # coarsest first
+    units = sorted(set(geo.units(level)[geo.units(root_level) == root].tolist()))
+    units = [u for u in units if int(geo.mask(level, u).sum()) >= 2]
+    probs = {u: prepare_unit(pop, cfg, u, with_block, pad_blocks=False) for u in units}
+    first = probs[unit].private
+    person_domain = first.domain.project([a for a in first.domain.names if a != "BLOCK"])
+    pw = build_workload(cfg, cfg.queries[0], person_domain)
+    levels = [root_level, *mids, level] + (["block"] if with_block else [])
+    ids = [[root]] + [[] for _ in levels[1:]]
+    parent = [np.array([-1])] + [[] for _ in levels[1:]]
+    counts = [None] * len(levels)
+    leaf_counts, nodes = {}, {}
+    u_level = 1 + len(mids)
+    for u in units:
+        # the unit's chain of ancestors between root and unit
+        chain = [geo.parent(level, u, lv) for lv in mids]
+        par = 0
+        for li, node in enumerate(chain, start=1):
+            if node not in ids[li]:
+                ids[li].append(node)
+                parent[li].append(par)
+            par = ids[li].index(node)
+        ids[u_level].append(u)
+        parent[u_level].append(par)
+        D = probs[u].private
+        people = D.project(list(person_domain.names))
+        leaf_counts[u] = pw.counts(people)
+        blocks = {}
+        if with_block:
+            b = D.column("BLOCK")
+            for v in range(D.domain.size("BLOCK")):
+                ids[-1].append(f"{u}/{D.domain.attribute('BLOCK').values[v]}")
+                parent[-1].append(len(ids[u_level]) - 1)
+                blocks[v] = len(ids[-1]) - 1
+                leaf_counts[(u, v)] = pw.counts(people.take(np.flatnonzero(b == v)))
+        nodes[u] = (u_level, len(ids[u_level]) - 1, blocks)
+    nq = pw.num_queries
+    counts[u_level] = np.stack([leaf_counts[u] for u in ids[u_level]])
+    if with_block:
+        counts[-1] = np.stack([leaf_counts[(u, v)] for u in ids[u_level] for v in sorted(nodes[u][2])])
+    for li in range(u_level - 1, -1, -1):  # sums up the tree
+        agg = np.zeros((len(ids[li]), nq), dtype=np.int64)
+        np.add.at(agg, np.asarray(parent[li + 1]), counts[li + 1])
+        counts[li] = agg
+    full = [frozenset(range(s)) for s in person_domain.sizes]
+    totals = np.array([i for i, q in enumerate(pw.queries)
+                       if all(pw.value_sets[j][q[j]] == full[j] for j in range(len(full)))], dtype=np.int64)
+    tree = Tree(levels, [np.array(x) for x in ids], [np.asarray(x) for x in parent], counts, totals)
+    return TopDownRoot(root, tree, pw, pw.max_cells_per_person(), nodes, {u: probs[u].private for u in units})
+
+
+def publish_topdown(cfg: ExperimentConfig, td: TopDownRoot, epsilon: float, backend, runs: int | None = None):
+    """TopDown over ``td``'s tree: noisy measurements at every level (the private step), then the
+    top-down estimates (post-processing). Returns (noisy per level, estimates per level or None for a
+    batch of runs, the mechanism)."""
+    r = cfg.release
+    noisy, mech = topdown_measure(td.tree, epsilon, backend, r.relation, td.cells_per_person, r.topdown.shares,
+                                  runs=runs, invariants=tuple(i for i in r.invariants if i == "root_total"))
+    return noisy, (None if runs is not None else topdown_estimate(td.tree, noisy)), mech
+
+
+def topdown_unit(td: TopDownRoot, estimates: list[np.ndarray], unit: str, workload, mech, ok, note) -> Published:
+    """One target unit's published tables out of a TopDown release: block tables from the block
+    estimates, unit tables from the unit's."""
+    u_level, node, blocks = td.nodes[unit]
+    pw = td.person_workload
+    index = {tuple(pw.value_sets[j][q[j]] for j in range(len(pw.domain))): i for i, q in enumerate(pw.queries)}
+    names = list(workload.domain.names)
+    jb = names.index("BLOCK") if "BLOCK" in names else None
+    full_block = frozenset(range(workload.domain.size("BLOCK"))) if jb is not None else None
+    counts = np.zeros(workload.num_queries, dtype=np.float64)
+    for i, q in enumerate(workload.queries):
+        sets = tuple(workload.value_sets[j][q[j]] for j in range(len(names)) if j != jb)
+        p = index[sets]
+        if jb is not None and workload.value_sets[jb][q[jb]] != full_block:
+            (b,) = workload.value_sets[jb][q[jb]]
+            counts[i] = estimates[-1][blocks[b], p]
+        else:
+            counts[i] = estimates[u_level][node, p]
+    total = max(estimate_total(workload, counts.astype(np.int64)), 1)
+    answers = np.clip(counts, 0, None) / total
+    return Published("topdown", mech, estimates, answers, ("tables", _labels(workload)), ok, note, counts)
+
+
 def _labels(workload) -> tuple:
     if isinstance(workload, Workload):
         return tuple((m, workload.shape(m)) for m in workload.marginals)
@@ -171,7 +294,9 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     ledger = Ledger()
     curves, utility = [], []
     tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
-    per_unit = 1 + len(r.epsilons) * len(r.mechanisms)
+    per_unit = 1 + sum(len(r.settings(m)) for m in r.mechanisms)
+    topdown_cache: dict = {}
+    exact_statuses: list = []
     units_bar = UnitProgress(len(tasks), "units", progress)
     bar = tqdm(total=len(tasks) * per_unit, desc="releases attacked", disable=not units_bar.tty, leave=False)
     fingerprint = code_fingerprint()
@@ -185,6 +310,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                 curves.append(pd.read_parquet(stem.with_suffix(".parquet")))
                 utility.extend(facts["utility"])
                 ledger.entries.extend(facts["ledger"])
+                exact_statuses.extend(facts.get("exact_attack", []))
                 bar.update(per_unit)
                 found += 1
                 continue
@@ -192,10 +318,11 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                 units_bar.found(found, run_dir)
                 found = 0
             n_ledger = len(ledger.entries)
-            unit_curves, unit_util = _evaluate_unit(cfg, pop, unit, wb, ledger, bar)
+            unit_curves, unit_util, unit_exact = _evaluate_unit(cfg, pop, unit, wb, ledger, bar, topdown_cache)
             write_parquet(stem.with_suffix(".parquet"), unit_curves)
-            write_json(saved, {"code_fingerprint": fingerprint, "utility": unit_util,
+            write_json(saved, {"code_fingerprint": fingerprint, "utility": unit_util, "exact_attack": unit_exact,
                                "ledger": ledger.entries[n_ledger:]})
+            exact_statuses.extend(unit_exact)
             curves.append(unit_curves)
             utility.extend(unit_util)
             units_bar.update(1, f"{unit} {'with' if wb else 'without'} BLOCK")
@@ -219,6 +346,8 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                                          "total_epsilon_per_unit": {u: ledger.total_epsilon(unit=u) for u in units}})
     write_json(run_dir / "audit.json", [a.as_dict() for a in audits])
     write_parquet(run_dir / "persons.parquet", release_persons(df))
+    if exact_statuses:
+        write_parquet(run_dir / "exact_attack.parquet", pd.DataFrame(exact_statuses))
     facts = {"units": units, "levels": list(pop.geography.levels[1:]), "attributes": attributes(cfg, pop)}
     write_json(run_dir / "manifest.json", {
         "name": cfg.name, "config_hash": cfg.digest(), "code_fingerprint": code_fingerprint(),
@@ -230,9 +359,11 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     return run_dir
 
 
-def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledger, bar) -> tuple[pd.DataFrame, list]:
+def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledger, bar,
+                   topdown_cache: dict | None = None) -> tuple[pd.DataFrame, list, list]:
     """All releases of one unit, each attacked; plus the exact-table attack and the baselines."""
     r = cfg.release
+    topdown_cache = {} if topdown_cache is None else topdown_cache
     prob = prepare_unit(pop, cfg, unit, wb, pad_blocks=False)  # every listed block, empty ones included
     D, H = prob.private, prob.holdout
     truth = D.keys()
@@ -251,31 +382,81 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
         return match_rate_curve(res.ranking, truth, ks, u)
 
     common = dict(unit=unit, variant=wb, u=u, n_rows=len(D))
-    curves = [attack(exact, "exact").assign(epsilon=math.inf, mechanism="exact", method="rap_rank",
+    exact_on = cfg.attack.exact and not isinstance(w, Workload)
+
+    def exact_attack(counts, mech, setting):
+        """The integer-programming attack on a release's published tables (no certificates: a noisy
+        release's tables are rarely consistent, and then there is nothing to solve)."""
+        from reconstruct.exact import reconstruct_exact
+
+        res, _ = reconstruct_exact(w, np.clip(np.rint(counts), 0, None).astype(np.int64),
+                                   time_limit=cfg.attack.exact_time_limit, certify_support=False)
+        exact_status.append({"unit": unit, "variant": wb, "mechanism": mech, "setting": setting, "status": res.status})
+        if not res.solved:
+            return None
+        keys, n = res.rows()
+        return match_rate_curve(rank_by_score(keys, n.astype(np.float64)), truth, ks, u)
+
+    exact_status: list = []
+    curves = [attack(exact, "exact").assign(epsilon=math.inf, setting=math.inf, mechanism="exact", method="rap_rank",
                                             utility_error=0.0, **common)]
+    if exact_on:
+        c = exact_attack(exact_counts, "exact", math.inf)
+        if c is not None:
+            curves.append(c.assign(epsilon=math.inf, setting=math.inf, mechanism="exact", method="exact",
+                                   utility_error=0.0, **common))
     bar.update()
     priors = build_priors(pop, cfg, prob)
     for b, curve, _ in baseline_curves(cfg, priors, unit, truth, ks, u, lambda b: tie_rng):
-        curves.append(curve.assign(epsilon=np.nan, mechanism="baseline", method=b, utility_error=np.nan, **common))
+        curves.append(curve.assign(epsilon=np.nan, setting=np.nan, mechanism="baseline", method=b,
+                                   utility_error=np.nan, **common))
     utility = []
     extra = {"unit": unit, "with_block": wb, "invariants": list(r.invariants)}
     if wb:
         extra["block_list"] = prob.block_list_source
-    for eps in r.epsilons:
-        for mech in r.mechanisms:
-            backend = _backend(cfg, unit, mech, eps)
-            pub = publish(cfg, mech, eps, D, w, backend, np.random.default_rng(_stable("release", cfg.seed, unit, mech, eps)),
-                          key=unit_key(cfg, "fit", unit, eps))
-            if getattr(backend, "contrib", False):
-                extra.update(opendp_version=backend.version, opendp_contrib=True)
-            ledger.record(pub.record, backend.name, pub.for_publication, publication_note=pub.publication_note, **extra)
-            rows = table_utility(pub.counts, exact_counts, w)
-            utility += [dict(row, epsilon=eps, mechanism=mech, unit=unit, variant=wb) for row in rows]
-            curves.append(attack(pub.answers, f"{mech}-{eps}").assign(
-                epsilon=eps, mechanism=mech, method="rap_rank",
-                utility_error=float(np.mean([row["mae_per_cell"] for row in rows])), **common))
+    for mech in r.mechanisms:
+        for setting in r.settings(mech):
+            rng = np.random.default_rng(_stable("release", cfg.seed, unit, mech, setting))
+            if mech == "swapping":
+                pub = publish_swapping(cfg, setting, D, w, rng)
+                ledger.note("swapping", "numpy (seeded)", NOT_DP, swap_rate=setting, **pub.facts, **extra)
+            else:
+                backend = _backend(cfg, unit, mech, setting)
+                if mech == "topdown":
+                    td = topdown_cache.get((unit, wb))
+                    if td is None:
+                        td = topdown_root(cfg, pop, unit, wb)
+                        for other in td.nodes:
+                            topdown_cache[(other, wb)] = td
+                    key = (td.root, wb, setting)
+                    if key not in topdown_cache:
+                        topdown_cache[key] = publish_topdown(cfg, td, setting, _backend(cfg, td.root, mech, setting))
+                    _, estimates, mech_rec = topdown_cache[key]
+                    ok, note = _fit_note(backend, mech)
+                    pub = topdown_unit(td, estimates, unit, w, mech_rec, ok, note)
+                    extra_td = {"root": td.root, "tree_levels": td.tree.levels}
+                else:
+                    pub = publish(cfg, mech, setting, D, w, backend, rng, key=unit_key(cfg, "fit", unit, setting))
+                    extra_td = {}
+                if getattr(backend, "contrib", False):
+                    extra.update(opendp_version=backend.version, opendp_contrib=True)
+                ledger.record(pub.record, backend.name, pub.for_publication, publication_note=pub.publication_note,
+                              **extra, **extra_td)
+            rows = table_utility(pub.counts, exact_counts, w) + totals_utility(pub.counts, exact_counts, w)
+            utility += [dict(row, epsilon=setting if mech != "swapping" else np.nan, setting=setting, mechanism=mech,
+                             unit=unit, variant=wb) for row in rows]
+            tables_only = [row for row in rows if row["table"] not in ("block totals", "unit total")]
+            err = float(np.mean([row["mae_per_cell"] for row in tables_only]))
+            eps_col = setting if mech != "swapping" else np.nan
+            curves.append(attack(pub.answers, f"{mech}-{setting}").assign(
+                epsilon=eps_col, setting=setting, mechanism=mech, method="rap_rank", utility_error=err, **common))
+            if exact_on:
+                c = exact_attack(pub.counts, mech, setting)
+                if c is not None:
+                    curves.append(c.assign(epsilon=eps_col, setting=setting, mechanism=mech, method="exact",
+                                           utility_error=err, **common))
             bar.update()
-    return pd.concat(curves, ignore_index=True), utility
+    return pd.concat(curves, ignore_index=True), utility, exact_status
 
 
 def check_block_list(cfg: ExperimentConfig, pop: Dataset, unit: str) -> None:
@@ -297,7 +478,7 @@ def lift_table(df: pd.DataFrame) -> pd.DataFrame:
     Areas are means over the unit's k/u grid (k/u ∈ (0, 1]); the best baseline is the one
     with the largest area on that unit. ε = inf is the attack on the exact tables.
     """
-    area = df.groupby(["variant", "unit", "epsilon", "mechanism", "method"], dropna=False)["match_rate"].mean()
+    area = df.groupby(["variant", "unit", "setting", "mechanism", "method"], dropna=False)["match_rate"].mean()
     area = area.reset_index()
     base = area[area["mechanism"] == "baseline"]
     best = base.loc[base.groupby(["variant", "unit"])["match_rate"].idxmax(), ["variant", "unit", "method", "match_rate"]]
@@ -305,5 +486,5 @@ def lift_table(df: pd.DataFrame) -> pd.DataFrame:
     rap = area[area["mechanism"] != "baseline"].rename(columns={"match_rate": "rap_area"}).drop(columns="method")
     out = rap.merge(best, on=["variant", "unit"])
     out["lift"] = out["rap_area"] - out["baseline_area"]
-    util = df[df["mechanism"] != "baseline"].groupby(["variant", "unit", "epsilon", "mechanism"])["utility_error"].first()
-    return out.merge(util.reset_index(), on=["variant", "unit", "epsilon", "mechanism"])
+    util = df[df["mechanism"] != "baseline"].groupby(["variant", "unit", "setting", "mechanism"])["utility_error"].first()
+    return out.merge(util.reset_index(), on=["variant", "unit", "setting", "mechanism"])

@@ -24,7 +24,7 @@ SPREAD_SE = 2.0
 
 def lift_summary(lift: pd.DataFrame) -> pd.DataFrame:
     """Mean and spread (std) across units of the lift, and the mean utility error, per (variant, mechanism, ε)."""
-    g = lift.groupby(["variant", "mechanism", "epsilon"])
+    g = lift.groupby(["variant", "mechanism", "setting"])
     out = g.agg(lift_mean=("lift", "mean"), lift_std=("lift", "std"), utility_error=("utility_error", "mean"),
                 units=("unit", "nunique")).reset_index()
     out["lift_std"] = out["lift_std"].fillna(0.0)
@@ -40,14 +40,15 @@ def release_persons(df: pd.DataFrame) -> pd.DataFrame:
     best = base.sort_values(["num_matched_unique", "method"], ascending=[False, True]).groupby(
         ["variant", "unit"], sort=False).head(1)[["variant", "unit", "method", "num_matched_unique"]]
     best = best.rename(columns={"method": "best_baseline", "num_matched_unique": "baseline_persons"})
-    rel = top[top["mechanism"] != "baseline"][["variant", "unit", "epsilon", "mechanism", "num_matched_unique", "n_rows"]]
+    rel = top[top["mechanism"] != "baseline"][["variant", "unit", "setting", "mechanism", "method", "num_matched_unique",
+                                               "n_rows"]].rename(columns={"method": "attack"})
     out = rel.rename(columns={"num_matched_unique": "persons_reconstructed"}).merge(best, on=["variant", "unit"])
     out["difference"] = out["persons_reconstructed"] - out["baseline_persons"]
     return out.reset_index(drop=True)
 
 
 def summarise_release_persons(per_unit: pd.DataFrame) -> pd.DataFrame:
-    g = per_unit.groupby(["variant", "mechanism", "epsilon"], sort=False)
+    g = per_unit.groupby(["variant", "mechanism", "attack", "setting"], sort=False)
     out = g.agg(units=("unit", "nunique"), persons=("persons_reconstructed", "sum"),
                 baseline_persons=("baseline_persons", "sum"), difference_mean=("difference", "mean"),
                 difference_std=("difference", "std")).reset_index()
@@ -59,43 +60,52 @@ def summarise_release_persons(per_unit: pd.DataFrame) -> pd.DataFrame:
 def utility_summary(util: pd.DataFrame) -> pd.DataFrame:
     """Per variant, mechanism and ε: mean absolute error per cell and share of cells off by more than
     10%, averaged over tables and units (each table weighs the same)."""
-    return util.groupby(["variant", "mechanism", "epsilon"], sort=False).agg(
+    return util.groupby(["variant", "mechanism", "setting"], sort=False).agg(
         mae_per_cell=("mae_per_cell", "mean"), share_off_10pct=("share_off_10pct", "mean")).reset_index()
 
 
+def setting_label(mechanism: str, value: float) -> str:
+    if mechanism == "exact" or value == math.inf:
+        return "exact tables"
+    return f"swap rate {100 * value:g}%" if mechanism == "swapping" else f"ε = {value:g}"
+
+
 def verdicts(persons: pd.DataFrame, util: pd.DataFrame, variant) -> list[str]:
-    """One paragraph per mechanism: the largest ε (if any) at which the attack does no better than
-    the best baseline beyond its spread, and the table error there."""
-    p = persons[(persons["variant"] == variant) & np.isfinite(persons["epsilon"])]
+    """One paragraph per mechanism: the most revealing setting (the largest ε; for swapping, the
+    smallest swap rate) at which the attack does no better than the best baseline beyond its
+    spread, and the table error there."""
+    p = persons[(persons["variant"] == variant) & np.isfinite(persons["setting"]) & (persons["attack"] == "rap_rank")]
     u = utility_summary(util[util["variant"] == variant]) if len(util) else pd.DataFrame()
-    exact = persons[(persons["variant"] == variant) & (persons["epsilon"] == math.inf)]
+    exact = persons[(persons["variant"] == variant) & (persons["setting"] == math.inf) & (persons["attack"] == "rap_rank")]
     out = []
     for mech in dict.fromkeys(p["mechanism"]):
-        rows = p[p["mechanism"] == mech].sort_values("epsilon")
+        swap = mech == "swapping"
+        rows = p[p["mechanism"] == mech].sort_values("setting", ascending=not swap)  # least protective last
         safe = rows[~rows["beyond_spread"]]
         tail = ""
         if len(exact):
             e = exact.iloc[0]
             tail = (f" For comparison, the exact tables give {e['difference_mean']:+.1f} ± {e['difference_sem']:.1f} "
                     "persons per unit beyond the best baseline.")
+        what = "the smallest swap rate" if swap else "the largest ε"
         if len(safe):
-            eps = float(safe["epsilon"].max())
-            err = u[(u["mechanism"] == mech) & (u["epsilon"] == eps)]
+            x = safe.iloc[-1]
+            err = u[(u["mechanism"] == mech) & (u["setting"] == x["setting"])]
             err_text = (f"; there, each published cell is off by {err['mae_per_cell'].iloc[0]:.2f} persons on "
                         f"average and {100 * err['share_off_10pct'].iloc[0]:.0f}% of cells are off by more than "
                         "10%" if len(err) else "")
-            more = rows[rows["epsilon"] > eps]
-            warn = (f" At larger ε ({', '.join(f'{x:g}' for x in more['epsilon'])}) the attack reconstructs more "
-                    "persons than the baseline beyond the spread." if len(more) else "")
-            out.append(f"**{mech}**: the largest ε evaluated at which the attack does no better than the best "
-                       f"baseline beyond its spread is **ε = {eps:g}** "
-                       f"({safe[safe['epsilon'] == eps]['difference_mean'].iloc[0]:+.1f} ± "
-                       f"{safe[safe['epsilon'] == eps]['difference_sem'].iloc[0]:.1f} persons per unit){err_text}."
-                       f"{warn}{tail}")
+            later = rows.iloc[list(rows.index).index(x.name) + 1:]
+            warn = (f" At {', '.join(setting_label(mech, v) for v in later['setting'])} the attack reconstructs more "
+                    "persons than the baseline beyond the spread." if len(later) else "")
+            note = (" Swapping is not differentially private: no ε bounds what other attacks could learn."
+                    if swap else "")
+            out.append(f"**{mech}**: {what} evaluated at which the attack does no better than the best baseline "
+                       f"beyond its spread is **{setting_label(mech, x['setting'])}** ({x['difference_mean']:+.1f} ± "
+                       f"{x['difference_sem']:.1f} persons per unit){err_text}.{warn}{note}{tail}")
         else:
-            out.append(f"**{mech}**: at every ε evaluated ({', '.join(f'{x:g}' for x in rows['epsilon'])}) the attack "
-                       "reconstructs more persons than the best baseline beyond its spread: no ε evaluated protects "
-                       f"them; evaluate smaller ε.{tail}")
+            out.append(f"**{mech}**: at every setting evaluated ({', '.join(setting_label(mech, v) for v in rows['setting'])})"
+                       " the attack reconstructs more persons than the best baseline beyond its spread: none of them "
+                       f"protects them.{tail}")
     return out
 
 
@@ -110,18 +120,19 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
     persons = summarise_release_persons(release_persons(df))
     variant = df["variant"].iloc[0]
     d = df[df["variant"] == variant]
-    key = [f"{e}|{m}" for e, m in zip(d["epsilon"].tolist(), d["mechanism"].tolist())]  # nan|baseline, inf|exact
+    d = d[d["method"] != "exact"]  # RAP-Rank's curves (and the baselines'); the exact attack is in the tables
+    key = [f"{e}|{m}" for e, m in zip(d["setting"].tolist(), d["mechanism"].tolist())]  # nan|baseline, inf|exact
     curves = average_curves(d.assign(key=key), cfg.grid_points, by=["key", "method"])
     mechanisms = [m for m in dict.fromkeys(d["mechanism"]) if m not in ("exact", "baseline")]
     best = release_persons(d)["best_baseline"].value_counts().idxmax()
-    eps_list = sorted(e for e in d["epsilon"].dropna().unique() if np.isfinite(e))
     cmap = plt.get_cmap("viridis")
     fig, axes = plt.subplots(1, len(mechanisms), figsize=(4.6 * len(mechanisms), 4.2), squeeze=False, sharey=True)
     for ax, mech in zip(axes[0], mechanisms):
-        for i, eps in enumerate(eps_list):
+        values = sorted(v for v in d.loc[d["mechanism"] == mech, "setting"].unique() if np.isfinite(v))
+        for i, eps in enumerate(values):
             c = curves[curves["key"] == f"{eps}|{mech}"]
-            ax.plot(c["k_over_u"], c["match_rate"], color=cmap(i / max(len(eps_list) - 1, 1)), lw=1.8,
-                    label=f"ε={eps:g}")
+            ax.plot(c["k_over_u"], c["match_rate"], color=cmap(i / max(len(values) - 1, 1)), lw=1.8,
+                    label=setting_label(mech, eps))
         c = curves[curves["key"] == "inf|exact"]
         ax.plot(c["k_over_u"], c["match_rate"], color="black", lw=2.4, label="exact tables")
         b = curves[(curves["key"] == "nan|baseline") & (curves["method"] == best)]
@@ -136,7 +147,7 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
     fig.suptitle(f"{cfg.name}: attacking each release ({variant_label(variant, [variant])})")
     save_figure(fig, run_dir / "release_match_rate")
 
-    p = persons[persons["variant"] == variant]
+    p = persons[(persons["variant"] == variant) & (persons["attack"] == "rap_rank")]
     u = utility_summary(util[util["variant"] == variant])
     per_unit = release_persons(d)
     units = per_unit["unit"].nunique()
@@ -147,12 +158,13 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
     ax.axhspan(lo, hi, color="#d95f02", alpha=0.15, lw=0)
     ax.axhline(base.mean(), color="#d95f02", ls="--", lw=1.5, label="best baseline (± 1 s.e. across units)")
     for i, mech in enumerate(mechanisms):
-        pts = p[p["mechanism"] == mech].merge(u[u["mechanism"] == mech], on=["variant", "mechanism", "epsilon"])
-        pts = pts.sort_values("epsilon")
+        pts = p[p["mechanism"] == mech].merge(u[u["mechanism"] == mech], on=["variant", "mechanism", "setting"])
+        pts = pts.sort_values("setting")
         y = pts["persons"] / pts["units"]
         ax.plot(pts["mae_per_cell"], y, "o-", color=plt.get_cmap("tab10")(i), label=mech.replace("_", " "))
-        for x_, y_, e in zip(pts["mae_per_cell"], y, pts["epsilon"]):
-            ax.annotate(f"ε={e:g}", (x_, y_), textcoords="offset points", xytext=(4, 3), fontsize=7)
+        for x_, y_, e in zip(pts["mae_per_cell"], y, pts["setting"]):
+            label = f"{100 * e:g}%" if mech == "swapping" else f"ε={e:g}"
+            ax.annotate(label, (x_, y_), textcoords="offset points", xytext=(4, 3), fontsize=7)
     ex = p[p["mechanism"] == "exact"]
     if len(ex):
         ax.plot([0], [ex["persons"].iloc[0] / ex["units"].iloc[0]], "*", ms=14, color="black", label="exact tables")
@@ -217,14 +229,22 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
               f"persons there. Difference: mean ± one standard error across units; *beyond spread* when the mean is "
               f"more than {SPREAD_SE:g} standard errors above zero.")
         rows = []
-        for _, x in p.sort_values(["mechanism", "epsilon"], key=lambda s: s.map(
-                lambda y: (0 if y == "exact" else 1, y) if isinstance(y, str) else y)).iterrows():
-            eps = "exact tables" if x["epsilon"] == math.inf else f"{x['epsilon']:g}"
-            rows.append([x["mechanism"], eps, int(x["persons"]), int(x["baseline_persons"]),
+        order = {m: i for i, m in enumerate(["exact", *cfg.release.mechanisms])}
+        for _, x in p.assign(o=p["mechanism"].map(order)).sort_values(["o", "setting"]).iterrows():
+            rows.append([x["mechanism"], setting_label(x["mechanism"], x["setting"]), x["attack"], int(x["persons"]),
+                         int(x["baseline_persons"]),
                          f"{x['difference_mean']:+.1f} ± {x['difference_sem']:.1f}",
                          "yes" if x["beyond_spread"] else "no"])
-        doc.table(["mechanism", "ε", "persons reconstructed", "by the best baselines", "difference per unit",
-                   "beyond spread"], rows, numeric={2, 3, 4})
+        doc.table(["mechanism", "setting", "attack", "persons reconstructed", "by the best baselines",
+                   "difference per unit", "beyond spread"], rows, numeric={3, 4, 5})
+        if (run_dir / "exact_attack.parquet").exists():
+            st = pd.read_parquet(run_dir / "exact_attack.parquet")
+            st = st[st["variant"] == v].groupby(["mechanism", "setting", "status"], sort=False).size().reset_index()
+            doc.p("The exact attack (integer programming) needs tables consistent with some dataset: noisy tables "
+                  "usually are not, and then it has nothing to solve (status per release, units counted):")
+            doc.table(["mechanism", "setting", "status", "units"],
+                      [[x["mechanism"], setting_label(x["mechanism"], x["setting"]), x["status"], int(x[0])]
+                       for _, x in st.iterrows()], numeric={3})
         doc.h(3, "Verdict")
         for para in verdicts(persons, util, v):
             doc.p(para)
@@ -233,16 +253,26 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
         doc.p("Mean absolute error per cell, in persons, and the share of cells off by more than 10% of their true "
               "count (an empty cell is off as soon as anything but 0 is published there), per table and level, "
               "averaged over units.")
-        g = u.groupby(["mechanism", "epsilon", "table", "level"], sort=False).agg(
+        g = u.groupby(["mechanism", "setting", "table", "level"], sort=False).agg(
             mae=("mae_per_cell", "mean"), off=("share_off_10pct", "mean"), cells=("cells", "mean")).reset_index()
-        doc.table(["mechanism", "ε", "table", "level", "cells per unit", "mean abs. error per cell", "cells off > 10%"],
-                  [[x["mechanism"], f"{x['epsilon']:g}", x["table"], x["level"], f"{x['cells']:.0f}",
-                    f"{x['mae']:.2f}", f"{100 * x['off']:.0f}%"] for _, x in g.iterrows()], numeric={4, 5, 6})
+        doc.table(["mechanism", "setting", "table", "level", "cells per unit", "mean abs. error per cell",
+                   "cells off > 10%"],
+                  [[x["mechanism"], setting_label(x["mechanism"], x["setting"]), x["table"], x["level"],
+                    f"{x['cells']:.0f}", f"{x['mae']:.2f}", f"{100 * x['off']:.0f}%"] for _, x in g.iterrows()],
+                  numeric={4, 5, 6})
+        if "share_off_5_persons" in u and u["share_off_5_persons"].notna().any():
+            bt = u[u["table"] == "block totals"].groupby(["mechanism", "setting"], sort=False).agg(
+                mae=("mae_per_cell", "mean"), off5=("share_off_5_persons", "mean")).reset_index()
+            doc.p("Block totals as an agency checks them: mean absolute error of a block's total, and the share of "
+                  "blocks whose total is off by more than 5 persons.")
+            doc.table(["mechanism", "setting", "block total: mean abs. error", "blocks off by > 5 persons"],
+                      [[x["mechanism"], setting_label(x["mechanism"], x["setting"]), f"{x['mae']:.2f}",
+                        f"{100 * x['off5']:.0f}%"] for _, x in bt.iterrows()], numeric={2, 3})
     doc.img(run_dir / "persons_error.png", "persons reconstructed against table error")
     doc.img(run_dir / "release_match_rate.png", "match rate per release")
     doc.h(2, "Fit for publication?")
     doc.table(["mechanism", "fit for publication", "why"],
-              [[m, "yes" if e["for_publication"] else "no", e.get("publication_note", "")]
+              [[m, "yes" if e["for_publication"] else "no", e.get("not_dp") or e.get("publication_note", "")]
                for m in r.mechanisms for e in [next((x for x in entries if x["mechanism"] == m), None)] if e],
               numeric=set())
     n_note = next((x.get("total") or x.get("rows_are") for x in entries if x.get("total") or x.get("rows_are")), None)

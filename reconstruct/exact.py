@@ -3,6 +3,7 @@ certificates: rows that every dataset consistent with the tables contains."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,28 @@ def _highs():
     except ImportError:
         raise ExactError("exact reconstruction needs HiGHS: pip install highspy") from None
     return highspy
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """HiGHS prints its banner from C++ on the first instance, before any option can stop it: hold
+    file descriptor 1 on /dev/null meanwhile, so a command's output stays its own."""
+    import os
+    import sys
+
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no real stdout (some notebook kernels): nothing to hold
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @dataclass
@@ -169,8 +192,9 @@ class ExactSolver:
         self.integer_solves = self.lp_solves = 0
 
     def _instance(self, lp, threads):
-        h = self.hs.Highs()
-        h.setOptionValue("output_flag", False)
+        with _quiet_stdout():
+            h = self.hs.Highs()
+            h.setOptionValue("output_flag", False)
         if threads:
             h.setOptionValue("threads", int(threads))
         h.passModel(lp)

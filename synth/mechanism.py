@@ -182,6 +182,15 @@ class Ledger:
         self.entries.append(entry)
         return entry
 
+    def note(self, mechanism: str, backend: str, reason: str, **extra) -> dict:
+        """Record a release that is not differentially private (record swapping): no ε, no relation,
+        and the reason it is not DP, so that nothing adds it to a privacy budget."""
+        entry = {"time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "mechanism": mechanism,
+                 "differentially_private": False, "epsilon": None, "relation": None, "backend": backend,
+                 "for_publication": False, "not_dp": reason, **extra}
+        self.entries.append(entry)
+        return entry
+
     def total_epsilon(self, **match) -> float:
         """ε summed over the entries matching ``match`` (basic composition). ε under different
         neighbouring relations measure different things and are never added: that raises."""

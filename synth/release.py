@@ -196,3 +196,36 @@ def table_utility(published: np.ndarray, exact: np.ndarray, workload) -> list[di
         out.append({"table": name, "level": level, "cells": int(err.size), "mae_per_cell": float(err.mean()),
                     "share_off_10pct": float(np.mean(err > 0.1 * exact[idx] + 1e-9))})
     return out
+
+
+def totals_utility(published: np.ndarray, exact: np.ndarray, workload) -> list[dict]:
+    """Block and unit totals as an agency checks them: mean absolute error of each block's total and
+    of the unit's, and the share of blocks whose total is off by more than 5 persons. Totals are the
+    sums of the smallest group of cells that adds up to everyone (:func:`total_queries`) per block;
+    empty when the tables publish none."""
+    if isinstance(workload, Workload):
+        return []
+    try:
+        groups = total_queries(workload)
+    except PrivacyError:
+        return []
+    published, exact = np.asarray(published, dtype=np.float64), np.asarray(exact, dtype=np.float64)
+    levels = workload.levels()
+    out = []
+    unit_group = next((g for g in groups if (levels[g] == "unit").all()), None)
+    block_group = next((g for g in groups if (levels[g] == "block").all()), None)
+    if block_group is not None:
+        block_of = np.array([workload.labels[i].split("@", 1)[1] for i in block_group])
+        names = list(dict.fromkeys(block_of.tolist()))
+        pub = np.array([published[block_group][block_of == b].sum() for b in names])
+        ex = np.array([exact[block_group][block_of == b].sum() for b in names])
+        err = np.abs(pub - ex)
+        out.append({"table": "block totals", "level": "block", "cells": len(names), "mae_per_cell": float(err.mean()),
+                    "share_off_10pct": float(np.mean(err > 0.1 * ex + 1e-9)),
+                    "share_off_5_persons": float(np.mean(err > 5))})
+    g = unit_group if unit_group is not None else block_group
+    if g is not None:
+        err = abs(float(published[g].sum()) - float(exact[g].sum()))
+        out.append({"table": "unit total", "level": "unit", "cells": 1, "mae_per_cell": err,
+                    "share_off_10pct": float(err > 0.1 * float(exact[g].sum()) + 1e-9)})
+    return out

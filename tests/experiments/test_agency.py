@@ -42,7 +42,7 @@ def test_the_agency_config_runs_and_evaluates_a_release_end_to_end(agency, capsy
     assert main(["evaluate-release", cfg, "--out", str(d / "results"), "--no-progress", *sets]) == 0
     rel = run / "release"
     util = pd.read_parquet(rel / "utility.parquet")
-    assert set(util.table) == {"TOTAL", "SEX_BY_AGE", "RACE_HISP", "SEX_BY_SYA"}
+    assert set(util.table) == {"TOTAL", "SEX_BY_AGE", "RACE_HISP", "SEX_BY_SYA", "block totals", "unit total"}
     assert set(util[util.table == "SEX_BY_SYA"].level) == {"unit"} and set(util[util.table == "TOTAL"].level) == {"block"}
     assert {"mae_per_cell", "share_off_10pct"} <= set(util.columns)
     text = (rel / "report.md").read_text()

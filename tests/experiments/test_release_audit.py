@@ -3,6 +3,8 @@ injected, the unmodified mechanisms pass, and no release depends on what it does
 
 import json
 
+import pandas as pd
+
 import numpy as np
 import pytest
 
@@ -199,3 +201,54 @@ def test_a_data_derived_block_list_is_refused_unless_declared(root, tmp_path, mo
     assert all(e["block_list"] == FROM_ROWS and e["invariants"] == ["occupied_blocks"] for e in ledger["entries"])
     audit = json.loads((run / "audit.json").read_text())
     assert all(a["checks"]["block_list"].startswith("declared invariant") for a in audit)
+
+
+AGENCY = ["release.epsilons=[2.0]", "release.audit.runs=20000", "release.mechanisms=[topdown]",
+          'target.unit_ids=["01001000100"]']
+
+
+def test_topdown_passes_the_audit_and_a_level_with_25_percent_too_little_noise_is_caught(root, monkeypatch):
+    import synth.topdown
+
+    cfg = load_config(root / "configs" / "release_agency.yaml", AGENCY)
+    pop = load_population(cfg)
+    ok = audit_release(cfg, pop)
+    assert [r.mechanism for r in ok] == ["topdown"] and not _failures(ok), _failures(ok)
+    assert set(ok[0].checks) >= {"noise_scale_county", "noise_scale_tract", "noise_scale_block", "structure"}
+    assert "declared invariant" in ok[0].details["not_audited"]
+    real = synth.topdown.noise_scale
+    calls = []
+
+    def tract_cut(delta, eps, backend):  # the second level measured (tract) with 25% less noise
+        calls.append(eps)
+        scale, fig = real(delta, eps, backend)
+        return (0.75 * scale if len(calls) % 3 == 2 else scale), fig
+
+    monkeypatch.setattr(synth.topdown, "noise_scale", tract_cut)
+    bad = _failures(audit_release(cfg, pop))
+    assert "topdown" in bad and bad["topdown"][1]["noise_scale_tract"].startswith("fail")
+
+
+def test_swapping_is_not_audited_and_its_ledger_entry_says_it_is_not_dp(root, tmp_path):
+    from experiments.release import evaluate_release
+
+    cfg = load_config(root / "configs" / "release_agency.yaml",
+                      ['target.unit_ids=["01001000100"]', "release.epsilons=[2.0]", "release.swap_rates=[0.2]",
+                       "release.audit.runs=3000", "attack.runs=2", "attack.steps=20", "grid_points=10",
+                       "release.mechanisms=[laplace_tables, topdown, swapping, synthetic]"])
+    run = evaluate_release(cfg, tmp_path, progress=False)
+    ledger = json.loads((run / "ledger.json").read_text())
+    swap = [e for e in ledger["entries"] if e["mechanism"] == "swapping"]
+    assert swap and all(e["differentially_private"] is False and e["epsilon"] is None for e in swap)
+    assert abs(swap[0]["share_swapped"] - 0.2) < 0.03
+    assert {a["mechanism"] for a in json.loads((run / "audit.json").read_text())} == {"laplace_tables", "topdown",
+                                                                                      "synthetic"}
+    td = [e for e in ledger["entries"] if e["mechanism"] == "topdown"][0]
+    assert set(td["levels"]) == {"county", "tract", "block"} and td["invariants"] == ["root_total"]
+    text = (run / "report.md").read_text()
+    for phrase in ("swap rate 20%", "| topdown | ε = 2 |", "| laplace_tables | ε = 2 |", "| synthetic | ε = 2 |",
+                   "not differentially private", "Block totals as an agency checks them"):
+        assert phrase in text, phrase
+    util = pd.read_parquet(run / "utility.parquet")
+    assert {"block totals", "unit total"} <= set(util.table)
+    assert util[util.table == "block totals"].share_off_5_persons.between(0, 1).all()
