@@ -10,16 +10,13 @@ import numpy as np
 import pandas as pd
 
 from experiments.metrics import match_rate_curve
-from microdata.census import P12_AGE_GROUPS
+from microdata.census import P12_GROUP_OF_AGE as AGE_GROUP
 from microdata.domain import Domain
 from microdata.errors import CensusReconError
 from microdata.ranking import Ranking, rank_by_score
 from reconstruct.exact import ExactResult, certify_rows, reconstruct_exact
 
 log = logging.getLogger(__name__)
-
-#: P12's age group of every single year of age 0..115.
-AGE_GROUP = np.concatenate([np.full(hi - lo + 1, g) for g, (lo, hi) in enumerate(P12_AGE_GROUPS)])
 
 
 def exact_rankings(res: ExactResult) -> tuple[Ranking, Ranking]:

@@ -200,10 +200,7 @@ def topdown_root(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: boo
         agg = np.zeros((len(ids[li]), nq), dtype=np.int64)
         np.add.at(agg, np.asarray(parent[li + 1]), counts[li + 1])
         counts[li] = agg
-    full = [frozenset(range(s)) for s in person_domain.sizes]
-    totals = np.array([i for i, q in enumerate(pw.queries)
-                       if all(pw.value_sets[j][q[j]] == full[j] for j in range(len(full)))], dtype=np.int64)
-    tree = Tree(levels, [np.array(x) for x in ids], [np.asarray(x) for x in parent], counts, totals)
+    tree = Tree(levels, [np.array(x) for x in ids], [np.asarray(x) for x in parent], counts, pw.everyone_queries())
     return TopDownRoot(root, tree, pw, pw.max_cells_per_person(), nodes, {u: probs[u].private for u in units})
 
 

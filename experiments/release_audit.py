@@ -13,7 +13,9 @@ from experiments.problem import _stable, build_workload, load_population, prepar
 from microdata.dataset import Dataset
 from microdata.domain import Attribute, Domain
 from microdata.geography import FROM_ROWS, Geography
-from microdata.marginals import Workload, marginal_counts
+from experiments.metrics import lookup
+from microdata.marginals import Workload
+from synth.release import workload_counts
 from synth.audit import AuditResult, ReplayNoise, audit_outputs, laplace_scale_upper
 from synth.histogram import SparseHistogram
 from synth.mechanism import PrivacyError, Relation, parse_relation
@@ -159,12 +161,6 @@ def _worst_pair(domain: Domain, workload, relation: Relation) -> tuple[Dataset, 
     return Dataset(domain, np.vstack([base, a])), Dataset(domain, np.vstack([base, b]))
 
 
-def _exact(workload, data: Dataset) -> np.ndarray:
-    if isinstance(workload, Workload):
-        return np.concatenate([marginal_counts(data, m) for m in workload.marginals])
-    return workload.counts(data)
-
-
 def _histogram_pair(frame: Domain, relation: Relation, cells: int = HISTOGRAM_CELLS
                     ) -> tuple[Dataset, Dataset, tuple[int, int]]:
     """Neighbours over a small domain (the smallest attack attributes, at most ``cells`` cells): D
@@ -237,7 +233,7 @@ def _replay_check(cfg, mech, eps, workload, D, D2, **kw) -> str:
 def _audit_tables(cfg: ExperimentConfig, eps: float, workload, pair) -> AuditResult:
     a = cfg.release.audit
     D, D2 = pair
-    c1, c2 = _exact(workload, D), _exact(workload, D2)
+    c1, c2 = workload_counts(D, workload), workload_counts(D2, workload)
     idx = np.flatnonzero(c2 - c1)
     cells = workload.num_queries
     chunk = int(max(100, min(a.runs, CHUNK_VALUES // max(cells, 1))))
@@ -300,7 +296,7 @@ def _audit_perturbed(cfg: ExperimentConfig, eps: float, small) -> AuditResult:
             rng = np.random.default_rng(_stable("audit-hist", cfg.seed, eps, path, which))
             out = _publish(cfg, "perturbed_histogram", eps, data, w, backend, rng, runs=runs, dense_limit=limit).output
             if isinstance(out, list):
-                out = np.stack([_values_at(h, keys) for h in out])
+                out = np.stack([lookup(h.keys, h.counts, keys, missing=0) for h in out])
             else:
                 out = out[:, keys]
             ys.append(out)
@@ -314,13 +310,6 @@ def _audit_perturbed(cfg: ExperimentConfig, eps: float, small) -> AuditResult:
     details["histogram_cells"] = D.domain.total_size
     return AuditResult("perturbed_histogram", eps, best.epsilon_lower_bound, best.runs, a.confidence,
                        f"{path} path: {best.event}", checks, details)
-
-
-def _values_at(h: SparseHistogram, keys: np.ndarray) -> np.ndarray:
-    pos = np.searchsorted(h.keys, keys)
-    pos_c = np.minimum(pos, max(len(h.keys) - 1, 0))
-    found = (pos < len(h.keys)) & (h.keys[pos_c] == keys) if len(h.keys) else np.zeros(len(keys), bool)
-    return np.where(found, h.counts[pos_c] if len(h.keys) else 0, 0)
 
 
 def _audit_smoothed(cfg: ExperimentConfig, eps: float, small) -> AuditResult:
@@ -375,10 +364,7 @@ def _topdown_pair(cfg: ExperimentConfig, frame: Domain, workload):
             counts.append(blocks)
             ids.append(np.array(["u0/0", "u0/1", "u1/0", "u1/1"]))
             parents.append(np.array([0, 0, 1, 1]))
-        full = [frozenset(range(n)) for n in person.sizes]
-        totals = np.array([i for i, q in enumerate(pw.queries) if all(pw.value_sets[j][q[j]] == full[j]
-                                                                      for j in range(len(full)))], dtype=np.int64)
-        tree = Tree(levels, ids, parents, counts, totals)
+        tree = Tree(levels, ids, parents, counts, pw.everyone_queries())
         return TopDownRoot("root", tree, pw, pw.max_cells_per_person(), {}, {})
 
     if relation is Relation.ADD_REMOVE:

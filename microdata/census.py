@@ -25,6 +25,8 @@ P12_AGE_GROUPS = ((0, 4), (5, 9), (10, 14), (15, 17), (18, 19), (20, 20), (21, 2
                   (35, 39), (40, 44), (45, 49), (50, 54), (55, 59), (60, 61), (62, 64), (65, 66), (67, 69),
                   (70, 74), (75, 79), (80, 84), (85, 115))
 MAX_AGE = 115
+#: P12's age group of every single year of age 0..115 (index into ``P12_AGE_GROUPS``).
+P12_GROUP_OF_AGE = np.concatenate([np.full(hi - lo + 1, g) for g, (lo, hi) in enumerate(P12_AGE_GROUPS)])
 #: Attributes the tables read, by role (the embedded population's names; the PPMF reader maps
 #: QAGE, QSEX, CENHISP, CENRACE onto them).
 AGE, SEX, HISP, RACE = "AGE", "SEX", "HISP", "CENRACE"
@@ -297,6 +299,14 @@ class CensusWorkload:
     def tables(self) -> np.ndarray:
         """The table each query belongs to (its first cell's table; a label is TABLE_NNN[@block])."""
         return np.array([label.split("@")[0].rsplit("_", 1)[0] for label in self.labels])
+
+    def everyone_queries(self) -> np.ndarray:
+        """Indices of the queries that restrict no person attribute (BLOCK aside): totals."""
+        full = [frozenset(range(n)) for n in self.domain.sizes]
+        names = self.domain.names
+        return np.array([i for i, q in enumerate(self.queries)
+                         if all(self.value_sets[j][q[j]] == full[j] for j in range(len(names)) if names[j] != "BLOCK")],
+                        dtype=np.int64)
 
     def levels(self) -> np.ndarray:
         """Where each query is published: "block" (one per block) or "unit" (the whole target unit)."""

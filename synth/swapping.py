@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from microdata.census import P12_AGE_GROUPS
+from microdata.census import P12_GROUP_OF_AGE as _AGE_GROUP
 from microdata.dataset import Dataset
 from synth.mechanism import PrivacyError
-
-#: P12's age group of every single year of age, for matching on age as 2010-style swapping did.
-_AGE_GROUP = np.concatenate([np.full(hi - lo + 1, g) for g, (lo, hi) in enumerate(P12_AGE_GROUPS)])
 
 NOT_DP = "record swapping is not differentially private: no ε bounds what the swapped tables reveal"
 
