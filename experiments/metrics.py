@@ -181,6 +181,14 @@ def at_u(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["k"] == df["u"]].copy()
 
 
+def best_baselines(top: pd.DataFrame, baseline: pd.Series, by: list[str]) -> pd.DataFrame:
+    """Per group of ``by``, the row of the best baseline among ``top``'s rows at k = u where
+    ``baseline`` holds: the one that finds the most persons (``num_matched_unique``), ties broken
+    by name. The one definition of "the best baseline" every report uses."""
+    return top[baseline].sort_values(["num_matched_unique", "method"], ascending=[False, True]).groupby(
+        by, sort=False).head(1)
+
+
 def persons_reconstructed(df: pd.DataFrame) -> pd.DataFrame:
     """"How many people", per variant, unit and attack method: persons of D whose exact row is
     unique in D and among the method's top-u candidates (``num_matched_unique`` at k = u), next
@@ -189,8 +197,7 @@ def persons_reconstructed(df: pd.DataFrame) -> pd.DataFrame:
     top = at_u(df)
     top = top.assign(persons_reconstructed=top["num_matched_unique"].astype(np.int64))
     attack = top["method"].map(is_attack)
-    base = top[~attack].sort_values(["persons_reconstructed", "method"], ascending=[False, True])
-    best = base.groupby(["variant", "unit"], sort=False).head(1)[["variant", "unit", "method", "persons_reconstructed"]]
+    best = best_baselines(top, ~attack, ["variant", "unit"])[["variant", "unit", "method", "persons_reconstructed"]]
     best = best.rename(columns={"method": "best_baseline", "persons_reconstructed": "baseline_persons"})
     cols = ["variant", "unit", "method", "u", "n_rows", "persons_reconstructed"]
     out = top.loc[attack, cols].merge(best, on=["variant", "unit"], how="left")

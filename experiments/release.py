@@ -143,7 +143,6 @@ class TopDownRoot:
     person_workload: object
     cells_per_person: int
     nodes: dict  # unit -> (unit level index, its node, {block value: block node})
-    private: dict  # unit -> D
 
 
 def topdown_root(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bool) -> TopDownRoot:
@@ -201,7 +200,7 @@ def topdown_root(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: boo
         np.add.at(agg, np.asarray(parent[li + 1]), counts[li + 1])
         counts[li] = agg
     tree = Tree(levels, [np.array(x) for x in ids], [np.asarray(x) for x in parent], counts, pw.everyone_queries())
-    return TopDownRoot(root, tree, pw, pw.max_cells_per_person(), nodes, {u: probs[u].private for u in units})
+    return TopDownRoot(root, tree, pw, pw.max_cells_per_person(), nodes)
 
 
 def publish_topdown(cfg: ExperimentConfig, td: TopDownRoot, epsilon: float, backend, runs: int | None = None):
@@ -292,7 +291,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     curves, utility = [], []
     tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
     per_unit = 1 + sum(len(r.settings(m)) for m in r.mechanisms)
-    topdown_cache: dict = {}
+    topdown_cache: dict = {}  # "trees": (unit, BLOCK?) -> tree of its root; "releases": (root, BLOCK?, ε) -> release
     exact_statuses: list = []
     units_bar = UnitProgress(len(tasks), "units", progress)
     bar = tqdm(total=len(tasks) * per_unit, desc="releases attacked", disable=not units_bar.tty, leave=False)
@@ -420,15 +419,15 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
             else:
                 backend = _backend(cfg, unit, mech, setting)
                 if mech == "topdown":
-                    td = topdown_cache.get((unit, wb))
-                    if td is None:
+                    trees, releases = topdown_cache.setdefault("trees", {}), topdown_cache.setdefault("releases", {})
+                    if (unit, wb) not in trees:  # one tree per root, shared by every unit under it
                         td = topdown_root(cfg, pop, unit, wb)
-                        for other in td.nodes:
-                            topdown_cache[(other, wb)] = td
-                    key = (td.root, wb, setting)
-                    if key not in topdown_cache:
-                        topdown_cache[key] = publish_topdown(cfg, td, setting, _backend(cfg, td.root, mech, setting))
-                    _, estimates, mech_rec = topdown_cache[key]
+                        trees.update({(other, wb): td for other in td.nodes})
+                    td = trees[(unit, wb)]
+                    if (td.root, wb, setting) not in releases:  # one release per root and ε
+                        releases[(td.root, wb, setting)] = publish_topdown(cfg, td, setting,
+                                                                          _backend(cfg, td.root, mech, setting))
+                    _, estimates, mech_rec = releases[(td.root, wb, setting)]
                     ok, note = _fit_note(backend, mech)
                     pub = topdown_unit(td, estimates, unit, w, mech_rec, ok, note)
                     extra_td = {"root": td.root, "tree_levels": td.tree.levels}

@@ -365,7 +365,7 @@ def _topdown_pair(cfg: ExperimentConfig, frame: Domain, workload):
             ids.append(np.array(["u0/0", "u0/1", "u1/0", "u1/1"]))
             parents.append(np.array([0, 0, 1, 1]))
         tree = Tree(levels, ids, parents, counts, pw.everyone_queries())
-        return TopDownRoot("root", tree, pw, pw.max_cells_per_person(), {}, {})
+        return TopDownRoot("root", tree, pw, pw.max_cells_per_person(), {})
 
     if relation is Relation.ADD_REMOVE:
         return tree_of(base), tree_of(base + [((0, 0), a)])

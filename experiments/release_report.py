@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.doc import Doc  # noqa: E402
-from experiments.metrics import average_curves, variant_label  # noqa: E402
+from experiments.metrics import average_curves, best_baselines, variant_label  # noqa: E402
 from experiments.plots import save_figure  # noqa: E402
 
 #: A release "does no better than the best baseline beyond its spread" when the mean difference in
@@ -36,9 +36,8 @@ def release_persons(df: pd.DataFrame) -> pd.DataFrame:
     unique in D and among RAP-Rank's top u on the release, next to the best baseline on that unit
     (the baseline that finds the most such persons) and the difference."""
     top = df[df["k"] == df["u"]]
-    base = top[top["mechanism"] == "baseline"]
-    best = base.sort_values(["num_matched_unique", "method"], ascending=[False, True]).groupby(
-        ["variant", "unit"], sort=False).head(1)[["variant", "unit", "method", "num_matched_unique"]]
+    best = best_baselines(top, top["mechanism"] == "baseline", ["variant", "unit"])[
+        ["variant", "unit", "method", "num_matched_unique"]]
     best = best.rename(columns={"method": "best_baseline", "num_matched_unique": "baseline_persons"})
     rel = top[top["mechanism"] != "baseline"][["variant", "unit", "setting", "mechanism", "method", "num_matched_unique",
                                                "n_rows"]].rename(columns={"method": "attack"})

@@ -14,8 +14,8 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from experiments.config import ConfigError, ExperimentConfig
-from experiments.metrics import (OUTSIDE_COLUMNS, calibration, concentration, effective_u, k_grid,
-                                 lift_by_baseline, match_rate_curve, persons_reconstructed)
+from experiments.metrics import (OUTSIDE_COLUMNS, best_baselines, calibration, concentration, effective_u, is_attack,
+                                 k_grid, lift_by_baseline, match_rate_curve, persons_reconstructed)
 from experiments.plots import plot_match_rate, plot_metrics
 from experiments.progress import UnitProgress
 from experiments.results import code_fingerprint, jax_info, versions, write_json, write_parquet, write_yaml
@@ -148,10 +148,11 @@ def _exact_attack(cfg: ExperimentConfig, w: _UnitWork, frames: list, rankings: d
     so_far = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     base_rankings = {}
     if len(so_far):
-        top = so_far[(so_far["k"] == w.u) & ~so_far["method"].str.startswith(("rap_rank", "exact"))]
-        if len(top):
-            best = top.sort_values(["num_matched_unique", "method"], ascending=[False, True])["method"].iloc[0]
-            base_rankings[best] = w.priors[best].ranking(rng=ties(w, best), limit=len(w.prob.private))
+        top = so_far[so_far["k"] == w.u].assign(unit=w.prob.unit)
+        best = best_baselines(top, ~top["method"].map(is_attack), ["unit"])
+        if len(best):
+            b = best["method"].iloc[0]
+            base_rankings[b] = w.priors[b].ranking(rng=ties(w, b), limit=len(w.prob.private))
     for q in cfg.queries:
         if not q.is_tables:
             continue
