@@ -9,7 +9,7 @@ import numpy as np
 from microdata.dataset import Dataset
 from microdata.domain import Domain
 from microdata.errors import CensusReconError
-from microdata.ranking import Ranking, rank_by_frequency, rank_by_score
+from microdata.ranking import Ranking, rank_by_frequency, rank_by_score, rank_product
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,9 +38,11 @@ class EmpiricalPrior:
 @dataclass(frozen=True, eq=False)
 class BlockStrengthenedPrior:
     """The paper's strengthening for tract targets that keep BLOCK: the other attributes come
-    from a coarser pool, BLOCK independently from its distribution in D.
+    from a coarser pool, BLOCK independently from ``block_weights``. The paper drew BLOCK from
+    its distribution in D; we take it from D_holdout (the experiments layer passes it), so no
+    baseline reads D.
 
-    A row (b, x) has probability p_D(b) · p_pool(x); the ranking orders rows by that
+    A row (b, x) has probability p(b) · p_pool(x); the ranking orders rows by that
     product exactly (the limit of ranking a large sample from it).
     """
 
@@ -86,7 +88,7 @@ def geographic_priors(population: Dataset, level: str, unit: str, attributes: li
     sees a row of D (nor of D_holdout, which has its own baseline). ``include_target=True``
     keeps them, as the paper's pools did: a baseline then guesses partly from D itself, which
     flatters it. With ``block_domain`` and ``block_weights`` given (tract targets that keep
-    BLOCK), each prior is strengthened: BLOCK is drawn from its distribution in D.
+    BLOCK), each prior is strengthened: BLOCK is drawn from ``block_weights``.
     """
     if population.geography is None:
         raise CensusReconError("geographic baselines need a population with geography")
@@ -113,8 +115,9 @@ def geographic_priors(population: Dataset, level: str, unit: str, attributes: li
 
 @dataclass(frozen=True, eq=False)
 class ChancePrior:
-    """Rows drawn from the product of one-way margins (attributes independent): what a guess
-    from the published one-way totals alone gives. Ranks rows by that product probability.
+    """Rows drawn from the product of one-way margins (attributes independent), ranked by that
+    product probability. As a baseline its margins come from data an outsider has without the
+    release (persons outside the target unit, see :func:`outside_chance`), never from D.
     """
 
     domain: Domain
@@ -126,20 +129,8 @@ class ChancePrior:
         return cls(data.domain, margins)
 
     def ranking(self, rng: np.random.Generator | None = None, limit: int | None = None) -> Ranking:
-        """Exact top-``limit`` rows of the product distribution: a combination in the overall
-        top L has its prefix among the top L prefixes, so pruning to L after each attribute
-        loses nothing."""
-        L = limit or 100_000
-        codes = np.zeros((1, 0), dtype=np.int64)
-        probs = np.ones(1)
-        for j, p in enumerate(self.margins):
-            vals = np.flatnonzero(p > 0)
-            cand = (probs[:, None] * p[vals][None, :]).reshape(-1)
-            keep = np.argsort(-cand, kind="stable")[:L]
-            prefix, val = np.divmod(keep, len(vals))
-            codes = np.concatenate([codes[prefix], vals[val][:, None]], axis=1)
-            probs = cand[keep]
-        return rank_by_score(self.domain.encode(codes), probs, rng=rng, limit=limit)
+        """Exact top-``limit`` rows of the product distribution (:func:`rank_product`)."""
+        return rank_product(self.margins, self.domain.encode, rng=rng, limit=limit)
 
     def support_size(self) -> int:
         """Rows of positive probability: the product of the margins' supports (a domain's
@@ -151,3 +142,32 @@ class ChancePrior:
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         return np.stack([rng.choice(len(p), size=n, p=p) for p in self.margins], axis=1)
+
+
+def outside_chance(population: Dataset, level: str, unit: str, attributes: list[str],
+                   block_domain: Domain | None = None, block_weights: np.ndarray | None = None) -> ChancePrior | None:
+    """The chance baseline an outsider can build: one-way margins of the persons outside the
+    target ``unit`` in the smallest enclosing unit that has any (the county for a tract, else
+    the state, else the whole population less the unit). With ``block_domain`` (tract targets
+    that keep BLOCK, BLOCK first) the BLOCK margin is ``block_weights``, which the caller takes
+    from public inputs or the holdout, never from D. None when nobody lives outside the unit.
+    """
+    if population.geography is None:
+        raise CensusReconError("the chance baseline needs a population with geography")
+    geo = population.geography
+    outside = ~geo.mask(level, unit)
+    rows = None
+    for lv in geo.coarser(level):
+        here = (geo.units(lv) == geo.parent(level, unit, lv)) & outside
+        if here.any():
+            rows = here
+            break
+    if rows is None:
+        return None
+    pool = population.project(attributes)
+    pool = Dataset(pool.domain, pool.codes[rows])
+    prior = ChancePrior.from_data(pool)
+    if block_domain is None:
+        return prior
+    w = np.asarray(block_weights, dtype=np.float64)
+    return ChancePrior(block_domain, (w / w.sum(), *prior.margins))

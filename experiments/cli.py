@@ -103,8 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
             run_dir = evaluate_release(load_config(args.config, args.overrides), args.out,
                                        progress=not args.no_progress)
-            print(f"results: {run_dir}")
-            print(f"  report: {run_dir / 'report.md'}")
+            _print_release_summary(run_dir)
         elif args.command == "sweep":
             import json
 
@@ -189,10 +188,63 @@ def _audit(args) -> None:
                           "(see above); do not publish with it")
 
 
+def _print_release_summary(run_dir) -> None:
+    """The answer of a release evaluation on the terminal: per mechanism the verdict (largest safe
+    setting, persons reconstructed there against the best guess, table error), any audit failure,
+    the report's paths. Raises (exit status 2) when an audit check failed."""
+    import json
+
+    import pandas as pd
+
+    from experiments.config import ConfigError
+    from experiments.metrics import variant_label
+    from experiments.release_report import (BEST_ATTACK, STATUS_WORDS, difference_words, persons_words,
+                                            setting_label, summarise_release_persons, verdict_rows)
+
+    per_unit = pd.read_parquet(run_dir / "persons.parquet")
+    util = pd.read_parquet(run_dir / "utility.parquet")
+    persons = summarise_release_persons(per_unit)
+    variants = list(dict.fromkeys(per_unit["variant"].tolist()))
+    print(f"results: {run_dir}")
+    for v in variants:
+        print(f"\nverdict ({variant_label(v, variants)}, {per_unit.loc[per_unit['variant'] == v, 'unit'].nunique()} units):")
+        rows = verdict_rows(persons, util, v)
+        exact = persons[(persons["variant"] == v) & (persons["setting"] == float("inf"))
+                        & (persons["attack"] == BEST_ATTACK)]
+        if len(exact):
+            e = exact.iloc[0]
+            print(f"  {'exact tables':<20} best attack ({e['best_attacks']}) {persons_words(e)}; best guess "
+                  f"({e['best_baselines']}) {int(e['baseline_persons'])}; {difference_words(e)}")
+        if rows and rows[0]["status"] == "cannot_decide":
+            print("  CANNOT DECIDE: even on the exact tables the best attack is not beyond the best guess without the "
+                  "release\n  (too few units, too weak an attack, or tables that protect by themselves); no safe "
+                  "setting is named.")
+            continue
+        for r in rows:
+            x = r["x"]
+            if x is None:
+                print(f"  {r['mechanism']:<20} {STATUS_WORDS[r['status']]}")
+                continue
+            err = f"; table error {r['table_error']:.2f} persons per cell" if "table_error" in r else ""
+            print(f"  {r['mechanism']:<20} {setting_label(r['mechanism'], r['setting'])}: best attack ({x['best_attacks']}) "
+                  f"{persons_words(x)}; best guess ({x['best_baselines']}) {int(x['baseline_persons'])}{err}")
+    audits = json.loads((run_dir / "audit.json").read_text())
+    failed = [a for a in audits if not a.get("passed", True)]
+    for a in failed:
+        checks = "; ".join(f"{k}: {c}" for k, c in a.get("checks", {}).items()
+                           if c != "pass" and not c.startswith(("declared", "not run")))
+        print(f"AUDIT FAILED: {a['mechanism']} at ε = {a['declared_epsilon']:g}: audited ε ≥ "
+              f"{a['epsilon_lower_bound']:.3f}{'; ' + checks if checks else ''}")
+    print(f"\nreport: {run_dir / 'report.md'}\n        {run_dir / 'report.html'}")
+    if failed:
+        raise ConfigError("the audit of the publishing code failed (see above); do not publish with it")
+
+
 def _print_summary(run_dir) -> None:
     import pandas as pd
 
     from experiments.metrics import average_curves, persons_reconstructed, summarise_persons, variant_label
+    from experiments.release_report import difference_words, persons_words
 
     df = pd.read_parquet(run_dir / "match_rate.parquet")
     curves = average_curves(df, 10, by=["variant", "method"])
@@ -207,9 +259,8 @@ def _print_summary(run_dir) -> None:
         for m in table.index:
             if (v, m) in persons.index:
                 p = persons.loc[(v, m)]
-                print(f"  {m}: {int(p['persons'])} persons reconstructed (unique in D, top u), "
-                      f"best baselines {int(p['baseline_persons'])}; difference per unit "
-                      f"{p['difference_mean']:+.1f} ± {p['difference_sem']:.1f}")
+                print(f"  {m}: {persons_words(p)} reconstructed (unique in D, top u), "
+                      f"best baselines {int(p['baseline_persons'])}; difference {difference_words(p)}")
 
 
 if __name__ == "__main__":

@@ -398,6 +398,10 @@ class ExperimentConfig(_Strict):
         name = "rap_rank" + (f"_{query.label}" if len(self.queries) > 1 else "")
         return name if init == "random" else f"{name}_init_{init}"
 
+    def margins_method(self, query: "QueryConfig") -> str:
+        """The trivial attack on one workload: one_way_margins[_<workload> when several]."""
+        return "one_way_margins" + (f"_{query.label}" if len(self.queries) > 1 else "")
+
     def digest(self) -> str:
         """12 hex digits of the SHA-256 of the canonical JSON of the resolved config."""
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))

@@ -138,6 +138,19 @@ def calibration(keys: np.ndarray, run_fraction: np.ndarray, truth_keys: np.ndarr
         })
 
 
+def unique_persons(data) -> int:
+    """Persons of ``data`` whose whole row no other person shares: the most any method can
+    reconstruct (the denominator of persons reconstructed).
+
+    >>> from microdata.domain import Domain
+    >>> from microdata.dataset import Dataset
+    >>> unique_persons(Dataset(Domain.from_sizes({"A": 4}), np.array([[0], [0], [1], [3]])))
+    2
+    """
+    _, counts = np.unique(data.keys(), return_counts=True)
+    return int((counts == 1).sum())
+
+
 def concentration(keys: np.ndarray) -> dict:
     """How easy D is to guess: distinct/total rows, entropy (bits), and the share of rows that are unique."""
     _, counts = np.unique(keys, return_counts=True)
@@ -148,9 +161,9 @@ def concentration(keys: np.ndarray) -> dict:
 
 
 def is_attack(method: str) -> bool:
-    """Methods that saw the published statistics (RAP-Rank variants, exact reconstruction);
-    every other method is a baseline."""
-    return method.startswith(("rap_rank", "exact"))
+    """Methods that saw the published statistics (RAP-Rank variants, exact reconstruction, the
+    trivial one-way-margins attack); every other method is a baseline."""
+    return method.startswith(("rap_rank", "exact", "one_way_margins"))
 
 
 def variant_label(v, variants=None) -> str:
@@ -199,21 +212,49 @@ def persons_reconstructed(df: pd.DataFrame) -> pd.DataFrame:
     attack = top["method"].map(is_attack)
     best = best_baselines(top, ~attack, ["variant", "unit"])[["variant", "unit", "method", "persons_reconstructed"]]
     best = best.rename(columns={"method": "best_baseline", "persons_reconstructed": "baseline_persons"})
-    cols = ["variant", "unit", "method", "u", "n_rows", "persons_reconstructed"]
+    cols = ["variant", "unit", "method", "u", "n_rows", *(["n_unique"] if "n_unique" in top else []),
+            "persons_reconstructed"]
     out = top.loc[attack, cols].merge(best, on=["variant", "unit"], how="left")
     out["difference"] = out["persons_reconstructed"] - out["baseline_persons"]
     return out.reset_index(drop=True)
 
 
+#: Confidence of every interval over units that a verdict rests on.
+CONFIDENCE = 0.95
+
+
+def add_interval(out: pd.DataFrame, std: str = "difference_std", mean: str = "difference_mean") -> pd.DataFrame:
+    """Add the standard error and a two-sided :data:`CONFIDENCE` Student t interval of a mean across
+    ``units`` (``difference_sem``, ``ci_low``, ``ci_high``): honest for a handful of units, where
+    a normal interval is too narrow. One unit has no spread to estimate: its interval is
+    (-inf, inf) and nothing is "beyond" it.
+
+    >>> t = add_interval(pd.DataFrame({"units": [4, 1], "difference_mean": [3.0, 5.0], "difference_std": [2.0, np.nan]}))
+    >>> t["ci_low"].round(3).tolist(), t["ci_high"].round(3).tolist()
+    ([-0.182, -inf], [6.182, inf])
+    """
+    from scipy.stats import t as student
+
+    n = out["units"].to_numpy(dtype=np.float64)
+    sd = out[std].to_numpy(dtype=np.float64)
+    sem = np.nan_to_num(sd) / np.sqrt(np.maximum(n, 1))
+    half = np.where(n > 1, student.ppf(0.5 + CONFIDENCE / 2, np.maximum(n - 1, 1)) * sem, np.inf)
+    out = out.assign(difference_sem=sem, ci_low=out[mean] - half, ci_high=out[mean] + half)
+    out["beyond_spread"] = out["ci_low"] > 0
+    return out.drop(columns=std)
+
+
 def summarise_persons(per_unit: pd.DataFrame) -> pd.DataFrame:
     """Across units: total persons reconstructed by each attack and by the best baselines, the
-    mean difference per unit and its standard error."""
+    persons of D and those unique in D (the denominators), and the mean difference per unit with
+    its standard error and t interval (:func:`add_interval`)."""
     g = per_unit.groupby(["variant", "method"], sort=False)
-    out = g.agg(units=("unit", "nunique"), persons=("persons_reconstructed", "sum"),
-                baseline_persons=("baseline_persons", "sum"), persons_in_d=("n_rows", "sum"),
-                difference_mean=("difference", "mean"), difference_std=("difference", "std")).reset_index()
-    out["difference_sem"] = out["difference_std"].fillna(0.0) / np.sqrt(out["units"])
-    return out.drop(columns="difference_std")
+    agg = dict(units=("unit", "nunique"), persons=("persons_reconstructed", "sum"),
+               baseline_persons=("baseline_persons", "sum"), persons_in_d=("n_rows", "sum"),
+               difference_mean=("difference", "mean"), difference_std=("difference", "std"))
+    if "n_unique" in per_unit:
+        agg["unique_in_d"] = ("n_unique", "sum")
+    return add_interval(g.agg(**agg).reset_index())
 
 
 def outside_shares(df: pd.DataFrame) -> pd.DataFrame:

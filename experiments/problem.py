@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from baselines.holdout import holdout_split
-from baselines.priors import ChancePrior, EmpiricalPrior, geographic_priors
+from baselines.priors import EmpiricalPrior, geographic_priors, outside_chance
 from experiments.config import ConfigError, ExperimentConfig
 from experiments.metrics import lookup, match_rate_curve
 from microdata.dataset import Dataset
@@ -150,7 +150,7 @@ class UnitProblem:
     with_block: bool
     private: Dataset  # D, over the attack domain
     holdout: Dataset  # D_holdout
-    block_weights: np.ndarray | None
+    block_weights: np.ndarray | None  # BLOCK's distribution in D_holdout: what baselines and inits may use
     block_list_source: str | None = None  # where the BLOCK values come from (None without BLOCK)
 
 
@@ -194,8 +194,8 @@ def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: boo
     rng = np.random.default_rng(_stable("split", cfg.seed, unit))
     private, holdout = holdout_split(data, rng, cfg.holdout_fraction)
     weights = None
-    if with_block:
-        weights = np.bincount(private.column("BLOCK"), minlength=private.domain.sizes[0]).astype(np.float64)
+    if with_block:  # where an outsider expects persons: the holdout's blocks (D's are what is attacked)
+        weights = np.bincount(holdout.column("BLOCK"), minlength=holdout.domain.sizes[0]).astype(np.float64)
     return UnitProblem(unit, with_block, private, holdout, weights, source)
 
 
@@ -211,10 +211,11 @@ def census_cells(q) -> list:
 
 
 def method_names(cfg: ExperimentConfig) -> list[str]:
-    """Every attack task a config runs: one RAP-Rank per workload and initialisation, and the exact
-    attack (all its workloads) when ``attack.exact``."""
-    return [cfg.rap_method(q, init) for q in cfg.queries for init in cfg.attack.init] + (
-        ["exact"] if cfg.attack.exact else [])
+    """Every attack task a config runs: one RAP-Rank per workload and initialisation, the trivial
+    attack (one-way margins fitted to the published answers) per workload, and the exact attack
+    (all its workloads) when ``attack.exact``."""
+    return [cfg.rap_method(q, init) for q in cfg.queries for init in cfg.attack.init] + [
+        cfg.margins_method(q) for q in cfg.queries] + (["exact"] if cfg.attack.exact else [])
 
 
 def build_workload(cfg: ExperimentConfig, q, domain):
@@ -287,10 +288,15 @@ def workload_facts(q, w) -> dict:
 
 
 def build_priors(pop: Dataset, cfg: ExperimentConfig, prob: UnitProblem) -> dict:
-    """The holdout prior, the chance prior and the geographic priors the config's baselines and inits need."""
+    """The holdout prior, the chance prior and the geographic priors the config's baselines and inits
+    need. None of them reads D: the holdout is the other half of the unit, the chance margins and
+    the geographic pools come from persons outside the unit, BLOCK's weights from the holdout."""
     dom = prob.private.domain
-    priors: dict = {"holdout": EmpiricalPrior(dom, prob.holdout.codes),
-                    "chance": ChancePrior.from_data(prob.private)}  # one-way margins of D: published
+    priors: dict = {"holdout": EmpiricalPrior(dom, prob.holdout.codes)}
+    chance = outside_chance(pop, cfg.target.level, prob.unit, attributes(cfg, pop),
+                            block_domain=dom if prob.with_block else None, block_weights=prob.block_weights)
+    if chance is not None:
+        priors["chance"] = chance
     geo_levels = [b for b in {*cfg.baselines.methods, *cfg.attack.init} if b not in ("holdout", "random", "chance")]
     if geo_levels:
         priors.update(

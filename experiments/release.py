@@ -15,7 +15,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from experiments.config import ConfigError, ExperimentConfig
-from experiments.metrics import effective_u, k_grid, match_rate_curve
+from experiments.metrics import effective_u, k_grid, match_rate_curve, unique_persons
 from experiments.progress import UnitProgress
 from experiments.problem import (_stable, attributes, baseline_curves, build_priors, build_workload, exact_answers,
                                  load_population, prepare_unit, rap_settings, select_units, unit_blocks, unit_key)
@@ -24,6 +24,7 @@ from experiments.results import code_fingerprint, jax_info, versions, write_json
 from microdata.dataset import Dataset
 from microdata.geography import FROM_ROWS
 from microdata.marginals import Workload, marginal_counts
+from reconstruct.margins import margins_attack
 from reconstruct.queries import plan_for
 from microdata.ranking import rank_by_score
 from reconstruct.rap import rap_rank
@@ -38,6 +39,9 @@ from synth.topdown import estimate as topdown_estimate
 from synth.topdown import measure as topdown_measure
 
 log = logging.getLogger(__name__)
+
+#: The trivial attack's method name: rows ranked by one-way margins fitted to the release.
+MARGINS = "one_way_margins"
 
 
 def _backend(cfg: ExperimentConfig, *parts):
@@ -377,7 +381,13 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
                        settings, rng=tie_rng, limit=int(ks.max()))
         return match_rate_curve(res.ranking, truth, ks, u)
 
-    common = dict(unit=unit, variant=wb, u=u, n_rows=len(D))
+    def trivial(targets, tag):
+        """The one-way-margins attack on what was published (noisy answers for a DP release)."""
+        ranking, size = margins_attack(w, targets, rng=np.random.default_rng(_stable("ties", cfg.seed, unit, wb, tag)),
+                                       limit=int(ks.max()))
+        return match_rate_curve(ranking, truth, ks, u, size)
+
+    common = dict(unit=unit, variant=wb, u=u, n_rows=len(D), n_unique=unique_persons(D))
     exact_on = cfg.attack.exact and not isinstance(w, Workload)
 
     def exact_attack(counts, mech, setting):
@@ -394,8 +404,9 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
         return match_rate_curve(rank_by_score(keys, n.astype(np.float64)), truth, ks, u)
 
     exact_status: list = []
-    curves = [attack(exact, "exact").assign(epsilon=math.inf, setting=math.inf, mechanism="exact", method="rap_rank",
-                                            utility_error=0.0, **common)]
+    exact_cols = dict(epsilon=math.inf, setting=math.inf, mechanism="exact", utility_error=0.0, **common)
+    curves = [attack(exact, "exact").assign(method="rap_rank", **exact_cols),
+              trivial(exact, "exact").assign(method=MARGINS, **exact_cols)]
     if exact_on:
         c = exact_attack(exact_counts, "exact", math.inf)
         if c is not None:
@@ -444,8 +455,9 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
             tables_only = [row for row in rows if row["table"] not in ("block totals", "unit total")]
             err = float(np.mean([row["mae_per_cell"] for row in tables_only]))
             eps_col = setting if mech != "swapping" else np.nan
-            curves.append(attack(pub.answers, f"{mech}-{setting}").assign(
-                epsilon=eps_col, setting=setting, mechanism=mech, method="rap_rank", utility_error=err, **common))
+            cols = dict(epsilon=eps_col, setting=setting, mechanism=mech, utility_error=err, **common)
+            curves.append(attack(pub.answers, f"{mech}-{setting}").assign(method="rap_rank", **cols))
+            curves.append(trivial(pub.answers, f"{mech}-{setting}").assign(method=MARGINS, **cols))
             if exact_on:
                 c = exact_attack(pub.counts, mech, setting)
                 if c is not None:

@@ -14,46 +14,57 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.doc import Doc  # noqa: E402
-from experiments.metrics import average_curves, best_baselines, variant_label  # noqa: E402
+from experiments.metrics import CONFIDENCE, add_interval, average_curves, best_baselines, variant_label  # noqa: E402
 from experiments.plots import save_figure  # noqa: E402
 
-#: A release "does no better than the best baseline beyond its spread" when the mean difference in
-#: persons reconstructed across units is at most this many standard errors above zero.
-SPREAD_SE = 2.0
-
-
-def lift_summary(lift: pd.DataFrame) -> pd.DataFrame:
-    """Mean and spread (std) across units of the lift, and the mean utility error, per (variant, mechanism, ε)."""
-    g = lift.groupby(["variant", "mechanism", "setting"])
-    out = g.agg(lift_mean=("lift", "mean"), lift_std=("lift", "std"), utility_error=("utility_error", "mean"),
-                units=("unit", "nunique")).reset_index()
-    out["lift_std"] = out["lift_std"].fillna(0.0)
-    return out
+#: The best attack on a unit's release: the attack (RAP-Rank, the exact attack, the trivial
+#: one-way-margins attack) that reconstructs the most persons there.
+BEST_ATTACK = "best attack"
 
 
 def release_persons(df: pd.DataFrame) -> pd.DataFrame:
     """Per variant, unit, ε and mechanism (the exact tables as ε = inf): persons of D whose row is
-    unique in D and among RAP-Rank's top u on the release, next to the best baseline on that unit
-    (the baseline that finds the most such persons) and the difference."""
+    unique in D and among each attack's top u on the release, and the best attack's (attack
+    ``"best attack"``, which one in ``best_attack``), next to the best guess without the release
+    (the baseline that finds the most such persons on that unit, named in ``best_baseline``) and
+    the difference. ``n_rows`` and ``n_unique`` are the unit's persons in D and unique in D."""
     top = df[df["k"] == df["u"]]
     best = best_baselines(top, top["mechanism"] == "baseline", ["variant", "unit"])[
         ["variant", "unit", "method", "num_matched_unique"]]
     best = best.rename(columns={"method": "best_baseline", "num_matched_unique": "baseline_persons"})
-    rel = top[top["mechanism"] != "baseline"][["variant", "unit", "setting", "mechanism", "method", "num_matched_unique",
-                                               "n_rows"]].rename(columns={"method": "attack"})
-    out = rel.rename(columns={"num_matched_unique": "persons_reconstructed"}).merge(best, on=["variant", "unit"])
+    keep = ["variant", "unit", "setting", "mechanism", "method", "num_matched_unique", "n_rows",
+            *(["n_unique"] if "n_unique" in top else [])]
+    rel = top[top["mechanism"] != "baseline"][keep].rename(
+        columns={"method": "attack", "num_matched_unique": "persons_reconstructed"})
+    rel = rel.assign(best_attack=rel["attack"])
+    strongest = rel.sort_values(["persons_reconstructed", "attack"], ascending=[False, True]).groupby(
+        ["variant", "unit", "setting", "mechanism"], sort=False, dropna=False).head(1).assign(attack=BEST_ATTACK)
+    out = pd.concat([rel, strongest], ignore_index=True).merge(best, on=["variant", "unit"])
     out["difference"] = out["persons_reconstructed"] - out["baseline_persons"]
     return out.reset_index(drop=True)
 
 
+def _names(values: pd.Series) -> str:
+    """'holdout' when every unit agrees, else 'holdout (3 units), county (1)'."""
+    counts = values.value_counts()
+    if len(counts) == 1:
+        return str(counts.index[0])
+    return ", ".join(f"{name} ({n} unit{'s' if n > 1 else ''})" for name, n in counts.items())
+
+
 def summarise_release_persons(per_unit: pd.DataFrame) -> pd.DataFrame:
-    g = per_unit.groupby(["variant", "mechanism", "attack", "setting"], sort=False)
-    out = g.agg(units=("unit", "nunique"), persons=("persons_reconstructed", "sum"),
-                baseline_persons=("baseline_persons", "sum"), difference_mean=("difference", "mean"),
-                difference_std=("difference", "std")).reset_index()
-    out["difference_sem"] = out["difference_std"].fillna(0.0) / np.sqrt(out["units"])
-    out["beyond_spread"] = out["difference_mean"] > SPREAD_SE * out["difference_sem"]
-    return out.drop(columns="difference_std")
+    """Across units, per variant, mechanism, attack and setting: persons reconstructed and found by
+    the best baselines (sums), the denominators (persons in D, unique in D), the mean difference
+    per unit with its t interval (``beyond_spread`` when the interval lies above 0), and which
+    attacks and baselines were the best."""
+    g = per_unit.groupby(["variant", "mechanism", "attack", "setting"], sort=False, dropna=False)
+    agg = dict(units=("unit", "nunique"), persons=("persons_reconstructed", "sum"),
+               baseline_persons=("baseline_persons", "sum"), persons_in_d=("n_rows", "sum"),
+               difference_mean=("difference", "mean"), difference_std=("difference", "std"),
+               best_baselines=("best_baseline", _names), best_attacks=("best_attack", _names))
+    if "n_unique" in per_unit:
+        agg["unique_in_d"] = ("n_unique", "sum")
+    return add_interval(g.agg(**agg).reset_index())
 
 
 def utility_summary(util: pd.DataFrame) -> pd.DataFrame:
@@ -69,43 +80,101 @@ def setting_label(mechanism: str, value: float) -> str:
     return f"swap rate {100 * value:g}%" if mechanism == "swapping" else f"ε = {value:g}"
 
 
-def verdicts(persons: pd.DataFrame, util: pd.DataFrame, variant) -> list[str]:
-    """One paragraph per mechanism: the most revealing setting (the largest ε; for swapping, the
-    smallest swap rate) at which the attack does no better than the best baseline beyond its
-    spread, and the table error there."""
-    p = persons[(persons["variant"] == variant) & np.isfinite(persons["setting"]) & (persons["attack"] == "rap_rank")]
+def persons_words(x) -> str:
+    """'43 of 337 persons unique in D (650 in D)': persons reconstructed with their denominators."""
+    unique = f" of {int(x['unique_in_d'])} persons unique in D" if "unique_in_d" in x and pd.notna(
+        x.get("unique_in_d")) else ""
+    return f"{int(x['persons'])}{unique} ({int(x['persons_in_d'])} persons in D)"
+
+
+def difference_words(x) -> str:
+    """'+5.2 per unit (95% interval −1.0 to +11.4, 4 units)'."""
+    if not np.isfinite(x["ci_low"]):
+        return f"{x['difference_mean']:+.1f} per unit (1 unit: no interval)"
+    return (f"{x['difference_mean']:+.1f} per unit ({CONFIDENCE:.0%} interval {x['ci_low']:+.1f} to "
+            f"{x['ci_high']:+.1f}, {int(x['units'])} units)")
+
+
+#: What each verdict status means, for the report and the terminal.
+STATUS_WORDS = {
+    "safe": "largest safe setting",
+    "none_safe": "no setting evaluated protects",
+    "top_within": "no largest safe setting named: the least protective setting evaluated is within the spread",
+    "cannot_decide": "cannot decide: the attack on the exact tables is not beyond the best guess",
+}
+
+
+def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant) -> list[dict]:
+    """The verdict per mechanism, as data: its ``status`` (a key of :data:`STATUS_WORDS`), the
+    setting named safe (or None), the best attack's and the best guess's figures there, the table
+    error there, and the paragraph that says it.
+
+    A setting is safe when the best attack's advantage over the best guess without the release is
+    not beyond the spread (its t interval over units reaches 0). The evaluation decides only when
+    the exact tables are beyond the spread; it names a largest safe ε (for swapping, a smallest
+    swap rate) only when a less protective setting it evaluated is beyond the spread."""
+    p = persons[(persons["variant"] == variant) & (persons["attack"] == BEST_ATTACK)]
     u = utility_summary(util[util["variant"] == variant]) if len(util) else pd.DataFrame()
-    exact = persons[(persons["variant"] == variant) & (persons["setting"] == math.inf) & (persons["attack"] == "rap_rank")]
+    exact = p[p["setting"] == math.inf]
+    e = exact.iloc[0] if len(exact) else None
+    decidable = e is not None and bool(e["beyond_spread"])
+    tail = ""
+    if e is not None:
+        tail = (f" For comparison, on the exact tables the best attack ({e['best_attacks']}) reconstructs "
+                f"{persons_words(e)}, against {int(e['baseline_persons'])} by the best guess without the release "
+                f"({e['best_baselines']}): {difference_words(e)}.")
     out = []
-    for mech in dict.fromkeys(p["mechanism"]):
+    for mech in dict.fromkeys(p.loc[np.isfinite(p["setting"]), "mechanism"]):
         swap = mech == "swapping"
         rows = p[p["mechanism"] == mech].sort_values("setting", ascending=not swap)  # least protective last
+        what = "smallest swap rate" if swap else "largest ε"
+        note = " Swapping is not differentially private: no ε bounds what other attacks could learn." if swap else ""
+        grid = ", ".join(setting_label(mech, v) for v in rows["setting"])
         safe = rows[~rows["beyond_spread"]]
-        tail = ""
-        if len(exact):
-            e = exact.iloc[0]
-            tail = (f" For comparison, the exact tables give {e['difference_mean']:+.1f} ± {e['difference_sem']:.1f} "
-                    "persons per unit beyond the best baseline.")
-        what = "the smallest swap rate" if swap else "the largest ε"
-        if len(safe):
+        row = {"mechanism": mech, "status": None, "setting": None, "x": None}
+        if not decidable:
+            row["status"] = "cannot_decide"
+            text = (f"**{mech}**: this evaluation cannot tell a protected release from an unprotected one: even on the "
+                    "exact tables the best attack is not beyond the best guess without the release (too few units, "
+                    "too weak an attack, or tables that protect by themselves), so no safe setting is named.")
+        elif not rows["beyond_spread"].iloc[-1]:
+            row["status"] = "top_within"
+            beyond = rows[rows["beyond_spread"]]
+            text = (f"**{mech}**: at {'every setting' if not len(beyond) else 'the least protective setting'} evaluated "
+                    f"({grid if not len(beyond) else setting_label(mech, rows['setting'].iloc[-1])}) the best attack is "
+                    "within the spread of the best guess without the release, so this evaluation names no "
+                    f"{what}: the grid stops before the attack succeeds. Evaluate {'smaller swap rates' if swap else 'larger ε'} "
+                    "or a stronger attack (more runs K, steps T) to find where protection ends."
+                    + (f" Beyond the spread at {', '.join(setting_label(mech, v) for v in beyond['setting'])}."
+                       if len(beyond) else ""))
+        elif not len(safe):
+            row["status"] = "none_safe"
+            text = (f"**{mech}**: at every setting evaluated ({grid}) the best attack reconstructs more persons than the "
+                    "best guess without the release, beyond the spread: none of them protects them.")
+        else:
             x = safe.iloc[-1]
-            err = u[(u["mechanism"] == mech) & (u["setting"] == x["setting"])]
+            row.update(status="safe", setting=float(x["setting"]), x=x)
+            err = u[(u["mechanism"] == mech) & (u["setting"] == x["setting"])] if len(u) else u
+            if len(err):
+                row["table_error"] = float(err["mae_per_cell"].iloc[0])
             err_text = (f"; there, each published cell is off by {err['mae_per_cell'].iloc[0]:.2f} persons on "
                         f"average and {100 * err['share_off_10pct'].iloc[0]:.0f}% of cells are off by more than "
                         "10%" if len(err) else "")
             later = rows.iloc[list(rows.index).index(x.name) + 1:]
-            warn = (f" At {', '.join(setting_label(mech, v) for v in later['setting'])} the attack reconstructs more "
-                    "persons than the baseline beyond the spread." if len(later) else "")
-            note = (" Swapping is not differentially private: no ε bounds what other attacks could learn."
-                    if swap else "")
-            out.append(f"**{mech}**: {what} evaluated at which the attack does no better than the best baseline "
-                       f"beyond its spread is **{setting_label(mech, x['setting'])}** ({x['difference_mean']:+.1f} ± "
-                       f"{x['difference_sem']:.1f} persons per unit){err_text}.{warn}{note}{tail}")
-        else:
-            out.append(f"**{mech}**: at every setting evaluated ({', '.join(setting_label(mech, v) for v in rows['setting'])})"
-                       " the attack reconstructs more persons than the best baseline beyond its spread: none of them "
-                       f"protects them.{tail}")
+            text = (f"**{mech}**: the {what} evaluated at which the best attack does no better than the best guess "
+                    f"without the release beyond the spread is **{setting_label(mech, x['setting'])}**: the best "
+                    f"attack ({x['best_attacks']}) reconstructs {persons_words(x)}, the best guess "
+                    f"({x['best_baselines']}) {int(x['baseline_persons'])}; difference {difference_words(x)}{err_text}. "
+                    f"At {', '.join(setting_label(mech, v) for v in later['setting'])} the attack reconstructs more "
+                    "persons than the best guess beyond the spread.")
+        row["text"] = text + note + tail
+        out.append(row)
     return out
+
+
+def verdicts(persons: pd.DataFrame, util: pd.DataFrame, variant) -> list[str]:
+    """One paragraph per mechanism (see :func:`verdict_rows`)."""
+    return [r["text"] for r in verdict_rows(persons, util, variant)]
 
 
 # ---- plots -------------------------------------------------------------------------------------
@@ -119,11 +188,11 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
     persons = summarise_release_persons(release_persons(df))
     variant = df["variant"].iloc[0]
     d = df[df["variant"] == variant]
-    d = d[d["method"] != "exact"]  # RAP-Rank's curves (and the baselines'); the exact attack is in the tables
+    d = d[d["method"].isin(["rap_rank"]) | (d["mechanism"] == "baseline")]  # RAP-Rank's curves and the baselines
     key = [f"{e}|{m}" for e, m in zip(d["setting"].tolist(), d["mechanism"].tolist())]  # nan|baseline, inf|exact
     curves = average_curves(d.assign(key=key), cfg.grid_points, by=["key", "method"])
     mechanisms = [m for m in dict.fromkeys(d["mechanism"]) if m not in ("exact", "baseline")]
-    best = release_persons(d)["best_baseline"].value_counts().idxmax()
+    best = release_persons(df[df["variant"] == variant])["best_baseline"].value_counts().idxmax()
     cmap = plt.get_cmap("viridis")
     fig, axes = plt.subplots(1, len(mechanisms), figsize=(4.6 * len(mechanisms), 4.2), squeeze=False, sharey=True)
     for ax, mech in zip(axes[0], mechanisms):
@@ -146,16 +215,16 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
     fig.suptitle(f"{cfg.name}: attacking each release ({variant_label(variant, [variant])})")
     save_figure(fig, run_dir / "release_match_rate")
 
-    p = persons[(persons["variant"] == variant) & (persons["attack"] == "rap_rank")]
+    p = persons[(persons["variant"] == variant) & (persons["attack"] == BEST_ATTACK)]
     u = utility_summary(util[util["variant"] == variant])
-    per_unit = release_persons(d)
+    per_unit = release_persons(df[df["variant"] == variant])
     units = per_unit["unit"].nunique()
     base = per_unit.groupby("unit")["baseline_persons"].first()
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     lo, hi = base.mean() - base.std(ddof=1) / np.sqrt(units) if units > 1 else base.mean(), None
     hi = base.mean() + (base.std(ddof=1) / np.sqrt(units) if units > 1 else 0)
     ax.axhspan(lo, hi, color="#d95f02", alpha=0.15, lw=0)
-    ax.axhline(base.mean(), color="#d95f02", ls="--", lw=1.5, label="best baseline (± 1 s.e. across units)")
+    ax.axhline(base.mean(), color="#d95f02", ls="--", lw=1.5, label="best guess without the release (± 1 s.e. across units)")
     for i, mech in enumerate(mechanisms):
         pts = p[p["mechanism"] == mech].merge(u[u["mechanism"] == mech], on=["variant", "mechanism", "setting"])
         pts = pts.sort_values("setting")
@@ -169,7 +238,7 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
         ax.plot([0], [ex["persons"].iloc[0] / ex["units"].iloc[0]], "*", ms=14, color="black", label="exact tables")
     ax.set_xscale("symlog", linthresh=0.1)
     ax.set_xlabel("table error: mean absolute error per published cell (persons)")
-    ax.set_ylabel("persons reconstructed per unit (unique in D, top u)")
+    ax.set_ylabel("persons reconstructed per unit by the best attack")
     ax.set_title("who is reconstructed, against what the tables lose")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
@@ -213,29 +282,39 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
           f"Noise backend: **{r.backend}**" + (" — seeded simulation noise, **not for publication**; use "
                                                  "`release.backend: opendp` for a real release."
                                                  if r.backend == "simulation" else "."))
-    doc.p("The attack sees the released tables of **D, a random half of each unit's persons**, and tries to "
-          "reconstruct D's rows. The other half, D_holdout, is kept out of every release: it is the strongest prior "
-          "an outsider could have (persons of the same unit), and the holdout baseline guesses from it. Without the "
-          "split there would be no honest prior from the same population to measure the attack against. "
-          f"Attack: RAP-Rank, K = {cfg.attack.runs} runs, T = {cfg.attack.steps} steps, n' = {cfg.attack.rows}. "
-          f"Baselines (never see any release): {', '.join(cfg.baselines.methods)}.")
+    doc.p("The attacks see the released tables of **D, a random half of each unit's persons**, and try to "
+          "reconstruct D's rows; ε protects the persons of D. The other half, D_holdout, is kept out of every "
+          "release and stands for what an outsider may know of the unit's population: the holdout baseline guesses "
+          "from it. "
+          f"Attacks: RAP-Rank (K = {cfg.attack.runs} runs, T = {cfg.attack.steps} steps, n' = {cfg.attack.rows}), "
+          "the trivial attack `one_way_margins` (rows ranked by one-way margins fitted to the release)"
+          + (", and the exact attack (integer programming)" if cfg.attack.exact else "") + ". "
+          f"Baselines, built without the release and without D (from D_holdout and from persons outside the unit): "
+          f"{', '.join(cfg.baselines.methods)}.")
     for v in variants:
         p = persons[persons["variant"] == v]
         title = "How many persons are reconstructed?" + (f" ({variant_label(v, variants)})" if len(variants) > 1 else "")
         doc.h(2, title)
-        doc.p("A person is reconstructed when their row is unique in D and RAP-Rank ranks it among its top u "
-              "candidates from the release; the best baseline of a unit is the baseline that finds the most such "
-              f"persons there. Difference: mean ± one standard error across units; *beyond spread* when the mean is "
-              f"more than {SPREAD_SE:g} standard errors above zero.")
+        doc.p("A person is reconstructed when their row is unique in D and an attack ranks it among its top u "
+              "candidates from the release. The *best attack* on a unit is the attack that reconstructs the most "
+              "persons there; the *best guess* is the baseline that finds the most such persons there (both named). "
+              f"Difference: best attack minus best guess, mean per unit with its {CONFIDENCE:.0%} Student t interval "
+              "over units; *beyond spread* when the interval lies above 0.")
         rows = []
         order = {m: i for i, m in enumerate(["exact", *cfg.release.mechanisms])}
-        for _, x in p.assign(o=p["mechanism"].map(order)).sort_values(["o", "setting"]).iterrows():
-            rows.append([x["mechanism"], setting_label(x["mechanism"], x["setting"]), x["attack"], int(x["persons"]),
-                         int(x["baseline_persons"]),
-                         f"{x['difference_mean']:+.1f} ± {x['difference_sem']:.1f}",
-                         "yes" if x["beyond_spread"] else "no"])
-        doc.table(["mechanism", "setting", "attack", "persons reconstructed", "by the best baselines",
-                   "difference per unit", "beyond spread"], rows, numeric={3, 4, 5})
+        best_rows = p[p["attack"] == BEST_ATTACK]
+        for _, x in best_rows.assign(o=best_rows["mechanism"].map(order)).sort_values(["o", "setting"]).iterrows():
+            rows.append([x["mechanism"], setting_label(x["mechanism"], x["setting"]), x["best_attacks"],
+                         persons_words(x), f"{int(x['baseline_persons'])} ({x['best_baselines']})",
+                         difference_words(x), "yes" if x["beyond_spread"] else "no"])
+        doc.table(["mechanism", "setting", "best attack", "persons reconstructed", "by the best guess",
+                   "difference", "beyond spread"], rows, numeric=set())
+        each = p[p["attack"] != BEST_ATTACK].pivot_table(index=["mechanism", "setting"], columns="attack",
+                                                          values="persons", aggfunc="sum", sort=False)
+        doc.p("Persons reconstructed by each attack (all units):")
+        doc.table(["mechanism", "setting", *each.columns],
+                  [[m, setting_label(m, s_), *[("" if pd.isna(v) else str(int(v))) for v in vals]]
+                   for (m, s_), vals in zip(each.index, each.to_numpy())], numeric=set(range(2, 2 + len(each.columns))))
         if (run_dir / "exact_attack.parquet").exists():
             st = pd.read_parquet(run_dir / "exact_attack.parquet")
             st = st[st["variant"] == v].groupby(["mechanism", "setting", "status"], sort=False).size().reset_index()

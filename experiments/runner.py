@@ -15,7 +15,8 @@ from tqdm.auto import tqdm
 
 from experiments.config import ConfigError, ExperimentConfig
 from experiments.metrics import (OUTSIDE_COLUMNS, best_baselines, calibration, concentration, effective_u, is_attack,
-                                 k_grid, lift_by_baseline, match_rate_curve, persons_reconstructed)
+                                 k_grid, lift_by_baseline, match_rate_curve, persons_reconstructed,
+                                 unique_persons)
 from experiments.plots import plot_match_rate, plot_metrics
 from experiments.progress import UnitProgress
 from experiments.results import code_fingerprint, jax_info, versions, write_json, write_parquet, write_yaml
@@ -25,6 +26,7 @@ from experiments.problem import (UnitProblem, _stable, attributes, baseline_curv
                                  select_units, unit_blocks, unit_key, unit_settings, workload_facts)
 from microdata.dataset import Dataset
 from microdata.marginals import Workload
+from reconstruct.margins import margins_attack
 from reconstruct.queries import plan_for
 from reconstruct.rap import default_batch, rap_rank_units
 
@@ -114,6 +116,17 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
                                  .assign(method=name, num_queries=workload.num_queries))
                 calib[i] += calibration(*res.run_fractions(), m.truth, a.runs).assign(method=name).to_dict("records")
                 rankings[i][(q.label, name)] = res.ranking
+    for q in cfg.queries:  # the trivial attack: it reads the published answers only
+        name = cfg.margins_method(q)
+        if only is not None and name not in only:
+            continue
+        for i, w in enumerate(work):
+            t0 = time.perf_counter()
+            ranking, size = margins_attack(w.workloads[q.label][1], w.workloads[q.label][3], rng=ties(w, name),
+                                           limit=int(w.ks.max()))
+            frames[i].append(match_rate_curve(ranking, w.truth, w.ks, w.u, size, w.outside)
+                             .assign(method=name, num_queries=w.workloads[q.label][1].num_queries))
+            timings[i][name] = round(time.perf_counter() - t0, 3)
     out = []
     for i, w in enumerate(work):
         D, H = w.prob.private, w.prob.holdout
@@ -126,7 +139,7 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
         if exact_on:
             exact_facts, agree, reid = _exact_attack(cfg, w, frames[i], rankings[i], ties, timings[i])
         df = pd.concat(frames[i], ignore_index=True)
-        df = df.assign(variant=w.prob.with_block, unit=w.prob.unit, u=w.u, n_rows=len(D))
+        df = df.assign(variant=w.prob.with_block, unit=w.prob.unit, u=w.u, n_rows=len(D), n_unique=unique_persons(D))
         facts = {
             "unit": w.prob.unit, "with_block": w.prob.with_block, "rows": len(D), "holdout_rows": len(H),
             "distinct_rows": D.distinct(), "holdout_distinct_rows": H.distinct(), "u": w.u,
@@ -204,7 +217,7 @@ def unit_queries(cfg: ExperimentConfig) -> list[dict]:
 
 
 COLUMNS = ["variant", "unit", "method", "threshold", "k", "k_over_u", "num_candidates", "num_matched",
-           "match_rate", "union_size", "u", "n_rows", "num_queries", "num_matched_unique", "num_matched_common",
+           "match_rate", "union_size", "u", "n_rows", "n_unique", "num_queries", "num_matched_unique", "num_matched_common",
            *OUTSIDE_COLUMNS]
 
 

@@ -39,8 +39,12 @@ def test_the_agency_config_runs_and_evaluates_a_release_end_to_end(agency, capsy
         cells = f["workloads"]["tables"]["cells_per_table"]
         blocks = cells["TOTAL"]
         assert cells["SEX_BY_AGE"] == 6 * blocks and cells["RACE_HISP"] == 14 * blocks and cells["SEX_BY_SYA"] == 232
+    capsys.readouterr()
     assert main(["evaluate-release", cfg, "--out", str(d / "results"), "--no-progress", *sets]) == 0
     rel = run / "release"
+    said = capsys.readouterr().out  # the answer on the terminal: verdict, persons as "x of N", best guess named
+    assert "verdict (with BLOCK" in said and "exact tables" in said and " persons unique in D (" in said
+    assert "best guess (" in said and str(rel / "report.html") in said
     util = pd.read_parquet(rel / "utility.parquet")
     assert set(util.table) == {"TOTAL", "SEX_BY_AGE", "RACE_HISP", "SEX_BY_SYA", "block totals", "unit total"}
     assert set(util[util.table == "SEX_BY_SYA"].level) == {"unit"} and set(util[util.table == "TOTAL"].level) == {"block"}

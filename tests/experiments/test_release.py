@@ -53,27 +53,89 @@ def test_more_noise_means_less_lift_fewer_persons_and_more_error(release_run):
         persons.setting == 0.1].groupby("mechanism").persons_reconstructed.sum().max()
 
 
-def test_release_persons_and_verdict_on_hand_made_numbers():
-    from experiments.release_report import release_persons, summarise_release_persons, verdicts
-
+def _hand_made(exact_rap, eps8_rap):
+    """Three units: baselines (holdout the best), the exact tables and ε = 1, 8 attacked by RAP-Rank
+    and the trivial attack; persons unique in D 20 per unit of 50."""
     rows = []
-    for unit, base, by_eps in (("a", 10, {1.0: 9, 8.0: 30, math.inf: 40}), ("b", 12, {1.0: 12, 8.0: 33, math.inf: 45})):
-        rows.append(dict(variant=False, unit=unit, setting=float("nan"), mechanism="baseline", method="holdout",
-                         k=5, u=5, num_matched_unique=base, n_rows=50))
-        rows.append(dict(variant=False, unit=unit, setting=float("nan"), mechanism="baseline", method="county",
-                         k=5, u=5, num_matched_unique=base - 3, n_rows=50))
-        for eps, n in by_eps.items():
-            rows.append(dict(variant=False, unit=unit, setting=eps, mechanism="exact" if eps == math.inf else
-                             "laplace_tables", method="rap_rank", k=5, u=5, num_matched_unique=n, n_rows=50))
-    per = release_persons(pd.DataFrame(rows))
+    base = {"a": 10, "b": 12, "c": 11}
+    by = {math.inf: {"rap_rank": exact_rap, "one_way_margins": [0, 0, 0]},
+          1.0: {"rap_rank": [9, 12, 12], "one_way_margins": [11, 11, 13]},
+          8.0: {"rap_rank": eps8_rap, "one_way_margins": [0, 0, 0]}}
+    for i, unit in enumerate(base):
+        for method, n in (("holdout", base[unit]), ("county", base[unit] - 3)):
+            rows.append(dict(variant=False, unit=unit, setting=float("nan"), mechanism="baseline", method=method,
+                             k=5, u=5, num_matched_unique=n, n_rows=50, n_unique=20))
+        for eps, attacks in by.items():
+            for method, ns in attacks.items():
+                rows.append(dict(variant=False, unit=unit, setting=eps, mechanism="exact" if eps == math.inf else
+                                 "laplace_tables", method=method, k=5, u=5, num_matched_unique=ns[i], n_rows=50,
+                                 n_unique=20))
+    return pd.DataFrame(rows)
+
+
+def test_release_persons_and_verdict_on_hand_made_numbers():
+    from experiments.release_report import BEST_ATTACK, release_persons, summarise_release_persons, verdict_rows
+
+    per = release_persons(_hand_made([40, 45, 42], [30, 33, 32]))
     assert set(per.best_baseline) == {"holdout"}
-    s = summarise_release_persons(per).set_index(["mechanism", "setting"])
-    assert s.loc[("laplace_tables", 1.0), "difference_mean"] == -0.5 and not s.loc[("laplace_tables", 1.0), "beyond_spread"]
-    assert s.loc[("laplace_tables", 8.0), "difference_mean"] == 20.5 and s.loc[("laplace_tables", 8.0), "beyond_spread"]
+    best = per[(per.attack == BEST_ATTACK) & (per.setting == 1.0)].set_index("unit")
+    assert best.persons_reconstructed.to_dict() == {"a": 11, "b": 12, "c": 13}  # the best attack per unit
+    assert best.best_attack.to_dict() == {"a": "one_way_margins", "b": "rap_rank", "c": "one_way_margins"}
+    s = summarise_release_persons(per)
+    s = s[s.attack == BEST_ATTACK].set_index(["mechanism", "setting"])
+    one = s.loc[("laplace_tables", 1.0)]
+    # differences 1, 0, 2: mean 1, sd 1, t(0.975, 2) = 4.3027 -> 1 ± 2.484
+    assert one.difference_mean == 1.0 and one.ci_low == pytest.approx(1 - 4.302653 / 3 ** 0.5, abs=1e-5)
+    assert not one.beyond_spread and one.units == 3 and one.persons == 36 and one.unique_in_d == 60
+    assert one.persons_in_d == 150 and one.best_baselines == "holdout"
+    assert s.loc[("laplace_tables", 8.0), "beyond_spread"] and s.loc[("exact", math.inf), "beyond_spread"]
     util = pd.DataFrame([dict(variant=False, mechanism="laplace_tables", setting=1.0, table="T", level="block",
                               cells=4, mae_per_cell=2.5, share_off_10pct=0.5)])
-    text = verdicts(summarise_release_persons(per), util, False)[0]
+    (v,) = verdict_rows(summarise_release_persons(per), util, False)
+    assert v["status"] == "safe" and v["setting"] == 1.0 and v["table_error"] == 2.5
+    text = v["text"]
     assert "**ε = 1**" in text and "2.50 persons" in text and "50% of cells" in text and "At ε = 8 the attack" in text
+    assert "36 of 60 persons unique in D (150 persons in D)" in text and "holdout" in text
+
+
+def test_verdict_says_when_it_cannot_decide_and_never_names_the_top_of_the_grid():
+    from experiments.release_report import release_persons, summarise_release_persons, verdict_rows
+
+    util = pd.DataFrame(columns=["variant", "mechanism", "setting", "mae_per_cell", "share_off_10pct"])
+    # the exact tables no better than the holdout: nothing can be told apart, no safe ε
+    (v,) = verdict_rows(summarise_release_persons(release_persons(_hand_made([10, 12, 11], [30, 33, 32]))), util, False)
+    assert v["status"] == "cannot_decide" and v["setting"] is None and "cannot tell" in v["text"]
+    # every ε within the spread: say so and suggest a larger ε, name none
+    (v,) = verdict_rows(summarise_release_persons(release_persons(_hand_made([40, 45, 42], [10, 13, 11]))), util, False)
+    assert v["status"] == "top_within" and v["setting"] is None and "larger ε" in v["text"]
+
+
+def test_evaluate_release_prints_the_answer_and_fails_on_a_failed_audit(release_run, tmp_path, root, capsys,
+                                                                      monkeypatch):
+    import shutil
+
+    import experiments.release as release
+
+    run = tmp_path / "release"
+    shutil.copytree(release_run, run)
+    per = pd.read_parquet(run / "persons.parquet")  # the exact tables no better than the best guess
+    exact = per.setting == math.inf
+    per.loc[exact, "persons_reconstructed"] = per.loc[exact, "baseline_persons"]
+    per.loc[exact, "difference"] = 0
+    per.to_parquet(run / "persons.parquet")
+    monkeypatch.setattr(release, "evaluate_release", lambda cfg, out, progress: run)
+    cfg = str(root / "configs" / "release_tiny.yaml")
+    assert main(["evaluate-release", cfg, "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "CANNOT DECIDE" in out and "no safe setting is named" in out and "AUDIT FAILED" not in out
+    assert "persons unique in D" in out and str(run / "report.html") in out
+    audits = json.loads((run / "audit.json").read_text())
+    audits[0].update(passed=False, checks={"noise_scale": "fail: ε ≥ 8.007"})
+    (run / "audit.json").write_text(json.dumps(audits))
+    assert main(["evaluate-release", cfg, "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert f"AUDIT FAILED: {audits[0]['mechanism']}" in captured.out and "noise_scale: fail" in captured.out
+    assert "do not publish" in captured.err
 
 
 def test_lift_is_the_area_between_rap_rank_and_the_best_baseline():
