@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
 
     use_cpu_cores_as_devices()  # before any JAX computation: every core runs RAP runs at once
     try:
+        if getattr(args, "out", None) is not None and args.command in ("run", "evaluate-release", "sweep"):
+            _check_out(args.out)
         if args.command == "run":
             from experiments.config import load_config
             from experiments.runner import run_experiment
@@ -138,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         note = str(e) or "interrupted; whatever finished was saved: rerun the same command to resume"
         print(f"censusrecon: {note}", file=sys.stderr)
         return 130
+    except OSError as e:  # a file we could not read or write: the system's reason, one line
+        if args.verbose:
+            raise
+        where = f" {e.filename}" if e.filename else ""
+        print(f"censusrecon: error: cannot use{where}: {e.strerror or e}", file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001 - one line, never a traceback, unless asked for
         if args.verbose:
             raise
@@ -145,6 +153,24 @@ def main(argv: list[str] | None = None) -> int:
               "(run with -v for the traceback, and please report it)", file=sys.stderr)
         return 1
     return 0
+
+
+def _check_out(out: str) -> None:
+    """The results root must be a directory we can write in (created when missing)."""
+    import os
+    from pathlib import Path
+
+    from experiments.config import ConfigError
+
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--out {out!r} is a file; give a directory for the results (default: results)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out!r} cannot be created: {e.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out!r} is not writable by this user; choose another directory")
 
 
 def _queries(args) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from microdata.errors import CensusReconError
 
@@ -117,7 +117,8 @@ class DataConfig(_Strict):
 
 class TargetConfig(_Strict):
     level: str = Field("tract", description="a level of the data's geography: tract, block, puma, ...")
-    units: int = Field(4, ge=1, description="how many target units to attack")
+    units: int | Literal["all"] = Field(
+        4, description="how many target units to attack, or all (every unit between min_rows and max_rows)")
     selection: Literal["one_per_state", "random", "size_quantiles"] = "one_per_state"
     min_rows: int = Field(20, ge=2)
     max_rows: int | None = Field(None, ge=2)
@@ -133,6 +134,8 @@ class TargetConfig(_Strict):
     def _check(self):
         if not self.with_block:
             raise ValueError("target.with_block needs at least one value, e.g. [true, false]")
+        if self.units != "all" and self.units < 1:
+            raise ValueError(f"target.units must be at least 1 or all, got {self.units}")
         if self.max_rows is not None and self.max_rows < self.min_rows:
             raise ValueError("target.max_rows must be >= target.min_rows")
         return self
@@ -146,6 +149,8 @@ class TableDeclConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_]+$")
     level: str = "block"
     by: list[str | dict[str, list]] = Field(default_factory=list)
+    partial: bool = Field(False, description="groups may leave values out or overlap (else an error: a gap drops "
+                                             "persons from the table, an overlap counts them twice)")
 
 
 class QueryConfig(_Strict):
@@ -359,7 +364,13 @@ class SweepConfig(_Strict):
 
 
 class ExperimentConfig(_Strict):
-    """One experiment: what data, which units, which queries, which attack and baselines."""
+    """One experiment: what data, which units, which queries, which attack and baselines.
+
+    Relative file paths of ``data`` (path, units_file, dictionary) are read from the config's
+    folder (``base_dir``, set by :func:`load_config`; the working directory for a config built in
+    code), so a config and its data move together. The folder is not part of the config hash."""
+
+    _base_dir: str | None = PrivateAttr(None)
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     seed: int = 0
@@ -398,6 +409,21 @@ class ExperimentConfig(_Strict):
         name = "rap_rank" + (f"_{query.label}" if len(self.queries) > 1 else "")
         return name if init == "random" else f"{name}_init_{init}"
 
+    @property
+    def base_dir(self) -> str | None:
+        """The folder relative data paths are read from (None: the working directory)."""
+        return self._base_dir
+
+    def with_base_dir(self, base_dir: str | Path | None) -> "ExperimentConfig":
+        self._base_dir = None if base_dir is None else str(Path(base_dir).resolve())
+        return self
+
+    def data_file(self, value: str | None) -> str | None:
+        """A data path of this config as the file system finds it: absolute, or from ``base_dir``."""
+        if value is None or self._base_dir is None or Path(value).is_absolute():
+            return value
+        return str(Path(self._base_dir) / value)
+
     def margins_method(self, query: "QueryConfig") -> str:
         """The trivial attack on one workload: one_way_margins[_<workload> when several]."""
         return "one_way_margins" + (f"_{query.label}" if len(self.queries) > 1 else "")
@@ -414,8 +440,9 @@ def _format_errors(err: ValidationError, source: str) -> str:
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         if e["type"] == "extra_forbidden":
             lines.append(f"unknown key {loc!r}")
-        else:
-            lines.append(f"{loc}: {e['msg']}")
+        else:  # our validators' own words, without the library's "Value error, " prefix
+            msg = str(e["ctx"]["error"]) if e["type"] == "value_error" and "error" in e.get("ctx", {}) else e["msg"]
+            lines.append(f"{loc}: {msg}" if loc != "(top level)" else msg)
     return f"invalid config {source}: " + "; ".join(lines)
 
 
@@ -457,7 +484,23 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
         raise ConfigError(f"config {path} is not valid YAML{where}: {what}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"config {path} must be a mapping at the top level")
-    return parse_config(apply_overrides(raw, overrides or []), str(path))
+    return parse_config(apply_overrides(raw, _cwd_paths(overrides or [])), str(path)).with_base_dir(path.parent)
+
+
+#: The data keys that name files; a relative one is read from the config's folder.
+DATA_PATH_KEYS = ("path", "units_file", "dictionary")
+
+
+def _cwd_paths(overrides: list[str]) -> list[str]:
+    """A path typed on the command line (--set data.path=x.csv) means x.csv where the command runs,
+    as in any shell: make it absolute before it joins the config."""
+    out = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and key.strip() in {f"data.{k}" for k in DATA_PATH_KEYS} and value and not Path(value).is_absolute():
+            item = f"{key}={Path.cwd() / value}"
+        out.append(item)
+    return out
 
 
 def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ExperimentConfig:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from baselines.holdout import holdout_split
 from baselines.priors import EmpiricalPrior, geographic_priors, outside_chance
-from experiments.config import ConfigError, ExperimentConfig
+from experiments.config import DATA_PATH_KEYS, ConfigError, ExperimentConfig
 from experiments.metrics import lookup, match_rate_curve
 from microdata.dataset import Dataset
 from microdata.domain import Attribute
@@ -35,6 +35,9 @@ def load_population(cfg: ExperimentConfig) -> Dataset:
     d = cfg.data
     src = source(d.source)
     dumped = d.model_dump(mode="python")
+    for k in DATA_PATH_KEYS:  # relative paths are read from the config's folder
+        if dumped.get(k) is not None:
+            dumped[k] = cfg.data_file(dumped[k])
     pop = src.load({k: dumped[k] for k in src.keys}, cfg.attributes)
     check_census_tables(cfg, pop)
     missing = [a for a in attributes(cfg, pop) if a not in pop.domain]
@@ -60,7 +63,9 @@ def check_census_tables(cfg: ExperimentConfig, pop: Dataset) -> None:
         if missing:
             raise ConfigError(
                 f"this data cannot build census tables {tables_needing(cells, missing)}: they need {missing}, which it lacks "
-                f"(it has {list(pop.domain.names)}; the redistricting PPMF has no QAGE or QSEX). "
+                f"(it has {list(pop.domain.names)}"
+                + (f"; {cfg.data.path} is the redistricting PPMF, which has no QAGE or QSEX" if cfg.data.source == "ppmf"
+                   else "") + "). "
                 f"Restrict queries.tables to ones it supports, e.g. tables: race_hispanic (P1, P6, P7, P8, P9), "
                 f"and attributes to {[a for a in ('HISP', 'CENRACE') if a in pop.domain]}")
 
@@ -116,18 +121,24 @@ def select_units(pop: Dataset, cfg: ExperimentConfig) -> list[str]:
         if unknown:
             raise ConfigError(f"target.unit_ids {unknown} are not {level}s of the data (e.g. {ids[:3].tolist()})")
         return list(cfg.target.unit_ids)
+    size_words = (f"between {cfg.target.min_rows} and {cfg.target.max_rows} persons" if cfg.target.max_rows
+                  else f"at least {cfg.target.min_rows} persons")
     if eligible.size == 0:
-        raise ConfigError(f"no {level} has between {cfg.target.min_rows} and {cfg.target.max_rows} rows")
+        raise ConfigError(f"no {level} has {size_words}")
+    wanted = eligible.size if cfg.target.units == "all" else cfg.target.units
+    if wanted > eligible.size:
+        raise ConfigError(f"target.units asks for {wanted} {level}s, but the data has only {eligible.size} with "
+                          f"{size_words} (of {ids.size} {level}s); ask for at most {eligible.size}, or units: all")
     rng = np.random.default_rng(_stable("units", cfg.seed))
     by_parent_level = geo.coarser(level)[-2] if len(geo.coarser(level)) > 1 else "national"  # the state
     if cfg.target.selection == "size_quantiles":  # units spread evenly over the size distribution
         sizes = counts[ok]
         order = np.argsort(sizes, kind="stable")
-        n = min(cfg.target.units, eligible.size)
+        n = wanted
         picks = np.unique(np.round(np.linspace(0, eligible.size - 1, n)).astype(int))
         return sorted(eligible[order[picks]].tolist())
     if cfg.target.selection == "random":
-        pick = rng.choice(eligible.size, size=min(cfg.target.units, eligible.size), replace=False)
+        pick = rng.choice(eligible.size, size=wanted, replace=False)
         return sorted(eligible[pick].tolist())
     # one per state, round-robin over states until enough units
     state_of = dict(zip(geo.units(level).tolist(), geo.units(by_parent_level).tolist()))
@@ -137,9 +148,9 @@ def select_units(pop: Dataset, cfg: ExperimentConfig) -> list[str]:
     for s in by_state:
         rng.shuffle(by_state[s])
     chosen: list[str] = []
-    while len(chosen) < cfg.target.units and any(by_state.values()):
+    while len(chosen) < wanted and any(by_state.values()):
         for s in sorted(by_state):
-            if by_state[s] and len(chosen) < cfg.target.units:
+            if by_state[s] and len(chosen) < wanted:
                 chosen.append(by_state[s].pop())
     return sorted(chosen)
 

@@ -275,6 +275,10 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     """Release → attack → compare with the exact-table attack and the baselines, per ε and mechanism."""
     if cfg.release is None:
         raise ConfigError("this config has no 'release' section; see configs/release_demo.yaml")
+    if cfg.baselines.include_target:
+        raise ConfigError("baselines.include_target: true builds the geographic baselines partly from D itself (the "
+                          "paper's pools); a release verdict compares with what an outsider has without the release, "
+                          "so evaluate-release needs include_target: false")
     t_start = time.perf_counter()
     r = cfg.release
     pop = load_population(cfg)  # fail on bad data before anything is written

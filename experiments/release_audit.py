@@ -4,6 +4,7 @@ neighbouring datasets under the declared relation, at every ε the config releas
 from __future__ import annotations
 
 import logging
+import sys
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -58,7 +59,7 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, unit: str |
     eps_list = r.audited_epsilons()
     mechanisms = r.dp_mechanisms  # swapping is not DP: there is no ε to audit
     jobs = [(wb, eps, m) for wb in cfg.target.with_block for eps in eps_list for m in mechanisms]
-    bar = tqdm(total=len(jobs), desc="audits", disable=not progress)
+    bar = tqdm(total=len(jobs), desc="audits", disable=not (progress and sys.stderr.isatty()))
     out = []
     for wb in cfg.target.with_block:
         frame = _frame(cfg, pop, unit, wb)

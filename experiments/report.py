@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from experiments.config import ConfigError, parse_config
+from experiments.config import parse_config
 from experiments.metrics import (OUTSIDE_COLUMNS, at_u, average_curves, band_kind, is_attack, lift_by_baseline,
                                  persons_reconstructed, summarise_persons, variant_label)
 from experiments.doc import Doc
+from experiments.results import results_kind
 
 
 def _pct(a: float, b: float) -> str:
@@ -46,13 +47,10 @@ def write_run_report(run_dir: str | Path) -> Path:
     """report.md and report.html (self-contained) of a finished run directory; a release run
     directory (evaluate-release) gets the release report."""
     run_dir = Path(run_dir)
-    if (run_dir / "release_eval.parquet").exists():
+    if results_kind(run_dir) == "release":
         from experiments.release_report import write_release_report_from_dir
 
         return write_release_report_from_dir(run_dir)
-    if not (run_dir / "match_rate.parquet").exists():
-        raise ConfigError(f"{run_dir} has neither match_rate.parquet nor release_eval.parquet; is it a finished "
-                          "run directory (censusrecon run) or release directory (censusrecon evaluate-release)?")
     cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
     manifest = json.loads((run_dir / "manifest.json").read_text())
     df = pd.read_parquet(run_dir / "match_rate.parquet")

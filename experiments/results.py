@@ -76,3 +76,23 @@ def jax_info() -> dict:
     import jax
 
     return {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]}
+
+
+def results_kind(run_dir: str | Path) -> str:
+    """"run" (censusrecon run) or "release" (censusrecon evaluate-release) for a finished results
+    directory; a user error naming what is wrong otherwise."""
+    from experiments.config import ConfigError
+
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise ConfigError(f"results directory {str(run_dir)!r} does not exist")
+    if not run_dir.is_dir():
+        raise ConfigError(f"{str(run_dir)!r} is a file; give a results directory: OUT/<name>/<config-hash>/ or its "
+                          "release/ subdirectory")
+    if (run_dir / "release_eval.parquet").exists():
+        return "release"
+    if (run_dir / "match_rate.parquet").exists():
+        return "run"
+    hint = " (its release/ subdirectory holds the release evaluation)" if (run_dir / "release").is_dir() else ""
+    raise ConfigError(f"{run_dir} is not a finished results directory{hint}: it has neither match_rate.parquet "
+                      "(censusrecon run) nor release_eval.parquet (censusrecon evaluate-release)")

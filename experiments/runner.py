@@ -13,13 +13,14 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from experiments.config import ConfigError, ExperimentConfig
+from experiments.config import ExperimentConfig
 from experiments.metrics import (OUTSIDE_COLUMNS, best_baselines, calibration, concentration, effective_u, is_attack,
                                  k_grid, lift_by_baseline, match_rate_curve, persons_reconstructed,
                                  unique_persons)
 from experiments.plots import plot_match_rate, plot_metrics
 from experiments.progress import UnitProgress
-from experiments.results import code_fingerprint, jax_info, versions, write_json, write_parquet, write_yaml
+from experiments.results import (code_fingerprint, jax_info, results_kind, versions, write_json, write_parquet,
+                                 write_yaml)
 from experiments.problem import (UnitProblem, _stable, attributes, baseline_curves, build_priors, build_workload,
                                  exact_answers,
                                  init_pool, load_population, outside_counts, prepare_unit, rap_settings, rarity_level,
@@ -333,10 +334,7 @@ def replot(run_dir: str | Path) -> list[Path]:
     from experiments.config import parse_config
 
     run_dir = Path(run_dir)
-    release = (run_dir / "release_eval.parquet").exists()
-    if not release and not (run_dir / "match_rate.parquet").exists():
-        raise ConfigError(f"{run_dir} has neither match_rate.parquet nor release_eval.parquet; is it a finished "
-                          "run directory (censusrecon run) or release directory (censusrecon evaluate-release)?")
+    release = results_kind(run_dir) == "release"
     cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
     if release:
         from experiments.release_report import replot_release

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,12 +39,13 @@ def plan_tasks(cfg: ExperimentConfig) -> list[Task]:
     return [Task(u, wb, m, s) for s in cfg.sweep.seeds for wb in cfg.target.with_block for u in units for m in methods]
 
 
-def run_task(cfg_json: dict, task: Task, out_dir: str, fingerprint: str) -> str:
-    """Run one task and write its result atomically under ``out_dir``; returns the task id."""
+def run_task(cfg_json: dict, task: Task, out_dir: str, fingerprint: str, base_dir: str | None = None) -> str:
+    """Run one task and write its result atomically under ``out_dir``; returns the task id.
+    ``base_dir`` is the config's folder, where its relative data paths are read from."""
     from experiments.problem import load_population
     from experiments.runner import run_unit
 
-    cfg = parse_config(cfg_json).model_copy(update={"seed": task.seed})
+    cfg = parse_config(cfg_json).model_copy(update={"seed": task.seed}).with_base_dir(base_dir)
     pop = load_population(cfg)
     df, facts = run_unit(pop, cfg, task.unit, task.with_block, only={task.method})
     out = Path(out_dir)
@@ -87,10 +89,10 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
     todo = [t for t in tasks if not _done(out, t, fingerprint)]
     skipped = len(tasks) - len(todo)
     cfg_json = cfg.model_dump(mode="json")
-    bar = tqdm(total=len(tasks), initial=skipped, desc="sweep tasks", unit="task", disable=not progress)
+    bar = tqdm(total=len(tasks), initial=skipped, desc="sweep tasks", unit="task", disable=not (progress and sys.stderr.isatty()))
     if backend == "local":
         for t in todo:
-            run_task(cfg_json, t, str(out), fingerprint)
+            run_task(cfg_json, t, str(out), fingerprint, cfg.base_dir)
             bar.update()
     else:
         try:
@@ -103,7 +105,7 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
                      include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
         try:
             remote = ray.remote(num_cpus=1)(run_task)
-            pending = [remote.remote(cfg_json, t, str(out), fingerprint) for t in todo]
+            pending = [remote.remote(cfg_json, t, str(out), fingerprint, cfg.base_dir) for t in todo]
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
                 ray.get(done)

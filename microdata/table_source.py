@@ -135,8 +135,14 @@ def _chunks(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, pd.DataFr
 def _check_columns(path: Path, have: Sequence[str], want: Sequence[str]) -> None:
     missing = [c for c in dict.fromkeys(want) if c not in set(have)]
     if missing:
+        hint = ""
+        if len(have) == 1:  # one column holding the others: another delimiter
+            found = [name for d, name in ((";", "semicolons"), ("\t", "tabs"), ("|", "'|'")) if d in str(have[0])]
+            if found:
+                hint = (f"; its header is one column holding {found[0]}: the file is not comma-separated. Save it "
+                        "with commas (or, for tabs, name it .tsv)")
         raise DataFileError(f"{path}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
-                            f"the file has columns [{', '.join(map(str, have))}]")
+                            f"the file has columns [{', '.join(map(str, have))}]{hint}")
 
 
 def _geo_codes(path: Path, chunk: pd.DataFrame, first_row: int, geography: Sequence[tuple[str, str]]) -> dict:

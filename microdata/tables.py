@@ -28,6 +28,7 @@ class TableSpec:
     name: str
     level: str
     by: tuple[tuple[str, tuple[tuple[str, ...], ...] | None], ...]
+    partial: bool = False  # groups may leave values out or overlap, as declared
 
     def cells(self, domain: Domain, block_level: bool) -> list[Cell]:
         axes = []
@@ -48,6 +49,8 @@ class TableSpec:
                     raise TableError(f"table {self.name}: {var} group {list(g)} has values {unknown} that {var} "
                                      f"does not have (its values: {_show(at.values)})")
                 axis.append((var, tuple(g), frozenset(at.values.index(v) for v in g)))
+            if not self.partial:
+                self._check_partition(var, at.values, axis)
             axes.append(axis)
         out = []
         for n, combo in enumerate(itertools.product(*axes), start=1):
@@ -55,6 +58,37 @@ class TableSpec:
             sets = {var: s for var, _, s in combo}
             out.append(Cell(self.name, n, label, tuple(sorted(sets.items())), "block" if block_level else "tract"))
         return out
+
+
+    def _check_partition(self, var: str, values: Sequence[str], axis) -> None:
+        """Groups must cover each value once: a gap drops persons from the table, an overlap counts
+        them twice, and neither is what a table usually means."""
+        seen: dict[int, tuple] = {}
+        for _, labels, members in axis:
+            for i in sorted(members):
+                if i in seen:
+                    raise TableError(f"table {self.name}: {var} value {values[i]} is in two groups "
+                                     f"({_group_label(seen[i])} and {_group_label(labels)}); make the groups disjoint, "
+                                     "or declare partial: true if the table really counts it twice")
+                seen[i] = labels
+        left = [v for i, v in enumerate(values) if i not in seen]
+        if left:
+            raise TableError(f"table {self.name}: {var} groups leave out {_ranges(left)}: everyone with "
+                             f"{'that value' if len(left) == 1 else 'those values'} would be missing from the table; "
+                             "add a group for them, or declare partial: true if the table really omits them")
+
+
+def _ranges(values: Sequence[str]) -> str:
+    """'65-115' for a run of numbers, else the values themselves (the first 12)."""
+    if all(v.lstrip("-").isdigit() for v in values):
+        nums = sorted(int(v) for v in values)
+        runs, start = [], nums[0]
+        for a, b in zip(nums, nums[1:] + [None]):
+            if b != a + 1:
+                runs.append(str(start) if start == a else f"{start}-{a}")
+                start = b
+        return ", ".join(runs)
+    return ", ".join(values[:12]) + (" ..." if len(values) > 12 else "")
 
 
 def _show(values: Sequence[str]) -> str:
@@ -112,5 +146,6 @@ def build_table_cells(specs: Sequence[dict], domain: Domain, unit_level: str, bl
             raise TableError(f"table {name}: level {level!r} must be {block_level!r} (one table per block) or "
                              f"the target level {unit_level!r}")
         by = tuple(parse_by(b, domain, name) for b in spec.get("by", []))
-        cells += TableSpec(name, level, by).cells(domain, block_level=(level == block_level and level != unit_level))
+        cells += TableSpec(name, level, by, bool(spec.get("partial", False))).cells(
+            domain, block_level=(level == block_level and level != unit_level))
     return cells

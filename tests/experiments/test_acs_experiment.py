@@ -27,7 +27,8 @@ def test_folktables_experiment_end_to_end(tmp_path):
     root = make_acs_root(tmp_path / "acs")
     run_dir = run_experiment(_cfg(root), tmp_path / "results", progress=False)
     df = pd.read_parquet(run_dir / "match_rate.parquet")
-    assert set(df.method) == {"rap_rank_2way", "rap_rank_3way", "holdout", "state", "national"}
+    assert set(df.method) == {"rap_rank_2way", "rap_rank_3way", "one_way_margins_2way", "one_way_margins_3way",
+                             "holdout", "state", "national"}
     assert df.unit.nunique() == 2 and df.unit.str.fullmatch(r"\d{2}-\d{5}").all()
     q = df.groupby("method").num_queries.first()
     assert q["rap_rank_3way"] > q["rap_rank_2way"] > 0
@@ -54,6 +55,7 @@ def test_nist_national_config_runs_on_the_shared_excerpt(tmp_path, root):
                        "attack.rows=50", "target.units=2", "grid_points=10"])
     run_dir = run_experiment(cfg, tmp_path, progress=False)
     df = pd.read_parquet(run_dir / "match_rate.parquet")
-    assert set(df.method) == {"rap_rank_2way", "rap_rank_3way", "holdout", "state", "national", "chance"}
+    assert set(df.method) == {"rap_rank_2way", "rap_rank_3way", "one_way_margins_2way", "one_way_margins_3way",
+                             "holdout", "state", "national", "chance"}
     units = df.unit.unique().tolist()
     assert len(units) == 2 and len({u[:2] for u in units}) == 2  # one PUMA per state

@@ -38,7 +38,8 @@ def test_cli_end_to_end_writes_a_self_describing_run_directory(tiny_run, root):
         assert (run_dir / name).stat().st_size > 0, name
     df = pd.read_parquet(run_dir / "match_rate.parquet")
     assert REQUIRED <= set(df.columns)
-    assert set(df.method) == {"rap_rank", "rap_rank_init_holdout", "holdout", "county", "state", "national", "chance"}
+    assert set(df.method) == {"rap_rank", "rap_rank_init_holdout", "one_way_margins", "holdout", "county", "state", "national",
+                             "chance"}
     assert not df.duplicated(["variant", "unit", "method", "k"]).any()  # one row per (unit, method, k)
     m = json.loads((run_dir / "manifest.json").read_text())
     assert m["jax"]["backend"] and m["versions"]["jax"] and m["seeds"]["experiment"] == 0

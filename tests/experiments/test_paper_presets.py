@@ -50,7 +50,8 @@ def test_acs_presets_run_end_to_end_on_folktables_files(tmp_path):
             continue  # one end-to-end run; the other two differ only in the task
         run_dir = run_experiment(cfg, tmp_path / "results", progress=False)
         df = pd.read_parquet(run_dir / "match_rate.parquet")
-        assert set(df.method) == {"rap_rank_2way", "rap_rank_3way", "holdout", "chance"}
+        assert set(df.method) == {"rap_rank_2way", "rap_rank_3way", "one_way_margins_2way",
+                                  "one_way_margins_3way", "holdout", "chance"}
         assert set(df.unit) == {"06", "48"}  # whole states are the targets
         import json
 

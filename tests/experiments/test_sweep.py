@@ -16,16 +16,17 @@ from experiments.sweep import sweep
 
 OVERRIDES = ["target.units=2", "target.with_block=[false]", "attack.init=[random]", "attack.runs=2",
              "attack.steps=20", "attack.rows=40", "sweep.seeds=[0,1]", "sweep.num_cpus=2", "grid_points=10"]
+TASKS = 2 * 3 * 2  # units × (rap_rank, one_way_margins, baselines) × seeds
 
 
 def test_local_sweep_runs_each_task_once_and_a_rerun_skips_them(tmp_path, root):
     cfg = load_config(root / "configs" / "tiny.yaml", OVERRIDES)
     first = sweep(cfg, tmp_path, "local", progress=False)
-    assert first["tasks_total"] == 2 * 2 * 2 and first["tasks_run"] == 8 and first["tasks_skipped"] == 0
+    assert first["tasks_total"] == TASKS and first["tasks_run"] == TASKS and first["tasks_skipped"] == 0
     again = sweep(cfg, tmp_path, "local", progress=False)
-    assert again["tasks_run"] == 0 and again["tasks_skipped"] == 8
+    assert again["tasks_run"] == 0 and again["tasks_skipped"] == TASKS
     df = pd.read_parquet(Path(first["run_dir"]) / "sweep_match_rate.parquet")
-    assert set(df.seed) == {0, 1} and {"rap_rank", "holdout", "county"} <= set(df.method)
+    assert set(df.seed) == {0, 1} and {"rap_rank", "one_way_margins", "holdout", "county"} <= set(df.method)
 
 
 def _ray_stop():
@@ -58,16 +59,16 @@ def test_ray_sweep_killed_with_sigkill_loses_no_finished_task_and_recomputes_non
         proc.wait()
         _ray_stop()
     finished = {p.name: p.stat().st_mtime_ns for p in tasks.glob("*.json")}
-    assert 1 <= len(finished) < 8
+    assert 1 <= len(finished) < TASKS
     out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
     _ray_stop()
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
-    assert summary["tasks_total"] == 8
-    assert summary["tasks_skipped"] >= len(finished) and summary["tasks_run"] + summary["tasks_skipped"] == 8
+    assert summary["tasks_total"] == TASKS
+    assert summary["tasks_skipped"] >= len(finished) and summary["tasks_run"] + summary["tasks_skipped"] == TASKS
     for name, mtime in finished.items():  # finished tasks were not recomputed
         assert (tasks / name).stat().st_mtime_ns == mtime
-    assert len(list(tasks.glob("*.json"))) == 8
+    assert len(list(tasks.glob("*.json"))) == TASKS
     assert not list(tasks.glob(".*"))  # temp files of tasks cut short are cleared by the rerun
 
 

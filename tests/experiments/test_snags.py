@@ -1,0 +1,108 @@
+"""The snags a new user met between the README and a report: each ends in the one-line message or
+the behaviour the user needs."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from experiments.cli import main
+from experiments.config import ConfigError, load_config, parse_config
+from experiments.problem import load_population, select_units
+from microdata.example import write_agency_example
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _one_line_error(capsys, argv, code=2) -> str:
+    assert main(argv) == code
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("censusrecon: error:") and "\n" not in err and "please report" not in err, err
+    return err
+
+
+def test_target_units_all_and_too_many(root):
+    cfg = load_config(root / "configs" / "tiny.yaml", ["target.units=all"])
+    pop = load_population(cfg)
+    every = select_units(pop, cfg)
+    assert len(every) == len(set(pop.geography.units("tract").tolist()))  # every tract of at least min_rows
+    cfg = load_config(root / "configs" / "tiny.yaml", [f"target.units={len(every) + 1}"])
+    with pytest.raises(ConfigError, match=f"asks for {len(every) + 1} tracts, but the data has only {len(every)}.*"
+                                          "units: all"):
+        select_units(pop, cfg)
+
+
+def test_output_paths_and_results_paths_are_user_errors(tmp_path, capsys, root):
+    cfg = str(root / "configs" / "tiny.yaml")
+    (tmp_path / "afile").write_text("x")
+    assert "is a file" in _one_line_error(capsys, ["run", cfg, "--out", str(tmp_path / "afile")])
+    assert "cannot be created" in _one_line_error(capsys, ["run", cfg, "--out", str(tmp_path / "afile" / "x")])
+    err = _one_line_error(capsys, ["plot", str(tmp_path / "nowhere")])
+    assert "does not exist" in err and "match_rate.parquet" not in err
+    assert "not a finished results directory" in _one_line_error(capsys, ["report", str(tmp_path)])
+
+
+def test_validation_messages_have_no_library_prefix():
+    with pytest.raises(ConfigError) as e:
+        parse_config({"name": "x", "target": {"with_block": []}})
+    assert "Value error" not in str(e.value) and "target.with_block needs at least one value" in str(e.value)
+
+
+def test_a_semicolon_csv_gets_a_delimiter_hint(tmp_path, capsys):
+    persons, blocks = write_agency_example(tmp_path / "inputs")
+    text = persons.read_text().replace(",", ";")
+    persons.write_text(text)
+    err = _one_line_error(capsys, ["queries", str(ROOT / "configs" / "agency" / "example.yaml"),
+                                   "--set", f"data.path={persons}", "--set", f"data.units_file={blocks}"])
+    assert "semicolons" in err and "persons.csv" in err
+
+
+def test_relative_data_paths_are_read_from_the_configs_folder(tmp_path, monkeypatch, capsys):
+    write_agency_example(tmp_path / "project" / "inputs")
+    (tmp_path / "project" / "configs").mkdir()
+    cfg = tmp_path / "project" / "configs" / "mine.yaml"
+    shutil.copy(ROOT / "configs" / "agency" / "example.yaml", cfg)
+    text = cfg.read_text().replace("../../inputs/agency/", "../inputs/")
+    cfg.write_text(text)
+    monkeypatch.chdir(tmp_path)  # anywhere but the config's folder
+    assert main(["queries", str(cfg)]) == 0
+    assert "distinct queries" in capsys.readouterr().out
+    # a path typed on the command line is where the command runs, as in any shell
+    monkeypatch.chdir(tmp_path / "project")
+    assert main(["queries", str(cfg), "--set", "data.path=inputs/persons.csv"]) == 0
+    loaded = load_config(cfg)
+    assert loaded.data.path == "../inputs/persons.csv"  # the hash does not depend on where the clone lives
+    assert loaded.digest() == load_config(cfg).digest()
+
+
+def test_table_groups_that_leave_values_out_or_overlap_are_errors(tmp_path, capsys):
+    persons, blocks = write_agency_example(tmp_path / "inputs")
+    over = ["--set", f"data.path={persons}", "--set", f"data.units_file={blocks}"]
+    cfg = str(ROOT / "configs" / "agency" / "example.yaml")
+    gap = "queries.tables=[{name: T, level: block, by: [{AGE: [[0, 17], [18, 64]]}]}]"
+    err = _one_line_error(capsys, ["queries", cfg, *over, "--set", gap])
+    assert "AGE groups leave out 65-115" in err and "partial: true" in err
+    overlap = "queries.tables=[{name: T, level: block, by: [{AGE: [[0, 17], [17, 115]]}]}]"
+    assert "AGE value 17 is in two groups" in _one_line_error(capsys, ["queries", cfg, *over, "--set", overlap])
+    declared = "queries.tables=[{name: T, level: block, partial: true, by: [{AGE: [[0, 17], [18, 64]]}]}]"
+    assert main(["queries", cfg, *over, "--set", declared]) == 0
+
+
+def test_a_redistricting_ppmf_without_qage_names_its_file(capsys):
+    data = ROOT.parent / "shared" / "data" / "ppmf_perry_al" / "ppmf_perry_county_al.csv"
+    if not data.exists():
+        pytest.skip("no shared data")
+    err = _one_line_error(capsys, ["queries", str(ROOT / "configs" / "census" / "tracts.yaml"), "--set",
+                                   "data.source=ppmf", "--set", f"data.path={data}"])
+    assert "QAGE" in err and "ppmf_perry_county_al.csv" in err
+
+
+def test_no_progress_bar_off_a_terminal(capsys, root):
+    """The audit's bar (and every other) stays off when stderr is not a terminal, as under pytest."""
+    from experiments.release_audit import audit_release
+
+    cfg = load_config(root / "configs" / "release_tiny.yaml", ["release.audit.runs=2000", "release.epsilons=[1.0]",
+                                                               "release.mechanisms=[laplace_tables]"])
+    audit_release(cfg, progress=True)
+    err = capsys.readouterr().err
+    assert "\r" not in err and "audits" not in err
