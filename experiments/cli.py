@@ -14,6 +14,9 @@ _SET_HELP = ("override a config key with a YAML value, e.g. --set attack.runs=10
              "(repeatable; any change gives a new config hash, hence a new results directory)")
 _OUT_HELP = "root of the results directories (default: results); a run writes OUT/<name>/<config-hash>/"
 _PROGRESS_HELP = "no progress bars or per-unit lines"
+_RESULTS_HELP = ("a results directory (OUT/<name>/<config-hash>/ or its release/ subdirectory), or the config that "
+                 "wrote it")
+_RESULTS_OUT_HELP = "where a config's results were written (default: results)"
 
 
 def _add_config(p: argparse.ArgumentParser, out: bool = True, progress: bool = True) -> None:
@@ -43,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="regenerate a run's or a release evaluation's plots from its files",
                         description="Redraw the plots of a finished run directory (censusrecon run) or release "
                                     "directory (censusrecon evaluate-release) from its Parquet files.")
-    pl.add_argument("run_dir", help="a results directory: OUT/<name>/<config-hash>/ or its release/ subdirectory")
+    pl.add_argument("run_dir", help=_RESULTS_HELP)
+    pl.add_argument("--out", default="results", metavar="DIR", help=_RESULTS_OUT_HELP)
     _add_config(sub.add_parser(
         "evaluate-release", help="release at each ε, attack each release, compare, audit, report",
         description="For each ε and mechanism of the config's release section, release each unit's tables, attack "
@@ -70,7 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write report.md and report.html for a finished run or release evaluation",
                         description="Write report.md and a self-contained report.html (figures embedded) for a run "
                                     "directory or a release directory.")
-    rp.add_argument("run_dir", help="a results directory: OUT/<name>/<config-hash>/ or its release/ subdirectory")
+    rp.add_argument("run_dir", help=_RESULTS_HELP)
+    rp.add_argument("--out", default="results", metavar="DIR", help=_RESULTS_OUT_HELP)
     ex = sub.add_parser("example-data", help="write the worked example's person file and block list",
                         description="Write persons.csv and blocks.csv, generated from the embedded population with "
                                     "an agency's own column names and codes, for configs/agency/example.yaml.")
@@ -86,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     from reconstruct.rap import use_cpu_cores_as_devices
 
     use_cpu_cores_as_devices()  # before any JAX computation: every core runs RAP runs at once
+    from experiments.results import results_dir
+
     try:
         if getattr(args, "out", None) is not None and args.command in ("run", "evaluate-release", "sweep"):
             _check_out(args.out)
@@ -120,13 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "report":
             from experiments.report import write_run_report
 
-            print(write_run_report(args.run_dir))
+            print(write_run_report(results_dir(args.run_dir, args.out)))
         elif args.command == "audit":
             _audit(args)
         elif args.command == "plot":
             from experiments.runner import replot
 
-            for path in replot(args.run_dir):
+            for path in replot(results_dir(args.run_dir, args.out)):
                 print(path)
         elif args.command == "example-data":
             from microdata.example import write_agency_example

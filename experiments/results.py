@@ -78,6 +78,22 @@ def jax_info() -> dict:
     return {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]}
 
 
+def results_dir(arg: str | Path, out: str | Path = "results") -> Path:
+    """The results directory a command was given: the directory itself, or for a config file the
+    directory its run wrote (``out/<name>/<config-hash>/``; its ``release/`` when only
+    evaluate-release ran)."""
+    arg = Path(arg)
+    if arg.suffix not in (".yaml", ".yml") or not arg.is_file():
+        return arg
+    from experiments.config import load_config
+
+    cfg = load_config(arg)
+    run = Path(out) / cfg.name / cfg.digest()
+    if not (run / "match_rate.parquet").exists() and (run / "release" / "release_eval.parquet").exists():
+        return run / "release"
+    return run
+
+
 def results_kind(run_dir: str | Path) -> str:
     """"run" (censusrecon run) or "release" (censusrecon evaluate-release) for a finished results
     directory; a user error naming what is wrong otherwise."""

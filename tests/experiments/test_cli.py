@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -10,6 +11,7 @@ from experiments import runner
 from experiments.cli import main
 from experiments.config import load_config
 
+ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = {"unit", "method", "k", "k_over_u", "num_candidates", "num_matched", "match_rate"}
 
 
@@ -57,6 +59,13 @@ def test_plot_regenerates_from_parquet(tiny_run, capsys):
     (run_dir / "match_rate.png").unlink()
     assert main(["plot", str(run_dir)]) == 0
     assert (run_dir / "match_rate.png").stat().st_size > 0
+    # the config that wrote a run finds it, as the README types it
+    (run_dir / "match_rate.png").unlink()
+    root = run_dir.parents[1]
+    assert main(["plot", str(ROOT / "configs" / "tiny.yaml"), "--out", str(root)]) == 0
+    assert (run_dir / "match_rate.png").stat().st_size > 0
+    assert main(["report", str(ROOT / "configs" / "tiny.yaml"), "--out", str(root)]) == 0
+    assert str(run_dir / "report.md") in capsys.readouterr().out
 
 
 def test_cli_reports_config_errors_without_a_traceback(tmp_path, capsys):
@@ -245,10 +254,10 @@ def test_tracts_with_block_are_padded_to_a_bucket_and_share_one_program(root, mo
     assert all(len(df) for df, _ in out)
 
 
-def test_the_readme_lists_every_command_and_notebook_and_every_command_explains_its_arguments(root, capsys):
+def test_the_docs_list_every_command_and_notebook_and_every_command_explains_its_arguments(root, capsys):
     from experiments.cli import _parser
 
-    readme = (root / "README.md").read_text()
+    readme = "\n".join(p.read_text() for p in [root / "README.md", *sorted((root / "docs" / "pages").glob("*.md"))])
     sub = next(a for a in _parser()._actions if a.dest == "command")
     for name, parser in sub.choices.items():
         assert f"censusrecon {name}" in readme, name

@@ -1,5 +1,5 @@
 """configs/paper/: the paper's own setups run end to end (small --set overrides) and differ from
-our defaults exactly where the README says."""
+our defaults exactly where the documentation says."""
 
 from pathlib import Path
 
@@ -16,7 +16,7 @@ SMALL = ["attack.runs=2", "attack.steps=10", "attack.rows=40", "grid_points=10",
 
 
 def test_every_preset_is_in_the_readme_table(root):
-    readme = (root / "README.md").read_text()
+    readme = (root / "docs" / "pages" / "methods.md").read_text()
     names = sorted(p.name for p in PAPER.glob("*.yaml"))
     assert len(names) == 5
     for name in names:
