@@ -1,11 +1,16 @@
 # Quick start: `make demo` runs the main job, `make test` runs the tests.
 # Both create .venv with pip when it is missing and install the project into it.
+# `make test` also makes .venv-risk: anonymeter (the release report's synthetic-data risks) pins
+# numpy < 1.27 and JAX needs numpy >= 2, so anonymeter gets an environment of its own.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RISK_VENV := .venv-risk
+RISK_STAMP := $(RISK_VENV)/.installed
+ANONYMETER := anonymeter==1.1.0
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench risk-env clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,10 +18,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
+$(RISK_STAMP): Makefile
+	test -x $(RISK_VENV)/bin/python || $(PYTHON) -m venv $(RISK_VENV)
+	$(RISK_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(RISK_VENV)/bin/python -m pip install --quiet "$(ANONYMETER)"
+	touch $(RISK_STAMP)
+
+risk-env: $(RISK_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/censusrecon run configs/demo.yaml
 
-test: $(STAMP)
+test: $(STAMP) $(RISK_STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

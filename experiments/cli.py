@@ -259,8 +259,9 @@ def _print_release_summary(run_dir) -> None:
                 print(f"  {r['mechanism']:<20} {STATUS_WORDS[r['status']]}")
                 continue
             err = f"; table error {r['table_error']:.2f} persons per cell" if "table_error" in r else ""
-            print(f"  {r['mechanism']:<20} {setting_label(r['mechanism'], r['setting'])}: best attack ({x['best_attacks']}) "
-                  f"{persons_words(x)}; best guess ({x['best_baselines']}) {int(x['baseline_persons'])}{err}")
+            print(f"  {r['mechanism']:<20} {STATUS_WORDS[r['status']]} {setting_label(r['mechanism'], x['setting'])}:\n"
+                  f"  {'':<20} best attack ({x['best_attacks']}) {persons_words(x)}; best guess ({x['best_baselines']}) "
+                  f"{int(x['baseline_persons'])}; {difference_words(x)}{err}")
     audits = json.loads((run_dir / "audit.json").read_text())
     failed = [a for a in audits if not a.get("passed", True)]
     for a in failed:

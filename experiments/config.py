@@ -328,6 +328,8 @@ class ReleaseConfig(_Strict):
         "ledger): unit_total = each unit's person count; occupied_blocks = a block list taken from the persons, for "
         "data that has no public one; root_total = the TopDown root's total (a state total in 2020)")
     audit: AuditConfig = AuditConfig()
+    risks: bool = Field(True, description="measure singling-out, linkability and attribute-inference risk of every "
+                                          "microdata file a release publishes, with anonymeter (make risk-env)")
 
     @model_validator(mode="after")
     def _check(self):

@@ -69,6 +69,7 @@ class Published:
     publication_note: str
     counts: np.ndarray | None = None  # the published table counts in persons (workload order)
     facts: dict = field(default_factory=dict)
+    rows: Dataset | None = None  # the microdata published, when the release publishes rows
 
 
 def _fit_note(backend, mechanism: str) -> tuple[bool, str]:
@@ -108,7 +109,7 @@ def publish(cfg: ExperimentConfig, mechanism: str, epsilon: float, D: Dataset, w
             "rows": len(synth), "rows_are": tables.total_source})
         return Published("synthetic", rec, synth, exact_answers(synth, workload),
                          ("rows over", tuple(D.domain.names), D.domain.sizes), ok, note,
-                         workload_counts(synth, workload).astype(np.float64))
+                         workload_counts(synth, workload).astype(np.float64), rows=synth)
     if mechanism == "perturbed_histogram":
         hist, rec = perturbed_histogram(D, epsilon, backend, r.relation, rng=rng, runs=runs, dense_limit=dense_limit)
         answers = histogram_answers(hist, workload) if runs is None else None
@@ -123,7 +124,7 @@ def publish(cfg: ExperimentConfig, mechanism: str, epsilon: float, D: Dataset, w
         answers = None if drawn is None else exact_answers(drawn, workload)
         counts = None if drawn is None else workload_counts(drawn, workload).astype(np.float64)
         return Published(mechanism, rec, keys, answers, ("draws from a histogram of", D.domain.total_size), ok, note,
-                         counts)
+                         counts, rows=drawn)
     raise ConfigError(f"unknown mechanism {mechanism!r}")
 
 
@@ -132,7 +133,7 @@ def publish_swapping(cfg: ExperimentConfig, rate: float, D: Dataset, workload, r
     tables (consistent, integer, and not differentially private)."""
     swapped, facts = swap_records(D, rate, rng, list(cfg.release.swap_match))
     pub = Published("swapping", None, swapped, exact_answers(swapped, workload), ("tables", _labels(workload)),
-                    False, NOT_DP, workload_counts(swapped, workload).astype(np.float64))
+                    False, NOT_DP, workload_counts(swapped, workload).astype(np.float64), rows=swapped)
     pub.facts = facts
     return pub
 
@@ -301,6 +302,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     per_unit = 1 + sum(len(r.settings(m)) for m in r.mechanisms)
     topdown_cache: dict = {}  # "trees": (unit, BLOCK?) -> tree of its root; "releases": (root, BLOCK?, ε) -> release
     exact_statuses: list = []
+    micro: list[pd.DataFrame] = []  # per unit: D, D_holdout and every published microdata file
     units_bar = UnitProgress(len(tasks), "units", progress)
     bar = tqdm(total=len(tasks) * per_unit, desc="releases attacked", disable=not units_bar.tty, leave=False)
     fingerprint = code_fingerprint()
@@ -312,6 +314,8 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
             if saved.exists() and json.loads(saved.read_text()).get("code_fingerprint") == fingerprint:
                 facts = json.loads(saved.read_text())
                 curves.append(pd.read_parquet(stem.with_suffix(".parquet")))
+                if stem.with_suffix(".micro.parquet").exists():
+                    micro.append(pd.read_parquet(stem.with_suffix(".micro.parquet")))
                 utility.extend(facts["utility"])
                 ledger.entries.extend(facts["ledger"])
                 exact_statuses.extend(facts.get("exact_attack", []))
@@ -322,8 +326,12 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                 units_bar.found(found, run_dir)
                 found = 0
             n_ledger = len(ledger.entries)
-            unit_curves, unit_util, unit_exact = _evaluate_unit(cfg, pop, unit, wb, ledger, bar, topdown_cache)
+            unit_curves, unit_util, unit_exact, unit_micro = _evaluate_unit(cfg, pop, unit, wb, ledger, bar,
+                                                                            topdown_cache)
             write_parquet(stem.with_suffix(".parquet"), unit_curves)
+            if unit_micro is not None:  # before the JSON: a unit counts as done only with all its files
+                write_parquet(stem.with_suffix(".micro.parquet"), unit_micro)
+                micro.append(unit_micro)
             write_json(saved, {"code_fingerprint": fingerprint, "utility": unit_util, "exact_attack": unit_exact,
                                "ledger": ledger.entries[n_ledger:]})
             exact_statuses.extend(unit_exact)
@@ -342,6 +350,12 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     from experiments.release_audit import audit_release
 
     audits = audit_release(cfg, pop, units[0], progress=progress)
+    risks, risk_note = measure_risks(cfg, micro)
+    write_json(run_dir / "risks.json", {"note": risk_note})
+    if len(risks):
+        write_parquet(run_dir / "risks.parquet", risks)
+    elif (run_dir / "risks.parquet").exists():
+        (run_dir / "risks.parquet").unlink()
     write_parquet(run_dir / "release_eval.parquet", df)
     write_parquet(run_dir / "utility.parquet", util)
     write_parquet(run_dir / "lift.parquet", lift)
@@ -422,6 +436,7 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
         curves.append(curve.assign(epsilon=np.nan, setting=np.nan, mechanism="baseline", method=b,
                                    utility_error=np.nan, **common))
     utility = []
+    micro = [_micro_rows(D, unit, wb, "D"), _micro_rows(H, unit, wb, "holdout")]
     extra = {"unit": unit, "with_block": wb, "invariants": list(r.invariants)}
     if wb:
         extra["block_list"] = prob.block_list_source
@@ -453,6 +468,8 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
                     extra.update(opendp_version=backend.version, opendp_contrib=True)
                 ledger.record(pub.record, backend.name, pub.for_publication, publication_note=pub.publication_note,
                               **extra, **extra_td)
+            if pub.rows is not None:
+                micro.append(_micro_rows(pub.rows, unit, wb, "release", mech, setting))
             rows = table_utility(pub.counts, exact_counts, w) + totals_utility(pub.counts, exact_counts, w)
             utility += [dict(row, epsilon=setting if mech != "swapping" else np.nan, setting=setting, mechanism=mech,
                              unit=unit, variant=wb) for row in rows]
@@ -468,7 +485,42 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
                     curves.append(c.assign(epsilon=eps_col, setting=setting, mechanism=mech, method="exact",
                                            utility_error=err, **common))
             bar.update()
-    return pd.concat(curves, ignore_index=True), utility, exact_status
+    published = len(micro) > 2
+    return (pd.concat(curves, ignore_index=True), utility, exact_status,
+            pd.concat(micro, ignore_index=True) if published else None)
+
+
+def _micro_rows(data: Dataset, unit: str, wb: bool, role: str, mechanism: str = "", setting: float = np.nan):
+    """A unit's rows for the risk measures, as labels (a block's name is the unit's own): D, D_holdout
+    or a published file, tagged."""
+    from experiments.risks import frame
+
+    return frame(data, unit).assign(variant=wb, role=role, mechanism=mechanism, setting=setting)
+
+
+#: The tag columns of :func:`_micro_rows`; every other column is a person's attribute (or UNIT).
+_MICRO_TAGS = ["variant", "role", "mechanism", "setting"]
+
+
+def measure_risks(cfg: ExperimentConfig, micro: list[pd.DataFrame]) -> tuple[pd.DataFrame, str | None]:
+    """anonymeter's risks of every published microdata file (per variant, mechanism and setting,
+    all units together), with D as the original and D_holdout as the control set: persons of the
+    same units that no release ever saw."""
+    from experiments.risks import RiskJob, measure
+
+    if not cfg.release.risks:
+        return pd.DataFrame(), "not run: release.risks is false"
+    if not micro:
+        return measure([])
+    rows = pd.concat(micro, ignore_index=True)
+    jobs = []
+    for wb, part in rows.groupby("variant", sort=False):
+        cols = [c for c in part.columns if c not in _MICRO_TAGS]
+        ori, control = (part.loc[part["role"] == role, cols].reset_index(drop=True) for role in ("D", "holdout"))
+        released = part[part["role"] == "release"]
+        for (mech, setting), sel in released.groupby(["mechanism", "setting"], sort=False):
+            jobs.append(RiskJob(mech, float(setting), ori, sel[cols].reset_index(drop=True), control, wb))
+    return measure(jobs, seed=cfg.seed)
 
 
 def check_block_list(cfg: ExperimentConfig, pop: Dataset, unit: str) -> None:

@@ -98,8 +98,8 @@ def difference_words(x) -> str:
 #: What each verdict status means, for the report and the terminal.
 STATUS_WORDS = {
     "safe": "largest safe setting",
-    "none_safe": "no setting evaluated protects",
-    "top_within": "no largest safe setting named: the least protective setting evaluated is within the spread",
+    "none_safe": "no setting evaluated protects; least protective",
+    "top_within": "no largest safe setting named (try larger ε or a stronger attack); within the spread up to",
     "cannot_decide": "cannot decide: the attack on the exact tables is not beyond the best guess",
 }
 
@@ -138,7 +138,7 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant) -> list[dic
                     "exact tables the best attack is not beyond the best guess without the release (too few units, "
                     "too weak an attack, or tables that protect by themselves), so no safe setting is named.")
         elif not rows["beyond_spread"].iloc[-1]:
-            row["status"] = "top_within"
+            row.update(status="top_within", x=rows.iloc[-1])
             beyond = rows[rows["beyond_spread"]]
             text = (f"**{mech}**: at {'every setting' if not len(beyond) else 'the least protective setting'} evaluated "
                     f"({grid if not len(beyond) else setting_label(mech, rows['setting'].iloc[-1])}) the best attack is "
@@ -148,7 +148,7 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant) -> list[dic
                     + (f" Beyond the spread at {', '.join(setting_label(mech, v) for v in beyond['setting'])}."
                        if len(beyond) else ""))
         elif not len(safe):
-            row["status"] = "none_safe"
+            row.update(status="none_safe", x=rows.iloc[-1])
             text = (f"**{mech}**: at every setting evaluated ({grid}) the best attack reconstructs more persons than the "
                     "best guess without the release, beyond the spread: none of them protects them.")
         else:
@@ -348,6 +348,7 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
                         f"{100 * x['off5']:.0f}%"] for _, x in bt.iterrows()], numeric={2, 3})
     doc.img(run_dir / "persons_error.png", "persons reconstructed against table error")
     doc.img(run_dir / "release_match_rate.png", "match rate per release")
+    _risk_section(doc, run_dir, variants)
     doc.h(2, "Fit for publication?")
     doc.table(["mechanism", "fit for publication", "why"],
               [[m, "yes" if e["for_publication"] else "no", e.get("not_dp") or e.get("publication_note", "")]
@@ -378,6 +379,45 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
           "adds their ε (the ledger never adds ε across different relations).")
     md, _ = doc.write(run_dir, "report", f"Release evaluation: {cfg.name}")
     return md
+
+
+def _risk_section(doc: Doc, run_dir: Path, variants: list) -> None:
+    """anonymeter's risks of every published microdata file, with their intervals (or why none)."""
+    doc.h(2, "Risks of the published microdata (anonymeter)")
+    note_path, path = run_dir / "risks.json", run_dir / "risks.parquet"
+    note = json.loads(note_path.read_text()).get("note") if note_path.exists() else "not run"
+    if not path.exists():
+        doc.p(f"Singling out, linkability and attribute inference were not measured: {note}.")
+        return
+    risks = pd.read_parquet(path)
+    doc.p("For every release that publishes rows (synthetic microdata, the swapped file, draws from a smoothed "
+          "histogram), anonymeter (Giomi et al. 2023) attacks the published rows and measures the risk to the persons of "
+          "D over a control set: D_holdout, persons of the same units whom no release saw. Risk is the attack's success "
+          "on D beyond its success on the control set (0: nothing beyond what anyone learns about the population), "
+          "with its 95% interval; *singling out* uses multivariate predicates on 3 columns, *linkability* joins two "
+          "halves of the columns (geography and the first attributes, the rest) by their 10 nearest neighbours, "
+          "*inference* guesses one attribute from all the others. † marks an attack no better than random guessing "
+          "(anonymeter's own warning: that figure cannot be trusted). anonymeter draws its attacks without a "
+          "fixed seed, so figures move between runs within their intervals. TopDown publishes tables here, not a "
+          "microdata file, so it has no row here.")
+    for v in variants:
+        part = risks[risks["variant"] == v] if "variant" in risks else risks
+        if not len(part):
+            continue
+        kinds = list(dict.fromkeys(part["risk"]))
+        rows = []
+        for (mech, setting), g in part.groupby(["mechanism", "setting"], sort=False):
+            cells = {}
+            for _, x in g.iterrows():
+                dagger = "" if x["trusted"] else " †"
+                cells[x["risk"]] = f"{x['value']:.3f} [{x['ci_low']:.3f}, {x['ci_high']:.3f}]{dagger}"
+                if x["risk"] == "singling_out" and pd.notna(x.get("queries")):
+                    cells[x["risk"]] += f" ({int(x['queries'])} queries)"
+            rows.append([mech, setting_label(mech, setting), *[cells.get(k, "") for k in kinds]])
+        if len(variants) > 1:
+            doc.p(f"{variant_label(v, variants)}:")
+        doc.table(["mechanism", "setting", *[k.replace("_", " ").replace("inference:", "inference: ") for k in kinds]],
+                  rows, numeric=set())
 
 
 def write_release_report_from_dir(run_dir: Path) -> Path:

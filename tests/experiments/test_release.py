@@ -38,6 +38,20 @@ def test_release_evaluation_writes_its_files(release_run):
     assert "not for publication" in (release_run / "report.md").read_text()
 
 
+def test_the_report_gives_anonymeter_risks_of_every_published_microdata_file(release_run):
+    from experiments.risks import anonymeter_python
+
+    if anonymeter_python() is None:
+        pytest.skip("no anonymeter environment (make risk-env)")
+    risks = pd.read_parquet(release_run / "risks.parquet")
+    assert set(risks.mechanism) == {"synthetic", "smoothed_histogram"}  # the mechanisms that publish rows
+    assert {"singling_out", "linkability", "inference:RACE"} <= set(risks.risk)
+    assert len(risks) == 2 * 2 * 6  # two mechanisms, two ε, six risks (singling out, linkability, four secrets)
+    assert ((risks.ci_low <= risks.value) & (risks.value <= risks.ci_high)).all()
+    text = (release_run / "report.md").read_text()
+    assert "Risks of the published microdata (anonymeter)" in text and "| synthetic | ε = 10 |" in text
+
+
 def test_more_noise_means_less_lift_fewer_persons_and_more_error(release_run):
     lift = pd.read_parquet(release_run / "lift.parquet")
     persons = pd.read_parquet(release_run / "persons.parquet")

@@ -1,0 +1,78 @@
+"""Run anonymeter's three evaluators on published microdata; a script for anonymeter's own environment.
+
+anonymeter pins numpy < 1.27 and JAX needs numpy >= 2, so the two cannot share one environment:
+this file imports nothing of censusrecon and runs under the interpreter of ``.venv-risk``
+(``make risk-env``), called by :mod:`experiments.risks` as
+
+    python anonymeter_worker.py JOBS.json RESULTS.json
+
+JOBS.json lists evaluations: ``{"id", "ori", "syn", "control"}`` (Parquet paths: the private
+rows, the published rows, and a control set from the same population that the release never
+saw), ``"aux_cols"`` (two column lists for linkability), ``"secrets"`` (columns to infer),
+``"n_attacks"`` and ``"seed"``. RESULTS.json gets one row per (evaluation, risk) with anonymeter's
+risk estimate, its confidence interval and the attack, baseline and control success rates.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+
+
+def _row(job_id: str, risk: str, results, confidence: float) -> dict:
+    r = results.risk()
+    return {"id": job_id, "risk": risk, "value": float(r.value), "ci_low": float(r.ci[0]), "ci_high": float(r.ci[1]),
+            "attack_rate": float(results.attack_rate.value), "baseline_rate": float(results.baseline_rate.value),
+            "control_rate": None if results.control_rate is None else float(results.control_rate.value),
+            "n_attacks": int(results.n_attacks_ori), "confidence": confidence,
+            # anonymeter's own sanity check: an attack no better than random guessing is not evidence
+            "trusted": bool(results.attack_rate.value > results.baseline_rate.value)}
+
+
+def evaluate(job: dict, confidence: float = 0.95) -> list[dict]:
+    import numpy as np
+    import pandas as pd
+    from anonymeter.evaluators import InferenceEvaluator, LinkabilityEvaluator, SinglingOutEvaluator
+
+    np.random.seed(job["seed"])  # anonymeter samples its targets with pandas' global generator
+    ori, syn, control = (pd.read_parquet(job[k]) for k in ("ori", "syn", "control"))
+    # anonymeter's random-guess baseline for inference draws published rows and aligns them with the targets
+    # by index: published rows in the targets' own order (a swapped file keeps D's order) would make that
+    # "random" guess the target's own value. Shuffled, the guess at a target's index is a random published row.
+    syn = syn.sample(frac=1.0, random_state=job["seed"]).reset_index(drop=True)
+    n = int(job["n_attacks"])
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its warnings become the "trusted" flag and the query counts
+        # anonymeter keeps drawing random queries until n of them single someone out in the published rows;
+        # where too few exist it stops at max_attempts (its default, 10^7, takes minutes) and says how many it found
+        so = SinglingOutEvaluator(ori=ori, syn=syn, control=control, n_attacks=n, n_cols=min(3, ori.shape[1]),
+                                  max_attempts=job.get("max_attempts", 20_000),
+                                  seed=job["seed"]).evaluate(mode="multivariate")
+        out.append(dict(_row(job["id"], "singling_out", so.results(confidence), confidence),
+                        queries=len(so.queries())))
+        link = LinkabilityEvaluator(ori=ori, syn=syn, control=control, n_attacks=n,
+                                    aux_cols=tuple(job["aux_cols"]), n_neighbors=10).evaluate(n_jobs=1)
+        out.append(_row(job["id"], "linkability", link.results(confidence), confidence))
+        for secret in job["secrets"]:
+            aux = [c for c in ori.columns if c != secret]
+            inf = InferenceEvaluator(ori=ori, syn=syn, control=control, aux_cols=aux, secret=secret,
+                                     n_attacks=n).evaluate(n_jobs=1)
+            out.append(_row(job["id"], f"inference:{secret}", inf.results(confidence), confidence))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: anonymeter_worker.py JOBS.json RESULTS.json", file=sys.stderr)
+        return 2
+    spec = json.loads(open(argv[0], encoding="utf-8").read())
+    rows = [row for job in spec["jobs"] for row in evaluate(job, spec.get("confidence", 0.95))]
+    with open(argv[1], "w", encoding="utf-8") as f:
+        json.dump(rows, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
