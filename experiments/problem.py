@@ -221,6 +221,17 @@ def census_cells(q) -> list:
     return [c for name in names for c in tables[name]]
 
 
+def geography_levels(cfg: ExperimentConfig) -> list[str]:
+    """The data's geography levels below national, coarsest first, as the config declares them (a
+    person file's own levels; the census levels for the embedded population and PPMF; ACS: state,
+    PUMA)."""
+    if cfg.data.geography:
+        return [g.level for g in cfg.data.geography]
+    if cfg.data.source in ("acs_nist", "folktables"):
+        return ["state", "puma"]
+    return ["state", "county", "tract", "block"]
+
+
 def method_names(cfg: ExperimentConfig) -> list[str]:
     """Every attack task a config runs: one RAP-Rank per workload and initialisation, the trivial
     attack (one-way margins fitted to the published answers) per workload, and the exact attack
@@ -239,7 +250,11 @@ def build_workload(cfg: ExperimentConfig, q, domain):
 
         declared = [t.model_dump() for t in (q.tables if isinstance(q.tables, list) else []) if not isinstance(t, str)]
         try:
-            cells = census_cells(q) + build_table_cells(declared, domain, cfg.target.level)
+            levels = geography_levels(cfg)
+            lv = cfg.target.level
+            at = levels.index(lv) if lv in levels else len(levels)
+            cells = census_cells(q) + build_table_cells(declared, domain, lv, coarser=levels[:at],
+                                                        finer=levels[at + 1:-1])
             return CensusWorkload.build(domain, cells)
         except TableError as e:
             raise ConfigError(f"queries.tables: {e}") from None

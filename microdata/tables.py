@@ -132,10 +132,12 @@ def parse_by(entry, domain: Domain, table: str) -> tuple[str, tuple[tuple[str, .
     return var, tuple(out)
 
 
-def build_table_cells(specs: Sequence[dict], domain: Domain, unit_level: str, block_level: str = "block") -> list[Cell]:
+def build_table_cells(specs: Sequence[dict], domain: Domain, unit_level: str, block_level: str = "block",
+                      coarser: Sequence[str] = (), finer: Sequence[str] = ()) -> list[Cell]:
     """The cells of declared tables (config dicts with name, level, by) over an attack domain.
     ``level`` must be the finest geography level (``block_level``: one table per block) or the
-    target ``unit_level``."""
+    target ``unit_level``; a level in ``coarser`` (than the target) or ``finer`` gets an error that
+    says what to do instead."""
     cells, names = [], set()
     for spec in specs:
         name, level = spec["name"], spec["level"]
@@ -143,8 +145,16 @@ def build_table_cells(specs: Sequence[dict], domain: Domain, unit_level: str, bl
             raise TableError(f"table name {name!r} is used twice")
         names.add(name)
         if level not in (block_level, unit_level):
+            if level in coarser:
+                raise TableError(
+                    f"table {name}: level {level!r} is coarser than the target level {unit_level!r}: a {level}'s table "
+                    f"counts this {unit_level}'s persons together with its neighbours', so an attack on one "
+                    f"{unit_level} cannot use it. To evaluate {level} tables, attack whole {level}s: set target.level: "
+                    f"{level} (their blocks stay BLOCK) and publish at level: {level} or {block_level}")
             raise TableError(f"table {name}: level {level!r} must be {block_level!r} (one table per block) or "
-                             f"the target level {unit_level!r}")
+                             f"the target level {unit_level!r}"
+                             + (f"; tables per {level} inside a {unit_level} are not supported yet" if level in finer
+                                else ""))
         by = tuple(parse_by(b, domain, name) for b in spec.get("by", []))
         cells += TableSpec(name, level, by, bool(spec.get("partial", False))).cells(
             domain, block_level=(level == block_level and level != unit_level))

@@ -84,7 +84,7 @@ def test_table_declarations_are_checked_against_the_data(agency):
     _, over = agency
     for table, expected in (("{name: T, level: block, by: [AGEX]}", "variable 'AGEX' is not an attack attribute"),
                             ("{name: T, level: block, by: [{RACE: [[W], [Z]]}]}", "values ['Z'] that RACE does not"),
-                            ("{name: T, level: county, by: [SEX]}", "level 'county' must be 'block'"),
+                            ("{name: T, level: county, by: [SEX]}", "set target.level: county"),
                             ("{name: T, level: block, by: [{AGE: [[0, 200]]}]}", "outside AGE's range")):
         cfg = load_config(ROOT / "configs" / "agency" / "example.yaml", over + [f"queries.tables=[{table}]"])
         with pytest.raises(ConfigError, match=expected.replace("[", r"\[").replace("]", r"\]")):

@@ -106,3 +106,18 @@ def test_no_progress_bar_off_a_terminal(capsys, root):
     audit_release(cfg, progress=True)
     err = capsys.readouterr().err
     assert "\r" not in err and "audits" not in err
+
+
+def test_county_tables_are_evaluated_by_attacking_whole_counties(tmp_path, capsys):
+    persons, blocks = write_agency_example(tmp_path / "inputs")
+    over = ["--set", f"data.path={persons}", "--set", f"data.units_file={blocks}"]
+    cfg = str(ROOT / "configs" / "agency" / "example.yaml")
+    county = "queries.tables=[{name: P1, level: block, by: []}, {name: SEX_COUNTY, level: county, by: [SEX]}]"
+    err = _one_line_error(capsys, ["queries", cfg, *over, "--set", county])
+    assert "coarser than the target level 'tract'" in err and "set target.level: county" in err
+    # as the message says: whole counties, their blocks as BLOCK, the county's own table published once
+    assert main(["queries", cfg, *over, "--set", county, "--set", "target.level=county", "--set", "target.units=2",
+                 "--set", "baselines=[holdout, state, chance]", "--json"]) == 0
+    rows = [__import__("json").loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 2 and all(r["cells_per_table"]["SEX_COUNTY"] == 2 for r in rows)
+    assert all(r["cells_per_table"]["P1"] == r["num_blocks"] > 0 for r in rows)
