@@ -293,7 +293,7 @@ def _print_summary(run_dir) -> None:
         for m in table.index:
             if (v, m) in persons.index:
                 p = persons.loc[(v, m)]
-                print(f"  {m}: {persons_words(p)} reconstructed (unique in D, top u), "
+                print(f"  {m}: {persons_words(p)} reconstructed, "
                       f"best baselines {int(p['baseline_persons'])}; difference {difference_words(p)}")
 
 
