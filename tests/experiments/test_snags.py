@@ -48,12 +48,10 @@ def test_validation_messages_have_no_library_prefix():
     assert "Value error" not in str(e.value) and "target.with_block needs at least one value" in str(e.value)
 
 
-def test_a_semicolon_csv_gets_a_delimiter_hint(tmp_path, capsys):
-    persons, blocks = write_agency_example(tmp_path / "inputs")
-    text = persons.read_text().replace(",", ";")
-    persons.write_text(text)
-    err = _one_line_error(capsys, ["queries", str(ROOT / "configs" / "agency" / "example.yaml"),
-                                   "--set", f"data.path={persons}", "--set", f"data.units_file={blocks}"])
+def test_a_semicolon_csv_gets_a_delimiter_hint(agency_queries, tmp_path, capsys):
+    persons = tmp_path / "inputs" / "persons.csv"
+    persons.write_text(persons.read_text().replace(",", ";"))
+    err = _one_line_error(capsys, agency_queries)
     assert "semicolons" in err and "persons.csv" in err
 
 
@@ -75,17 +73,22 @@ def test_relative_data_paths_are_read_from_the_configs_folder(tmp_path, monkeypa
     assert loaded.digest() == load_config(cfg).digest()
 
 
-def test_table_groups_that_leave_values_out_or_overlap_are_errors(tmp_path, capsys):
+@pytest.fixture
+def agency_queries(tmp_path):
+    """`censusrecon queries` on the worked example's config and files, as argv up to the overrides."""
     persons, blocks = write_agency_example(tmp_path / "inputs")
-    over = ["--set", f"data.path={persons}", "--set", f"data.units_file={blocks}"]
-    cfg = str(ROOT / "configs" / "agency" / "example.yaml")
+    return ["queries", str(ROOT / "configs" / "agency" / "example.yaml"),
+            "--set", f"data.path={persons}", "--set", f"data.units_file={blocks}"]
+
+
+def test_table_groups_that_leave_values_out_or_overlap_are_errors(agency_queries, capsys):
     gap = "queries.tables=[{name: T, level: block, by: [{AGE: [[0, 17], [18, 64]]}]}]"
-    err = _one_line_error(capsys, ["queries", cfg, *over, "--set", gap])
+    err = _one_line_error(capsys, [*agency_queries, "--set", gap])
     assert "AGE groups leave out 65-115" in err and "partial: true" in err
     overlap = "queries.tables=[{name: T, level: block, by: [{AGE: [[0, 17], [17, 115]]}]}]"
-    assert "AGE value 17 is in two groups" in _one_line_error(capsys, ["queries", cfg, *over, "--set", overlap])
+    assert "AGE value 17 is in two groups" in _one_line_error(capsys, [*agency_queries, "--set", overlap])
     declared = "queries.tables=[{name: T, level: block, partial: true, by: [{AGE: [[0, 17], [18, 64]]}]}]"
-    assert main(["queries", cfg, *over, "--set", declared]) == 0
+    assert main([*agency_queries, "--set", declared]) == 0
 
 
 def test_a_redistricting_ppmf_without_qage_names_its_file(capsys):
@@ -108,15 +111,12 @@ def test_no_progress_bar_off_a_terminal(capsys, root):
     assert "\r" not in err and "audits" not in err
 
 
-def test_county_tables_are_evaluated_by_attacking_whole_counties(tmp_path, capsys):
-    persons, blocks = write_agency_example(tmp_path / "inputs")
-    over = ["--set", f"data.path={persons}", "--set", f"data.units_file={blocks}"]
-    cfg = str(ROOT / "configs" / "agency" / "example.yaml")
+def test_county_tables_are_evaluated_by_attacking_whole_counties(agency_queries, capsys):
     county = "queries.tables=[{name: P1, level: block, by: []}, {name: SEX_COUNTY, level: county, by: [SEX]}]"
-    err = _one_line_error(capsys, ["queries", cfg, *over, "--set", county])
+    err = _one_line_error(capsys, [*agency_queries, "--set", county])
     assert "coarser than the target level 'tract'" in err and "set target.level: county" in err
     # as the message says: whole counties, their blocks as BLOCK, the county's own table published once
-    assert main(["queries", cfg, *over, "--set", county, "--set", "target.level=county", "--set", "target.units=2",
+    assert main([*agency_queries, "--set", county, "--set", "target.level=county", "--set", "target.units=2",
                  "--set", "baselines=[holdout, state, chance]", "--json"]) == 0
     rows = [__import__("json").loads(x) for x in capsys.readouterr().out.splitlines()]
     assert len(rows) == 2 and all(r["cells_per_table"]["SEX_COUNTY"] == 2 for r in rows)
