@@ -11,6 +11,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from experiments.metrics import MARGINS_ATTACK
 from microdata.errors import CensusReconError
 
 
@@ -428,7 +429,7 @@ class ExperimentConfig(_Strict):
 
     def margins_method(self, query: "QueryConfig") -> str:
         """The trivial attack on one workload: one_way_margins[_<workload> when several]."""
-        return "one_way_margins" + (f"_{query.label}" if len(self.queries) > 1 else "")
+        return MARGINS_ATTACK + (f"_{query.label}" if len(self.queries) > 1 else "")
 
     def digest(self) -> str:
         """12 hex digits of the SHA-256 of the canonical JSON of the resolved config."""

@@ -160,10 +160,14 @@ def concentration(keys: np.ndarray) -> dict:
             "unique_row_share": float((counts == 1).sum() / counts.sum())}
 
 
+#: The trivial attack's method name: rows ranked by one-way margins fitted to the release.
+MARGINS_ATTACK = "one_way_margins"
+
+
 def is_attack(method: str) -> bool:
     """Methods that saw the published statistics (RAP-Rank variants, exact reconstruction, the
     trivial one-way-margins attack); every other method is a baseline."""
-    return method.startswith(("rap_rank", "exact", "one_way_margins"))
+    return method.startswith(("rap_rank", "exact", MARGINS_ATTACK))
 
 
 def variant_label(v, variants=None) -> str:

@@ -15,7 +15,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from experiments.config import ConfigError, ExperimentConfig
-from experiments.metrics import effective_u, k_grid, match_rate_curve, unique_persons
+from experiments.metrics import MARGINS_ATTACK, effective_u, k_grid, match_rate_curve, unique_persons
 from experiments.progress import UnitProgress
 from experiments.problem import (_stable, attributes, baseline_curves, build_priors, build_workload, exact_answers,
                                  load_population, prepare_unit, rap_settings, select_units, unit_blocks, unit_key)
@@ -39,9 +39,6 @@ from synth.topdown import estimate as topdown_estimate
 from synth.topdown import measure as topdown_measure
 
 log = logging.getLogger(__name__)
-
-#: The trivial attack's method name: rows ranked by one-way margins fitted to the release.
-MARGINS = "one_way_margins"
 
 
 def _backend(cfg: ExperimentConfig, *parts):
@@ -424,7 +421,7 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
     exact_status: list = []
     exact_cols = dict(epsilon=math.inf, setting=math.inf, mechanism="exact", utility_error=0.0, **common)
     curves = [attack(exact, "exact").assign(method="rap_rank", **exact_cols),
-              trivial(exact, "exact").assign(method=MARGINS, **exact_cols)]
+              trivial(exact, "exact").assign(method=MARGINS_ATTACK, **exact_cols)]
     if exact_on:
         c = exact_attack(exact_counts, "exact", math.inf)
         if c is not None:
@@ -478,7 +475,7 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
             eps_col = setting if mech != "swapping" else np.nan
             cols = dict(epsilon=eps_col, setting=setting, mechanism=mech, utility_error=err, **common)
             curves.append(attack(pub.answers, f"{mech}-{setting}").assign(method="rap_rank", **cols))
-            curves.append(trivial(pub.answers, f"{mech}-{setting}").assign(method=MARGINS, **cols))
+            curves.append(trivial(pub.answers, f"{mech}-{setting}").assign(method=MARGINS_ATTACK, **cols))
             if exact_on:
                 c = exact_attack(pub.counts, mech, setting)
                 if c is not None:
