@@ -17,6 +17,7 @@ _PROGRESS_HELP = "no progress bars or per-unit lines"
 _RESULTS_HELP = ("a results directory (OUT/<name>/<config-hash>/ or its release/ subdirectory), or the config that "
                  "wrote it")
 _RESULTS_OUT_HELP = "where a config's results were written (default: results)"
+_RESULTS_SET_HELP = "with a config: the --set overrides its run was given (they make its config hash)"
 
 
 def _add_config(p: argparse.ArgumentParser, out: bool = True, progress: bool = True) -> None:
@@ -48,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
                                     "directory (censusrecon evaluate-release) from its Parquet files.")
     pl.add_argument("run_dir", help=_RESULTS_HELP)
     pl.add_argument("--out", default="results", metavar="DIR", help=_RESULTS_OUT_HELP)
+    pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=_RESULTS_SET_HELP)
     _add_config(sub.add_parser(
         "evaluate-release", help="release at each ε, attack each release, compare, audit, report",
         description="For each ε and mechanism of the config's release section, release each unit's tables, attack "
@@ -76,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
                                     "directory or a release directory.")
     rp.add_argument("run_dir", help=_RESULTS_HELP)
     rp.add_argument("--out", default="results", metavar="DIR", help=_RESULTS_OUT_HELP)
+    rp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=_RESULTS_SET_HELP)
     ex = sub.add_parser("example-data", help="write the worked example's person file and block list",
                         description="Write persons.csv and blocks.csv, generated from the embedded population with "
                                     "an agency's own column names and codes, for configs/agency/example.yaml.")
@@ -127,13 +130,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "report":
             from experiments.report import write_run_report
 
-            print(write_run_report(results_dir(args.run_dir, args.out)))
+            print(write_run_report(results_dir(args.run_dir, args.out, args.overrides)))
         elif args.command == "audit":
             _audit(args)
         elif args.command == "plot":
             from experiments.runner import replot
 
-            for path in replot(results_dir(args.run_dir, args.out)):
+            for path in replot(results_dir(args.run_dir, args.out, args.overrides)):
                 print(path)
         elif args.command == "example-data":
             from microdata.example import write_agency_example

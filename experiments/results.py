@@ -78,16 +78,18 @@ def jax_info() -> dict:
     return {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]}
 
 
-def results_dir(arg: str | Path, out: str | Path = "results") -> Path:
-    """The results directory a command was given: the directory itself, or for a config file the
-    directory its run wrote (``out/<name>/<config-hash>/``; its ``release/`` when only
-    evaluate-release ran)."""
+def results_dir(arg: str | Path, out: str | Path = "results", overrides: list[str] | None = None) -> Path:
+    """The results directory a command was given: the directory itself, or for a config file (with
+    the ``--set`` overrides its run had) the directory its run wrote (``out/<name>/<config-hash>/``;
+    its ``release/`` when only evaluate-release ran)."""
+    from experiments.config import ConfigError, load_config
+
     arg = Path(arg)
     if arg.suffix not in (".yaml", ".yml") or not arg.is_file():
+        if overrides:
+            raise ConfigError("--set needs a config, not a results directory")
         return arg
-    from experiments.config import load_config
-
-    cfg = load_config(arg)
+    cfg = load_config(arg, overrides)
     run = Path(out) / cfg.name / cfg.digest()
     if not (run / "match_rate.parquet").exists() and (run / "release" / "release_eval.parquet").exists():
         return run / "release"

@@ -30,17 +30,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.config import load_config
-from experiments.problem import build_workload, load_population, prepare_unit, select_units
-from experiments.release import evaluate_release
-from experiments.runner import run_experiment
-from microdata.example import write_agency_example
+from experiments.cli import main as censusrecon  # the command line, as a function: censusrecon([...])
 
 ROOT = Path.cwd() if (Path.cwd() / "configs").exists() else Path.cwd().parent
 OUT = Path(os.environ.get("CENSUSRECON_OUT", ROOT / "results"))
 QUICK = os.environ.get("CENSUSRECON_QUICK") == "1"  # the tests' small settings
+CONFIG = str(ROOT / "configs" / "agency" / "example.yaml")
 
 # %% [markdown]
+# Every step below is a `censusrecon` command, the same you would type in a terminal
+# (`censusrecon example-data inputs/agency`, `censusrecon queries configs/agency/example.yaml`, ...);
+# here each is called as `censusrecon([...])`, which returns the exit status (0: done).
+#
 # ## 1. The files: a person file and the public block list
 # `persons.csv` has the columns an agency's extract might have; `blocks.csv` lists every block
 # with its parents, **the empty ones included**. The published block list must come from this
@@ -48,22 +49,26 @@ QUICK = os.environ.get("CENSUSRECON_QUICK") == "1"  # the tests' small settings
 # a list built from the persons would lose the block, and the release would give that away.
 
 # %%
-persons, blocks = write_agency_example(OUT / "inputs" / "agency")
+inputs = OUT / "inputs" / "agency"
+assert censusrecon(["example-data", str(inputs)]) == 0
+persons, blocks = inputs / "persons.csv", inputs / "blocks.csv"
 print(pd.read_csv(persons, dtype=str).head().to_string())
 print(f"{len(pd.read_csv(persons))} persons; {len(pd.read_csv(blocks))} blocks in the public list")
 
 # %% [markdown]
 # ## 2. The config: declare the columns, the codes, the geography and the tables
 # Every value of the file is checked against its declaration; a bad one stops with the file,
-# row, column and value (`persons.csv row 6, column sex: 'X' is not one of [M, F]`).
+# row, column and value (`persons.csv row 6, column sex: 'X' is not one of [M, F]`). Relative
+# paths in a config are read from the config's folder; these files are elsewhere, so they are
+# given with `--set`.
 
 # %%
-over = [f"data.path={persons}", f"data.units_file={blocks}"]
+sets = ["--set", f"data.path={persons}", "--set", f"data.units_file={blocks}"]
 if QUICK:
-    over += ["attack.runs=4", "attack.steps=60", "target.units=2", "release.epsilons=[1.0, 8.0]",
-             "release.audit.runs=5000", "release.mechanisms=[laplace_tables]"]
-cfg = load_config(ROOT / "configs" / "agency" / "example.yaml", over)
-print((ROOT / "configs" / "agency" / "example.yaml").read_text().split("queries:")[1].split("attack:")[0])
+    for o in ("attack.runs=4", "attack.steps=60", "target.units=2", "release.epsilons=[1.0, 8.0]",
+              "release.audit.runs=5000", "release.mechanisms=[laplace_tables]"):
+        sets += ["--set", o]
+print(Path(CONFIG).read_text().split("queries:")[1].split("attack:")[0])
 
 # %% [markdown]
 # ## 3. What would be published, per tract
@@ -71,34 +76,35 @@ print((ROOT / "configs" / "agency" / "example.yaml").read_text().split("queries:
 # (`level: block`) or for the whole tract.
 
 # %%
-pop = load_population(cfg)
-unit = select_units(pop, cfg)[0]
-prob = prepare_unit(pop, cfg, unit, with_block=True, pad_blocks=False)
-w = build_workload(cfg, cfg.queries[0], prob.private.domain)
-print(f"tract {unit}: {prob.private.domain.size('BLOCK')} blocks (from {prob.block_list_source})")
-print("cells per table:", dict(w.cells_per_table))
+assert censusrecon(["queries", CONFIG, *sets]) == 0
 
 # %% [markdown]
 # ## 4. Attack the exact tables
-# RAP-Rank sees only the tables of D (a random half of each tract); the holdout baseline
-# guesses from the other half, the geographic baselines from the rest of the county, state and
-# nation. The question is the *difference*: persons reconstructed beyond the best baseline.
+# RAP-Rank and the trivial one-way-margins attack see only the tables of D (a random half of each
+# tract); the holdout baseline guesses from the other half, the geographic baselines and `chance`
+# from the rest of the county, state and nation: none of them sees D. The question is the
+# *difference*: persons reconstructed beyond the best guess without the tables.
 
 # %%
-run_dir = run_experiment(cfg, OUT, progress=False)
+assert censusrecon(["run", CONFIG, "--out", str(OUT), "--no-progress", *sets]) == 0
+assert censusrecon(["report", CONFIG, "--out", str(OUT), *sets]) == 0
+
+# %% [markdown]
+# The same numbers per tract, from the run's files:
+
+# %%
+run_dir = next((OUT / "agency_example").glob("*/persons.parquet")).parent
 persons_df = pd.read_parquet(run_dir / "persons.parquet")
-print(persons_df[["unit", "method", "persons_reconstructed", "best_baseline", "baseline_persons",
+print(persons_df[["unit", "method", "persons_reconstructed", "n_unique", "best_baseline", "baseline_persons",
                   "difference"]].to_string())
-print("report:", run_dir / "report.md")
 
 # %% [markdown]
 # ## 5. Would a DP release fix it, and at what cost?
 # Each ε is released through the same code an agency would publish with, attacked, and audited.
-# The report gives, per mechanism, the largest ε at which the attack does no better than the best
-# baseline beyond its spread, and the error of each table there in persons per cell.
+# The command prints the verdict: per mechanism the largest ε at which the best attack does no
+# better than the best guess beyond the spread (or that the evaluation cannot decide), persons as
+# "x of N", the table error there, any audit failure, and where the reports are.
 
 # %%
-release_dir = evaluate_release(cfg, OUT, progress=False)
-text = (release_dir / "report.md").read_text()
-print(text[text.index("### Verdict"):text.index("### Error of each")])
-print("report:", release_dir / "report.md", "and", release_dir / "report.html")
+status = censusrecon(["evaluate-release", CONFIG, "--out", str(OUT), "--no-progress", *sets])
+print("exit status", status, "(2: an audit check failed, do not publish)")
