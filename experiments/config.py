@@ -412,6 +412,12 @@ class ExperimentConfig(_Strict):
         name = "rap_rank" + (f"_{query.label}" if len(self.queries) > 1 else "")
         return name if init == "random" else f"{name}_init_{init}"
 
+    def __eq__(self, other) -> bool:  # the fields, not where the config was read from
+        return isinstance(other, ExperimentConfig) and self.model_dump() == other.model_dump()
+
+    def __hash__(self) -> int:
+        return hash(self.digest())
+
     @property
     def base_dir(self) -> str | None:
         """The folder relative data paths are read from (None: the working directory)."""
