@@ -216,9 +216,8 @@ def _audit(args) -> None:
         print(f"{'mechanism':<22}{'declared ε':>12}{'audited ε ≥':>14}   {'runs':>7}   checks")
         for r in results:
             flag = "" if r.epsilon_lower_bound <= r.declared_epsilon else "   EXCEEDS THE DECLARED ε"
-            failed = [f"{k}: {v}" for k, v in r.checks.items() if v != "pass" and not v.startswith(("declared", "not run"))]
             print(f"{r.mechanism:<22}{r.declared_epsilon:>12g}{r.epsilon_lower_bound:>14.3f}   {r.runs:>7}   "
-                  + ("all pass" if not failed else "FAILED " + "; ".join(failed)) + flag)
+                  + r.checks_summary() + flag)
     if not all(r.passed for r in results):
         raise ConfigError("the audit failed: a mechanism's audited ε exceeds its declared ε or a check failed "
                           "(see above); do not publish with it")
@@ -272,6 +271,10 @@ def _print_release_summary(run_dir) -> None:
                            if c != "pass" and not c.startswith(("declared", "not run")))
         print(f"AUDIT FAILED: {a['mechanism']} at ε = {a['declared_epsilon']:g}: audited ε ≥ "
               f"{a['epsilon_lower_bound']:.3f}{'; ' + checks if checks else ''}")
+    unchecked = sorted({f"{k} ({c})" for a in audits for k, c in a.get("checks", {}).items()
+                        if c.startswith(("declared", "not run"))})
+    if unchecked:
+        print("not audited: " + "; ".join(unchecked))
     print(f"\nreport: {run_dir / 'report.md'}\n        {run_dir / 'report.html'}")
     if failed:
         raise ConfigError("the audit of the publishing code failed (see above); do not publish with it")

@@ -434,7 +434,7 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
                                    utility_error=np.nan, **common))
     utility = []
     micro = [_micro_rows(D, unit, wb, "D"), _micro_rows(H, unit, wb, "holdout")]
-    extra = {"unit": unit, "with_block": wb, "invariants": list(r.invariants)}
+    extra = {"unit": unit, "with_block": wb}
     if wb:
         extra["block_list"] = prob.block_list_source
     for mech in r.mechanisms:
@@ -442,7 +442,8 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
             rng = np.random.default_rng(_stable("release", cfg.seed, unit, mech, setting))
             if mech == "swapping":
                 pub = publish_swapping(cfg, setting, D, w, rng)
-                ledger.note("swapping", "numpy (seeded)", NOT_DP, swap_rate=setting, **pub.facts, **extra)
+                ledger.note("swapping", "numpy (seeded)", NOT_DP, swap_rate=setting, **pub.facts, **extra,
+                            invariants=own_invariants(cfg, mech, wb))
             else:
                 backend = _backend(cfg, unit, mech, setting)
                 if mech == "topdown":
@@ -464,7 +465,7 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
                 if getattr(backend, "contrib", False):
                     extra.update(opendp_version=backend.version, opendp_contrib=True)
                 ledger.record(pub.record, backend.name, pub.for_publication, publication_note=pub.publication_note,
-                              **extra, **extra_td)
+                              invariants=own_invariants(cfg, mech, wb), **extra, **extra_td)
             if pub.rows is not None:
                 micro.append(_micro_rows(pub.rows, unit, wb, "release", mech, setting))
             rows = table_utility(pub.counts, exact_counts, w) + totals_utility(pub.counts, exact_counts, w)
@@ -518,6 +519,16 @@ def measure_risks(cfg: ExperimentConfig, micro: list[pd.DataFrame]) -> tuple[pd.
         for (mech, setting), sel in released.groupby(["mechanism", "setting"], sort=False):
             jobs.append(RiskJob(mech, float(setting), ori, sel[cols].reset_index(drop=True), control, wb))
     return measure(jobs, seed=cfg.seed)
+
+
+def own_invariants(cfg: ExperimentConfig, mechanism: str, with_block: bool) -> list[str]:
+    """The declared invariants a mechanism's release really publishes, for its ledger entry: the
+    root total for TopDown only, the unit total where the tables' n is taken as declared
+    (Laplace tables and what is fitted to them), the block list wherever blocks are published."""
+    uses = {"root_total": mechanism == "topdown",
+            "unit_total": mechanism in ("laplace_tables", "synthetic"),
+            "occupied_blocks": with_block}
+    return [i for i in cfg.release.invariants if uses.get(i, True)]
 
 
 def check_block_list(cfg: ExperimentConfig, pop: Dataset, unit: str) -> None:

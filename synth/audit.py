@@ -29,7 +29,26 @@ class AuditResult:
 
     @property
     def passed(self) -> bool:
-        return self.epsilon_lower_bound <= self.declared_epsilon and all(v == "pass" for v in self.checks.values())
+        """The bound stays at or below the declared ε and no check failed (a check that was not
+        run, or covers a declared invariant, did not fail; :meth:`checks_summary` says which)."""
+        return self.epsilon_lower_bound <= self.declared_epsilon and not self.failed_checks()
+
+    def failed_checks(self) -> dict:
+        return {k: v for k, v in self.checks.items() if v != "pass" and not v.startswith(("declared", "not run"))}
+
+    def checks_summary(self) -> str:
+        """What was checked, exactly: "FAILED name: why" for failed checks, else the checks that
+        passed, then each declared or not-run check with its reason (never "all pass" for those).
+
+        >>> AuditResult("m", 1.0, 0.5, 10, 0.95, "e", {"a": "pass", "b": "not run: one block"}).checks_summary()
+        'pass: a; b not run: one block'
+        """
+        failed = self.failed_checks()
+        if failed:
+            return "FAILED " + "; ".join(f"{k}: {v}" for k, v in failed.items())
+        passed = [k for k, v in self.checks.items() if v == "pass"]
+        rest = [f"{k} {v}" for k, v in self.checks.items() if v != "pass"]
+        return "; ".join(([f"pass: {', '.join(passed)}"] if passed else []) + rest) or "no checks"
 
     def as_dict(self) -> dict:
         return {"mechanism": self.mechanism, "declared_epsilon": self.declared_epsilon,

@@ -197,3 +197,14 @@ def test_release_config_errors():
         parse_config({"name": "x", "release": {"relation": "add_remove"}})
     with pytest.raises(ConfigError, match="no 'release' section"):
         evaluate_release(parse_config({"name": "x"}), "/tmp/none", progress=False)
+
+
+def test_ledger_entries_carry_only_their_own_invariants(root):
+    from experiments.release import own_invariants
+
+    cfg = load_config(root / "configs" / "release_agency.yaml", ["release.invariants=[root_total, unit_total]"])
+    assert own_invariants(cfg, "topdown", True) == ["root_total"]
+    assert own_invariants(cfg, "laplace_tables", True) == ["unit_total"]
+    assert own_invariants(cfg, "swapping", True) == [] and own_invariants(cfg, "synthetic", True) == ["unit_total"]
+    cfg = load_config(root / "configs" / "release_agency.yaml", ["release.invariants=[occupied_blocks]"])
+    assert own_invariants(cfg, "swapping", True) == ["occupied_blocks"] and own_invariants(cfg, "swapping", False) == []

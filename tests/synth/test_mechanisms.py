@@ -310,3 +310,18 @@ def test_n_is_estimated_from_a_total_a_partition_or_refused():
     assert estimate_total(with_total, noisy) == 42  # the published total alone
     with pytest.raises(PrivacyError, match="n cannot be estimated"):
         total_queries(CensusWorkload.build(dom, cells(partial)))
+
+
+def test_an_audit_says_exactly_what_was_checked():
+    """A check not run, or covering a declared invariant, is neither a failure nor "all pass"."""
+    from synth.audit import AuditResult
+
+    ok = AuditResult("m", 1.0, 0.4, 1000, 0.95, "e", {"structure": "pass", "noise_scale": "pass",
+                                                      "block_list": "declared invariant: occupied_blocks"})
+    assert ok.passed and ok.checks_summary() == ("pass: structure, noise_scale; block_list declared invariant: "
+                                                 "occupied_blocks")
+    lone = AuditResult("m", 1.0, 0.4, 1000, 0.95, "e", {"block_list": "not run: one block"})
+    assert lone.passed and lone.checks_summary() == "block_list not run: one block"
+    bad = AuditResult("m", 1.0, 0.4, 1000, 0.95, "e", {"structure": "pass", "noise_scale": "fail: ε ≥ 1.3"})
+    assert not bad.passed and bad.checks_summary() == "FAILED noise_scale: fail: ε ≥ 1.3"
+    assert not AuditResult("m", 1.0, 1.2, 1000, 0.95, "e", {"structure": "pass"}).passed  # the bound exceeds ε
