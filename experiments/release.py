@@ -19,7 +19,7 @@ from experiments.metrics import MARGINS_ATTACK, effective_u, k_grid, match_rate_
 from experiments.progress import UnitProgress
 from experiments.problem import (_stable, attributes, baseline_curves, build_priors, build_workload, exact_answers,
                                  load_population, prepare_unit, rap_settings, select_units, unit_blocks, unit_key)
-from experiments.release_report import plot_release, release_persons, write_report
+from experiments.release_report import plot_release, release_persons, unit_selection, write_report
 from experiments.results import code_fingerprint, jax_info, versions, write_json, write_parquet, write_yaml
 from microdata.dataset import Dataset
 from microdata.geography import FROM_ROWS
@@ -358,6 +358,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     write_parquet(run_dir / "lift.parquet", lift)
     write_json(run_dir / "ledger.json", {"entries": ledger.entries, "relation": r.relation,
                                          "invariants": list(r.invariants),
+                                         "unit_selection": unit_selection(cfg),
                                          "total_epsilon_per_unit": {u: ledger.total_epsilon(unit=u) for u in units}})
     write_json(run_dir / "audit.json", [a.as_dict() for a in audits])
     write_parquet(run_dir / "persons.parquet", release_persons(df))

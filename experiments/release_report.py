@@ -266,6 +266,21 @@ def _data_words(cfg, facts: dict) -> str:
             f"{cfg.target.selection.replace('_', ' ')}; attributes {', '.join(facts['attributes'])}.")
 
 
+def unit_selection(cfg) -> dict:
+    """How the released units were chosen, for the ledger and the report. Units named in the config
+    are a public choice; units picked by their number of persons (``min_rows``, ``max_rows``, and
+    the seeded pick among those) are a data-dependent choice that no ε accounts for: which units
+    are released at all depends on the persons."""
+    t = cfg.target
+    if t.unit_ids is not None:
+        return {"data_dependent": False, "how": f"named in the config: {', '.join(t.unit_ids)}"}
+    size = f"at least {t.min_rows}" + (f" and at most {t.max_rows}" if t.max_rows is not None else "")
+    return {"data_dependent": True,
+            "how": f"{t.units} {t.level}(s) chosen {t.selection.replace('_', ' ')} among those with {size} persons",
+            "note": "which units are released depends on their numbers of persons: a data-dependent choice outside "
+                    "ε (name the units in target.unit_ids to release a public choice)"}
+
+
 def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audits, ledger, facts: dict) -> Path:
     """report.md and report.html of a release evaluation: what ran (generated from the config and the
     data, never hard-coded), who is reconstructed per mechanism and ε against the best baseline,
@@ -376,6 +391,10 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     doc.p(f"{len(entries)} releases recorded in `ledger.json` (relation, sensitivity, ε, scale, backend, where n and "
           "the block list come from). Every ε above is per release; releasing several of them about the same persons "
           "adds their ε (the ledger never adds ε across different relations).")
+    chosen = ledger.get("unit_selection") if isinstance(ledger, dict) else None
+    chosen = chosen or unit_selection(cfg)
+    doc.p(f"Units released: {chosen['how']}." + (f" **Outside ε:** {chosen['note']}." if chosen["data_dependent"] else
+                                                 " A public choice: no person decides which units are released."))
     md, _ = doc.write(run_dir, "report", f"Release evaluation: {cfg.name}")
     return md
 
