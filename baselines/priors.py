@@ -9,7 +9,7 @@ import numpy as np
 from microdata.dataset import Dataset
 from microdata.domain import Domain
 from microdata.errors import CensusReconError
-from microdata.ranking import Ranking, rank_by_frequency, rank_by_score, rank_product
+from microdata.ranking import Ranking, product_support, rank_by_frequency, rank_by_score, rank_product
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,7 +70,7 @@ class BlockStrengthenedPrior:
         return rank_by_score(self.domain.encode(codes), scores, rng=rng, limit=limit)
 
     def support_size(self) -> int:
-        """Rows of positive probability: blocks of D times the pool's distinct rows."""
+        """Rows of positive probability: blocks of positive weight times the pool's distinct rows."""
         return int((self.block_weights > 0).sum()) * self.pool.support_size()
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -133,12 +133,8 @@ class ChancePrior:
         return rank_product(self.margins, self.domain.encode, rng=rng, limit=limit)
 
     def support_size(self) -> int:
-        """Rows of positive probability: the product of the margins' supports (a domain's
-        size fits int64, so this does too)."""
-        size = 1
-        for p in self.margins:
-            size *= int((p > 0).sum())
-        return size
+        """Rows of positive probability: the product of the margins' supports."""
+        return product_support(self.margins)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         return np.stack([rng.choice(len(p), size=n, p=p) for p in self.margins], axis=1)

@@ -66,6 +66,19 @@ def rank_by_frequency(keys: np.ndarray, rng: np.random.Generator | None = None,
     return rank_by_score(uniq, counts.astype(np.float64), rng=rng, limit=limit)
 
 
+def product_support(margins) -> int:
+    """Rows of positive probability under independent ``margins``: the product of their supports
+    (a domain's size fits int64, so this does too).
+
+    >>> product_support([np.array([0.5, 0.5, 0.0]), np.array([0.25] * 4)])
+    8
+    """
+    size = 1
+    for p in margins:
+        size *= int((np.asarray(p) > 0).sum())
+    return size
+
+
 def rank_product(margins, encode, rng: np.random.Generator | None = None, limit: int | None = None) -> Ranking:
     """Rows ranked by the product of independent per-attribute ``margins`` (one probability
     vector per attribute, in domain order), ``encode`` turning (rows, attributes) codes into

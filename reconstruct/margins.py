@@ -18,16 +18,16 @@ import numpy as np
 import optax
 
 from microdata.census import CensusWorkload, membership_matrix
-from microdata.domain import Domain
 from microdata.errors import CensusReconError
 from microdata.marginals import Workload
-from microdata.ranking import Ranking, rank_product
+from microdata.ranking import Ranking, product_support, rank_product
 
 
 def product_structure(workload) -> tuple[list[np.ndarray], np.ndarray]:
     """Every query of ``workload`` as a product of per-attribute value sets: per attribute a 0/1
     (values × sets) membership matrix, and a (queries × attributes) index of each query's set.
 
+    >>> from microdata.domain import Domain
     >>> w = Workload(Domain.from_sizes({"A": 2, "B": 3}), (("A",), ("A", "B")))
     >>> member, index = product_structure(w)
     >>> [m.shape for m in member], index[:3].tolist()
@@ -59,7 +59,7 @@ def _fit(member, index, answers, steps: int):
 
     def loss(ls):
         pred = jnp.ones(answers.shape, jnp.float32)
-        for lg, m, j in zip(ls, member, range(len(member))):
+        for j, (lg, m) in enumerate(zip(ls, member)):
             pred = pred * (jax.nn.softmax(lg) @ m)[index[:, j]]
         return jnp.sum((pred - answers) ** 2)
 
@@ -90,8 +90,4 @@ def margins_attack(workload, answers: np.ndarray, rng: np.random.Generator | Non
     """The trivial attack's ranking of ``workload.domain``'s rows, and its candidate list's
     size (every row of positive probability)."""
     margins = fit_one_way(workload, answers)
-    dom: Domain = workload.domain
-    size = 1
-    for p in margins:
-        size *= int((p > 0).sum())
-    return rank_product(margins, dom.encode, rng=rng, limit=limit), size
+    return rank_product(margins, workload.domain.encode, rng=rng, limit=limit), product_support(margins)
