@@ -227,13 +227,11 @@ def _print_release_summary(run_dir) -> None:
     """The answer of a release evaluation on the terminal: per mechanism the verdict (largest safe
     setting, persons reconstructed there against the best guess, table error), any audit failure,
     the report's paths. Raises (exit status 2) when an audit check failed."""
-    import json
-
     import pandas as pd
 
     from experiments.config import ConfigError
     from experiments.metrics import variant_label
-    from experiments.release_report import (BEST_ATTACK, STATUS_WORDS, difference_words, persons_words,
+    from experiments.release_report import (STATUS_WORDS, difference_words, exact_row, load_audits, persons_words,
                                             setting_label, summarise_release_persons, verdict_rows)
 
     per_unit = pd.read_parquet(run_dir / "persons.parquet")
@@ -244,10 +242,8 @@ def _print_release_summary(run_dir) -> None:
     for v in variants:
         print(f"\nverdict ({variant_label(v, variants)}, {per_unit.loc[per_unit['variant'] == v, 'unit'].nunique()} units):")
         rows = verdict_rows(persons, util, v)
-        exact = persons[(persons["variant"] == v) & (persons["setting"] == float("inf"))
-                        & (persons["attack"] == BEST_ATTACK)]
-        if len(exact):
-            e = exact.iloc[0]
+        e = exact_row(persons, v)
+        if e is not None:
             print(f"  {'exact tables':<20} best attack ({e['best_attacks']}) {persons_words(e)}; best guess "
                   f"({e['best_baselines']}) {int(e['baseline_persons'])}; {difference_words(e)}")
         if rows and rows[0]["status"] == "cannot_decide":
@@ -264,14 +260,12 @@ def _print_release_summary(run_dir) -> None:
             print(f"  {r['mechanism']:<20} {STATUS_WORDS[r['status']]} {setting_label(r['mechanism'], x['setting'])}:\n"
                   f"  {'':<20} best attack ({x['best_attacks']}) {persons_words(x)}; best guess ({x['best_baselines']}) "
                   f"{int(x['baseline_persons'])}; {difference_words(x)}{err}")
-    audits = json.loads((run_dir / "audit.json").read_text())
-    failed = [a for a in audits if not a.get("passed", True)]
+    audits = load_audits(run_dir)
+    failed = [a for a in audits if not a.passed]
     for a in failed:
-        checks = "; ".join(f"{k}: {c}" for k, c in a.get("checks", {}).items()
-                           if c != "pass" and not c.startswith(("declared", "not run")))
-        print(f"AUDIT FAILED: {a['mechanism']} at ε = {a['declared_epsilon']:g}: audited ε ≥ "
-              f"{a['epsilon_lower_bound']:.3f}{'; ' + checks if checks else ''}")
-    unchecked = sorted({f"{k} ({c})" for a in audits for k, c in a.get("checks", {}).items()
+        print(f"AUDIT FAILED: {a.mechanism} at ε = {a.declared_epsilon:g}: audited ε ≥ {a.epsilon_lower_bound:.3f}; "
+              f"{a.checks_summary()}")
+    unchecked = sorted({f"{k} ({c})" for a in audits for k, c in a.checks.items()
                         if c.startswith(("declared", "not run"))})
     if unchecked:
         print("not audited: " + "; ".join(unchecked))

@@ -104,6 +104,12 @@ STATUS_WORDS = {
 }
 
 
+def exact_row(persons: pd.DataFrame, variant):
+    """The best attack on the exact tables, summarised over units (None when not evaluated)."""
+    e = persons[(persons["variant"] == variant) & (persons["attack"] == BEST_ATTACK) & (persons["setting"] == math.inf)]
+    return e.iloc[0] if len(e) else None
+
+
 def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant) -> list[dict]:
     """The verdict per mechanism, as data: its ``status`` (a key of :data:`STATUS_WORDS`), the
     setting named safe (or None), the best attack's and the best guess's figures there, the table
@@ -115,8 +121,7 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant) -> list[dic
     swap rate) only when a less protective setting it evaluated is beyond the spread."""
     p = persons[(persons["variant"] == variant) & (persons["attack"] == BEST_ATTACK)]
     u = utility_summary(util[util["variant"] == variant]) if len(util) else pd.DataFrame()
-    exact = p[p["setting"] == math.inf]
-    e = exact.iloc[0] if len(exact) else None
+    e = exact_row(persons, variant)
     decidable = e is not None and bool(e["beyond_spread"])
     tail = ""
     if e is not None:
@@ -185,14 +190,15 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
     tables and the best baseline) and persons_error.png (persons reconstructed against table
     error, one point per ε, the best baseline as a band)."""
     run_dir = Path(run_dir)
-    persons = summarise_release_persons(release_persons(df))
     variant = df["variant"].iloc[0]
+    per_unit = release_persons(df[df["variant"] == variant])
+    persons = summarise_release_persons(per_unit)
     d = df[df["variant"] == variant]
     d = d[d["method"].isin(["rap_rank"]) | (d["mechanism"] == "baseline")]  # RAP-Rank's curves and the baselines
     key = [f"{e}|{m}" for e, m in zip(d["setting"].tolist(), d["mechanism"].tolist())]  # nan|baseline, inf|exact
     curves = average_curves(d.assign(key=key), cfg.grid_points, by=["key", "method"])
     mechanisms = [m for m in dict.fromkeys(d["mechanism"]) if m not in ("exact", "baseline")]
-    best = release_persons(df[df["variant"] == variant])["best_baseline"].value_counts().idxmax()
+    best = per_unit["best_baseline"].value_counts().idxmax()
     cmap = plt.get_cmap("viridis")
     fig, axes = plt.subplots(1, len(mechanisms), figsize=(4.6 * len(mechanisms), 4.2), squeeze=False, sharey=True)
     for ax, mech in zip(axes[0], mechanisms):
@@ -215,9 +221,8 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
     fig.suptitle(f"{cfg.name}: attacking each release ({variant_label(variant, [variant])})")
     save_figure(fig, run_dir / "release_match_rate")
 
-    p = persons[(persons["variant"] == variant) & (persons["attack"] == BEST_ATTACK)]
+    p = persons[persons["attack"] == BEST_ATTACK]
     u = utility_summary(util[util["variant"] == variant])
-    per_unit = release_persons(df[df["variant"] == variant])
     units = per_unit["unit"].nunique()
     base = per_unit.groupby("unit")["baseline_persons"].first()
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
@@ -419,7 +424,7 @@ def _risk_section(doc: Doc, run_dir: Path, variants: list) -> None:
           "fixed seed, so figures move between runs within their intervals. TopDown publishes tables here, not a "
           "microdata file, so it has no row here.")
     for v in variants:
-        part = risks[risks["variant"] == v] if "variant" in risks else risks
+        part = risks[risks["variant"] == v]
         if not len(part):
             continue
         kinds = list(dict.fromkeys(part["risk"]))
@@ -438,23 +443,27 @@ def _risk_section(doc: Doc, run_dir: Path, variants: list) -> None:
                   rows, numeric=set())
 
 
+def load_audits(run_dir: Path) -> list:
+    """The audit results of a finished release evaluation (``audit.json``), as AuditResult."""
+    from synth.audit import AuditResult
+
+    known = {"mechanism", "declared_epsilon", "epsilon_lower_bound", "runs", "confidence", "event", "checks"}
+    return [AuditResult(a["mechanism"], a["declared_epsilon"], a["epsilon_lower_bound"], a["runs"], a["confidence"],
+                        a["event"], a.get("checks", {}), {k: v for k, v in a.items() if k not in known | {"passed"}})
+            for a in json.loads((Path(run_dir) / "audit.json").read_text())]
+
+
 def write_release_report_from_dir(run_dir: Path) -> Path:
     """Regenerate report.md/.html of a finished release run from its files."""
     import yaml
 
     from experiments.config import parse_config
-    from synth.audit import AuditResult
 
     run_dir = Path(run_dir)
     cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
     df = pd.read_parquet(run_dir / "release_eval.parquet")
     util = pd.read_parquet(run_dir / "utility.parquet")
     ledger = json.loads((run_dir / "ledger.json").read_text())
-    audits = []
-    for a in json.loads((run_dir / "audit.json").read_text()):
-        known = {"mechanism", "declared_epsilon", "epsilon_lower_bound", "runs", "confidence", "event", "checks"}
-        audits.append(AuditResult(a["mechanism"], a["declared_epsilon"], a["epsilon_lower_bound"], a["runs"],
-                                  a["confidence"], a["event"], a.get("checks", {}),
-                                  {k: v for k, v in a.items() if k not in known | {"passed"}}))
+    audits = load_audits(run_dir)
     facts = json.loads((run_dir / "manifest.json").read_text()).get("facts", {})
     return write_report(cfg, run_dir, df, util, audits, ledger, facts)
