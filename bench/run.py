@@ -12,6 +12,7 @@ for this backend (``reconstruct.rap.default_batch``).
     python bench/run.py            # about 2 minutes on a 2-core CPU
     python bench/run.py --full     # the K = 100 × T = 1000 fits for real (long on a CPU)
     python bench/run.py --quick    # a smoke run: tiny sizes, figures meaningless
+    python bench/run.py --topdown  # TopDown's estimation for one county only (QP solvers compared)
 """
 
 from __future__ import annotations
@@ -152,6 +153,36 @@ def exact_bench(out: dict, blocks: int = 24) -> None:
           f"{1000 * total / len(tract):.1f} ms per person; {f.get('certified_persons', 0)} persons certified")
 
 
+def topdown_bench(out: dict, solvers=("clarabel", "osqp")) -> None:
+    """TopDown's estimation (every node's detailed histogram and SF1 tables measured, then the top-down
+    QPs, rounding and MDF) for one county of the embedded population, 4 tracts with their blocks,
+    every SF1 person table, ε = 2: seconds per QP solver, and against the 60 s target."""
+    from experiments.config import load_config
+    from experiments.problem import load_population
+    from experiments.release import publish_topdown, topdown_root
+    from synth.noise import SimulationNoise
+
+    cfg = load_config("configs/release_agency.yaml", ["queries.tables=sf1", "release.epsilons=[2.0]"])
+    pop = load_population(cfg)
+    t0 = time.perf_counter()
+    td = topdown_root(cfg, pop, cfg.target.unit_ids[0], True)
+    tree_s = time.perf_counter() - t0
+    out.update(topdown_nodes=[len(i) for i in td.shape.ids], topdown_types=td.strategy.types,
+               topdown_table_cells=int(td.strategy.tables.shape[0]), topdown_tree_s=round(tree_s, 2))
+    for solver in solvers:
+        cfg_s = cfg.model_copy(update={"release": cfg.release.model_copy(update={
+            "topdown": cfg.release.topdown.model_copy(update={"solver": solver})})})
+        t0 = time.perf_counter()
+        publish_topdown(cfg_s, td, 2.0, SimulationNoise(0))
+        out[f"topdown_estimation_{solver}_s"] = round(time.perf_counter() - t0, 2)
+    best = min(out[f"topdown_estimation_{s}_s"] for s in solvers)
+    out["topdown_target_ratio"] = round(best / 60.0, 3)
+    print(f"TopDown, county {td.root}: {out['topdown_nodes']} nodes, {td.strategy.types} person types, "
+          f"{out['topdown_table_cells']} SF1 cells per node; tree {tree_s:.1f} s; measure + estimate + round: "
+          + ", ".join(f"{s} {out[f'topdown_estimation_{s}_s']:.1f} s" for s in solvers)
+          + f" ({best / 60:.2f} of the 60 s target)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--full", action="store_true", help="run K = 100 x T = 1000 for real")
@@ -160,7 +191,15 @@ def main() -> None:
     ap.add_argument("--units", type=int, default=16, help="tracts in the many-units figure")
     ap.add_argument("--units-runs", type=int, default=10, help="K in the many-units figure")
     ap.add_argument("--units-steps", type=int, default=100, help="T in the many-units figure")
+    ap.add_argument("--topdown", action="store_true", help="only TopDown's estimation for one county")
+    ap.add_argument("--topdown-solvers", default="clarabel,osqp",
+                    help="QP solvers to time (highs too is possible: over 10 minutes here)")
     args = ap.parse_args()
+    if args.topdown:
+        out = {}
+        topdown_bench(out, tuple(args.topdown_solvers.split(",")))
+        print(json.dumps(out))
+        return
     use_cpu_cores_as_devices()  # as the CLI does: one JAX device per core
     rows = 64 if args.quick else args.rows
     out: dict = {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()], "rows": rows}
@@ -252,6 +291,7 @@ def main() -> None:
     print(f"{len(tracts)} units in {together:.1f} s: {len(tracts) / together:.2f} units/s together, "
           f"{len(tracts) / alone:.2f} one at a time "
           f"({out['units_per_s_setting']})")
+    topdown_bench(out, tuple(args.topdown_solvers.split(",")))
     print(json.dumps(out))
 
 

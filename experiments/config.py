@@ -310,6 +310,10 @@ class TopDownConfig(_Strict):
 
     root: str = Field("county", description="the level whose unit around each target is the release's root")
     shares: dict[str, float] | None = Field(None, description="budget share per level, e.g. {county: 1, tract: 2}")
+    detailed_share: float = Field(0.25, gt=0, lt=1, description="each level's share of its budget for the detailed "
+                                  "histogram (every person type); the rest measures the tables")
+    solver: Literal["clarabel", "highs", "osqp"] = Field(
+        "clarabel", description="QP solver of the estimation (bench/run.py compares them)")
 
 
 class ReleaseConfig(_Strict):
@@ -342,6 +346,12 @@ class ReleaseConfig(_Strict):
             raise ValueError("the smoothed histogram is DP only under replace_one neighbours (n public)")
         if not self.mechanisms or len(set(self.mechanisms)) != len(self.mechanisms):
             raise ValueError(f"release.mechanisms must be distinct and non-empty, got {self.mechanisms}")
+        totals = [i for i in self.invariants if i in ("unit_total", "root_total")]
+        if totals and self.relation == "add_remove":
+            raise ValueError(
+                f"release.invariants {totals} publish an exact person count, and adding or removing one person changes "
+                "it (ε = ∞ under add_remove). An exact total restricts the neighbours to those of the same size: "
+                "declare release.relation: replace_one, or drop the invariant")
         if "swapping" in self.mechanisms and (not self.swap_rates or any(not 0 < r <= 1 for r in self.swap_rates)):
             raise ValueError(f"release.swap_rates must be shares in (0, 1], got {self.swap_rates}")
         return self

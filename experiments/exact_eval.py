@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.metrics import match_rate_curve
-from microdata.census import P12_GROUP_OF_AGE as AGE_GROUP
+from microdata.census import AGE_BIN38_OF_AGE as AGE_GROUP
 from microdata.domain import Domain
 from microdata.errors import CensusReconError
 from microdata.ranking import Ranking, rank_by_score
@@ -47,7 +47,7 @@ def agreement(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, rec_
               ) -> dict | None:
     """The Bureau's agreement measure: reconstructed persons matched one-to-one to D's within each
     block, first on every attribute with exact age, then the leftovers with age replaced by its
-    P12 age group. Returns the shares of D's persons matched (exact age; exact or binned age), or
+    age bin (the Bureau's 38 bins: single years to 21, then P12's groups). Returns the shares of D's persons matched (exact age; exact or binned age), or
     None when the domain has no single-year AGE."""
     if "AGE" not in domain or domain.size("AGE") != len(AGE_GROUP):
         return None
@@ -86,13 +86,13 @@ def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.nd
     An attacker file stands in for a commercial one: a ``coverage`` share of D's persons with
     their block, sex and age (off by one year for an ``age_off_by_one`` share) and an id. Each
     record is linked to a method's reconstructed persons (a multiset of rows, ``methods[name]``)
-    on {block, sex, exact age}, failing that on {block, sex, age group}; the race and ethnicity of
+    on {block, sex, exact age}, failing that on {block, sex, age bin} (the Bureau's 38 bins); the race and ethnicity of
     the linked rows (the most common among them) are appended: a putative reidentification,
     confirmed when they are the person's own. Two guessing baselines need no reconstruction: each
     block's modal race/ethnicity (``modal``) and a draw from the block's race/ethnicity shares
     (``proportional``), both readable off the published block tables. Reported overall and for
     the Bureau's vulnerable group: persons whose race/ethnicity is not their block's mode and who
-    are unique in D on {block, sex, age group}. None without AGE and SEX."""
+    are unique in D on {block, sex, age bin}. None without AGE and SEX."""
     if not {"AGE", "SEX"} <= set(domain.names) or domain.size("AGE") != len(AGE_GROUP):
         return None
     jb = domain.index("BLOCK") if "BLOCK" in domain else None

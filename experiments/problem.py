@@ -179,35 +179,49 @@ def block_names(blocks: list[str]) -> tuple[str, ...]:
     return tuple(short) if len(set(short)) == len(short) else tuple(blocks)
 
 
-def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
-                 pad_blocks: bool = True) -> UnitProblem:
-    """D and D_holdout of one unit over the attack domain.
-
-    With BLOCK, the attribute's values are the unit's blocks from the public block list
-    (:func:`unit_blocks`), never from the persons, so the domain, every table's shape and every
-    histogram's size are the same for any two neighbouring datasets. For the attack they are
+def unit_data(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool, pad_blocks: bool = False) -> Dataset:
+    """Every person of ``unit`` over the attack domain, before the holdout split (none for a listed
+    unit nobody lives in). With BLOCK, the attribute's values are the unit's blocks from the public
+    block list (:func:`unit_blocks`), never from the persons, so the domain, every table's shape and
+    every histogram's size are the same for any two neighbouring datasets. For the attack they are
     padded (``pad_blocks``) up to a multiple of ``target.block_bucket`` with more empty blocks:
     their published cells are all 0 (as an agency's tables for an empty block are), nobody lives
     or is guessed there, and every unit of a bucket then has the same domain, hence one plan and
     one compiled program. A release publishes the listed blocks only (``pad_blocks=False``)."""
-    level = cfg.target.level
-    rows = np.flatnonzero(pop.geography.mask(level, unit))
+    rows = np.flatnonzero(pop.geography.units(cfg.target.level) == unit)
     data = pop.take(rows).project(attributes(cfg, pop))
-    source = None
     if with_block:
-        blocks, source = unit_blocks(pop, cfg, unit)
+        blocks, _ = unit_blocks(pop, cfg, unit)
         position = {b: i for i, b in enumerate(blocks)}
         code = np.array([position[b] for b in data.geography.units("block")], dtype=np.int64)
         names = block_names(blocks)
         if pad_blocks:
             names += tuple(f"pad{i}" for i in range(-len(names) % cfg.target.block_bucket))
         data = data.with_column(Attribute("BLOCK", names), code, 0)
+    return data
+
+
+def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
+                 pad_blocks: bool = True) -> UnitProblem:
+    """D and D_holdout of one unit over the attack domain (:func:`unit_data`)."""
+    pop.geography.mask(cfg.target.level, unit)  # an unknown unit is an error naming the known ones
+    data = unit_data(pop, cfg, unit, with_block, pad_blocks)
+    source = unit_blocks(pop, cfg, unit)[1] if with_block else None
     rng = np.random.default_rng(_stable("split", cfg.seed, unit))
     private, holdout = holdout_split(data, rng, cfg.holdout_fraction)
     weights = None
     if with_block:  # where an outsider expects persons: the holdout's blocks (D's are what is attacked)
         weights = np.bincount(holdout.column("BLOCK"), minlength=holdout.domain.sizes[0]).astype(np.float64)
     return UnitProblem(unit, with_block, private, holdout, weights, source)
+
+
+def private_half(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool) -> Dataset:
+    """The persons of ``unit`` a release protects: D of :func:`prepare_unit` (the holdout stays out of
+    every release); a unit of fewer than two persons cannot be split and is all D (possibly empty)."""
+    data = unit_data(pop, cfg, unit, with_block)
+    if len(data) < 2:
+        return data
+    return prepare_unit(pop, cfg, unit, with_block, pad_blocks=False).private
 
 
 def census_cells(q) -> list:

@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import time
+from fractions import Fraction
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,11 +15,12 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from experiments.config import ConfigError, ExperimentConfig
+from experiments.config import ConfigError, ExperimentConfig, ReidentificationConfig
 from experiments.metrics import MARGINS_ATTACK, effective_u, k_grid, match_rate_curve, unique_persons
 from experiments.progress import UnitProgress
 from experiments.problem import (_stable, attributes, baseline_curves, build_priors, build_workload, exact_answers,
-                                 load_population, prepare_unit, rap_settings, select_units, unit_blocks, unit_key)
+                                 load_population, prepare_unit, private_half, rap_settings, select_units, unit_blocks,
+                                 unit_key)
 from experiments.release_report import plot_release, release_persons, unit_selection, write_report
 from experiments.results import code_fingerprint, jax_info, versions, write_json, write_parquet, write_yaml
 from microdata.dataset import Dataset
@@ -31,10 +33,11 @@ from reconstruct.rap import rap_rank
 from synth.histogram import DENSE_LIMIT, SparseHistogram, perturbed_histogram, smoothed_histogram
 from synth.mechanism import Ledger, Mechanism, PrivacyError, Relation, parse_relation
 from synth.noise import SimulationNoise, make_backend
-from synth.release import (TOTAL_PUBLIC_BY_RELATION, estimate_total, fit_synthetic, laplace_tables, table_utility,
-                           total_queries, totals_utility, workload_counts)
+from synth.release import (TOTAL_DECLARED, TOTAL_PUBLIC_BY_RELATION, fit_synthetic, laplace_tables,
+                           table_utility, total_queries, totals_utility, workload_counts)
 from synth.swapping import NOT_DP, swap_records
-from synth.topdown import Tree
+from synth.topdown import (Measurements, Strategy, Tree, TreeShape, build_tree, check_consistent, mdf_rows,
+                           table_matrix)
 from synth.topdown import estimate as topdown_estimate
 from synth.topdown import measure as topdown_measure
 
@@ -137,20 +140,28 @@ def publish_swapping(cfg: ExperimentConfig, rate: float, D: Dataset, workload, r
 
 @dataclass
 class TopDownRoot:
-    """One TopDown release's inputs: the tree under a root, the person-level tables measured at every
-    level, and where each target unit's blocks and unit sit in it."""
+    """One TopDown release's inputs: the tree under a root (its shape from the public unit list, its
+    leaves' exact histograms from the persons), what every node measures, the person domain the
+    histograms are over, and where each unit of the target level and its blocks sit in the tree."""
 
     root: str
     tree: Tree
-    person_workload: object
-    cells_per_person: int
-    nodes: dict  # unit -> (unit level index, its node, {block value: block node})
+    strategy: Strategy
+    person_domain: object
+    nodes: dict  # unit -> (unit level index, its node, [leaf node of each of its blocks])
+    block_source: str | None = None
+
+    @property
+    def shape(self) -> TreeShape:
+        return self.tree.shape
 
 
-def topdown_root(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bool) -> TopDownRoot:
-    """The tree a TopDown release of ``unit`` runs over: the unit's ancestor at ``release.topdown.root``,
-    every unit of the target level inside it (each its private half D: the holdouts stay out of every
-    release), their blocks from the public list when BLOCK is kept, and the levels between."""
+def topdown_shape(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bool) -> tuple[str, TreeShape, dict, str]:
+    """The public shape of the tree a TopDown release of ``unit`` runs over: the unit's ancestor at
+    ``release.topdown.root`` and, level by level, every unit inside it from the public unit list
+    (empty ones included, whatever their size), down to the target level and, with BLOCK, its
+    blocks. No person row decides whether a node exists. Without a public list the units come from
+    the rows, which only a declared ``occupied_blocks`` invariant allows."""
     geo = pop.geography
     level, root_level = cfg.target.level, cfg.release.topdown.root
     if root_level not in geo.coarser(level):
@@ -158,84 +169,135 @@ def topdown_root(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: boo
                           f"choose from {list(geo.coarser(level))}")
     root = geo.parent(level, unit, root_level)
     mids = [lv for lv in reversed(geo.coarser(level)) if lv in geo.finer(root_level)]  # coarsest first
-    units = sorted(set(geo.units(level)[geo.units(root_level) == root].tolist()))
-    units = [u for u in units if int(geo.mask(level, u).sum()) >= 2]
-    probs = {u: prepare_unit(pop, cfg, u, with_block, pad_blocks=False) for u in units}
-    first = probs[unit].private
-    person_domain = first.domain.project([a for a in first.domain.names if a != "BLOCK"])
-    pw = build_workload(cfg, cfg.queries[0], person_domain)
     levels = [root_level, *mids, level] + (["block"] if with_block else [])
-    ids = [[root]] + [[] for _ in levels[1:]]
-    parent = [np.array([-1])] + [[] for _ in levels[1:]]
-    counts = [None] * len(levels)
-    leaf_counts, nodes = {}, {}
+    ids, parent, sources = [[root]], [[-1]], set()
+    for li in range(1, len(levels)):
+        ids.append([])
+        parent.append([])
+        for p, node in enumerate(ids[li - 1]):
+            kids, src = geo.units_within(levels[li - 1], node, levels[li])
+            sources.add(src)
+            ids[li] += kids
+            parent[li] += [p] * len(kids)
+    if FROM_ROWS in sources and "occupied_blocks" not in cfg.release.invariants:
+        raise ConfigError(
+            f"this data has no public list of its units: TopDown's tree under {root_level} {root} would be "
+            f"{FROM_ROWS}, and which nodes exist would tell who lives where (ε = ∞). Give the public unit list (a "
+            "units file), or declare release.invariants: [occupied_blocks] to publish the list as an invariant")
+    shape = TreeShape(levels, [np.array(x, dtype=str) for x in ids], [np.array(x, dtype=np.int64) for x in parent])
     u_level = 1 + len(mids)
-    for u in units:
-        # the unit's chain of ancestors between root and unit
-        chain = [geo.parent(level, u, lv) for lv in mids]
-        par = 0
-        for li, node in enumerate(chain, start=1):
-            if node not in ids[li]:
-                ids[li].append(node)
-                parent[li].append(par)
-            par = ids[li].index(node)
-        ids[u_level].append(u)
-        parent[u_level].append(par)
-        D = probs[u].private
-        people = D.project(list(person_domain.names))
-        leaf_counts[u] = pw.counts(people)
-        blocks = {}
+    nodes = {}
+    for i, u in enumerate(shape.ids[u_level]):
+        leaves = np.flatnonzero(shape.parent[-1] == i).tolist() if with_block else []
+        nodes[str(u)] = (u_level, i, leaves)
+    return root, shape, nodes, (FROM_ROWS if FROM_ROWS in sources else next(iter(sources)))
+
+
+def person_types(data: Dataset, person_domain) -> np.ndarray:
+    """Each row's person type: its attributes (BLOCK aside) row-major over ``person_domain``."""
+    codes = data.project(list(person_domain.names)).codes
+    if not len(codes):
+        return np.zeros(0, dtype=np.int64)
+    return np.ravel_multi_index(tuple(codes.T), person_domain.sizes).astype(np.int64)
+
+
+def topdown_strategy(cfg: ExperimentConfig, person_domain) -> Strategy:
+    """What every node measures: the detailed histogram over ``person_domain`` and the first tables
+    workload's cells over it, with the configured split of each level's budget between them."""
+    pw = build_workload(cfg, cfg.queries[0], person_domain)
+    tables, everyone = table_matrix(pw)
+    return Strategy(tables, everyone, Fraction(repr(float(cfg.release.topdown.detailed_share))))
+
+
+def topdown_tree(cfg: ExperimentConfig, shape: TreeShape, nodes: dict, halves: dict[str, Dataset],
+                 strategy: Strategy, person_domain) -> Tree:
+    """The tree's exact histograms: each leaf's persons of ``halves`` (unit -> its private half over
+    the attack domain) counted by type, summed up the tree. Every unit of the target level must have a
+    half (empty for a unit nobody lives in)."""
+    leaf = np.zeros((len(shape.ids[-1]), strategy.types), dtype=np.int64)
+    with_block = shape.levels[-1] == "block"
+    for u, (_, node, leaves) in nodes.items():
+        D = halves[u]
+        types = person_types(D, person_domain)
         if with_block:
-            b = D.column("BLOCK")
-            for v in range(D.domain.size("BLOCK")):
-                ids[-1].append(f"{u}/{D.domain.attribute('BLOCK').values[v]}")
-                parent[-1].append(len(ids[u_level]) - 1)
-                blocks[v] = len(ids[-1]) - 1
-                leaf_counts[(u, v)] = pw.counts(people.take(np.flatnonzero(b == v)))
-        nodes[u] = (u_level, len(ids[u_level]) - 1, blocks)
-    nq = pw.num_queries
-    counts[u_level] = np.stack([leaf_counts[u] for u in ids[u_level]])
-    if with_block:
-        counts[-1] = np.stack([leaf_counts[(u, v)] for u in ids[u_level] for v in sorted(nodes[u][2])])
-    for li in range(u_level - 1, -1, -1):  # sums up the tree
-        agg = np.zeros((len(ids[li]), nq), dtype=np.int64)
-        np.add.at(agg, np.asarray(parent[li + 1]), counts[li + 1])
-        counts[li] = agg
-    tree = Tree(levels, [np.array(x) for x in ids], [np.asarray(x) for x in parent], counts, pw.everyone_queries())
-    return TopDownRoot(root, tree, pw, pw.max_cells_per_person(), nodes)
+            np.add.at(leaf, (np.asarray(leaves, dtype=np.int64)[D.column("BLOCK")], types), 1)
+        else:
+            np.add.at(leaf[node], types, 1)
+    return build_tree(shape, leaf)
 
 
-def publish_topdown(cfg: ExperimentConfig, td: TopDownRoot, epsilon: float, backend, runs: int | None = None):
-    """TopDown over ``td``'s tree: noisy measurements at every level (the private step), then the
-    top-down estimates (post-processing). Returns (noisy per level, estimates per level or None for a
-    batch of runs, the mechanism)."""
+def topdown_root(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bool) -> TopDownRoot:
+    """The tree a TopDown release of ``unit`` runs over (:func:`topdown_shape`), every unit of the
+    target level in it holding its private half D (the holdouts stay out of every release)."""
+    root, shape, nodes, source = topdown_shape(cfg, pop, unit, with_block)
+    halves = {u: private_half(pop, cfg, u, with_block) for u in nodes}
+    person_domain = next(iter(halves.values())).domain
+    person_domain = person_domain.project([a for a in person_domain.names if a != "BLOCK"])
+    strategy = topdown_strategy(cfg, person_domain)
+    return TopDownRoot(root, topdown_tree(cfg, shape, nodes, halves, strategy, person_domain), strategy,
+                       person_domain, nodes, source)
+
+
+@dataclass
+class TopDownRelease:
+    """One TopDown release: its noisy measurements, the mechanism's record, and (one release, not a
+    batch) the integer histograms estimated at every level, whose leaves are the MDF."""
+
+    measurements: Measurements
+    record: Mechanism
+    estimates: list[np.ndarray] | None = None
+
+
+def publish_topdown(cfg: ExperimentConfig, td: TopDownRoot, epsilon: float, backend,
+                    runs: int | None = None) -> TopDownRelease:
+    """TopDown over ``td``'s tree: the noisy measurements of every node (the private step), then the
+    top-down estimation from the measurements and the tree's public shape alone (post-processing).
+    ``runs`` measures that many times at once and estimates nothing (the auditor's batches)."""
     r = cfg.release
-    noisy, mech = topdown_measure(td.tree, epsilon, backend, r.relation, td.cells_per_person, r.topdown.shares,
-                                  runs=runs, invariants=tuple(i for i in r.invariants if i == "root_total"))
-    return noisy, (None if runs is not None else topdown_estimate(td.tree, noisy)), mech
+    meas, mech = topdown_measure(td.tree, epsilon, backend, r.relation, td.strategy, r.topdown.shares, runs=runs,
+                                 invariants=tuple(i for i in r.invariants if i == "root_total"))
+    if runs is not None:
+        return TopDownRelease(meas, mech)
+    est = topdown_estimate(td.shape, meas, td.strategy, r.topdown.solver)
+    check_consistent(td.shape, est)
+    return TopDownRelease(meas, mech, est)
+
+
+def topdown_mdf(td: TopDownRoot, estimates: list[np.ndarray]) -> pd.DataFrame:
+    """The microdata detail file: one row per person of the leaves' histograms, with its leaf (block,
+    or unit without BLOCK), its unit of the target level and its attributes as labels."""
+    leaf, types = mdf_rows(estimates[-1])
+    shape = td.shape
+    unit_of_leaf = shape.ids[-2][shape.parent[-1]] if shape.levels[-1] == "block" else shape.ids[-1]
+    codes = np.stack(np.unravel_index(types, td.person_domain.sizes), axis=1) if len(types) else \
+        np.zeros((0, len(td.person_domain)), dtype=np.int64)
+    frame = Dataset(td.person_domain, codes).to_pandas(labels=True)
+    frame.insert(0, "UNIT", unit_of_leaf[leaf] if len(leaf) else np.array([], dtype=str))
+    frame.insert(0, shape.levels[-1].upper() + "_ID", shape.ids[-1][leaf] if len(leaf) else np.array([], dtype=str))
+    return frame
 
 
 def topdown_unit(td: TopDownRoot, estimates: list[np.ndarray], unit: str, workload, mech, ok, note) -> Published:
-    """One target unit's published tables out of a TopDown release: block tables from the block
-    estimates, unit tables from the unit's."""
-    u_level, node, blocks = td.nodes[unit]
-    pw = td.person_workload
-    index = {tuple(pw.value_sets[j][q[j]] for j in range(len(pw.domain))): i for i, q in enumerate(pw.queries)}
-    names = list(workload.domain.names)
-    jb = names.index("BLOCK") if "BLOCK" in names else None
-    full_block = frozenset(range(workload.domain.size("BLOCK"))) if jb is not None else None
-    counts = np.zeros(workload.num_queries, dtype=np.float64)
-    for i, q in enumerate(workload.queries):
-        sets = tuple(workload.value_sets[j][q[j]] for j in range(len(names)) if j != jb)
-        p = index[sets]
-        if jb is not None and workload.value_sets[jb][q[jb]] != full_block:
-            (b,) = workload.value_sets[jb][q[jb]]
-            counts[i] = estimates[-1][blocks[b], p]
-        else:
-            counts[i] = estimates[u_level][node, p]
-    total = max(estimate_total(workload, counts.astype(np.int64)), 1)
-    answers = np.clip(counts, 0, None) / total
-    return Published("topdown", mech, estimates, answers, ("tables", _labels(workload)), ok, note, counts)
+    """One target unit's share of a TopDown release: its persons in the MDF (with their block), and its
+    published tables, the exact tabulation of those rows, so every table of every unit agrees with
+    every other and with the MDF."""
+    _, node, leaves = td.nodes[unit]
+    domain = workload.domain
+    if leaves:
+        rows, types = mdf_rows(estimates[-1][leaves])
+    else:
+        rows, types = mdf_rows(estimates[-1][[node]])
+    person = np.stack(np.unravel_index(types, td.person_domain.sizes), axis=1) if len(types) else \
+        np.zeros((0, len(td.person_domain)), dtype=np.int64)
+    codes = np.zeros((len(types), len(domain)), dtype=np.int64)
+    for j, a in enumerate(td.person_domain.names):
+        codes[:, domain.index(a)] = person[:, j]
+    if "BLOCK" in domain:
+        codes[:, domain.index("BLOCK")] = rows
+    data = Dataset(domain, codes)
+    counts = workload_counts(data, workload).astype(np.float64)
+    answers = counts / max(len(data), 1)
+    return Published("topdown", mech, estimates, answers, ("tables", _labels(workload)), ok, note, counts, rows=data)
 
 
 def _labels(workload) -> tuple:
@@ -298,7 +360,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
     per_unit = 1 + sum(len(r.settings(m)) for m in r.mechanisms)
     topdown_cache: dict = {}  # "trees": (unit, BLOCK?) -> tree of its root; "releases": (root, BLOCK?, ε) -> release
-    exact_statuses: list = []
+    exact_statuses: dict = {"status": [], "agreement": [], "reidentification": []}
     micro: list[pd.DataFrame] = []  # per unit: D, D_holdout and every published microdata file
     units_bar = UnitProgress(len(tasks), "units", progress)
     bar = tqdm(total=len(tasks) * per_unit, desc="releases attacked", disable=not units_bar.tty, leave=False)
@@ -315,7 +377,8 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                     micro.append(pd.read_parquet(stem.with_suffix(".micro.parquet")))
                 utility.extend(facts["utility"])
                 ledger.entries.extend(facts["ledger"])
-                exact_statuses.extend(facts.get("exact_attack", []))
+                for kind, rows_ in facts.get("exact_attack", {}).items():
+                    exact_statuses[kind].extend(rows_)
                 bar.update(per_unit)
                 found += 1
                 continue
@@ -324,14 +387,15 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                 found = 0
             n_ledger = len(ledger.entries)
             unit_curves, unit_util, unit_exact, unit_micro = _evaluate_unit(cfg, pop, unit, wb, ledger, bar,
-                                                                            topdown_cache)
+                                                                            topdown_cache, run_dir)
             write_parquet(stem.with_suffix(".parquet"), unit_curves)
             if unit_micro is not None:  # before the JSON: a unit counts as done only with all its files
                 write_parquet(stem.with_suffix(".micro.parquet"), unit_micro)
                 micro.append(unit_micro)
             write_json(saved, {"code_fingerprint": fingerprint, "utility": unit_util, "exact_attack": unit_exact,
                                "ledger": ledger.entries[n_ledger:]})
-            exact_statuses.extend(unit_exact)
+            for kind, rows_ in unit_exact.items():
+                exact_statuses[kind].extend(rows_)
             curves.append(unit_curves)
             utility.extend(unit_util)
             units_bar.update(1, f"{unit} {'with' if wb else 'without'} BLOCK")
@@ -354,6 +418,9 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     elif (run_dir / "risks.parquet").exists():
         (run_dir / "risks.parquet").unlink()
     write_parquet(run_dir / "release_eval.parquet", df)
+    mdf_parts = sorted((run_dir / "mdf").glob("*.parquet")) if (run_dir / "mdf").is_dir() else []
+    if mdf_parts:  # every TopDown release's microdata detail file, one table
+        write_parquet(run_dir / "mdf.parquet", pd.concat([pd.read_parquet(f) for f in mdf_parts], ignore_index=True))
     write_parquet(run_dir / "utility.parquet", util)
     write_parquet(run_dir / "lift.parquet", lift)
     write_json(run_dir / "ledger.json", {"entries": ledger.entries, "relation": r.relation,
@@ -362,8 +429,9 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                                          "total_epsilon_per_unit": {u: ledger.total_epsilon(unit=u) for u in units}})
     write_json(run_dir / "audit.json", [a.as_dict() for a in audits])
     write_parquet(run_dir / "persons.parquet", release_persons(df))
-    if exact_statuses:
-        write_parquet(run_dir / "exact_attack.parquet", pd.DataFrame(exact_statuses))
+    for kind, name in (("status", "exact_attack"), ("agreement", "agreement"), ("reidentification", "reidentification")):
+        if exact_statuses[kind]:
+            write_parquet(run_dir / f"{name}.parquet", pd.DataFrame(exact_statuses[kind]))
     facts = {"units": units, "levels": list(pop.geography.levels[1:]), "attributes": attributes(cfg, pop)}
     write_json(run_dir / "manifest.json", {
         "name": cfg.name, "config_hash": cfg.digest(), "code_fingerprint": code_fingerprint(),
@@ -376,7 +444,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
 
 
 def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledger, bar,
-                   topdown_cache: dict | None = None) -> tuple[pd.DataFrame, list, list]:
+                   topdown_cache: dict | None = None, run_dir: Path | None = None) -> tuple[pd.DataFrame, list, list]:
     """All releases of one unit, each attacked; plus the exact-table attack and the baselines."""
     r = cfg.release
     topdown_cache = {} if topdown_cache is None else topdown_cache
@@ -406,20 +474,36 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
     common = dict(unit=unit, variant=wb, u=u, n_rows=len(D), n_unique=unique_persons(D))
     exact_on = cfg.attack.exact and not isinstance(w, Workload)
 
-    def exact_attack(counts, mech, setting):
-        """The integer-programming attack on a release's published tables (no certificates: a noisy
-        release's tables are rarely consistent, and then there is nothing to solve)."""
-        from reconstruct.exact import reconstruct_exact
+    cache: dict = {}
 
-        res, _ = reconstruct_exact(w, np.clip(np.rint(counts), 0, None).astype(np.int64),
-                                   time_limit=cfg.attack.exact_time_limit, certify_support=False)
-        exact_status.append({"unit": unit, "variant": wb, "mechanism": mech, "setting": setting, "status": res.status})
+    def exact_attack(counts, mech, setting, rows: Dataset | None = None, noisy=None):
+        """The integer-programming attack on a release's published tables: the exact count model for
+        consistent tables (no certificates), the least-deviation fit for independently noised ones
+        (``noisy``: their scale, total and whether it is public); with the Bureau's measures of its
+        reconstruction and of the rows the release publishes (:func:`bureau_measures`)."""
+        from reconstruct.exact import query_matrix, reconstruct_exact, reconstruct_least_deviation
+
+        tag = {"unit": unit, "variant": wb, "mechanism": mech, "setting": setting}
+        if noisy is not None:  # independent Laplace noise: the maximum-likelihood fit, not "infeasible"
+            if "matrix" not in cache:
+                cache["matrix"] = query_matrix(w)
+            res = reconstruct_least_deviation(w, counts, noisy.scale, cfg.attack.exact_time_limit,
+                                              total=noisy.total if noisy.total_public else None,
+                                              matrix=cache["matrix"])
+            exact_status["status"].append({**tag, **res.facts()})
+        else:
+            res, _ = reconstruct_exact(w, np.clip(np.rint(counts), 0, None).astype(np.int64),
+                                       time_limit=cfg.attack.exact_time_limit, certify_support=False)
+            exact_status["status"].append({**tag, "status": res.status})
+        keys, n = res.rows() if res.solved else (None, None)
+        for kind, rows_ in bureau_measures(cfg, D, None if keys is None else np.repeat(keys, n), rows,
+                                           _stable("reid", cfg.seed, unit, wb, mech, setting)).items():
+            exact_status[kind] += [{**tag, **r} for r in rows_]
         if not res.solved:
             return None
-        keys, n = res.rows()
         return match_rate_curve(rank_by_score(keys, n.astype(np.float64)), truth, ks, u)
 
-    exact_status: list = []
+    exact_status: dict = {"status": [], "agreement": [], "reidentification": []}
     exact_cols = dict(epsilon=math.inf, setting=math.inf, mechanism="exact", utility_error=0.0, **common)
     curves = [attack(exact, "exact").assign(method="rap_rank", **exact_cols),
               trivial(exact, "exact").assign(method=MARGINS_ATTACK, **exact_cols)]
@@ -448,18 +532,8 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
             else:
                 backend = _backend(cfg, unit, mech, setting)
                 if mech == "topdown":
-                    trees, releases = topdown_cache.setdefault("trees", {}), topdown_cache.setdefault("releases", {})
-                    if (unit, wb) not in trees:  # one tree per root, shared by every unit under it
-                        td = topdown_root(cfg, pop, unit, wb)
-                        trees.update({(other, wb): td for other in td.nodes})
-                    td = trees[(unit, wb)]
-                    if (td.root, wb, setting) not in releases:  # one release per root and ε
-                        releases[(td.root, wb, setting)] = publish_topdown(cfg, td, setting,
-                                                                          _backend(cfg, td.root, mech, setting))
-                    _, estimates, mech_rec = releases[(td.root, wb, setting)]
-                    ok, note = _fit_note(backend, mech)
-                    pub = topdown_unit(td, estimates, unit, w, mech_rec, ok, note)
-                    extra_td = {"root": td.root, "tree_levels": td.tree.levels}
+                    pub, extra_td = _topdown_published(cfg, pop, unit, wb, setting, topdown_cache, w, backend,
+                                                       run_dir)
                 else:
                     pub = publish(cfg, mech, setting, D, w, backend, rng, key=unit_key(cfg, "fit", unit, setting))
                     extra_td = {}
@@ -479,7 +553,7 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
             curves.append(attack(pub.answers, f"{mech}-{setting}").assign(method="rap_rank", **cols))
             curves.append(trivial(pub.answers, f"{mech}-{setting}").assign(method=MARGINS_ATTACK, **cols))
             if exact_on:
-                c = exact_attack(pub.counts, mech, setting)
+                c = exact_attack(pub.counts, mech, setting, pub.rows, _noisy_fit(pub))
                 if c is not None:
                     curves.append(c.assign(epsilon=eps_col, setting=setting, mechanism=mech, method="exact",
                                            utility_error=err, **common))
@@ -487,6 +561,70 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
     published = len(micro) > 2
     return (pd.concat(curves, ignore_index=True), utility, exact_status,
             pd.concat(micro, ignore_index=True) if published else None)
+
+
+@dataclass
+class _NoisyFit:
+    scale: float
+    total: int
+    total_public: bool
+
+
+def _noisy_fit(pub: Published) -> _NoisyFit | None:
+    """What the least-deviation attack needs of an independently noised release (Laplace tables):
+    its noise scale and its total, and whether the total is public (replace-one) or declared."""
+    if pub.mechanism != "laplace_tables":
+        return None
+    t = pub.output
+    return _NoisyFit(float(pub.record.scale), int(t.total), t.total_source in (TOTAL_PUBLIC_BY_RELATION, TOTAL_DECLARED))
+
+
+def bureau_measures(cfg: ExperimentConfig, D: Dataset, reconstruction: np.ndarray | None, rows: Dataset | None,
+                    seed: int) -> dict:
+    """The Census Bureau's measures (Abowd et al., HDSR 2025) of one release: agreement with D on exact
+    age and on its 38 age bins, of the exact attack's reconstruction (keys, one per person) and of
+    the rows the release publishes (TopDown's MDF, the swapped file, synthetic rows); and the
+    reidentification precision of the reconstruction beside the modal and proportional guesses,
+    overall and for the vulnerable group. Empty lists where the domain has no single-year age."""
+    from experiments.exact_eval import agreement, reidentification
+
+    truth = D.keys()
+    out = {"agreement": [], "reidentification": []}
+    for of, keys in (("reconstruction", reconstruction), ("published rows", None if rows is None else rows.keys())):
+        if keys is not None:
+            a = agreement(D.domain, truth, keys)
+            if a is not None:
+                out["agreement"].append({"of": of, **a, "persons": len(D)})
+    if reconstruction is not None:
+        rc = cfg.reidentification or ReidentificationConfig()
+        df = reidentification(D.domain, D.codes, {"reconstruction": D.domain.decode(reconstruction)},
+                              np.random.default_rng(seed), rc.coverage, rc.age_off_by_one)
+        if df is not None:
+            out["reidentification"] = df.to_dict("records")
+    return out
+
+
+def _topdown_published(cfg: ExperimentConfig, pop, unit: str, wb: bool, setting: float, cache: dict, w, backend,
+                       run_dir: Path | None) -> tuple[Published, dict]:
+    """``unit``'s share of the TopDown release of its root at ``setting``: one tree per root and one
+    release per root and ε, shared by every unit under it; each release's MDF is written once to
+    ``run_dir/mdf/`` (so an interrupted evaluation keeps it)."""
+    trees, releases = cache.setdefault("trees", {}), cache.setdefault("releases", {})
+    if (unit, wb) not in trees:
+        td = topdown_root(cfg, pop, unit, wb)
+        trees.update({(other, wb): td for other in td.nodes})
+    td = trees[(unit, wb)]
+    key = (td.root, wb, setting)
+    if key not in releases:
+        releases[key] = publish_topdown(cfg, td, setting, _backend(cfg, td.root, "topdown", setting))
+        if run_dir is not None:
+            mdf = topdown_mdf(td, releases[key].estimates).assign(root=td.root, variant=wb, epsilon=setting)
+            write_parquet(run_dir / "mdf" / f"{td.root}-{'block' if wb else 'unit'}-{setting:g}.parquet", mdf)
+    rel = releases[key]
+    ok, note = _fit_note(backend, "topdown")
+    pub = topdown_unit(td, rel.estimates, unit, w, rel.record, ok, note)
+    return pub, {"root": td.root, "tree_levels": td.shape.levels, "tree_nodes": [len(i) for i in td.shape.ids],
+                 "tree_source": td.block_source}
 
 
 def _micro_rows(data: Dataset, unit: str, wb: bool, role: str, mechanism: str = "", setting: float = np.nan):

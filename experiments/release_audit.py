@@ -3,21 +3,25 @@ neighbouring datasets under the declared relation, at every ε the config releas
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from experiments.config import ConfigError, ExperimentConfig
-from experiments.problem import _stable, build_workload, load_population, prepare_unit, select_units, unit_key
+from experiments.problem import (_stable, build_workload, load_population, prepare_unit, private_half, select_units,
+                                 unit_key)
 from microdata.dataset import Dataset
 from microdata.domain import Attribute, Domain
 from microdata.geography import FROM_ROWS, Geography
 from experiments.metrics import lookup
 from microdata.marginals import Workload
 from synth.release import workload_counts
-from synth.audit import AuditResult, ReplayNoise, audit_outputs, laplace_scale_upper
+from synth.audit import (AuditResult, RecordingNoise, ReplayNoise, ReplaySequence, audit_outputs,
+                         laplace_scale_upper)
 from synth.histogram import SparseHistogram
 from synth.mechanism import PrivacyError, Relation, parse_relation
 from synth.noise import OpenDPNoise, SimulationNoise
@@ -68,7 +72,7 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, unit: str |
         pair = _worst_pair(frame, workload, parse_relation(r.relation))
         small = _histogram_pair(frame, parse_relation(r.relation))
         smallest = _histogram_pair(frame, parse_relation(r.relation), cells=SMOOTHED_CELLS)
-        tables_result = {}
+        tables_result, topdown = {}, {}  # TopDown: its neighbours and structure check, shared by every ε
         for eps in eps_list:
             for mech in mechanisms:
                 if mech == "laplace_tables" or (mech == "synthetic" and eps not in tables_result):
@@ -85,7 +89,10 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, unit: str |
                 elif mech == "perturbed_histogram":
                     res = _audit_perturbed(cfg, eps, small)
                 elif mech == "topdown":
-                    res = _audit_topdown(cfg, eps, frame, workload)
+                    if not topdown:  # one pair and one structure check for every ε
+                        topdown.update(pair=_topdown_pair(cfg, pop, unit, wb),
+                                       structure=_topdown_structure(cfg, pop, unit, wb))
+                    res = _audit_topdown(cfg, eps, topdown["pair"], topdown["structure"])
                 else:
                     res = _audit_smoothed(cfg, eps, smallest)
                 if blocks_check is not None:
@@ -334,104 +341,249 @@ def _audit_smoothed(cfg: ExperimentConfig, eps: float, small) -> AuditResult:
                        {"histogram_cells": D.domain.total_size, "draws": len(D)})
 
 
-def _topdown_pair(cfg: ExperimentConfig, frame: Domain, workload):
-    """Two neighbouring trees of public shape (a root, two units, two blocks each when BLOCK is kept):
-    the person type in the most released cells added to the first block (add/remove), or replaced
-    by the type, in the other unit's last block, whose cells differ most (replace-one)."""
-    from experiments.release import TopDownRoot
-    from synth.topdown import Tree
+@dataclass
+class _TopDownPair:
+    """Neighbouring inputs of one TopDown release, placed in the real tree: ``td`` holds D (every unit's
+    private half), ``td2`` D′; ``path`` the nodes whose histograms differ, per level."""
 
-    person = frame.project([a for a in frame.names if a != "BLOCK"])
-    pw = build_workload(cfg, cfg.queries[0], person)
-    with_block = "BLOCK" in frame
+    td: object
+    td2: object
+    path: list[np.ndarray]
+    types: np.ndarray
+    what: str
+    sensitivity: dict  # per query, the most one person moves it, found by this audit from the tables
+    common: tuple = ()  # a second pair, of the commonest types, for the replay check
+
+
+def _topdown_pair(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool) -> _TopDownPair:
+    """The real tree of ``unit``'s root through the production functions, and its worst-case neighbour
+    under the declared relation: add/remove adds, to the unit's first block, the person type that lies
+    in the most table cells; replace-one replaces one of the unit's persons by the type whose table
+    cells differ most from theirs, in the last block of another unit (or block) of the tree. The
+    worst case is found from the published tables' own matrix, not from the release's sensitivity."""
+    from experiments.release import person_types, topdown_root, topdown_tree
+
+    td = topdown_root(cfg, pop, unit, wb)
+    halves = {u: private_half(pop, cfg, u, wb) for u in td.nodes}
+    a_mat = td.strategy.tables.tocsc()
+    per_type = np.diff(a_mat.indptr)  # table cells of each person type, counted by this audit
+    a = int(np.argmax(per_type))
     relation = parse_relation(cfg.release.relation)
-    base = [((0, 0), np.array([(i + 2) % n for n in person.sizes])) for i in range(3)] + \
-        [((1, 1), np.array([(i + 5) % n for n in person.sizes])) for i in range(2)]
-    pair = _worst_pair(person, pw, relation)
-    a, b = pair[1].codes[-1], (pair[1].codes[-1] if relation is Relation.ADD_REMOVE else None)
-    if relation is Relation.REPLACE_ONE:
-        a, b = pair[0].codes[-1], pair[1].codes[-1]
-    def tree_of(people):
-        levels = [cfg.release.topdown.root, cfg.target.level] + (["block"] if with_block else [])
-        units = [np.array([pw.counts(Dataset(person, np.array([c for (uu, _), c in people if uu == u]).reshape(-1, len(person))))
-                           for u in range(2)])]
-        counts = [units[0].sum(axis=0, keepdims=True), units[0]]
-        ids = [np.array(["root"]), np.array(["u0", "u1"])]
-        parents = [np.array([-1]), np.array([0, 0])]
-        if with_block:
-            blocks = np.array([pw.counts(Dataset(person, np.array([c for (uu, bb), c in people if (uu, bb) == (u, v)]
-                                                                   ).reshape(-1, len(person))))
-                               for u in range(2) for v in range(2)])
-            counts.append(blocks)
-            ids.append(np.array(["u0/0", "u0/1", "u1/0", "u1/1"]))
-            parents.append(np.array([0, 0, 1, 1]))
-        tree = Tree(levels, ids, parents, counts, pw.everyone_queries())
-        return TopDownRoot("root", tree, pw, pw.max_cells_per_person(), {})
+    person = list(td.person_domain.names)
+    code_a = np.array(np.unravel_index(a, td.person_domain.sizes))
 
+    def with_row(D: Dataset, code: np.ndarray, block: int | None) -> Dataset:
+        row = np.zeros((1, len(D.domain)), dtype=np.int64)
+        for j, name in enumerate(person):
+            row[0, D.domain.index(name)] = code[j]
+        if block is not None:
+            row[0, D.domain.index("BLOCK")] = block
+        return Dataset(D.domain, np.vstack([D.codes, row]))
+
+    halves2 = dict(halves)
     if relation is Relation.ADD_REMOVE:
-        return tree_of(base), tree_of(base + [((0, 0), a)])
-    return tree_of(base + [((0, 0), a)]), tree_of(base + [((1, 1), b)])
+        halves2[unit] = with_row(halves[unit], code_a, 0 if wb else None)
+        what = f"one person of the type in most cells ({per_type[a]}) added to {unit}" + (", block 0" if wb else "")
+    else:
+        others = [u for u in td.nodes if u != unit]
+        dense = a_mat.toarray() if a_mat.shape[1] <= 200_000 else None
+        diff = (np.abs(dense - dense[:, [a]]).sum(axis=0) if dense is not None else per_type)
+        b = int(np.argmax(diff))
+        code_b = np.array(np.unravel_index(b, td.person_domain.sizes))
+        halves[unit] = with_row(halves[unit], code_a, 0 if wb else None)
+        target = others[-1] if others else unit
+        last = (len(td.nodes[target][2]) - 1) if wb else None
+        halves2 = dict(halves)
+        halves2[unit] = with_row(halves[unit].take(np.arange(len(halves[unit]) - 1)), code_b, None) \
+            if target == unit and not wb else halves[unit].take(np.arange(len(halves[unit]) - 1))
+        if target != unit or wb:
+            halves2[target] = with_row(halves2[target], code_b, last)
+        what = (f"one person of the type in most cells ({per_type[a]}) in {unit} replaced by the type differing in "
+                f"most cells ({int(diff[b])}), in {target}" + (f", block {last}" if wb else ""))
+    tree1 = topdown_tree(cfg, td.shape, td.nodes, halves, td.strategy, td.person_domain)
+    tree2 = topdown_tree(cfg, td.shape, td.nodes, halves2, td.strategy, td.person_domain)
+    td1, td2 = dataclasses.replace(td, tree=tree1), dataclasses.replace(td, tree=tree2)
+    path = [np.flatnonzero((h1 != h2).any(axis=1)) for h1, h2 in zip(tree1.hist, tree2.hist)]
+    types = np.flatnonzero((tree1.hist[-1] != tree2.hist[-1]).any(axis=0))
+    if a not in types:
+        types = np.union1d(types, [a])
+    mult = 2 if relation is Relation.REPLACE_ONE else 1
+    # the replay's second pair: one person of the unit's commonest type removed, or made the second
+    # commonest (a change the estimates show, where a rare type's may be rounded away)
+    real = {u: private_half(pop, cfg, u, wb) for u in td.nodes}
+    D = real[unit]
+    types_u = person_types(D, td.person_domain)
+    common = (td1, td2)
+    if len(D):
+        order = np.argsort(-np.bincount(types_u, minlength=td.strategy.types), kind="stable")
+        row = int(np.flatnonzero(types_u == order[0])[0])
+        changed = dict(real)
+        if relation is Relation.ADD_REMOVE:
+            changed[unit] = D.take(np.setdiff1d(np.arange(len(D)), [row]))
+        else:
+            codes = D.codes.copy()
+            other = np.unravel_index(int(order[1]), td.person_domain.sizes)
+            for j, name in enumerate(person):
+                codes[row, D.domain.index(name)] = other[j]
+            changed[unit] = Dataset(D.domain, codes)
+        common = tuple(dataclasses.replace(td, tree=topdown_tree(cfg, td.shape, td.nodes, h, td.strategy,
+                                                                 td.person_domain)) for h in (real, changed))
+    return _TopDownPair(td1, td2, path, types, what, {"detailed": mult, "tables": mult * int(per_type.max())},
+                        common)
 
 
-def _audit_topdown(cfg: ExperimentConfig, eps: float, frame: Domain, workload) -> AuditResult:
-    """The TopDown release's private step, its noisy measurements at every level, released ``runs``
-    times through the publishing function on worst-case neighbouring trees; the estimates after it are
-    post-processing. Besides the statistical bound, each level's noise is checked against that
-    level's share of ε, so one level measured with too little noise is caught."""
+def _restrict(td, path: list[np.ndarray], types: np.ndarray):
+    """The tree cut to the nodes of ``path`` and the person types ``types`` (where the neighbours
+    differ): the release measures every node and every cell with independent noise at scales that do
+    not depend on which nodes and types there are, so the noise on these is what the full release
+    draws for them; the tables keep every cell (the types' cells are the ones that differ)."""
+    from synth.topdown import Tree, TreeShape
+
+    shape = td.shape
+    ids, parent, hist = [], [], []
+    for lv, keep in enumerate(path):
+        ids.append(shape.ids[lv][keep])
+        if lv == 0:
+            parent.append(np.array([-1]))
+        else:
+            pos = {int(n): i for i, n in enumerate(path[lv - 1])}
+            parent.append(np.array([pos[int(p)] for p in shape.parent[lv][keep]], dtype=np.int64))
+        hist.append(td.tree.hist[lv][np.ix_(keep, types)])
+    strategy = dataclasses.replace(td.strategy, tables=td.strategy.tables[:, types])
+    return dataclasses.replace(td, tree=Tree(TreeShape(list(shape.levels), ids, parent), hist), strategy=strategy)
+
+
+def _audit_topdown(cfg: ExperimentConfig, eps: float, pair: _TopDownPair, structure: str) -> AuditResult:
+    """TopDown through the functions evaluate-release publishes with, on neighbours in the real tree.
+
+    - The private step (every node's detailed histogram and tables, noised) is released ``runs`` times
+      on the nodes where D and D′ differ, certifying a lower bound on ε; and, per level and query, the
+      noise really added bounds the ε it spends for this pair (the pair's distance over an upper
+      bound on the noise scale); their sum must not exceed ε (Bonferroni over the terms).
+    - Replay: D and D′ released with the same noisy measurements must publish the same MDF and
+      tables (the estimation reads nothing but the measurements and the public shape).
+    - Structure: neighbours that empty a block and a whole unit publish a tree of the same shape.
+    """
     from experiments.release import publish_topdown
-    from synth.topdown import level_shares
 
     a = cfg.release.audit
-    t1, t2 = _topdown_pair(cfg, frame, workload)
-    shares = level_shares(t1.tree.levels, cfg.release.topdown.shares)
-    cells = sum(c.size for c in t1.tree.counts)
-    chunk = int(max(100, min(a.runs, CHUNK_VALUES // max(cells, 1))))
-    diffs = [(c2 - c1).ravel() for c1, c2 in zip(t1.tree.counts, t2.tree.counts)]
-    idx = [np.flatnonzero(d) for d in diffs]
-    invariant = "root_total" in cfg.release.invariants and len(t1.tree.total_queries)
-    if invariant:  # declared invariants are published exactly and are not in ε: not audited
-        idx[0] = np.setdiff1d(idx[0], t1.tree.total_queries)
-        diffs[0] = diffs[0].copy()
-        diffs[0][t1.tree.total_queries] = 0
-    ys = {0: [[] for _ in idx], 1: [[] for _ in idx]}
+    t1, t2 = _restrict(pair.td, pair.path, pair.types), _restrict(pair.td2, pair.path, pair.types)
+    if t1.strategy.cells_per_person() != pair.td.strategy.cells_per_person():
+        raise PrivacyError("the audit's person types do not include the one in most table cells")
+    h1, h2 = t1.tree.hist, t2.tree.hist
+    exact1 = [(h, t1.strategy.tabulate(h)) for h in h1]
+    exact2 = [(h, t2.strategy.tabulate(h)) for h in h2]
+    coords = [[np.flatnonzero((e1[q] != e2[q]).ravel()) for q in range(2)] for e1, e2 in zip(exact1, exact2)]
+    root_total = "root_total" in cfg.release.invariants
+    size = sum(e[q].size for e in exact1 for q in range(2))
+    chunk = int(max(100, min(a.runs, CHUNK_VALUES // max(size, 1))))
+    ys = {0: [], 1: []}
     for which, td in ((0, t1), (1, t2)):
         backend = _noise(cfg, "topdown", eps, which)
         done = 0
         while done < a.runs:
             n = min(chunk, a.runs - done)
-            noisy, _, _ = publish_topdown(cfg, td, eps, backend, runs=n)
-            for lv, y in enumerate(noisy):
-                ys[which][lv].append(y.reshape(n, -1)[:, idx[lv]])
+            meas = publish_topdown(cfg, td, eps, backend, runs=n).measurements
+            parts = []
+            for lv in range(len(h1)):
+                for q, arr in enumerate((meas.detailed[lv], meas.tables[lv])):
+                    parts.append(arr.reshape(n, -1)[:, coords[lv][q]])
+            ys[which].append(np.concatenate(parts, axis=1))
             done += n
-    y1 = np.concatenate([np.concatenate(v) for v in ys[0]], axis=1)
-    y2 = np.concatenate([np.concatenate(v) for v in ys[1]], axis=1)
-    ref = np.concatenate([c.ravel()[i] for c, i in zip(t1.tree.counts, idx)])
-    direction = np.concatenate([d[i] for d, i in zip(diffs, idx)])
-    res = audit_outputs(y1, y2, ref, direction, eps, "topdown", a.confidence)
-    checks, details, col = {}, {"differing_cells_per_level": {}}, 0
-    for lv, (name, i) in enumerate(zip(t1.tree.levels, idx)):
-        k = len(i)
-        noise = np.concatenate([(y1[:, col:col + k] - ref[col:col + k]).ravel(),
-                                (y2[:, col:col + k] - t2.tree.counts[lv].ravel()[i]).ravel()])
-        col += k
-        distance = int(np.abs(diffs[lv]).sum())
-        scale_hi = laplace_scale_upper(noise, (1 + a.confidence) / 2) if k else float("inf")
-        eps_level = distance / scale_hi if scale_hi > 0 else float("inf")
-        budget = eps * shares[name]
-        checks[f"noise_scale_{name}"] = ("pass" if eps_level <= budget else
-                                         f"fail: level {name} adds noise of scale ≤ {scale_hi:.4g}, giving ε ≥ "
-                                         f"{eps_level:.4g} for this pair where its share is {budget:.4g}")
-        details["differing_cells_per_level"][name] = k
-    if invariant:
-        details["not_audited"] = "the root's total: a declared invariant (release.invariants: root_total)"
-    try:
-        e1 = publish_topdown(cfg, t1, eps, _noise(cfg, "structure", 1))[1]
-        e2 = publish_topdown(cfg, t2, eps, _noise(cfg, "structure", 2))[1]
-        checks["structure"] = "pass" if [x.shape for x in e1] == [x.shape for x in e2] else \
-            "fail: the shape of the release differs between neighbours"
-    except PrivacyError as e:
-        checks["structure"] = f"fail: {e}"
+    y1, y2 = np.concatenate(ys[0]), np.concatenate(ys[1])
+    ref1 = np.concatenate([exact1[lv][q].ravel()[coords[lv][q]] for lv in range(len(h1)) for q in range(2)])
+    ref2 = np.concatenate([exact2[lv][q].ravel()[coords[lv][q]] for lv in range(len(h1)) for q in range(2)])
+    res = audit_outputs(y1, y2, ref1, ref2 - ref1, eps, "topdown", a.confidence)
+    terms = [(lv, q) for lv in range(len(h1)) for q in range(2) if coords[lv][q].size]
+    level_conf = 1 - (1 - a.confidence) / max(len(terms), 1)
+    checks, details, col, spent = {}, {"neighbours": pair.what, "noise_per_level": {}}, 0, 0.0
+    for lv in range(len(h1)):
+        for q, query in enumerate(("detailed", "tables")):
+            k = coords[lv][q].size
+            if not k:
+                continue
+            noise = np.concatenate([(y1[:, col:col + k] - ref1[col:col + k]).ravel(),
+                                    (y2[:, col:col + k] - ref2[col:col + k]).ravel()])
+            col += k
+            scale_hi = laplace_scale_upper(noise, level_conf)
+            delta = pair.sensitivity[query]
+            e = delta / scale_hi if scale_hi > 0 else float("inf")
+            spent += e
+            details["noise_per_level"][f"{t1.shape.levels[lv]}/{query}"] = {
+                "differing_cells": k, "sensitivity": delta, "scale_upper": round(scale_hi, 6),
+                "epsilon_at_least": round(e, 6)}
+    checks["noise_scale"] = ("pass" if spent <= eps else
+                             f"fail: the noise added at the levels spends ε ≥ {spent:.4g} (each level and query's "
+                             f"sensitivity over its noise scale, summed), over the declared {eps:g} (assumes discrete "
+                             "Laplace noise; per level in the details)")
+    details["epsilon_from_noise_scale"] = round(spent, 6)
+    if root_total:
+        details["not_audited"] = "the root's total: a declared invariant under replace-one (release.invariants)"
+    checks["post_processing"] = _topdown_replay(cfg, eps, pair)
+    checks["structure"] = structure
     return AuditResult("topdown", eps, res.epsilon_lower_bound, a.runs, a.confidence, res.event, checks, details)
+
+
+def _topdown_replay(cfg: ExperimentConfig, eps: float, pair: _TopDownPair) -> str:
+    """Release D, record its noisy measurements, release D and D′ replaying them: the estimates (the
+    MDF) must be identical. Two pairs: the worst case, and the commonest types (whose change the
+    estimates would show)."""
+    from experiments.release import publish_topdown
+
+    for i, (d1, d2) in enumerate(((pair.td, pair.td2), pair.common)):
+        rec = RecordingNoise(_noise(cfg, "topdown-replay", eps, i))
+        publish_topdown(cfg, d1, eps, rec)
+        try:
+            e1 = publish_topdown(cfg, d1, eps, ReplaySequence(rec.values)).estimates
+            e2 = publish_topdown(cfg, d2, eps, ReplaySequence(rec.values)).estimates
+        except PrivacyError as e:
+            return f"fail: {e}"
+        if len(e1) != len(e2) or any(not np.array_equal(x, y) for x, y in zip(e1, e2)):
+            return ("fail: with the same noisy measurements, the neighbours' MDFs differ: the estimation reads the "
+                    "data beyond its measurements")
+    return "pass"
+
+
+def _topdown_structure(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool) -> str:
+    """Neighbours that empty a block (its last resident removed) and a whole unit of the target level
+    (likewise) must publish trees of the same shape and measurements of the same shapes, through
+    the production functions from the population on."""
+    from experiments.release import publish_topdown, topdown_root
+
+    geo = pop.geography
+    level = cfg.target.level
+    td = topdown_root(cfg, pop, unit, wb)
+    inside = np.flatnonzero(np.isin(geo.units(level), list(td.nodes)))
+    if not len(inside):
+        return "not run: nobody lives under the root"
+    cases = []
+    other = [u for u in td.nodes if u != unit and (geo.units(level) == u).any()]
+    if other:  # a whole unit down to one resident, and then none
+        rows = np.flatnonzero(geo.units(level) == other[0])
+        keep = np.setdiff1d(np.arange(len(pop)), rows[1:])
+        cases.append(("a unit", keep, rows[0]))
+    if wb:  # a block of the audited unit down to one resident, and then none
+        rows = np.flatnonzero(geo.units(level) == unit)
+        blocks = geo.units("block")[rows]
+        first = rows[blocks == blocks[0]]
+        keep = np.setdiff1d(np.arange(len(pop)), first[1:])
+        cases.append(("a block", keep, first[0]))
+    for what, keep, last in cases:
+        shapes = []
+        for rows in (keep, np.setdiff1d(keep, [last])):
+            sub = pop.take(rows)
+            g = Geography(sub.geography.levels, sub.geography.ids, catalogue=geo.catalogue)
+            people = Dataset(sub.domain, sub.codes, g)
+            try:
+                t = topdown_root(cfg, people, unit, wb)
+                meas = publish_topdown(cfg, t, min(cfg.release.epsilons), _noise(cfg, "structure", what),
+                                       runs=1).measurements
+            except (PrivacyError, ConfigError) as e:
+                return f"fail: the neighbour that empties {what} could not be released ({e})"
+            shapes.append((t.shape.key(), tuple(x.shape for x in meas.detailed + meas.tables)))
+        if shapes[0] != shapes[1]:
+            return f"fail: emptying {what} changes the shape of the tree or of its measurements"
+    return "pass"
 
 
 def _block_list_check(cfg: ExperimentConfig, pop: Dataset, unit: str) -> str:

@@ -27,6 +27,11 @@ P12_AGE_GROUPS = ((0, 4), (5, 9), (10, 14), (15, 17), (18, 19), (20, 20), (21, 2
 MAX_AGE = 115
 #: P12's age group of every single year of age 0..115 (index into ``P12_AGE_GROUPS``).
 P12_GROUP_OF_AGE = np.concatenate([np.full(hi - lo + 1, g) for g, (lo, hi) in enumerate(P12_AGE_GROUPS)])
+#: The Census Bureau's 38 age bins of its reconstruction study (Abowd et al., HDSR 2025, p. 9): single
+#: years 0-21, then P12's groups from 22-24 on.
+AGE_BINS_38 = tuple((a, a) for a in range(22)) + P12_AGE_GROUPS[7:]
+#: The 38-bin age of every single year of age 0..115.
+AGE_BIN38_OF_AGE = np.concatenate([np.full(hi - lo + 1, g) for g, (lo, hi) in enumerate(AGE_BINS_38)])
 #: Attributes the tables read, by role (the embedded population's names; the PPMF reader maps
 #: QAGE, QSEX, CENHISP, CENRACE onto them).
 AGE, SEX, HISP, RACE = "AGE", "SEX", "HISP", "CENRACE"

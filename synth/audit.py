@@ -196,6 +196,40 @@ class ReplayNoise:
         raise PrivacyError("the replay backend only replays a release")
 
 
+class RecordingNoise:
+    """Wraps a backend and keeps every noisy array it returns, in order (to replay them)."""
+
+    def __init__(self, backend) -> None:
+        self.backend, self.values = backend, []
+        self.name, self.for_publication = backend.name, False
+
+    def add(self, counts: np.ndarray, scale: float) -> np.ndarray:
+        out = self.backend.add(counts, scale)
+        self.values.append(np.array(out, copy=True))
+        return out
+
+
+class ReplaySequence:
+    """A backend that returns recorded noisy arrays in the order they were drawn (:class:`ReplayNoise`
+    for a release that calls its backend several times, as TopDown does per level and query)."""
+
+    name = "replay (audit only)"
+    for_publication = False
+
+    def __init__(self, values: list[np.ndarray]) -> None:
+        self.values, self.i = [np.asarray(v, dtype=np.int64) for v in values], 0
+
+    def add(self, counts: np.ndarray, scale: float) -> np.ndarray:
+        if self.i >= len(self.values):
+            raise PrivacyError("the release draws more noisy arrays for one dataset than for its neighbour")
+        v = self.values[self.i]
+        self.i += 1
+        if np.shape(counts) != v.shape:
+            raise PrivacyError(f"replayed measurement has shape {v.shape}, the counts {np.shape(counts)}: "
+                               "the shape of the release depends on the data")
+        return v.copy()
+
+
 def laplace_scale_upper(noise: np.ndarray, confidence: float = 0.95) -> float:
     """An upper confidence bound on the scale t of discrete Laplace noise from its draws: the mean
     absolute draw is 2r/(1 − r²) with r = e^{−1/t}, increasing in t; its upper bound (normal

@@ -1,91 +1,285 @@
-"""A TopDown-style consistent release: noisy tables at every geographic level, then estimates made
-non-negative, integer and consistent from the top down (children add up to their parent)."""
+"""TopDown as the 2020 Census ran it, in pure ε-DP: per geographic node, noisy measurements of the
+detailed histogram (every person type) and of the declared tables; then, from the root down, one
+non-negative integer histogram per node, each parent's children closest in weighted least squares
+to all their measurements and adding up cell by cell to the parent; the leaves' histograms are the
+microdata detail file (MDF), and every published table is a tabulation of it.
+
+The privacy unit is one person. The tree's shape (its nodes) comes from public inputs only; what
+depends on the persons is the exact histograms, which reach the output only through the noisy
+measurements (:func:`measure`). Everything after them (:func:`estimate`, :func:`mdf_rows`) is
+post-processing and never sees the exact histograms.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
+import scipy.sparse as sp
 
 from synth.mechanism import Mechanism, PrivacyError, Relation, parse_relation
-from synth.noise import noise_scale
 
-#: The 2020 production shares of the person-file budget per geographic level (out of 4099:
-#: 104 / 1440 / 447 / 687 / 1256 / 165), renormalised over the levels a hierarchy has.
-PRODUCTION_SHARES = {"national": 104 / 4099, "state": 1440 / 4099, "county": 447 / 4099, "tract": 687 / 4099,
-                     "block_group": 1256 / 4099, "block": 165 / 4099}
+#: The 2020 production weights of the person-file budget per geographic level (out of 4099),
+#: renormalised over the levels a release's tree has.
+PRODUCTION_WEIGHTS = {"national": 104, "state": 1440, "county": 447, "tract": 687, "block_group": 1256, "block": 165}
+#: Each level's budget share for the detailed histogram; the rest goes to the declared tables. Our
+#: default (2020 production split each level's budget over a dozen query groups): the tables are
+#: what is published and attacked, and the detailed histogram pins the types the tables cannot.
+DETAILED_SHARE = Fraction(1, 4)
+#: The queries measured at every node, in this order.
+QUERIES = ("detailed", "tables")
 
 
-def level_shares(levels: list[str], shares: dict[str, float] | None = None) -> dict[str, float]:
-    """Each level's share of ε: the given ``shares`` or the 2020 production shares, renormalised over
-    ``levels`` (a level the production split does not name must be given a share)."""
-    base = dict(PRODUCTION_SHARES if shares is None else shares)
+def _fraction(x) -> Fraction:
+    """A share as an exact fraction: ints and Fractions as they are, floats by their decimal text
+    (so 0.1 is 1/10, what the user wrote, not the binary double near it)."""
+    if isinstance(x, (int, Fraction)):
+        return Fraction(x)
+    return Fraction(repr(float(x)))
+
+
+def level_shares(levels: list[str], shares: dict | None = None) -> dict[str, Fraction]:
+    """Each level's share of the budget as an exact fraction, the shares adding up to exactly 1: the
+    given ``shares`` or the 2020 production weights, renormalised over ``levels``."""
+    base = PRODUCTION_WEIGHTS if shares is None else shares
     missing = [lv for lv in levels if lv not in base]
     if missing:
         raise PrivacyError(f"no budget share for levels {missing}; give release.topdown.shares for every level")
-    if any(base[lv] <= 0 for lv in levels):
+    w = {lv: _fraction(base[lv]) for lv in levels}
+    if any(v <= 0 for v in w.values()):
         raise PrivacyError("every level's budget share must be positive")
-    total = sum(base[lv] for lv in levels)
-    return {lv: base[lv] / total for lv in levels}
+    total = sum(w.values())
+    return {lv: v / total for lv, v in w.items()}
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """What is measured at every node: the detailed histogram over the person types, and the
+    declared tables as a (cells × types) 0/1 matrix ``tables``; ``total_rows`` are the table cells
+    that count everyone (the root total invariant pins them)."""
+
+    tables: sp.csr_matrix
+    total_rows: np.ndarray
+    detailed_share: Fraction = DETAILED_SHARE
+
+    @property
+    def types(self) -> int:
+        return self.tables.shape[1]
+
+    def cells_per_person(self) -> int:
+        """The most table cells one person lies in: the tables' L1 sensitivity under add/remove."""
+        return int(np.asarray(self.tables.sum(axis=0)).max()) if self.tables.shape[0] else 0
+
+    def tabulate(self, hist: np.ndarray) -> np.ndarray:
+        """The tables' exact counts of histograms (… × types, int64) → (… × cells, int64)."""
+        h = np.asarray(hist, dtype=np.int64)
+        flat = h.reshape(-1, h.shape[-1])
+        out = (self.tables @ flat.T).T
+        return np.asarray(out, dtype=np.int64).reshape(*h.shape[:-1], self.tables.shape[0])
+
+
+def table_matrix(workload) -> tuple[sp.csr_matrix, np.ndarray]:
+    """The (cells × types) 0/1 matrix of a tables workload over the person domain (types row-major
+    over the domain), from the workload's per-attribute value sets; and its cells counting everyone."""
+    domain = workload.domain
+    sizes = domain.sizes
+    q = np.array(workload.queries, dtype=np.int64).reshape(len(workload.queries), len(domain))
+    member = [workload.membership(j).astype(bool) for j in range(len(domain))]
+    n_types = int(np.prod(sizes))
+    rows, cols = [], []
+    step = max(1, (1 << 24) // max(len(q), 1))
+    for start in range(0, n_types, step):
+        t = np.arange(start, min(start + step, n_types))
+        codes = np.unravel_index(t, sizes)
+        hit = np.ones((len(t), len(q)), dtype=bool)
+        for j in range(len(domain)):
+            hit &= member[j][codes[j]][:, q[:, j]]
+        ti, qi = np.nonzero(hit)
+        rows.append(qi)
+        cols.append(t[ti])
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    a = sp.csr_matrix((np.ones(len(r), dtype=np.int64), (r, c)), shape=(len(q), n_types))
+    everyone = np.flatnonzero(np.asarray(a.sum(axis=1)).ravel() == n_types)
+    return a, everyone
 
 
 @dataclass
-class Tree:
-    """A geographic hierarchy below one root: per level (coarsest first) its nodes' ids, each
-    node's parent (index into the level above; -1 for the root) and its exact counts of the
-    person-level queries (nodes × queries, int64)."""
+class TreeShape:
+    """The public shape of a release's tree: per level (coarsest first) its nodes' ids and each
+    node's parent (index into the level above; -1 for the root)."""
 
     levels: list[str]
     ids: list[np.ndarray]
     parent: list[np.ndarray]
-    counts: list[np.ndarray]
-    total_queries: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # queries counting everyone
 
     def check(self) -> None:
         if len(self.ids[0]) != 1:
             raise PrivacyError("a TopDown tree has one root")
         for lv in range(1, len(self.levels)):
-            if self.parent[lv].min() < 0 or self.parent[lv].max() >= len(self.ids[lv - 1]):
+            p = self.parent[lv]
+            if len(p) and (p.min() < 0 or p.max() >= len(self.ids[lv - 1])):
                 raise PrivacyError(f"level {self.levels[lv]}: a node's parent is not a node of the level above")
 
+    def key(self) -> tuple:
+        """Everything the shape publishes, comparable between two releases."""
+        return (tuple(self.levels), tuple(tuple(map(str, i)) for i in self.ids),
+                tuple(tuple(map(int, p)) for p in self.parent))
 
-def measure(tree: Tree, epsilon: float, backend, relation: Relation | str, cells_per_person: int,
-            shares: dict[str, float] | None = None, runs: int | None = None,
-            invariants: tuple[str, ...] = ()) -> tuple[list[np.ndarray], Mechanism]:
-    """Noisy measurements of every query at every level: discrete Laplace on int64 counts through
-    ``backend``, level l at scale Δ/(share_l · ε). A person lies in one node of each level, so a
-    level's L1 sensitivity is the most queries one person lies in (``cells_per_person``), doubled
-    under replace-one (the person may move to another node); the levels compose to ε. The
-    ``root_total`` invariant publishes the root's total queries exactly (declared, not in ε).
-    ``runs`` releases that many times at once (the auditor's batches)."""
+
+@dataclass
+class Tree:
+    """A tree's shape and, per level, its nodes' exact detailed histograms (nodes × types, int64):
+    the private input, read by :func:`measure` and nothing else."""
+
+    shape: TreeShape
+    hist: list[np.ndarray]
+
+    @property
+    def levels(self) -> list[str]:
+        return self.shape.levels
+
+
+def build_tree(shape: TreeShape, leaf_hist: np.ndarray) -> Tree:
+    """A tree whose leaves hold ``leaf_hist`` (leaves × types) and whose every other node holds the
+    sum of its children."""
+    shape.check()
+    hist = [None] * len(shape.levels)
+    hist[-1] = np.asarray(leaf_hist, dtype=np.int64)
+    for lv in range(len(shape.levels) - 1, 0, -1):
+        agg = np.zeros((len(shape.ids[lv - 1]), hist[lv].shape[1]), dtype=np.int64)
+        np.add.at(agg, shape.parent[lv], hist[lv])
+        hist[lv - 1] = agg
+    return Tree(shape, hist)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One (level, query) measurement's budget: ε as an exact fraction, the L1 sensitivity it is
+    computed for, and the noise scale (a float at least Δ/ε, so Δ/scale ≤ ε exactly)."""
+
+    level: str
+    query: str
+    epsilon: Fraction
+    sensitivity: int
+    scale: float
+
+    def spent(self) -> Fraction:
+        """ε this measurement really spends: Δ/scale, exactly."""
+        return Fraction(self.sensitivity) / Fraction(self.scale) if self.sensitivity else Fraction(0)
+
+
+def _scale_at_least(sensitivity: int, epsilon: Fraction) -> float:
+    """The smallest double ≥ Δ/ε (exact rational comparison)."""
+    exact = Fraction(sensitivity) / epsilon
+    s = float(exact)
+    while Fraction(s) < exact:
+        s = float(np.nextafter(s, np.inf))
+    return s
+
+
+def budgets(levels: list[str], epsilon: float, relation: Relation | str, strategy: Strategy,
+            shares: dict | None = None, backend=None) -> list[Budget]:
+    """Every (level, query) measurement's budget. Level l gets ε·share_l, split between the detailed
+    histogram (``strategy.detailed_share``) and the tables. A person lies in one node per level:
+    one cell of its detailed histogram and ``cells_per_person`` table cells, so the L1 sensitivity is
+    1 and cells_per_person under add/remove, doubled under replace-one (the person may become another
+    type in another node). The budgets add up to at most ε in exact arithmetic; with a backend that
+    has a privacy map (OpenDP's), each scale is raised until the map says no more than its ε."""
     relation = parse_relation(relation)
-    tree.check()
-    sh = level_shares(tree.levels, shares)
-    delta = cells_per_person * (2 if relation is Relation.REPLACE_ONE else 1)
-    noisy, per_level = [], {}
-    for lv, counts in zip(tree.levels, tree.counts):
-        scale, figure = noise_scale(delta, epsilon * sh[lv], backend)
-        if runs is None:
-            y = backend.add(counts, scale)
-        else:
-            y = backend.add(np.broadcast_to(counts, (int(runs), *counts.shape)), scale)
-        per_level[lv] = {"share": sh[lv], "epsilon": epsilon * sh[lv], "scale": scale,
-                         **({"backend_epsilon": figure} if figure is not None else {})}
-        noisy.append(y)
-    if "root_total" in invariants and len(tree.total_queries):
-        noisy[0] = np.array(noisy[0], copy=True)
-        noisy[0][..., 0, tree.total_queries] = tree.counts[0][0, tree.total_queries]
-    mech = Mechanism("topdown", relation, delta * len(tree.levels), epsilon, None, details={
-        "levels": per_level, "cells_per_person": cells_per_person, "sensitivity_per_level": delta,
-        "composition": "basic: the levels' ε add up to ε",
-        "invariants": list(invariants) or "none", "reference": "2020 Census TopDown, person file budget split"})
-    return noisy, mech
+    total = _fraction(epsilon)
+    sh = level_shares(levels, shares)
+    mult = 2 if relation is Relation.REPLACE_ONE else 1
+    out = []
+    for lv in levels:
+        for query, part, delta in (("detailed", strategy.detailed_share, 1),
+                                   ("tables", 1 - strategy.detailed_share, strategy.cells_per_person())):
+            eps = total * sh[lv] * part
+            delta *= mult
+            scale = _scale_at_least(delta, eps)
+            if backend is not None and hasattr(backend, "privacy_map"):
+                for _ in range(1000):
+                    if Fraction(backend.privacy_map(scale, delta)) <= eps:
+                        break
+                    scale = float(np.nextafter(scale, np.inf))
+                else:
+                    raise PrivacyError(f"no scale near {scale} makes {backend.name}'s privacy map <= {float(eps)}")
+            out.append(Budget(lv, query, eps, delta, scale))
+    check_spent(out, total)
+    return out
+
+
+def check_spent(budget: list[Budget], epsilon: Fraction) -> None:
+    """The measurements spend at most ε, in exact arithmetic."""
+    spent = sum(b.spent() for b in budget)
+    if spent > epsilon:
+        raise PrivacyError(f"the level budgets spend {float(spent)!r} > ε = {float(epsilon)!r}")
+
+
+@dataclass
+class Measurements:
+    """The noisy measurements of a tree: per level, detailed (nodes × types) and tables (nodes ×
+    cells), int64 (with a leading runs axis for the auditor's batches); the budgets they were made
+    with; and the invariants published exactly (``root_total``: the root's person count)."""
+
+    detailed: list[np.ndarray]
+    tables: list[np.ndarray]
+    budgets: list[Budget]
+    root_total: int | None = None
+
+    def budget(self, level: str, query: str) -> Budget:
+        return next(b for b in self.budgets if b.level == level and b.query == query)
+
+
+def measure(tree: Tree, epsilon: float, backend, relation: Relation | str, strategy: Strategy,
+            shares: dict | None = None, runs: int | None = None,
+            invariants: tuple[str, ...] = ()) -> tuple[Measurements, Mechanism]:
+    """The private step: discrete Laplace on the int64 detailed histograms and table counts of every
+    node, through ``backend``, at each (level, query)'s scale from :func:`budgets`; the levels and
+    queries compose to ε. The ``root_total`` invariant publishes the root's person count exactly
+    (declared, not in ε; allowed only under replace-one, where n is the same for neighbours)."""
+    relation = parse_relation(relation)
+    tree.shape.check()
+    if "root_total" in invariants and relation is not Relation.REPLACE_ONE:
+        raise PrivacyError(
+            "the root_total invariant publishes the root's exact person count, which adding or removing one "
+            "person changes (ε = ∞ under add_remove): declare relation: replace_one, or drop the invariant")
+    bud = budgets(tree.levels, epsilon, relation, strategy, shares, backend)
+    detailed, tables = [], []
+    for lv, hist in zip(tree.levels, tree.hist):
+        for query, exact in (("detailed", hist), ("tables", strategy.tabulate(hist))):
+            b = next(x for x in bud if x.level == lv and x.query == query)
+            counts = exact if runs is None else np.broadcast_to(exact, (int(runs), *exact.shape))
+            (detailed if query == "detailed" else tables).append(backend.add(counts, b.scale))
+    root_total = int(tree.hist[0][0].sum()) if "root_total" in invariants else None
+    per_level = {lv: {"share": str(level_shares(tree.levels, shares)[lv]),
+                      **{b.query: {"epsilon": float(b.epsilon), "sensitivity": b.sensitivity, "scale": b.scale}
+                         for b in bud if b.level == lv}} for lv in tree.levels}
+    spent = sum(b.spent() for b in bud)
+    mech = Mechanism("topdown", relation, max(b.sensitivity for b in bud), epsilon, None, details={
+        "levels": per_level, "cells_per_person": strategy.cells_per_person(),
+        "detailed_share": str(strategy.detailed_share),
+        "epsilon_spent_exact": f"{spent.numerator}/{spent.denominator}",
+        "composition": "basic: every level's detailed histogram and tables add up to at most ε (exact arithmetic)",
+        "invariants": list(invariants) or "none",
+        "reference": "2020 Census TopDown (detailed histogram + tables per node, top-down estimation, MDF); "
+                     "discrete Laplace under pure ε-DP in place of production's discrete Gaussian"})
+    return Measurements(detailed, tables, bud, root_total), mech
+
+
+# ---- estimation: post-processing of the measurements alone --------------------------------------
+
+
+def laplace_variance(scale: float) -> float:
+    """Variance of the discrete Laplace with scale t: 2r/(1 − r)², r = e^{−1/t}."""
+    r = math.exp(-1.0 / scale)
+    return 2.0 * r / (-math.expm1(-1.0 / scale)) ** 2
 
 
 def project_simplex(y: np.ndarray, total: np.ndarray) -> np.ndarray:
-    """Column by column, the non-negative z closest to y (Euclidean) with Σ z = total: the
-    children's estimates of one cell given their parent's, as the TopDown estimation step solves it
-    for one query (a projection onto a scaled simplex; closed form)."""
+    """Column by column, the non-negative z closest to y (Euclidean) with Σ z = total (a projection
+    onto a scaled simplex; closed form)."""
     y = np.asarray(y, dtype=np.float64)
     total = np.asarray(total, dtype=np.float64)
     n = y.shape[0]
@@ -101,9 +295,13 @@ def project_simplex(y: np.ndarray, total: np.ndarray) -> np.ndarray:
 
 
 def round_keeping_sums(z: np.ndarray, total: np.ndarray) -> np.ndarray:
-    """Integers within one of ``z`` (which is non-negative, each column summing to ``total``) whose
-    columns still sum to ``total``: each entry's floor, plus one for the largest fractional parts
-    (the rounding that keeps the parent totals)."""
+    """Integers closest to ``z`` in L1 whose columns sum to ``total`` (z ≥ 0, columns summing to
+    ``total``): each entry's floor, plus one for the largest fractional parts of its column.
+
+    Optimal: an integer column with the right sum moves each entry to its floor or its ceiling (any
+    other integer is further away and can be traded for one of those), the floors leave a deficit of
+    exactly ``total − Σ floor`` ones to hand out, and each one handed to entry i costs 1 − 2·frac_i
+    more than leaving it at the floor, least for the largest fractions."""
     fl = np.floor(z + 1e-9)
     rem = (np.asarray(total) - fl.sum(axis=0)).round().astype(np.int64)
     order = np.argsort(-(z - fl), axis=0, kind="stable")
@@ -112,21 +310,150 @@ def round_keeping_sums(z: np.ndarray, total: np.ndarray) -> np.ndarray:
     return (fl + (rank < rem[None, :])).astype(np.int64)
 
 
-def estimate(tree: Tree, noisy: list[np.ndarray]) -> list[np.ndarray]:
-    """Top-down estimation: the root's noisy counts made non-negative integers; then, parent by parent
-    and query by query, its children's non-negative estimates closest to their noisy measurements
-    subject to adding up to the parent's fixed estimate, rounded to integers that keep it. Every
-    child sum equals its parent in every query; only one parent's children are held at a time."""
-    est = [np.maximum(np.rint(noisy[0]), 0).astype(np.int64)]
-    for lv in range(1, len(tree.levels)):
-        out = np.zeros_like(tree.counts[lv])
-        parents = tree.parent[lv]
-        for p in range(len(tree.ids[lv - 1])):
-            kids = np.flatnonzero(parents == p)
-            if kids.size == 0:
+#: QP solvers :func:`solve_children` can use (``bench/run.py`` compares them).
+SOLVERS = ("clarabel", "highs", "osqp")
+
+
+def solve_children(yd: np.ndarray, wd: float, yt: np.ndarray, wt: float, a: sp.csr_matrix,
+                   parent: np.ndarray | None, total: float | None = None, solver: str = "clarabel") -> np.ndarray:
+    """min Σ_c wd‖x_c − yd_c‖² + wt‖A x_c − yt_c‖² over x ≥ 0 (children × types), with
+    Σ_c x_c = ``parent`` cell by cell when a parent is given, and Σ x = ``total`` when given (the
+    root's invariant). The residuals r_c = A x_c − yt_c are variables, so the problem stays sparse
+    (A's columns are the person types, most tables count many of them)."""
+    m, s = yd.shape
+    k = a.shape[0]
+    nx, nr = m * s, m * k
+    P = sp.diags(np.concatenate([np.full(nx, wd), np.full(nr, wt)]).astype(np.float64), format="csc")
+    q = np.concatenate([-wd * yd.ravel(), np.zeros(nr)])
+    blocks = [sp.hstack([sp.kron(sp.eye(m), a), -sp.eye(nr)])]  # A x_c − r_c = yt_c
+    rhs = [yt.ravel().astype(np.float64)]
+    if parent is not None:
+        blocks.append(sp.hstack([sp.kron(np.ones((1, m)), sp.eye(s)), sp.csr_matrix((s, nr))]))
+        rhs.append(np.asarray(parent, dtype=np.float64))
+    if total is not None:
+        blocks.append(sp.hstack([sp.csr_matrix(np.ones((1, nx))), sp.csr_matrix((1, nr))]))
+        rhs.append(np.array([float(total)]))
+    Aeq = sp.vstack(blocks, format="csc")
+    beq = np.concatenate(rhs)
+    n = nx + nr
+    lb = np.concatenate([np.zeros(nx), np.full(nr, -np.inf)])
+    if solver == "clarabel":
+        import clarabel
+
+        G = sp.vstack([Aeq, -sp.eye(n, format="csc")[:nx]], format="csc")
+        h = np.concatenate([beq, np.zeros(nx)])
+        cones = [clarabel.ZeroConeT(Aeq.shape[0]), clarabel.NonnegativeConeT(nx)]
+        settings = clarabel.DefaultSettings()
+        settings.verbose = False
+        sol = clarabel.DefaultSolver(sp.triu(P, format="csc"), q, G, h, cones, settings).solve()
+        x = np.asarray(sol.x)
+    elif solver == "osqp":
+        import osqp
+
+        G = sp.vstack([Aeq, sp.eye(n, format="csc")[:nx]], format="csc")
+        lo = np.concatenate([beq, np.zeros(nx)])
+        hi = np.concatenate([beq, np.full(nx, np.inf)])
+        prob = osqp.OSQP()
+        prob.setup(sp.triu(P, format="csc"), q, G, lo, hi, verbose=False, eps_abs=1e-6, eps_rel=1e-6,
+                   max_iter=20000, polishing=True)
+        x = np.asarray(prob.solve().x)
+    elif solver == "highs":
+        import highspy
+
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = n, Aeq.shape[0]
+        lp.col_cost_ = q
+        lp.col_lower_ = lb
+        lp.col_upper_ = np.full(n, np.inf)
+        lp.row_lower_ = beq
+        lp.row_upper_ = beq
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = Aeq.indptr
+        lp.a_matrix_.index_ = Aeq.indices
+        lp.a_matrix_.value_ = Aeq.data
+        lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, Aeq.shape[0]
+        model = highspy.HighsModel()
+        model.lp_ = lp
+        hess = highspy.HighsHessian()
+        hess.dim_ = n
+        hess.format_ = highspy.HessianFormat.kTriangular
+        Pc = sp.tril(P, format="csc")
+        hess.start_, hess.index_, hess.value_ = Pc.indptr, Pc.indices, Pc.data
+        model.hessian_ = hess
+        h.passModel(model)
+        h.run()
+        x = np.asarray(h.getSolution().col_value)
+    else:
+        raise PrivacyError(f"unknown QP solver {solver!r}; use one of {SOLVERS}")
+    return np.maximum(x[:nx].reshape(m, s), 0.0)
+
+
+def _weights(meas: Measurements, level: str) -> tuple[float, float]:
+    """The detailed and the tables measurements' weights, 1/variance, scaled so the larger is 1 (only
+    their ratio matters, and it keeps the QP well scaled), the smaller at least 1e-6 (so that neither
+    measurement is ignored when the noise is almost nil and its variance underflows)."""
+    var = [max(laplace_variance(meas.budget(level, q).scale), 1e-300) for q in QUERIES]
+    low = min(var)
+    return max(low / var[0], 1e-6), max(low / var[1], 1e-6)
+
+
+def _total_rounding(x: np.ndarray, total: int) -> np.ndarray:
+    z = project_simplex(x[:, None], np.array([float(total)]))
+    return round_keeping_sums(z, np.array([total]))[:, 0]
+
+
+def estimate(shape: TreeShape, meas: Measurements, strategy: Strategy, solver: str = "clarabel") -> list[np.ndarray]:
+    """Top-down estimation, from the measurements alone: the root's non-negative histogram closest to
+    its measurements (with its total pinned by the ``root_total`` invariant, else the rounded total of
+    the fit), rounded to integers; then for each parent, its children's non-negative histograms
+    closest in weighted least squares (weights 1/variance) to their detailed and table measurements,
+    adding up cell by cell to the parent's integer histogram (a child's cell can be positive only
+    where the parent's is, so each problem is over the parent's support), rounded to integers that
+    keep every parent cell exactly and move the children least in L1. Returns per level the
+    (nodes × types) int64 histograms."""
+    if meas.detailed[0].ndim != 2:
+        raise PrivacyError("estimation takes one release, not a batch of runs")
+    wd, wt = _weights(meas, shape.levels[0])
+    x = solve_children(meas.detailed[0].astype(np.float64), wd, meas.tables[0].astype(np.float64), wt,
+                       strategy.tables, None, meas.root_total, solver)[0]
+    total = meas.root_total if meas.root_total is not None else int(round(x.sum()))
+    est = [_total_rounding(x, max(total, 0))[None, :]]
+    for lv in range(1, len(shape.levels)):
+        out = np.zeros((len(shape.ids[lv]), strategy.types), dtype=np.int64)
+        wd, wt = _weights(meas, shape.levels[lv])
+        for p in range(len(shape.ids[lv - 1])):
+            kids = np.flatnonzero(shape.parent[lv] == p)
+            support = np.flatnonzero(est[lv - 1][p] > 0)
+            if kids.size == 0 or support.size == 0:
                 continue
-            total = est[lv - 1][p]
-            z = project_simplex(noisy[lv][kids], total)
-            out[kids] = round_keeping_sums(z, total)
+            parent = est[lv - 1][p, support]
+            a = strategy.tables[:, support]
+            used = np.flatnonzero(a.getnnz(axis=1) > 0)  # cells no type of the support lies in stay 0
+            x = solve_children(meas.detailed[lv][kids][:, support].astype(np.float64), wd,
+                               meas.tables[lv][kids][:, used].astype(np.float64), wt, a[used], parent, None, solver)
+            z = project_simplex(x, parent.astype(np.float64))  # exact column sums whatever the solver's tolerance
+            out[np.ix_(kids, support)] = round_keeping_sums(z, parent)
         est.append(out)
     return est
+
+
+def check_consistent(shape: TreeShape, est: list[np.ndarray]) -> None:
+    """Every node's histogram is non-negative and equals the sum of its children's, cell by cell."""
+    for lv in range(len(shape.levels)):
+        if est[lv].min(initial=0) < 0:
+            raise PrivacyError(f"level {shape.levels[lv]}: a negative estimate")
+        if lv:
+            agg = np.zeros_like(est[lv - 1])
+            np.add.at(agg, shape.parent[lv], est[lv])
+            if not np.array_equal(agg, est[lv - 1]):
+                raise PrivacyError(f"level {shape.levels[lv]}: children do not add up to their parent")
+
+
+def mdf_rows(leaf_hist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The microdata detail file of the leaves' integer histograms: one row per person, its leaf
+    node and its person type (row-major over the person domain)."""
+    leaf, types = np.nonzero(leaf_hist)
+    reps = leaf_hist[leaf, types]
+    return np.repeat(leaf, reps), np.repeat(types, reps)

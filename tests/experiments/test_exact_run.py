@@ -93,7 +93,7 @@ def test_agreement_matches_exact_age_first_then_age_groups_one_to_one():
     truth = dom.encode(np.array([[0, 30, 0, 0, 0], [0, 31, 0, 0, 0], [0, 70, 1, 0, 1], [1, 5, 1, 1, 0]]))
     rec = dom.encode(np.array([[0, 30, 0, 0, 0], [0, 33, 0, 0, 0], [0, 34, 0, 0, 0], [1, 5, 1, 1, 0]]))
     a = agreement(dom, truth, rec)
-    # exact: 30 and the block-1 child; then 31 (P12 group 30-34) takes one of 33/34; 70 finds nothing
+    # exact: 30 and the block-1 child; then 31 (bin 30-34) takes one of 33/34; 70 finds nothing
     assert a == {"agree_exact_age": 0.5, "agree_binned_age": 0.75}
     assert agreement(Domain.from_sizes({"X": 3}), np.array([0]), np.array([0])) is None
 

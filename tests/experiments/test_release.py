@@ -195,6 +195,10 @@ def test_census_tables_release_end_to_end(tmp_path, root):
 def test_release_config_errors():
     with pytest.raises(ConfigError, match="smoothed histogram is DP only under replace_one"):
         parse_config({"name": "x", "release": {"relation": "add_remove"}})
+    for total in ("root_total", "unit_total"):  # an exact total is ε = ∞ under add/remove
+        with pytest.raises(ConfigError, match="declare release.relation: replace_one"):
+            parse_config({"name": "x", "release": {"relation": "add_remove", "mechanisms": ["topdown"],
+                                                   "invariants": [total]}})
     with pytest.raises(ConfigError, match="no 'release' section"):
         evaluate_release(parse_config({"name": "x"}), "/tmp/none", progress=False)
 

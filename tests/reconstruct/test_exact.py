@@ -104,3 +104,33 @@ def test_certified_rows_are_in_every_brute_forced_consistent_dataset(seed):
     got[keys] = levels
     assert np.all(got <= always)  # sound: never more than every consistent dataset has
     assert np.array_equal(got >= 1, always >= 1)  # and every row in all of them is found
+
+
+def test_least_deviation_reaches_the_lp_optimum_over_the_whole_domain_and_fits_consistent_tables():
+    from scipy.optimize import linprog
+
+    from reconstruct.exact import query_matrix, reconstruct_least_deviation
+
+    dom = Domain((Attribute.range("BLOCK", 2), Attribute.range("A", 4), Attribute.range("B", 3)))
+    tables = [("T", [{}]), ("A", [{"A": {a}} for a in range(4)]), ("B", [{"B": {b}} for b in range(3)]),
+              ("AB", [{"A": {a}, "B": {b}} for a in range(4) for b in range(3)])]
+    w = _workload(dom, tables)
+    rng = np.random.default_rng(0)
+    D = Dataset(dom, np.stack([rng.integers(0, 2, 30), rng.integers(0, 4, 30), rng.integers(0, 3, 30)], axis=1))
+    exact = w.counts(D)
+    res = reconstruct_least_deviation(w, exact, 1.0, time_limit=60, total=len(D))
+    assert res.solved and res.residual == pytest.approx(0) and res.counts.sum() == len(D)
+    x = np.zeros(dom.total_size, np.int64)
+    x[res.cells] = res.counts
+    assert np.array_equal(query_matrix(w) @ x, exact)  # consistent tables are fitted exactly
+    noisy = exact + rng.integers(-3, 4, len(exact))
+    noisy[::5] = 0  # noisy zeros rule nothing out
+    res = reconstruct_least_deviation(w, noisy, 2.0, time_limit=60, total=len(D), max_add=2)
+    A = query_matrix(w).toarray()
+    nq, nc = A.shape
+    full = linprog(np.concatenate([np.zeros(nc), np.full(2 * nq, 0.5)]),
+                   A_eq=np.vstack([np.hstack([A, -np.eye(nq), np.eye(nq)]),
+                                   np.concatenate([np.ones(nc), np.zeros(2 * nq)])[None, :]]),
+                   b_eq=np.append(noisy, len(D)), bounds=(0, None), method="highs")
+    assert res.solved and res.lp_residual == pytest.approx(full.fun)  # column generation found the LP optimum
+    assert res.residual >= full.fun - 1e-9 and res.counts.sum() == len(D) and res.rounds > 1

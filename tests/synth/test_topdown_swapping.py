@@ -1,51 +1,100 @@
 """TopDown: integer, non-negative, consistent at every level, invariants exact. Swapping: rate 0 is the
 exact tables, rate r swaps a share r, and it is labelled not DP."""
 
+import dataclasses
+from fractions import Fraction
+
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from microdata.dataset import Dataset
 from microdata.domain import Attribute, Domain
 from synth.noise import SimulationNoise
 from synth.swapping import NOT_DP, swap_records
-from synth.topdown import Tree, estimate, level_shares, measure
+from synth.mechanism import PrivacyError
+from synth.topdown import (Strategy, TreeShape, budgets, build_tree, check_consistent, estimate, level_shares, mdf_rows,
+                           measure, round_keeping_sums)
 
 
-def _tree(rng, parents=(3, 4), cells=6):
-    """root -> 3 units -> 4 blocks each, exact counts consistent up the tree."""
-    n_units, per = parents
-    blocks = rng.integers(0, 9, size=(n_units * per, cells))
-    units = blocks.reshape(n_units, per, cells).sum(axis=1)
-    root = units.sum(axis=0, keepdims=True)
-    return Tree(["county", "tract", "block"], [np.array(["r"]), np.arange(n_units).astype(str),
-                                                np.arange(n_units * per).astype(str)],
-                [np.array([-1]), np.zeros(n_units, int), np.repeat(np.arange(n_units), per)],
-                [root, units, blocks], total_queries=np.array([0]))
+def _setup(rng, n_units=3, per=4, types=12):
+    """root -> 3 units -> 4 blocks each over 12 person types; two tables: a partition of the types in
+    thirds and the total."""
+    shape = TreeShape(["county", "tract", "block"], [np.array(["r"]), np.arange(n_units).astype(str),
+                                                      np.arange(n_units * per).astype(str)],
+                      [np.array([-1]), np.zeros(n_units, int), np.repeat(np.arange(n_units), per)])
+    leaf = rng.integers(0, 4, size=(n_units * per, types)) * (rng.random((n_units * per, types)) < 0.4)
+    rows = np.concatenate([np.arange(types) // (types // 3), np.full(types, 3)])
+    tables = sp.csr_matrix((np.ones(2 * types, np.int64), (rows, np.tile(np.arange(types), 2))), shape=(4, types))
+    return build_tree(shape, leaf), Strategy(tables, np.array([3]))
 
 
 @pytest.mark.parametrize("eps", [0.1, 1.0, 10.0])
 def test_topdown_output_is_integer_non_negative_consistent_and_keeps_invariants(eps):
     rng = np.random.default_rng(0)
-    tree = _tree(rng)
-    noisy, mech = measure(tree, eps, SimulationNoise(1), "add_remove", cells_per_person=3, invariants=("root_total",))
-    est = estimate(tree, noisy)
+    tree, strategy = _setup(rng)
+    meas, mech = measure(tree, eps, SimulationNoise(1), "replace_one", strategy, invariants=("root_total",))
+    est = estimate(tree.shape, meas, strategy)
+    check_consistent(tree.shape, est)  # every child sum equals its parent, in every cell
     for lv, e in enumerate(est):
-        assert e.dtype == np.int64 and e.shape == tree.counts[lv].shape and (e >= 0).all()
-        if lv:
-            sums = np.zeros_like(est[lv - 1])
-            np.add.at(sums, tree.parent[lv], e)
-            assert np.array_equal(sums, est[lv - 1])  # every child sum equals its parent, in every cell
-    assert est[0][0, 0] == tree.counts[0][0, 0]  # the declared invariant is exact
-    assert sum(v["epsilon"] for v in mech.details["levels"].values()) == pytest.approx(eps)
+        assert e.dtype == np.int64 and e.shape == tree.hist[lv].shape and (e >= 0).all()
+    assert est[0].sum() == tree.hist[0].sum()  # the declared invariant is exact
+    assert Fraction(mech.details["epsilon_spent_exact"]) <= Fraction(repr(eps))
     assert mech.details["invariants"] == ["root_total"]
-    # the estimates use the parents: the blocks come out no worse than their own noisy measurements
-    assert np.abs(est[2] - tree.counts[2]).mean() <= np.abs(noisy[2] - tree.counts[2]).mean() + 0.25
+    # a child is positive only where its parent is: the block's types come from the parent's support
+    assert ((est[2] > 0) <= (est[1][tree.shape.parent[2]] > 0)).all()
 
 
-def test_level_shares_are_the_2020_production_split_renormalised():
+def test_high_epsilon_recovers_the_histograms_and_the_estimate_beats_the_noise():
+    rng = np.random.default_rng(1)
+    tree, strategy = _setup(rng)
+    meas, _ = measure(tree, 1e4, SimulationNoise(2), "add_remove", strategy)
+    est = estimate(tree.shape, meas, strategy)
+    assert all(np.array_equal(e, h) for e, h in zip(est, tree.hist))
+    meas, _ = measure(tree, 2.0, SimulationNoise(3), "add_remove", strategy)
+    est = estimate(tree.shape, meas, strategy)
+    assert np.abs(est[2] - tree.hist[2]).mean() < np.abs(meas.detailed[2] - tree.hist[2]).mean()
+
+
+def test_mdf_rows_tabulate_to_the_leaf_histograms():
+    leaf = np.array([[0, 2, 1], [3, 0, 0]])
+    node, types = mdf_rows(leaf)
+    back = np.zeros_like(leaf)
+    np.add.at(back, (node, types), 1)
+    assert np.array_equal(back, leaf) and len(node) == 6
+
+
+def test_rounding_keeps_every_column_sum_and_is_l1_optimal():
+    z = np.array([[0.6, 1.5, 0.0], [0.7, 0.25, 2.0], [0.7, 0.25, 1.0]])
+    total = np.array([2, 2, 3])
+    r = round_keeping_sums(z, total)
+    assert r.sum(axis=0).tolist() == [2, 2, 3]
+    best = min(np.abs(np.array(c) - z[:, 0]).sum() for c in ([1, 1, 0], [1, 0, 1], [0, 1, 1], [2, 0, 0]))
+    assert np.abs(r[:, 0] - z[:, 0]).sum() == pytest.approx(best)
+
+
+def test_root_total_is_refused_under_add_remove():
+    tree, strategy = _setup(np.random.default_rng(0))
+    with pytest.raises(PrivacyError, match="replace_one"):
+        measure(tree, 1.0, SimulationNoise(1), "add_remove", strategy, invariants=("root_total",))
+
+
+@pytest.mark.parametrize("relation", ["add_remove", "replace_one"])
+def test_the_ledger_never_spends_more_than_epsilon_in_exact_arithmetic(relation):
+    """A grid of ε, shares and level sets: Σ Δ/scale over every level and query ≤ ε, exactly."""
+    _, strategy = _setup(np.random.default_rng(0))
+    level_sets = [["county", "tract", "block"], ["state", "county", "tract", "block_group", "block"], ["x", "y"]]
+    for eps in (1e-3, 0.1, 1 / 3, 0.7, 2.0, 8.0, 17.14):
+        for levels in level_sets:
+            for shares in (None, {lv: 0.1 * (i + 1) for i, lv in enumerate(levels)}, {lv: 1 / 3 for lv in levels}):
+                if shares is None and "x" in levels:
+                    continue
+                for split in (Fraction(1, 4), Fraction(1, 3), Fraction(9, 10)):
+                    bud = budgets(levels, eps, relation, dataclasses.replace(strategy, detailed_share=split), shares)
+                    assert sum(b.spent() for b in bud) <= Fraction(repr(eps))
+                    assert {b.level for b in bud} == set(levels)
     s = level_shares(["county", "tract", "block"])
-    assert s["tract"] / s["county"] == pytest.approx(687 / 447) and sum(s.values()) == pytest.approx(1.0)
-    assert level_shares(["a", "b"], {"a": 1, "b": 3}) == {"a": 0.25, "b": 0.75}
+    assert s["tract"] / s["county"] == Fraction(687, 447) and sum(s.values()) == 1
 
 
 def _block_data(rng, n=400, blocks=8):

@@ -1,0 +1,73 @@
+"""TopDown as 2020 ran it: the tree from the public unit list, one MDF whose tabulations are every
+published table, and the same shape for neighbours that empty a block or a whole unit."""
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from experiments.config import load_config
+from experiments.problem import build_workload, load_population, prepare_unit
+from experiments.release import publish_topdown, topdown_mdf, topdown_root, topdown_unit
+from experiments.release_audit import _topdown_structure
+from microdata.dataset import Dataset
+from microdata.geography import Geography
+from synth.noise import SimulationNoise
+from synth.release import workload_counts
+from synth.topdown import check_consistent
+
+UNIT = "01001000100"
+
+
+@pytest.fixture(scope="module")
+def agency():
+    cfg = load_config(pathlib.Path(__file__).parents[2] / "configs" / "release_agency.yaml", ["release.epsilons=[1.0]", "release.mechanisms=[topdown]"])
+    return cfg, load_population(cfg)
+
+
+def test_the_mdf_tabulates_to_every_published_table_at_every_level(agency):
+    cfg, pop = agency
+    td = topdown_root(cfg, pop, UNIT, True)
+    rel = publish_topdown(cfg, td, 1.0, SimulationNoise(5))
+    est = rel.estimates
+    check_consistent(td.shape, est)  # children add up to their parent in every cell, at every level
+    assert all(e.dtype == np.int64 and (e >= 0).all() for e in est)
+    assert est[0].sum() == td.tree.hist[0].sum()  # the root_total invariant, exact
+    mdf = topdown_mdf(td, est)
+    assert len(mdf) == est[0].sum() and set(mdf["UNIT"]) <= set(td.nodes)
+    # every node's tables are the tabulation of its persons in the MDF: consistent across geography
+    # and across tables, whichever table or level one reads
+    for lv, e in enumerate(est):
+        counts = td.strategy.tabulate(e)
+        assert (counts >= 0).all()
+        if lv:
+            agg = np.zeros_like(td.strategy.tabulate(est[lv - 1]))
+            np.add.at(agg, td.shape.parent[lv], counts)
+            assert np.array_equal(agg, td.strategy.tabulate(est[lv - 1]))
+    for unit in td.nodes:  # each target unit's published tables are its MDF rows' exact tables
+        D = prepare_unit(pop, cfg, unit, True, pad_blocks=False).private
+        w = build_workload(cfg, cfg.queries[0], D.domain)
+        pub = topdown_unit(td, est, unit, w, rel.record, False, "")
+        assert np.array_equal(pub.counts, workload_counts(pub.rows, w)) and len(pub.rows) == (mdf["UNIT"] == unit).sum()
+        by_block = mdf[mdf["UNIT"] == unit].groupby("BLOCK_ID").size()
+        names = D.domain.attribute("BLOCK").values
+        got = np.bincount(pub.rows.column("BLOCK"), minlength=len(names))
+        ids = td.shape.ids[-1][td.nodes[unit][2]]
+        assert got.tolist() == [int(by_block.get(i, 0)) for i in ids]
+
+
+def test_the_tree_comes_from_the_public_list_whoever_lives_there(agency):
+    cfg, pop = agency
+    geo = pop.geography
+    td = topdown_root(cfg, pop, UNIT, True)
+    assert [len(i) for i in td.shape.ids] == [1, 4, 112]  # every listed block, empty ones included
+    # one tract down to a single resident, then to none: the same tree
+    other = np.flatnonzero(geo.units("tract") == "01001000200")
+    shapes = []
+    for drop in (other[1:], other):
+        sub = pop.take(np.setdiff1d(np.arange(len(pop)), drop))
+        people = Dataset(sub.domain, sub.codes, Geography(sub.geography.levels, sub.geography.ids,
+                                                          catalogue=geo.catalogue))
+        shapes.append(topdown_root(cfg, people, UNIT, True).shape.key())
+    assert shapes[0] == shapes[1] == td.shape.key()
+    assert _topdown_structure(cfg, pop, UNIT, True) == "pass"
