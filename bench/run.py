@@ -159,7 +159,7 @@ def topdown_bench(out: dict, solvers=("clarabel", "osqp")) -> None:
     every SF1 person table, ε = 2: seconds per QP solver, and against the 60 s target."""
     from experiments.config import load_config
     from experiments.problem import load_population
-    from experiments.release import publish_topdown, topdown_root
+    from experiments.release.topdown import publish_topdown, topdown_root
     from synth.noise import SimulationNoise
 
     cfg = load_config("configs/release_agency.yaml", ["queries.tables=sf1", "release.epsilons=[2.0]"])

@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             _print_summary(run_dir)
         elif args.command == "evaluate-release":
             from experiments.config import load_config
-            from experiments.release import evaluate_release
+            from experiments.release.evaluate import evaluate_release
 
             run_dir = evaluate_release(load_config(args.config, args.overrides), args.out,
                                        progress=not args.no_progress)
@@ -203,7 +203,7 @@ def _audit(args) -> None:
     import json
 
     from experiments.config import ConfigError, load_config
-    from experiments.release_audit import audit_release
+    from experiments.release.audit import audit_release
 
     cfg = load_config(args.config, args.overrides)
     if cfg.release is None:
@@ -231,7 +231,7 @@ def _print_release_summary(run_dir) -> None:
 
     from experiments.config import ConfigError
     from experiments.metrics import variant_label
-    from experiments.release_report import (STATUS_WORDS, difference_words, exact_row, load_audits, persons_words,
+    from experiments.release.report import (STATUS_WORDS, difference_words, exact_row, load_audits, persons_words,
                                             setting_label, summarise_release_persons, verdict_rows)
 
     per_unit = pd.read_parquet(run_dir / "persons.parquet")
@@ -278,7 +278,7 @@ def _print_summary(run_dir) -> None:
     import pandas as pd
 
     from experiments.metrics import average_curves, persons_reconstructed, summarise_persons, variant_label
-    from experiments.release_report import difference_words, persons_words
+    from experiments.release.report import difference_words, persons_words
 
     df = pd.read_parquet(run_dir / "match_rate.parquet")
     curves = average_curves(df, 10, by=["variant", "method"])

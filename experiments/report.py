@@ -48,7 +48,7 @@ def write_run_report(run_dir: str | Path) -> Path:
     directory (evaluate-release) gets the release report."""
     run_dir = Path(run_dir)
     if results_kind(run_dir) == "release":
-        from experiments.release_report import write_release_report_from_dir
+        from experiments.release.report import write_release_report_from_dir
 
         return write_release_report_from_dir(run_dir)
     cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))

@@ -29,8 +29,8 @@ import jax
 from experiments.config import load_config
 from experiments.metrics import effective_u, k_grid, match_rate_curve
 from experiments.problem import load_population, prepare_unit, select_units
-from experiments.release import evaluate_release
-from experiments.release_audit import audit_release
+from experiments.release.evaluate import evaluate_release
+from experiments.release.audit import audit_release
 from microdata.marginals import Workload, answer
 from reconstruct.queries import MarginalPlan
 from reconstruct.rap import RAPSettings, rap_rank

@@ -53,3 +53,28 @@ def test_library_import_has_no_side_effects():
         "assert before == after, (before, after)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+#: Inside experiments.release, each module may import only those before it (none imports back).
+RELEASE_ORDER = {"publish": set(), "topdown": {"publish"}, "audit": {"publish", "topdown"},
+                 "report": set(), "risks": set(), "anonymeter_worker": set(),
+                 "evaluate": {"publish", "topdown", "audit", "report", "risks"}}
+
+
+def test_the_release_package_has_no_import_circle_and_the_attack_side_does_not_import_it():
+    bad = []
+    for f in (ROOT / "experiments" / "release").glob("*.py"):
+        if f.stem == "__init__":
+            assert not [n for n in ast.walk(ast.parse(f.read_text())) if isinstance(n, (ast.Import, ast.ImportFrom))
+                        and getattr(n, "module", "") != "__future__"], "the package's __init__ imports nothing"
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("experiments.release."):
+                other = node.module.split(".")[2]
+                if other not in RELEASE_ORDER[f.stem]:
+                    bad.append(f"{f.stem} imports {other}")
+    for name in ("runner.py", "problem.py", "metrics.py", "sweep.py", "config.py"):
+        if "experiments.release" in (ROOT / "experiments" / name).read_text().replace("experiments.release.report", ""):
+            bad.append(f"{name} imports the release package beyond its report")
+    assert not bad and set(RELEASE_ORDER) == {f.stem for f in (ROOT / "experiments" / "release").glob("*.py")} - {
+        "__init__"}, bad

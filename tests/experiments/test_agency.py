@@ -68,7 +68,7 @@ def test_the_agency_config_runs_and_evaluates_a_release_end_to_end(agency, capsy
 
 
 def test_the_report_describes_the_tables_that_ran(agency, tmp_path):
-    from experiments.release import evaluate_release
+    from experiments.release.evaluate import evaluate_release
 
     _, over = agency
     cfg = load_config(ROOT / "configs" / "agency" / "example.yaml",

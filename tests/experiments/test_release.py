@@ -8,7 +8,7 @@ import pytest
 
 from experiments.cli import main
 from experiments.config import ConfigError, load_config, parse_config
-from experiments.release import evaluate_release, lift_table
+from experiments.release.evaluate import evaluate_release, lift_table
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def test_release_evaluation_writes_its_files(release_run):
 
 
 def test_the_report_gives_anonymeter_risks_of_every_published_microdata_file(release_run):
-    from experiments.risks import anonymeter_python
+    from experiments.release.risks import anonymeter_python
 
     if anonymeter_python() is None:
         pytest.skip("no anonymeter environment (make risk-env)")
@@ -88,7 +88,7 @@ def _hand_made(exact_rap, eps8_rap):
 
 
 def test_release_persons_and_verdict_on_hand_made_numbers():
-    from experiments.release_report import BEST_ATTACK, release_persons, summarise_release_persons, verdict_rows
+    from experiments.release.report import BEST_ATTACK, release_persons, summarise_release_persons, verdict_rows
 
     per = release_persons(_hand_made([40, 45, 42], [30, 33, 32]))
     assert set(per.best_baseline) == {"holdout"}
@@ -113,7 +113,7 @@ def test_release_persons_and_verdict_on_hand_made_numbers():
 
 
 def test_verdict_says_when_it_cannot_decide_and_never_names_the_top_of_the_grid():
-    from experiments.release_report import release_persons, summarise_release_persons, verdict_rows
+    from experiments.release.report import release_persons, summarise_release_persons, verdict_rows
 
     util = pd.DataFrame(columns=["variant", "mechanism", "setting", "mae_per_cell", "share_off_10pct"])
     # the exact tables no better than the holdout: nothing can be told apart, no safe ε
@@ -128,7 +128,7 @@ def test_evaluate_release_prints_the_answer_and_fails_on_a_failed_audit(release_
                                                                       monkeypatch):
     import shutil
 
-    import experiments.release as release
+    import experiments.release.evaluate as release
 
     run = tmp_path / "release"
     shutil.copytree(release_run, run)
@@ -204,7 +204,7 @@ def test_release_config_errors():
 
 
 def test_ledger_entries_carry_only_their_own_invariants(root):
-    from experiments.release import own_invariants
+    from experiments.release.publish import own_invariants
 
     cfg = load_config(root / "configs" / "release_agency.yaml", ["release.invariants=[root_total, unit_total]"])
     assert own_invariants(cfg, "topdown", True) == ["root_total"]
@@ -215,7 +215,7 @@ def test_ledger_entries_carry_only_their_own_invariants(root):
 
 
 def test_units_chosen_by_their_size_are_recorded_as_outside_epsilon(release_run, root):
-    from experiments.release_report import unit_selection
+    from experiments.release.report import unit_selection
 
     ledger = json.loads((release_run / "ledger.json").read_text())
     assert ledger["unit_selection"]["data_dependent"]  # release_tiny picks 2 tracts among those of >= 20 persons

@@ -11,15 +11,16 @@ import numpy as np
 import pytest
 
 import experiments.problem
-import experiments.release
+import experiments.release.publish
+import experiments.release.topdown
 import synth.histogram
 import synth.noise
 import synth.release
 from experiments.cli import main
 from experiments.config import ConfigError, load_config
 from experiments.problem import build_workload, load_population, prepare_unit, select_units
-from experiments.release import publish
-from experiments.release_audit import audit_release
+from experiments.release.publish import publish
+from experiments.release.audit import audit_release
 from microdata.dataset import Dataset
 from microdata.geography import FROM_ROWS
 from synth.audit import ReplayNoise
@@ -146,7 +147,7 @@ def test_a_one_person_block_changes_no_shape_when_its_resident_is_replaced(root)
 
 
 def test_the_ledger_names_the_public_source_of_the_block_list(root, tmp_path):
-    from experiments.release import evaluate_release
+    from experiments.release.evaluate import evaluate_release
 
     cfg = load_config(root / "configs" / "release_tiny.yaml",
                       ["target.units=1", "target.with_block=[true]", "release.epsilons=[1.0]", "attack.runs=2",
@@ -184,13 +185,11 @@ def test_under_add_remove_no_release_depends_on_n(mechanism, root):
 
 def test_a_data_derived_block_list_is_refused_unless_declared(root, tmp_path, monkeypatch):
     from experiments.config import ConfigError
-    from experiments.release import evaluate_release
-
-    import experiments.release
+    from experiments.release.evaluate import evaluate_release
 
     from_rows = BUGS["a block list taken from the persons"][1][(experiments.problem, "unit_blocks")]
     monkeypatch.setattr(experiments.problem, "unit_blocks", from_rows)
-    monkeypatch.setattr(experiments.release, "unit_blocks", from_rows)
+    monkeypatch.setattr(experiments.release.publish, "unit_blocks", from_rows)
     cfg = _cfg(root, "target.with_block=[true]")
     with pytest.raises(ConfigError, match="no public block list"):
         evaluate_release(cfg, tmp_path, progress=False)
@@ -219,7 +218,7 @@ def test_topdown_passes_the_audit_on_its_production_path(root):
 
 
 def test_swapping_is_not_audited_and_its_ledger_entry_says_it_is_not_dp(root, tmp_path):
-    from experiments.release import evaluate_release
+    from experiments.release.evaluate import evaluate_release
 
     cfg = load_config(root / "configs" / "release_agency.yaml",
                       ['target.unit_ids=["01001000100"]', "release.epsilons=[2.0]", "release.swap_rates=[0.2]",
@@ -257,7 +256,6 @@ def _leaky_estimate(real):
 
 
 def _topdown_bugs():
-    import experiments.release
     import microdata.geography
     import synth.topdown
 
@@ -278,7 +276,7 @@ def _topdown_bugs():
             k: v * Fraction(3, 2) for k, v in shares(lv, sh).items()},
             (synth.topdown, "check_spent"): lambda b, e: None}, "noise_scale"),
         "the estimation reading the true counts": (
-            {(experiments.release, "publish_topdown"): _leaky_estimate(experiments.release.publish_topdown)},
+            {(experiments.release.topdown, "publish_topdown"): _leaky_estimate(experiments.release.topdown.publish_topdown)},
             "post_processing"),
         "a table dropped from the sensitivity": ({(synth.topdown.Strategy, "cells_per_person"): lambda self: int(
             np.asarray(self.tables[1:].sum(axis=0)).max())}, "noise_scale"),  # P1 (the total) left out
@@ -302,7 +300,7 @@ def test_topdown_audit_runs_the_production_path_and_catches_each_injected_bug(bu
     for (owner, name), fake in patches.items():
         monkeypatch.setattr(owner, name, fake)
     if bug == "a table dropped from the sensitivity":
-        td = experiments.release.topdown_root(cfg, pop, "01001000100", True)
+        td = experiments.release.topdown.topdown_root(cfg, pop, "01001000100", True)
         assert td.strategy.cells_per_person() < real(td.strategy)
     bad = _failures(audit_release(cfg, pop))
     assert "topdown" in bad and bad["topdown"][1][check].startswith("fail"), bad

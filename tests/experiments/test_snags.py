@@ -102,7 +102,7 @@ def test_a_redistricting_ppmf_without_qage_names_its_file(capsys):
 
 def test_no_progress_bar_off_a_terminal(capsys, root):
     """The audit's bar (and every other) stays off when stderr is not a terminal, as under pytest."""
-    from experiments.release_audit import audit_release
+    from experiments.release.audit import audit_release
 
     cfg = load_config(root / "configs" / "release_tiny.yaml", ["release.audit.runs=2000", "release.epsilons=[1.0]",
                                                                "release.mechanisms=[laplace_tables]"])

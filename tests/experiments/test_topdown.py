@@ -8,8 +8,8 @@ import pytest
 
 from experiments.config import load_config
 from experiments.problem import build_workload, load_population, prepare_unit
-from experiments.release import publish_topdown, topdown_mdf, topdown_root, topdown_unit
-from experiments.release_audit import _topdown_structure
+from experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
+from experiments.release.audit import _topdown_structure
 from microdata.dataset import Dataset
 from microdata.geography import Geography
 from synth.noise import SimulationNoise

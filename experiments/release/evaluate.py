@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
 import time
-from fractions import Fraction
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,313 +15,29 @@ from tqdm.auto import tqdm
 
 from experiments.config import ConfigError, ExperimentConfig, ReidentificationConfig
 from experiments.metrics import MARGINS_ATTACK, effective_u, k_grid, match_rate_curve, unique_persons
-from experiments.progress import UnitProgress
 from experiments.problem import (_stable, attributes, baseline_curves, build_priors, build_workload, exact_answers,
-                                 load_population, prepare_unit, private_half, rap_settings, select_units, unit_blocks,
-                                 unit_key)
-from experiments.release_report import plot_release, release_persons, unit_selection, write_report
+                                 load_population, prepare_unit, rap_settings, select_units, unit_key)
+from experiments.progress import UnitProgress
+from experiments.release.audit import audit_release
+from experiments.release.publish import (Published, _backend, _fit_note, check_block_list, own_invariants, publish,
+                                         publish_swapping)
+from experiments.release.report import plot_release, release_persons, unit_selection, write_report
+from experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
 from experiments.results import code_fingerprint, jax_info, versions, write_json, write_parquet, write_yaml
 from microdata.dataset import Dataset
-from microdata.geography import FROM_ROWS
-from microdata.marginals import Workload, marginal_counts
+from microdata.marginals import Workload
+from microdata.ranking import rank_by_score
 from reconstruct.margins import margins_attack
 from reconstruct.queries import plan_for
-from microdata.ranking import rank_by_score
 from reconstruct.rap import rap_rank
-from synth.histogram import DENSE_LIMIT, SparseHistogram, perturbed_histogram, smoothed_histogram
-from synth.mechanism import Ledger, Mechanism, PrivacyError, Relation, parse_relation
-from synth.noise import SimulationNoise, make_backend
-from synth.release import (TOTAL_DECLARED, TOTAL_PUBLIC_BY_RELATION, fit_synthetic, laplace_tables,
-                           table_utility, total_queries, totals_utility, workload_counts)
-from synth.swapping import NOT_DP, swap_records
-from synth.topdown import (Measurements, Strategy, Tree, TreeShape, build_tree, check_consistent, mdf_rows,
-                           table_matrix)
-from synth.topdown import estimate as topdown_estimate
-from synth.topdown import measure as topdown_measure
+from synth.mechanism import Ledger, PrivacyError, Relation, parse_relation
+from synth.release import (TOTAL_DECLARED, TOTAL_PUBLIC_BY_RELATION, table_utility, total_queries, totals_utility,
+                           workload_counts)
+from synth.swapping import NOT_DP
 
 log = logging.getLogger(__name__)
 
-
-def _backend(cfg: ExperimentConfig, *parts):
-    r = cfg.release
-    if r.backend == "opendp":
-        return make_backend("opendp")
-    return SimulationNoise(np.random.default_rng(_stable("noise", cfg.seed, *parts)))
-
-
-@dataclass
-class Published:
-    """One release as published, and what an attacker computes from it.
-
-    ``structure`` is the shape of what is published (table cells, histogram size): it must come
-    from public inputs only, so it is the same for any two neighbouring datasets (the auditor
-    checks). ``answers`` are the workload's answers the attacker derives (fractions; None for a
-    batch of runs)."""
-
-    mechanism: str
-    record: Mechanism
-    output: object
-    answers: np.ndarray | None
-    structure: tuple
-    for_publication: bool
-    publication_note: str
-    counts: np.ndarray | None = None  # the published table counts in persons (workload order)
-    facts: dict = field(default_factory=dict)
-    rows: Dataset | None = None  # the microdata published, when the release publishes rows
-
-
-def _fit_note(backend, mechanism: str) -> tuple[bool, str]:
-    if mechanism == "smoothed_histogram":
-        return False, "numpy sampling whatever the backend: a study mechanism, not for publication"
-    if backend.for_publication:
-        return True, f"{backend.name} discrete Laplace (vetted sampler)"
-    return False, "seeded simulation noise: for studies, not for publication"
-
-
-def publish(cfg: ExperimentConfig, mechanism: str, epsilon: float, D: Dataset, workload, backend,
-            rng: np.random.Generator, key=None, runs: int | None = None,
-            dense_limit: int = DENSE_LIMIT) -> Published:
-    """Release D's tables by ``mechanism`` at ``epsilon``: the one code path evaluate-release
-    attacks, the auditor audits and an agency would publish through.
-
-    D's domain (attributes, BLOCK from the public block list) and the workload are public
-    inputs. The true n of D reaches the release only where the neighbouring relation makes it
-    public (replace-one) or the agency declared it (``release.invariants: [unit_total]``);
-    otherwise totals come from the noisy tables. ``runs`` releases that many times at once (the
-    auditor's batches; additive mechanisms only).
-    """
-    r = cfg.release
-    declared_total = "unit_total" in r.invariants
-    ok, note = _fit_note(backend, mechanism)
-    if mechanism in ("laplace_tables", "synthetic"):
-        tables, rec = laplace_tables(D, workload, epsilon, backend, r.relation, declared_total=declared_total,
-                                     runs=runs)
-        structure = ("tables", _labels(workload))
-        if mechanism == "laplace_tables" or runs is not None:
-            answers = tables.answers() if runs is None else None
-            counts = tables.counts.astype(np.float64) if runs is None else None
-            return Published("laplace_tables", rec, tables, answers, structure, ok, note, counts)
-        synth = fit_synthetic(tables, key, rap_settings(cfg, rows=int(tables.total), batch=1))
-        rec = dataclasses.replace(rec, name="synthetic", details={
-            **rec.details, "fitted_to": "laplace_tables (post-processing: no further ε)",
-            "rows": len(synth), "rows_are": tables.total_source})
-        return Published("synthetic", rec, synth, exact_answers(synth, workload),
-                         ("rows over", tuple(D.domain.names), D.domain.sizes), ok, note,
-                         workload_counts(synth, workload).astype(np.float64), rows=synth)
-    if mechanism == "perturbed_histogram":
-        hist, rec = perturbed_histogram(D, epsilon, backend, r.relation, rng=rng, runs=runs, dense_limit=dense_limit)
-        answers = histogram_answers(hist, workload) if runs is None else None
-        counts = None if runs is not None else answers * float(max(hist.counts.sum(), 0))
-        return Published(mechanism, rec, hist, answers, ("histogram", D.domain.total_size), ok, note, counts)
-    if mechanism == "smoothed_histogram":
-        if parse_relation(r.relation) is not Relation.REPLACE_ONE:
-            raise ConfigError("the smoothed histogram is DP only under replace_one neighbours (n public)")
-        keys, rec = smoothed_histogram(D, epsilon, len(D), rng, runs=runs)  # k = n draws: n is public here
-        rec = dataclasses.replace(rec, details={**rec.details, "rows_are": TOTAL_PUBLIC_BY_RELATION})
-        drawn = None if runs is not None else Dataset(D.domain, D.domain.decode(keys))
-        answers = None if drawn is None else exact_answers(drawn, workload)
-        counts = None if drawn is None else workload_counts(drawn, workload).astype(np.float64)
-        return Published(mechanism, rec, keys, answers, ("draws from a histogram of", D.domain.total_size), ok, note,
-                         counts, rows=drawn)
-    raise ConfigError(f"unknown mechanism {mechanism!r}")
-
-
-def publish_swapping(cfg: ExperimentConfig, rate: float, D: Dataset, workload, rng: np.random.Generator) -> Published:
-    """Swap about ``rate`` of D's records between its blocks and publish the swapped file's exact
-    tables (consistent, integer, and not differentially private)."""
-    swapped, facts = swap_records(D, rate, rng, list(cfg.release.swap_match))
-    pub = Published("swapping", None, swapped, exact_answers(swapped, workload), ("tables", _labels(workload)),
-                    False, NOT_DP, workload_counts(swapped, workload).astype(np.float64), rows=swapped)
-    pub.facts = facts
-    return pub
-
-
-@dataclass
-class TopDownRoot:
-    """One TopDown release's inputs: the tree under a root (its shape from the public unit list, its
-    leaves' exact histograms from the persons), what every node measures, the person domain the
-    histograms are over, and where each unit of the target level and its blocks sit in the tree."""
-
-    root: str
-    tree: Tree
-    strategy: Strategy
-    person_domain: object
-    nodes: dict  # unit -> (unit level index, its node, [leaf node of each of its blocks])
-    block_source: str | None = None
-
-    @property
-    def shape(self) -> TreeShape:
-        return self.tree.shape
-
-
-def topdown_shape(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bool) -> tuple[str, TreeShape, dict, str]:
-    """The public shape of the tree a TopDown release of ``unit`` runs over: the unit's ancestor at
-    ``release.topdown.root`` and, level by level, every unit inside it from the public unit list
-    (empty ones included, whatever their size), down to the target level and, with BLOCK, its
-    blocks. No person row decides whether a node exists. Without a public list the units come from
-    the rows, which only a declared ``occupied_blocks`` invariant allows."""
-    geo = pop.geography
-    level, root_level = cfg.target.level, cfg.release.topdown.root
-    if root_level not in geo.coarser(level):
-        raise ConfigError(f"release.topdown.root {root_level!r} must be coarser than the target level {level!r}; "
-                          f"choose from {list(geo.coarser(level))}")
-    root = geo.parent(level, unit, root_level)
-    mids = [lv for lv in reversed(geo.coarser(level)) if lv in geo.finer(root_level)]  # coarsest first
-    levels = [root_level, *mids, level] + (["block"] if with_block else [])
-    ids, parent, sources = [[root]], [[-1]], set()
-    for li in range(1, len(levels)):
-        ids.append([])
-        parent.append([])
-        for p, node in enumerate(ids[li - 1]):
-            kids, src = geo.units_within(levels[li - 1], node, levels[li])
-            sources.add(src)
-            ids[li] += kids
-            parent[li] += [p] * len(kids)
-    if FROM_ROWS in sources and "occupied_blocks" not in cfg.release.invariants:
-        raise ConfigError(
-            f"this data has no public list of its units: TopDown's tree under {root_level} {root} would be "
-            f"{FROM_ROWS}, and which nodes exist would tell who lives where (ε = ∞). Give the public unit list (a "
-            "units file), or declare release.invariants: [occupied_blocks] to publish the list as an invariant")
-    shape = TreeShape(levels, [np.array(x, dtype=str) for x in ids], [np.array(x, dtype=np.int64) for x in parent])
-    u_level = 1 + len(mids)
-    nodes = {}
-    for i, u in enumerate(shape.ids[u_level]):
-        leaves = np.flatnonzero(shape.parent[-1] == i).tolist() if with_block else []
-        nodes[str(u)] = (u_level, i, leaves)
-    return root, shape, nodes, (FROM_ROWS if FROM_ROWS in sources else next(iter(sources)))
-
-
-def person_types(data: Dataset, person_domain) -> np.ndarray:
-    """Each row's person type: its attributes (BLOCK aside) row-major over ``person_domain``."""
-    codes = data.project(list(person_domain.names)).codes
-    if not len(codes):
-        return np.zeros(0, dtype=np.int64)
-    return np.ravel_multi_index(tuple(codes.T), person_domain.sizes).astype(np.int64)
-
-
-def topdown_strategy(cfg: ExperimentConfig, person_domain) -> Strategy:
-    """What every node measures: the detailed histogram over ``person_domain`` and the first tables
-    workload's cells over it, with the configured split of each level's budget between them."""
-    pw = build_workload(cfg, cfg.queries[0], person_domain)
-    tables, everyone = table_matrix(pw)
-    return Strategy(tables, everyone, Fraction(repr(float(cfg.release.topdown.detailed_share))))
-
-
-def topdown_tree(cfg: ExperimentConfig, shape: TreeShape, nodes: dict, halves: dict[str, Dataset],
-                 strategy: Strategy, person_domain) -> Tree:
-    """The tree's exact histograms: each leaf's persons of ``halves`` (unit -> its private half over
-    the attack domain) counted by type, summed up the tree. Every unit of the target level must have a
-    half (empty for a unit nobody lives in)."""
-    leaf = np.zeros((len(shape.ids[-1]), strategy.types), dtype=np.int64)
-    with_block = shape.levels[-1] == "block"
-    for u, (_, node, leaves) in nodes.items():
-        D = halves[u]
-        types = person_types(D, person_domain)
-        if with_block:
-            np.add.at(leaf, (np.asarray(leaves, dtype=np.int64)[D.column("BLOCK")], types), 1)
-        else:
-            np.add.at(leaf[node], types, 1)
-    return build_tree(shape, leaf)
-
-
-def topdown_root(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bool) -> TopDownRoot:
-    """The tree a TopDown release of ``unit`` runs over (:func:`topdown_shape`), every unit of the
-    target level in it holding its private half D (the holdouts stay out of every release)."""
-    root, shape, nodes, source = topdown_shape(cfg, pop, unit, with_block)
-    halves = {u: private_half(pop, cfg, u, with_block) for u in nodes}
-    person_domain = next(iter(halves.values())).domain
-    person_domain = person_domain.project([a for a in person_domain.names if a != "BLOCK"])
-    strategy = topdown_strategy(cfg, person_domain)
-    return TopDownRoot(root, topdown_tree(cfg, shape, nodes, halves, strategy, person_domain), strategy,
-                       person_domain, nodes, source)
-
-
-@dataclass
-class TopDownRelease:
-    """One TopDown release: its noisy measurements, the mechanism's record, and (one release, not a
-    batch) the integer histograms estimated at every level, whose leaves are the MDF."""
-
-    measurements: Measurements
-    record: Mechanism
-    estimates: list[np.ndarray] | None = None
-
-
-def publish_topdown(cfg: ExperimentConfig, td: TopDownRoot, epsilon: float, backend,
-                    runs: int | None = None) -> TopDownRelease:
-    """TopDown over ``td``'s tree: the noisy measurements of every node (the private step), then the
-    top-down estimation from the measurements and the tree's public shape alone (post-processing).
-    ``runs`` measures that many times at once and estimates nothing (the auditor's batches)."""
-    r = cfg.release
-    meas, mech = topdown_measure(td.tree, epsilon, backend, r.relation, td.strategy, r.topdown.shares, runs=runs,
-                                 invariants=tuple(i for i in r.invariants if i == "root_total"))
-    if runs is not None:
-        return TopDownRelease(meas, mech)
-    est = topdown_estimate(td.shape, meas, td.strategy, r.topdown.solver)
-    check_consistent(td.shape, est)
-    return TopDownRelease(meas, mech, est)
-
-
-def topdown_mdf(td: TopDownRoot, estimates: list[np.ndarray]) -> pd.DataFrame:
-    """The microdata detail file: one row per person of the leaves' histograms, with its leaf (block,
-    or unit without BLOCK), its unit of the target level and its attributes as labels."""
-    leaf, types = mdf_rows(estimates[-1])
-    shape = td.shape
-    unit_of_leaf = shape.ids[-2][shape.parent[-1]] if shape.levels[-1] == "block" else shape.ids[-1]
-    codes = np.stack(np.unravel_index(types, td.person_domain.sizes), axis=1) if len(types) else \
-        np.zeros((0, len(td.person_domain)), dtype=np.int64)
-    frame = Dataset(td.person_domain, codes).to_pandas(labels=True)
-    frame.insert(0, "UNIT", unit_of_leaf[leaf] if len(leaf) else np.array([], dtype=str))
-    frame.insert(0, shape.levels[-1].upper() + "_ID", shape.ids[-1][leaf] if len(leaf) else np.array([], dtype=str))
-    return frame
-
-
-def topdown_unit(td: TopDownRoot, estimates: list[np.ndarray], unit: str, workload, mech, ok, note) -> Published:
-    """One target unit's share of a TopDown release: its persons in the MDF (with their block), and its
-    published tables, the exact tabulation of those rows, so every table of every unit agrees with
-    every other and with the MDF."""
-    _, node, leaves = td.nodes[unit]
-    domain = workload.domain
-    if leaves:
-        rows, types = mdf_rows(estimates[-1][leaves])
-    else:
-        rows, types = mdf_rows(estimates[-1][[node]])
-    person = np.stack(np.unravel_index(types, td.person_domain.sizes), axis=1) if len(types) else \
-        np.zeros((0, len(td.person_domain)), dtype=np.int64)
-    codes = np.zeros((len(types), len(domain)), dtype=np.int64)
-    for j, a in enumerate(td.person_domain.names):
-        codes[:, domain.index(a)] = person[:, j]
-    if "BLOCK" in domain:
-        codes[:, domain.index("BLOCK")] = rows
-    data = Dataset(domain, codes)
-    counts = workload_counts(data, workload).astype(np.float64)
-    answers = counts / max(len(data), 1)
-    return Published("topdown", mech, estimates, answers, ("tables", _labels(workload)), ok, note, counts, rows=data)
-
-
-def _labels(workload) -> tuple:
-    if isinstance(workload, Workload):
-        return tuple((m, workload.shape(m)) for m in workload.marginals)
-    return tuple(workload.labels)
-
-
-def histogram_answers(hist: SparseHistogram, workload) -> np.ndarray:
-    """The workload's answers on the normalised noisy histogram itself (post-processing): no rows
-    are sampled from it, so no row count, and no n, enters what the attacker sees."""
-    domain = workload.domain
-    total = hist.counts.sum()
-    if total <= 0:  # nothing left after clipping: the uniform distribution over the domain
-        keys = None
-    else:
-        keys, weights = hist.keys, hist.counts.astype(np.float64) / total
-    if keys is None:
-        if isinstance(workload, Workload):
-            return np.concatenate([np.full(n, 1.0 / n) for n in workload.sizes])
-        return np.array([np.prod([len(workload.value_sets[j][q[j]]) / domain.sizes[j] for j in range(len(domain))])
-                         for q in workload.queries])
-    rows = Dataset(domain, domain.decode(keys))
-    if isinstance(workload, Workload):
-        return np.concatenate([marginal_counts(rows, m, weights) for m in workload.marginals])
-    return workload.counts(rows, weights)
+log = logging.getLogger(__name__)
 
 
 def release_dir(out_root: str | Path, cfg: ExperimentConfig) -> Path:
@@ -408,8 +122,6 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     df = pd.concat(curves, ignore_index=True)
     util = pd.DataFrame(utility)
     lift = lift_table(df)
-    from experiments.release_audit import audit_release
-
     audits = audit_release(cfg, pop, units[0], progress=progress)
     risks, risk_note = measure_risks(cfg, micro)
     write_json(run_dir / "risks.json", {"note": risk_note})
@@ -630,7 +342,7 @@ def _topdown_published(cfg: ExperimentConfig, pop, unit: str, wb: bool, setting:
 def _micro_rows(data: Dataset, unit: str, wb: bool, role: str, mechanism: str = "", setting: float = np.nan):
     """A unit's rows for the risk measures, as labels (a block's name is the unit's own): D, D_holdout
     or a published file, tagged."""
-    from experiments.risks import frame
+    from experiments.release.risks import frame
 
     return frame(data, unit).assign(variant=wb, role=role, mechanism=mechanism, setting=setting)
 
@@ -643,7 +355,7 @@ def measure_risks(cfg: ExperimentConfig, micro: list[pd.DataFrame]) -> tuple[pd.
     """anonymeter's risks of every published microdata file (per variant, mechanism and setting,
     all units together), with D as the original and D_holdout as the control set: persons of the
     same units that no release ever saw."""
-    from experiments.risks import RiskJob, measure
+    from experiments.release.risks import RiskJob, measure
 
     if not cfg.release.risks:
         return pd.DataFrame(), "not run: release.risks is false"
@@ -658,29 +370,6 @@ def measure_risks(cfg: ExperimentConfig, micro: list[pd.DataFrame]) -> tuple[pd.
         for (mech, setting), sel in released.groupby(["mechanism", "setting"], sort=False):
             jobs.append(RiskJob(mech, float(setting), ori, sel[cols].reset_index(drop=True), control, wb))
     return measure(jobs, seed=cfg.seed)
-
-
-def own_invariants(cfg: ExperimentConfig, mechanism: str, with_block: bool) -> list[str]:
-    """The declared invariants a mechanism's release really publishes, for its ledger entry: the
-    root total for TopDown only, the unit total where the tables' n is taken as declared
-    (Laplace tables and what is fitted to them), the block list wherever blocks are published."""
-    uses = {"root_total": mechanism == "topdown",
-            "unit_total": mechanism in ("laplace_tables", "synthetic"),
-            "occupied_blocks": with_block}
-    return [i for i in cfg.release.invariants if uses.get(i, True)]
-
-
-def check_block_list(cfg: ExperimentConfig, pop: Dataset, unit: str) -> None:
-    """Tables per block may be released only over a public block list, or a list from the persons
-    that the agency declares it publishes as it is (``release.invariants: [occupied_blocks]``)."""
-    _, source = unit_blocks(pop, cfg, unit)
-    if source == FROM_ROWS and "occupied_blocks" not in cfg.release.invariants:
-        raise ConfigError(
-            "this data has no public block list: its blocks would be "
-            f"{FROM_ROWS}. Publishing tables per block over that list reveals which blocks have anyone in them, "
-            "which no ε accounts for (replace a block's only resident and the block disappears). Give the public "
-            "list of blocks (a units file), or declare release.invariants: [occupied_blocks] to publish it as an "
-            "invariant, recorded in the ledger")
 
 
 def lift_table(df: pd.DataFrame) -> pd.DataFrame:

@@ -198,7 +198,7 @@ def _noise(cfg: ExperimentConfig, *parts):
 
 
 def _publish(cfg, mech, eps, D, workload, backend, rng, **kw):
-    from experiments.release import publish
+    from experiments.release.publish import publish
 
     return publish(cfg, mech, eps, D, workload, backend, rng, **kw)
 
@@ -361,7 +361,7 @@ def _topdown_pair(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool) -> _
     in the most table cells; replace-one replaces one of the unit's persons by the type whose table
     cells differ most from theirs, in the last block of another unit (or block) of the tree. The
     worst case is found from the published tables' own matrix, not from the release's sensitivity."""
-    from experiments.release import person_types, topdown_root, topdown_tree
+    from experiments.release.topdown import person_types, topdown_root, topdown_tree
 
     td = topdown_root(cfg, pop, unit, wb)
     halves = {u: private_half(pop, cfg, u, wb) for u in td.nodes}
@@ -464,7 +464,7 @@ def _audit_topdown(cfg: ExperimentConfig, eps: float, pair: _TopDownPair, struct
       tables (the estimation reads nothing but the measurements and the public shape).
     - Structure: neighbours that empty a block and a whole unit publish a tree of the same shape.
     """
-    from experiments.release import publish_topdown
+    from experiments.release.topdown import publish_topdown
 
     a = cfg.release.audit
     t1, t2 = _restrict(pair.td, pair.path, pair.types), _restrict(pair.td2, pair.path, pair.types)
@@ -528,7 +528,7 @@ def _topdown_replay(cfg: ExperimentConfig, eps: float, pair: _TopDownPair) -> st
     """Release D, record its noisy measurements, release D and D′ replaying them: the estimates (the
     MDF) must be identical. Two pairs: the worst case, and the commonest types (whose change the
     estimates would show)."""
-    from experiments.release import publish_topdown
+    from experiments.release.topdown import publish_topdown
 
     for i, (d1, d2) in enumerate(((pair.td, pair.td2), pair.common)):
         rec = RecordingNoise(_noise(cfg, "topdown-replay", eps, i))
@@ -548,7 +548,7 @@ def _topdown_structure(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool)
     """Neighbours that empty a block (its last resident removed) and a whole unit of the target level
     (likewise) must publish trees of the same shape and measurements of the same shapes, through
     the production functions from the population on."""
-    from experiments.release import publish_topdown, topdown_root
+    from experiments.release.topdown import publish_topdown, topdown_root
 
     geo = pop.geography
     level = cfg.target.level

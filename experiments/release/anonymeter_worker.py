@@ -2,7 +2,7 @@
 
 anonymeter pins numpy < 1.27 and JAX needs numpy >= 2, so the two cannot share one environment:
 this file imports nothing of censusrecon and runs under the interpreter of ``.venv-risk``
-(``make risk-env``), called by :mod:`experiments.risks` as
+(``make risk-env``), called by :mod:`experiments.release.risks` as
 
     python anonymeter_worker.py JOBS.json RESULTS.json
 

@@ -1,0 +1,168 @@
+"""Publishing one release: every mechanism's single code path, the one evaluate-release attacks, the
+auditor audits and an agency would publish through."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from experiments.config import ConfigError, ExperimentConfig
+from experiments.problem import _stable, exact_answers, rap_settings, unit_blocks
+from microdata.dataset import Dataset
+from microdata.geography import FROM_ROWS
+from microdata.marginals import Workload, marginal_counts
+from synth.histogram import DENSE_LIMIT, SparseHistogram, perturbed_histogram, smoothed_histogram
+from synth.mechanism import Mechanism, Relation, parse_relation
+from synth.noise import SimulationNoise, make_backend
+from synth.release import TOTAL_PUBLIC_BY_RELATION, fit_synthetic, laplace_tables, workload_counts
+from synth.swapping import NOT_DP, swap_records
+
+log = logging.getLogger(__name__)
+
+log = logging.getLogger(__name__)
+
+
+def _backend(cfg: ExperimentConfig, *parts):
+    r = cfg.release
+    if r.backend == "opendp":
+        return make_backend("opendp")
+    return SimulationNoise(np.random.default_rng(_stable("noise", cfg.seed, *parts)))
+
+
+@dataclass
+class Published:
+    """One release as published, and what an attacker computes from it.
+
+    ``structure`` is the shape of what is published (table cells, histogram size): it must come
+    from public inputs only, so it is the same for any two neighbouring datasets (the auditor
+    checks). ``answers`` are the workload's answers the attacker derives (fractions; None for a
+    batch of runs)."""
+
+    mechanism: str
+    record: Mechanism
+    output: object
+    answers: np.ndarray | None
+    structure: tuple
+    for_publication: bool
+    publication_note: str
+    counts: np.ndarray | None = None  # the published table counts in persons (workload order)
+    facts: dict = field(default_factory=dict)
+    rows: Dataset | None = None  # the microdata published, when the release publishes rows
+
+
+def _fit_note(backend, mechanism: str) -> tuple[bool, str]:
+    if mechanism == "smoothed_histogram":
+        return False, "numpy sampling whatever the backend: a study mechanism, not for publication"
+    if backend.for_publication:
+        return True, f"{backend.name} discrete Laplace (vetted sampler)"
+    return False, "seeded simulation noise: for studies, not for publication"
+
+
+def publish(cfg: ExperimentConfig, mechanism: str, epsilon: float, D: Dataset, workload, backend,
+            rng: np.random.Generator, key=None, runs: int | None = None,
+            dense_limit: int = DENSE_LIMIT) -> Published:
+    """Release D's tables by ``mechanism`` at ``epsilon``: the one code path evaluate-release
+    attacks, the auditor audits and an agency would publish through.
+
+    D's domain (attributes, BLOCK from the public block list) and the workload are public
+    inputs. The true n of D reaches the release only where the neighbouring relation makes it
+    public (replace-one) or the agency declared it (``release.invariants: [unit_total]``);
+    otherwise totals come from the noisy tables. ``runs`` releases that many times at once (the
+    auditor's batches; additive mechanisms only).
+    """
+    r = cfg.release
+    declared_total = "unit_total" in r.invariants
+    ok, note = _fit_note(backend, mechanism)
+    if mechanism in ("laplace_tables", "synthetic"):
+        tables, rec = laplace_tables(D, workload, epsilon, backend, r.relation, declared_total=declared_total,
+                                     runs=runs)
+        structure = ("tables", _labels(workload))
+        if mechanism == "laplace_tables" or runs is not None:
+            answers = tables.answers() if runs is None else None
+            counts = tables.counts.astype(np.float64) if runs is None else None
+            return Published("laplace_tables", rec, tables, answers, structure, ok, note, counts)
+        synth = fit_synthetic(tables, key, rap_settings(cfg, rows=int(tables.total), batch=1))
+        rec = dataclasses.replace(rec, name="synthetic", details={
+            **rec.details, "fitted_to": "laplace_tables (post-processing: no further ε)",
+            "rows": len(synth), "rows_are": tables.total_source})
+        return Published("synthetic", rec, synth, exact_answers(synth, workload),
+                         ("rows over", tuple(D.domain.names), D.domain.sizes), ok, note,
+                         workload_counts(synth, workload).astype(np.float64), rows=synth)
+    if mechanism == "perturbed_histogram":
+        hist, rec = perturbed_histogram(D, epsilon, backend, r.relation, rng=rng, runs=runs, dense_limit=dense_limit)
+        answers = histogram_answers(hist, workload) if runs is None else None
+        counts = None if runs is not None else answers * float(max(hist.counts.sum(), 0))
+        return Published(mechanism, rec, hist, answers, ("histogram", D.domain.total_size), ok, note, counts)
+    if mechanism == "smoothed_histogram":
+        if parse_relation(r.relation) is not Relation.REPLACE_ONE:
+            raise ConfigError("the smoothed histogram is DP only under replace_one neighbours (n public)")
+        keys, rec = smoothed_histogram(D, epsilon, len(D), rng, runs=runs)  # k = n draws: n is public here
+        rec = dataclasses.replace(rec, details={**rec.details, "rows_are": TOTAL_PUBLIC_BY_RELATION})
+        drawn = None if runs is not None else Dataset(D.domain, D.domain.decode(keys))
+        answers = None if drawn is None else exact_answers(drawn, workload)
+        counts = None if drawn is None else workload_counts(drawn, workload).astype(np.float64)
+        return Published(mechanism, rec, keys, answers, ("draws from a histogram of", D.domain.total_size), ok, note,
+                         counts, rows=drawn)
+    raise ConfigError(f"unknown mechanism {mechanism!r}")
+
+
+def publish_swapping(cfg: ExperimentConfig, rate: float, D: Dataset, workload, rng: np.random.Generator) -> Published:
+    """Swap about ``rate`` of D's records between its blocks and publish the swapped file's exact
+    tables (consistent, integer, and not differentially private)."""
+    swapped, facts = swap_records(D, rate, rng, list(cfg.release.swap_match))
+    pub = Published("swapping", None, swapped, exact_answers(swapped, workload), ("tables", _labels(workload)),
+                    False, NOT_DP, workload_counts(swapped, workload).astype(np.float64), rows=swapped)
+    pub.facts = facts
+    return pub
+
+
+def _labels(workload) -> tuple:
+    if isinstance(workload, Workload):
+        return tuple((m, workload.shape(m)) for m in workload.marginals)
+    return tuple(workload.labels)
+
+
+def histogram_answers(hist: SparseHistogram, workload) -> np.ndarray:
+    """The workload's answers on the normalised noisy histogram itself (post-processing): no rows
+    are sampled from it, so no row count, and no n, enters what the attacker sees."""
+    domain = workload.domain
+    total = hist.counts.sum()
+    if total <= 0:  # nothing left after clipping: the uniform distribution over the domain
+        keys = None
+    else:
+        keys, weights = hist.keys, hist.counts.astype(np.float64) / total
+    if keys is None:
+        if isinstance(workload, Workload):
+            return np.concatenate([np.full(n, 1.0 / n) for n in workload.sizes])
+        return np.array([np.prod([len(workload.value_sets[j][q[j]]) / domain.sizes[j] for j in range(len(domain))])
+                         for q in workload.queries])
+    rows = Dataset(domain, domain.decode(keys))
+    if isinstance(workload, Workload):
+        return np.concatenate([marginal_counts(rows, m, weights) for m in workload.marginals])
+    return workload.counts(rows, weights)
+
+
+def own_invariants(cfg: ExperimentConfig, mechanism: str, with_block: bool) -> list[str]:
+    """The declared invariants a mechanism's release really publishes, for its ledger entry: the
+    root total for TopDown only, the unit total where the tables' n is taken as declared
+    (Laplace tables and what is fitted to them), the block list wherever blocks are published."""
+    uses = {"root_total": mechanism == "topdown",
+            "unit_total": mechanism in ("laplace_tables", "synthetic"),
+            "occupied_blocks": with_block}
+    return [i for i in cfg.release.invariants if uses.get(i, True)]
+
+
+def check_block_list(cfg: ExperimentConfig, pop: Dataset, unit: str) -> None:
+    """Tables per block may be released only over a public block list, or a list from the persons
+    that the agency declares it publishes as it is (``release.invariants: [occupied_blocks]``)."""
+    _, source = unit_blocks(pop, cfg, unit)
+    if source == FROM_ROWS and "occupied_blocks" not in cfg.release.invariants:
+        raise ConfigError(
+            "this data has no public block list: its blocks would be "
+            f"{FROM_ROWS}. Publishing tables per block over that list reveals which blocks have anyone in them, "
+            "which no ε accounts for (replace a block's only resident and the block disappears). Give the public "
+            "list of blocks (a units file), or declare release.invariants: [occupied_blocks] to publish it as an "
+            "invariant, recorded in the ledger")

@@ -1,0 +1,183 @@
+"""TopDown releases of the census hierarchy: the tree of a root from the public unit list, its private
+halves' histograms, the release through synth.topdown, the microdata detail file and each unit's share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+
+from experiments.config import ConfigError, ExperimentConfig
+from experiments.problem import build_workload, private_half
+from experiments.release.publish import Published, _labels
+from microdata.dataset import Dataset
+from microdata.geography import FROM_ROWS
+from synth.mechanism import Mechanism
+from synth.release import workload_counts
+from synth.topdown import Measurements, Strategy, Tree, TreeShape, build_tree, check_consistent, mdf_rows, table_matrix
+from synth.topdown import estimate as topdown_estimate
+from synth.topdown import measure as topdown_measure
+
+
+@dataclass
+class TopDownRoot:
+    """One TopDown release's inputs: the tree under a root (its shape from the public unit list, its
+    leaves' exact histograms from the persons), what every node measures, the person domain the
+    histograms are over, and where each unit of the target level and its blocks sit in the tree."""
+
+    root: str
+    tree: Tree
+    strategy: Strategy
+    person_domain: object
+    nodes: dict  # unit -> (unit level index, its node, [leaf node of each of its blocks])
+    block_source: str | None = None
+
+    @property
+    def shape(self) -> TreeShape:
+        return self.tree.shape
+
+
+def topdown_shape(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bool) -> tuple[str, TreeShape, dict, str]:
+    """The public shape of the tree a TopDown release of ``unit`` runs over: the unit's ancestor at
+    ``release.topdown.root`` and, level by level, every unit inside it from the public unit list
+    (empty ones included, whatever their size), down to the target level and, with BLOCK, its
+    blocks. No person row decides whether a node exists. Without a public list the units come from
+    the rows, which only a declared ``occupied_blocks`` invariant allows."""
+    geo = pop.geography
+    level, root_level = cfg.target.level, cfg.release.topdown.root
+    if root_level not in geo.coarser(level):
+        raise ConfigError(f"release.topdown.root {root_level!r} must be coarser than the target level {level!r}; "
+                          f"choose from {list(geo.coarser(level))}")
+    root = geo.parent(level, unit, root_level)
+    mids = [lv for lv in reversed(geo.coarser(level)) if lv in geo.finer(root_level)]  # coarsest first
+    levels = [root_level, *mids, level] + (["block"] if with_block else [])
+    ids, parent, sources = [[root]], [[-1]], set()
+    for li in range(1, len(levels)):
+        ids.append([])
+        parent.append([])
+        for p, node in enumerate(ids[li - 1]):
+            kids, src = geo.units_within(levels[li - 1], node, levels[li])
+            sources.add(src)
+            ids[li] += kids
+            parent[li] += [p] * len(kids)
+    if FROM_ROWS in sources and "occupied_blocks" not in cfg.release.invariants:
+        raise ConfigError(
+            f"this data has no public list of its units: TopDown's tree under {root_level} {root} would be "
+            f"{FROM_ROWS}, and which nodes exist would tell who lives where (ε = ∞). Give the public unit list (a "
+            "units file), or declare release.invariants: [occupied_blocks] to publish the list as an invariant")
+    shape = TreeShape(levels, [np.array(x, dtype=str) for x in ids], [np.array(x, dtype=np.int64) for x in parent])
+    u_level = 1 + len(mids)
+    nodes = {}
+    for i, u in enumerate(shape.ids[u_level]):
+        leaves = np.flatnonzero(shape.parent[-1] == i).tolist() if with_block else []
+        nodes[str(u)] = (u_level, i, leaves)
+    return root, shape, nodes, (FROM_ROWS if FROM_ROWS in sources else next(iter(sources)))
+
+
+def person_types(data: Dataset, person_domain) -> np.ndarray:
+    """Each row's person type: its attributes (BLOCK aside) row-major over ``person_domain``."""
+    codes = data.project(list(person_domain.names)).codes
+    if not len(codes):
+        return np.zeros(0, dtype=np.int64)
+    return np.ravel_multi_index(tuple(codes.T), person_domain.sizes).astype(np.int64)
+
+
+def topdown_strategy(cfg: ExperimentConfig, person_domain) -> Strategy:
+    """What every node measures: the detailed histogram over ``person_domain`` and the first tables
+    workload's cells over it, with the configured split of each level's budget between them."""
+    pw = build_workload(cfg, cfg.queries[0], person_domain)
+    tables, everyone = table_matrix(pw)
+    return Strategy(tables, everyone, Fraction(repr(float(cfg.release.topdown.detailed_share))))
+
+
+def topdown_tree(cfg: ExperimentConfig, shape: TreeShape, nodes: dict, halves: dict[str, Dataset],
+                 strategy: Strategy, person_domain) -> Tree:
+    """The tree's exact histograms: each leaf's persons of ``halves`` (unit -> its private half over
+    the attack domain) counted by type, summed up the tree. Every unit of the target level must have a
+    half (empty for a unit nobody lives in)."""
+    leaf = np.zeros((len(shape.ids[-1]), strategy.types), dtype=np.int64)
+    with_block = shape.levels[-1] == "block"
+    for u, (_, node, leaves) in nodes.items():
+        D = halves[u]
+        types = person_types(D, person_domain)
+        if with_block:
+            np.add.at(leaf, (np.asarray(leaves, dtype=np.int64)[D.column("BLOCK")], types), 1)
+        else:
+            np.add.at(leaf[node], types, 1)
+    return build_tree(shape, leaf)
+
+
+def topdown_root(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bool) -> TopDownRoot:
+    """The tree a TopDown release of ``unit`` runs over (:func:`topdown_shape`), every unit of the
+    target level in it holding its private half D (the holdouts stay out of every release)."""
+    root, shape, nodes, source = topdown_shape(cfg, pop, unit, with_block)
+    halves = {u: private_half(pop, cfg, u, with_block) for u in nodes}
+    person_domain = next(iter(halves.values())).domain
+    person_domain = person_domain.project([a for a in person_domain.names if a != "BLOCK"])
+    strategy = topdown_strategy(cfg, person_domain)
+    return TopDownRoot(root, topdown_tree(cfg, shape, nodes, halves, strategy, person_domain), strategy,
+                       person_domain, nodes, source)
+
+
+@dataclass
+class TopDownRelease:
+    """One TopDown release: its noisy measurements, the mechanism's record, and (one release, not a
+    batch) the integer histograms estimated at every level, whose leaves are the MDF."""
+
+    measurements: Measurements
+    record: Mechanism
+    estimates: list[np.ndarray] | None = None
+
+
+def publish_topdown(cfg: ExperimentConfig, td: TopDownRoot, epsilon: float, backend,
+                    runs: int | None = None) -> TopDownRelease:
+    """TopDown over ``td``'s tree: the noisy measurements of every node (the private step), then the
+    top-down estimation from the measurements and the tree's public shape alone (post-processing).
+    ``runs`` measures that many times at once and estimates nothing (the auditor's batches)."""
+    r = cfg.release
+    meas, mech = topdown_measure(td.tree, epsilon, backend, r.relation, td.strategy, r.topdown.shares, runs=runs,
+                                 invariants=tuple(i for i in r.invariants if i == "root_total"))
+    if runs is not None:
+        return TopDownRelease(meas, mech)
+    est = topdown_estimate(td.shape, meas, td.strategy, r.topdown.solver)
+    check_consistent(td.shape, est)
+    return TopDownRelease(meas, mech, est)
+
+
+def topdown_mdf(td: TopDownRoot, estimates: list[np.ndarray]) -> pd.DataFrame:
+    """The microdata detail file: one row per person of the leaves' histograms, with its leaf (block,
+    or unit without BLOCK), its unit of the target level and its attributes as labels."""
+    leaf, types = mdf_rows(estimates[-1])
+    shape = td.shape
+    unit_of_leaf = shape.ids[-2][shape.parent[-1]] if shape.levels[-1] == "block" else shape.ids[-1]
+    codes = np.stack(np.unravel_index(types, td.person_domain.sizes), axis=1) if len(types) else \
+        np.zeros((0, len(td.person_domain)), dtype=np.int64)
+    frame = Dataset(td.person_domain, codes).to_pandas(labels=True)
+    frame.insert(0, "UNIT", unit_of_leaf[leaf] if len(leaf) else np.array([], dtype=str))
+    frame.insert(0, shape.levels[-1].upper() + "_ID", shape.ids[-1][leaf] if len(leaf) else np.array([], dtype=str))
+    return frame
+
+
+def topdown_unit(td: TopDownRoot, estimates: list[np.ndarray], unit: str, workload, mech, ok, note) -> Published:
+    """One target unit's share of a TopDown release: its persons in the MDF (with their block), and its
+    published tables, the exact tabulation of those rows, so every table of every unit agrees with
+    every other and with the MDF."""
+    _, node, leaves = td.nodes[unit]
+    domain = workload.domain
+    if leaves:
+        rows, types = mdf_rows(estimates[-1][leaves])
+    else:
+        rows, types = mdf_rows(estimates[-1][[node]])
+    person = np.stack(np.unravel_index(types, td.person_domain.sizes), axis=1) if len(types) else \
+        np.zeros((0, len(td.person_domain)), dtype=np.int64)
+    codes = np.zeros((len(types), len(domain)), dtype=np.int64)
+    for j, a in enumerate(td.person_domain.names):
+        codes[:, domain.index(a)] = person[:, j]
+    if "BLOCK" in domain:
+        codes[:, domain.index("BLOCK")] = rows
+    data = Dataset(domain, codes)
+    counts = workload_counts(data, workload).astype(np.float64)
+    answers = counts / max(len(data), 1)
+    return Published("topdown", mech, estimates, answers, ("tables", _labels(workload)), ok, note, counts, rows=data)
