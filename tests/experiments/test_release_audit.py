@@ -290,7 +290,7 @@ TOPDOWN_BUGS = ["the tree taken from the persons", "shares not renormalised", "t
 
 @pytest.mark.parametrize("bug", TOPDOWN_BUGS)
 def test_topdown_audit_runs_the_production_path_and_catches_each_injected_bug(bug, root, monkeypatch):
-    cfg = load_config(root / "configs" / "release_agency.yaml", AGENCY)
+    cfg = load_config(root / "configs" / "release_agency.yaml", AGENCY + ["release.audit.runs=10000"])
     pop = load_population(cfg)
     patches, check = _topdown_bugs()[bug]
     if bug == "a table dropped from the sensitivity":  # the bug really lowers the release's sensitivity
