@@ -312,6 +312,10 @@ class TopDownConfig(_Strict):
     shares: dict[str, float] | None = Field(None, description="budget share per level, e.g. {county: 1, tract: 2}")
     detailed_share: float = Field(0.25, gt=0, lt=1, description="each level's share of its budget for the detailed "
                                   "histogram (every person type); the rest measures the tables")
+    accounting: Literal["pure", "zcdp"] = Field(
+        "pure", description="pure: discrete Laplace, pure ε-DP; zcdp: discrete Gaussian under zero-concentrated DP, "
+                            "as 2020 production, with the ρ that converts to (ε, delta)")
+    delta: float = Field(1e-10, gt=0, lt=1, description="zcdp: the δ of the (ε, δ) each ε of the grid means")
     solver: Literal["clarabel", "highs", "osqp"] = Field(
         "clarabel", description="QP solver of the estimation (bench/run.py compares them)")
 

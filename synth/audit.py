@@ -208,6 +208,11 @@ class RecordingNoise:
         self.values.append(np.array(out, copy=True))
         return out
 
+    def add_gaussian(self, counts: np.ndarray, sigma: float) -> np.ndarray:
+        out = self.backend.add_gaussian(counts, sigma)
+        self.values.append(np.array(out, copy=True))
+        return out
+
 
 class ReplaySequence:
     """A backend that returns recorded noisy arrays in the order they were drawn (:class:`ReplayNoise`
@@ -229,6 +234,8 @@ class ReplaySequence:
                                "the shape of the release depends on the data")
         return v.copy()
 
+    add_gaussian = add
+
 
 def laplace_scale_upper(noise: np.ndarray, confidence: float = 0.95) -> float:
     """An upper confidence bound on the scale t of discrete Laplace noise from its draws: the mean
@@ -245,6 +252,19 @@ def laplace_scale_upper(noise: np.ndarray, confidence: float = 0.95) -> float:
         return 0.0
     r = (math.sqrt(1.0 + m * m) - 1.0) / m
     return -1.0 / math.log(r) if 0 < r < 1 else math.inf
+
+
+def gaussian_sigma_upper(noise: np.ndarray, confidence: float = 0.95) -> float:
+    """An upper confidence bound on σ of (discrete) Gaussian noise from its draws: the chi-square
+    bound on the variance, √((n − 1)s² / χ²_{1−confidence, n−1}) (model-based, like
+    :func:`laplace_scale_upper`)."""
+    from scipy.stats import chi2
+
+    a = np.asarray(noise, dtype=np.float64).ravel()
+    if a.size < 2:
+        raise PrivacyError("need at least two noise draws to bound their scale")
+    n = a.size
+    return math.sqrt((n - 1) * a.var(ddof=1) / chi2.ppf(1 - confidence, n - 1))
 
 
 def _normal_quantile(p: float) -> float:

@@ -156,18 +156,29 @@ def build_tree(shape: TreeShape, leaf_hist: np.ndarray) -> Tree:
 
 @dataclass(frozen=True)
 class Budget:
-    """One (level, query) measurement's budget: ε as an exact fraction, the L1 sensitivity it is
-    computed for, and the noise scale (a float at least Δ/ε, so Δ/scale ≤ ε exactly)."""
+    """One (level, query) measurement's budget. Pure ε (``noise == "laplace"``): ε as an exact
+    fraction, the L1 sensitivity, the discrete Laplace scale (a double at least Δ/ε, so Δ/scale ≤ ε
+    exactly). zCDP (``noise == "gaussian"``): ρ as an exact fraction, the squared L2 sensitivity, the
+    discrete Gaussian σ (a double with Δ₂²/(2σ²) ≤ ρ exactly)."""
 
     level: str
     query: str
-    epsilon: Fraction
-    sensitivity: int
-    scale: float
+    epsilon: Fraction  # ε for pure DP, ρ for zCDP
+    sensitivity: int  # L1 for pure DP, squared L2 for zCDP
+    scale: float  # discrete Laplace scale, or discrete Gaussian σ
+    noise: str = "laplace"
 
     def spent(self) -> Fraction:
-        """ε this measurement really spends: Δ/scale, exactly."""
-        return Fraction(self.sensitivity) / Fraction(self.scale) if self.sensitivity else Fraction(0)
+        """What this measurement really spends: Δ/scale (ε), or Δ₂²/(2σ²) (ρ), exactly."""
+        if not self.sensitivity:
+            return Fraction(0)
+        if self.noise == "gaussian":
+            return Fraction(self.sensitivity) / (2 * Fraction(self.scale) ** 2)
+        return Fraction(self.sensitivity) / Fraction(self.scale)
+
+    def variance(self) -> float:
+        """The noise's variance (the discrete Gaussian's is at most σ², used as such)."""
+        return self.scale**2 if self.noise == "gaussian" else laplace_variance(self.scale)
 
 
 def _scale_at_least(sensitivity: int, epsilon: Fraction) -> float:
@@ -179,42 +190,75 @@ def _scale_at_least(sensitivity: int, epsilon: Fraction) -> float:
     return s
 
 
+def _sigma_at_least(l2_squared: int, rho: Fraction) -> float:
+    """The smallest double σ with σ² ≥ Δ₂²/(2ρ) (exact rational comparison)."""
+    exact = Fraction(l2_squared) / (2 * rho)
+    s = math.sqrt(float(exact))
+    while Fraction(s) ** 2 < exact:
+        s = float(np.nextafter(s, np.inf))
+    return s
+
+
+def rho_for(epsilon: float, delta: float) -> Fraction:
+    """The largest ρ whose zCDP guarantee converts to (ε, δ)-DP by ε = ρ + 2√(ρ ln(1/δ)) (Bun and
+    Steinke 2016, Proposition 1.3), as an exact fraction a hair below the float (never above)."""
+    if not 0 < delta < 1:
+        raise PrivacyError(f"δ must lie in (0, 1), got {delta}")
+    log = math.log(1 / delta)
+    rho = (math.sqrt(log + epsilon) - math.sqrt(log)) ** 2
+    return Fraction(rho) * Fraction(999_999, 1_000_000)
+
+
+def epsilon_of(rho: float, delta: float) -> float:
+    """(ε, δ)-DP of ρ-zCDP: ε = ρ + 2√(ρ ln(1/δ))."""
+    return rho + 2 * math.sqrt(rho * math.log(1 / delta))
+
+
 def budgets(levels: list[str], epsilon: float, relation: Relation | str, strategy: Strategy,
-            shares: dict | None = None, backend=None) -> list[Budget]:
-    """Every (level, query) measurement's budget. Level l gets ε·share_l, split between the detailed
-    histogram (``strategy.detailed_share``) and the tables. A person lies in one node per level:
-    one cell of its detailed histogram and ``cells_per_person`` table cells, so the L1 sensitivity is
-    1 and cells_per_person under add/remove, doubled under replace-one (the person may become another
-    type in another node). The budgets add up to at most ε in exact arithmetic; with a backend that
-    has a privacy map (OpenDP's), each scale is raised until the map says no more than its ε."""
+            shares: dict | None = None, backend=None, accounting: str = "pure",
+            delta: float = 1e-10) -> list[Budget]:
+    """Every (level, query) measurement's budget. Level l gets ε·share_l (or ρ·share_l under zCDP,
+    ρ the largest that converts to (ε, δ)), split between the detailed histogram
+    (``strategy.detailed_share``) and the tables. A person lies in one node per level: one cell of
+    its detailed histogram and ``cells_per_person`` table cells, so the L1 sensitivity is 1 and
+    cells_per_person under add/remove (squared L2: the same), doubled under replace-one (the person
+    may become another type in another node). The budgets add up to at most ε (ρ) in exact
+    arithmetic; with a backend that has a privacy map (OpenDP's), each Laplace scale is raised until
+    the map says no more than its ε."""
     relation = parse_relation(relation)
-    total = _fraction(epsilon)
+    if accounting not in ("pure", "zcdp"):
+        raise PrivacyError(f"unknown accounting {accounting!r}; use 'pure' or 'zcdp'")
+    gaussian = accounting == "zcdp"
+    total = rho_for(epsilon, delta) if gaussian else _fraction(epsilon)
     sh = level_shares(levels, shares)
     mult = 2 if relation is Relation.REPLACE_ONE else 1
     out = []
     for lv in levels:
-        for query, part, delta in (("detailed", strategy.detailed_share, 1),
-                                   ("tables", 1 - strategy.detailed_share, strategy.cells_per_person())):
+        for query, part, delta_q in (("detailed", strategy.detailed_share, 1),
+                                     ("tables", 1 - strategy.detailed_share, strategy.cells_per_person())):
             eps = total * sh[lv] * part
-            delta *= mult
-            scale = _scale_at_least(delta, eps)
+            delta_q *= mult
+            if gaussian:
+                out.append(Budget(lv, query, eps, delta_q, _sigma_at_least(delta_q, eps), "gaussian"))
+                continue
+            scale = _scale_at_least(delta_q, eps)
             if backend is not None and hasattr(backend, "privacy_map"):
                 for _ in range(1000):
-                    if Fraction(backend.privacy_map(scale, delta)) <= eps:
+                    if Fraction(backend.privacy_map(scale, delta_q)) <= eps:
                         break
                     scale = float(np.nextafter(scale, np.inf))
                 else:
                     raise PrivacyError(f"no scale near {scale} makes {backend.name}'s privacy map <= {float(eps)}")
-            out.append(Budget(lv, query, eps, delta, scale))
+            out.append(Budget(lv, query, eps, delta_q, scale))
     check_spent(out, total)
     return out
 
 
 def check_spent(budget: list[Budget], epsilon: Fraction) -> None:
-    """The measurements spend at most ε, in exact arithmetic."""
+    """The measurements spend at most ε (or ρ), in exact arithmetic."""
     spent = sum(b.spent() for b in budget)
     if spent > epsilon:
-        raise PrivacyError(f"the level budgets spend {float(spent)!r} > ε = {float(epsilon)!r}")
+        raise PrivacyError(f"the level budgets spend {float(spent)!r} > {float(epsilon)!r}")
 
 
 @dataclass
@@ -233,38 +277,51 @@ class Measurements:
 
 
 def measure(tree: Tree, epsilon: float, backend, relation: Relation | str, strategy: Strategy,
-            shares: dict | None = None, runs: int | None = None,
-            invariants: tuple[str, ...] = ()) -> tuple[Measurements, Mechanism]:
-    """The private step: discrete Laplace on the int64 detailed histograms and table counts of every
-    node, through ``backend``, at each (level, query)'s scale from :func:`budgets`; the levels and
-    queries compose to ε. The ``root_total`` invariant publishes the root's person count exactly
-    (declared, not in ε; allowed only under replace-one, where n is the same for neighbours)."""
+            shares: dict | None = None, runs: int | None = None, invariants: tuple[str, ...] = (),
+            accounting: str = "pure", delta: float = 1e-10) -> tuple[Measurements, Mechanism]:
+    """The private step: noise on the int64 detailed histograms and table counts of every node,
+    through ``backend``, at each (level, query)'s scale from :func:`budgets`: discrete Laplace under
+    pure ε-DP (the levels and queries compose to ε), or the discrete Gaussian under zero-concentrated
+    DP as 2020 production ran it (their ρ add up to the ρ that converts to (ε, δ)). The ``root_total``
+    invariant publishes the root's person count exactly (declared, not in ε; allowed only under
+    replace-one, where n is the same for neighbours)."""
     relation = parse_relation(relation)
     tree.shape.check()
     if "root_total" in invariants and relation is not Relation.REPLACE_ONE:
         raise PrivacyError(
             "the root_total invariant publishes the root's exact person count, which adding or removing one "
             "person changes (ε = ∞ under add_remove): declare relation: replace_one, or drop the invariant")
-    bud = budgets(tree.levels, epsilon, relation, strategy, shares, backend)
+    bud = budgets(tree.levels, epsilon, relation, strategy, shares, backend, accounting, delta)
+    gaussian = accounting == "zcdp"
+    if gaussian and not hasattr(backend, "add_gaussian"):
+        raise PrivacyError(f"the {backend.name} backend has no discrete Gaussian sampler")
     detailed, tables = [], []
     for lv, hist in zip(tree.levels, tree.hist):
         for query, exact in (("detailed", hist), ("tables", strategy.tabulate(hist))):
             b = next(x for x in bud if x.level == lv and x.query == query)
             counts = exact if runs is None else np.broadcast_to(exact, (int(runs), *exact.shape))
-            (detailed if query == "detailed" else tables).append(backend.add(counts, b.scale))
+            noisy = backend.add_gaussian(counts, b.scale) if gaussian else backend.add(counts, b.scale)
+            (detailed if query == "detailed" else tables).append(noisy)
     root_total = int(tree.hist[0][0].sum()) if "root_total" in invariants else None
+    what = "rho" if gaussian else "epsilon"
     per_level = {lv: {"share": str(level_shares(tree.levels, shares)[lv]),
-                      **{b.query: {"epsilon": float(b.epsilon), "sensitivity": b.sensitivity, "scale": b.scale}
+                      **{b.query: {what: float(b.epsilon), ("l2_squared_sensitivity" if gaussian else "sensitivity"):
+                                   b.sensitivity, ("sigma" if gaussian else "scale"): b.scale}
                          for b in bud if b.level == lv}} for lv in tree.levels}
     spent = sum(b.spent() for b in bud)
-    mech = Mechanism("topdown", relation, max(b.sensitivity for b in bud), epsilon, None, details={
-        "levels": per_level, "cells_per_person": strategy.cells_per_person(),
-        "detailed_share": str(strategy.detailed_share),
-        "epsilon_spent_exact": f"{spent.numerator}/{spent.denominator}",
-        "composition": "basic: every level's detailed histogram and tables add up to at most ε (exact arithmetic)",
-        "invariants": list(invariants) or "none",
-        "reference": "2020 Census TopDown (detailed histogram + tables per node, top-down estimation, MDF); "
-                     "discrete Laplace under pure ε-DP in place of production's discrete Gaussian"})
+    details = {"levels": per_level, "cells_per_person": strategy.cells_per_person(),
+               "detailed_share": str(strategy.detailed_share), "accounting": "zCDP" if gaussian else "pure ε-DP",
+               f"{what}_spent_exact": f"{spent.numerator}/{spent.denominator}",
+               "composition": f"basic: every level's detailed histogram and tables add up to at most {what} "
+                              "(exact arithmetic)",
+               "invariants": list(invariants) or "none",
+               "reference": "2020 Census TopDown (detailed histogram + tables per node, top-down estimation, MDF)"
+                            + ("; discrete Gaussian under zCDP, as production" if gaussian else
+                               "; discrete Laplace under pure ε-DP in place of production's discrete Gaussian")}
+    if gaussian:
+        details.update(rho=float(spent), delta=delta, epsilon_at_delta=epsilon_of(float(spent), delta),
+                       conversion="ε = ρ + 2√(ρ ln(1/δ)) (Bun and Steinke 2016)")
+    mech = Mechanism("topdown", relation, max(b.sensitivity for b in bud), epsilon, None, details=details)
     return Measurements(detailed, tables, bud, root_total), mech
 
 
@@ -394,7 +451,7 @@ def _weights(meas: Measurements, level: str) -> tuple[float, float]:
     """The detailed and the tables measurements' weights, 1/variance, scaled so the larger is 1 (only
     their ratio matters, and it keeps the QP well scaled), the smaller at least 1e-6 (so that neither
     measurement is ignored when the noise is almost nil and its variance underflows)."""
-    var = [max(laplace_variance(meas.budget(level, q).scale), 1e-300) for q in QUERIES]
+    var = [max(meas.budget(level, q).variance(), 1e-300) for q in QUERIES]
     low = min(var)
     return max(low / var[0], 1e-6), max(low / var[1], 1e-6)
 

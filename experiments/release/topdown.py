@@ -138,7 +138,8 @@ def publish_topdown(cfg: ExperimentConfig, td: TopDownRoot, epsilon: float, back
     ``runs`` measures that many times at once and estimates nothing (the auditor's batches)."""
     r = cfg.release
     meas, mech = topdown_measure(td.tree, epsilon, backend, r.relation, td.strategy, r.topdown.shares, runs=runs,
-                                 invariants=tuple(i for i in r.invariants if i == "root_total"))
+                                 invariants=tuple(i for i in r.invariants if i == "root_total"),
+                                 accounting=r.topdown.accounting, delta=r.topdown.delta)
     if runs is not None:
         return TopDownRelease(meas, mech)
     est = topdown_estimate(td.shape, meas, td.strategy, r.topdown.solver)

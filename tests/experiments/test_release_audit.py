@@ -207,14 +207,27 @@ AGENCY = ["release.epsilons=[2.0]", "release.audit.runs=20000", "release.mechani
           'target.unit_ids=["01001000100"]']
 
 
-def test_topdown_passes_the_audit_on_its_production_path(root):
-    cfg = load_config(root / "configs" / "release_agency.yaml", AGENCY)
+@pytest.mark.parametrize("accounting", ["pure", "zcdp"])
+def test_topdown_passes_the_audit_on_its_production_path(root, accounting, monkeypatch):
+    import synth.topdown
+
+    cfg = load_config(root / "configs" / "release_agency.yaml", AGENCY + [f"release.topdown.accounting={accounting}"]
+                      + (["release.audit.runs=10000"] if accounting == "zcdp" else []))
     ok = audit_release(cfg, load_population(cfg))
     assert [r.mechanism for r in ok] == ["topdown"] and not _failures(ok), _failures(ok)
     assert set(ok[0].checks) >= {"noise_scale", "post_processing", "structure"}
     assert set(ok[0].details["noise_per_level"]) == {f"{lv}/{q}" for lv in ("county", "tract", "block")
                                                       for q in ("detailed", "tables")}
     assert "declared invariant" in ok[0].details["not_audited"]
+    if accounting == "zcdp":  # and the discrete Gaussian measured with 25% too small a σ at the block level is caught
+        budgets = synth.topdown.budgets
+
+        def block_cut(*a, **k):
+            return [dataclasses.replace(b, scale=0.75 * b.scale) if b.level == "block" else b for b in budgets(*a, **k)]
+
+        monkeypatch.setattr(synth.topdown, "budgets", block_cut)
+        bad = _failures(audit_release(cfg, load_population(cfg)))
+        assert bad["topdown"][1]["noise_scale"].startswith("fail: the noise added at the levels spends ρ"), bad
 
 
 def test_swapping_is_not_audited_and_its_ledger_entry_says_it_is_not_dp(root, tmp_path):
@@ -240,6 +253,29 @@ def test_swapping_is_not_audited_and_its_ledger_entry_says_it_is_not_dp(root, tm
     util = pd.read_parquet(run / "utility.parquet")
     assert {"block totals", "unit total"} <= set(util.table)
     assert util[util.table == "block totals"].share_off_5_persons.between(0, 1).all()
+    # the exact attack: TopDown's tables are consistent (solved), Laplace tables get the least-deviation fit
+    st = pd.read_parquet(run / "exact_attack.parquet").set_index("mechanism")["status"]
+    assert st["topdown"] == "solved" and st["laplace_tables"].startswith("solved (least deviation over the LP support")
+    ag = pd.read_parquet(run / "agreement.parquet")
+    for mech, of in (("topdown", "reconstruction"), ("topdown", "published rows"), ("laplace_tables", "reconstruction"),
+                     ("exact", "reconstruction"), ("swapping", "published rows")):
+        row = ag[(ag.mechanism == mech) & (ag["of"] == of)]
+        assert len(row) == 1 and 0 <= row.agree_exact_age.iloc[0] <= row.agree_binned_age.iloc[0] <= 1, (mech, of)
+    reid = pd.read_parquet(run / "reidentification.parquet")
+    assert {"reconstruction", "modal", "proportional"} <= set(reid.method) and "topdown" in set(reid.mechanism)
+    assert (run / "mdf.parquet").exists() and len(pd.read_parquet(run / "mdf.parquet")) > 0
+    for phrase in ("The Census Bureau's measures", "Census Bureau: 2020 TopDown, production settings", "18.9%",
+                   "published rows: 38 age bins"):
+        assert phrase in text, phrase
+
+
+@pytest.mark.slow
+def test_every_mechanism_of_the_demo_and_agency_configs_passes_its_audit_at_every_epsilon(root):
+    """Slow (about 5 minutes): the default run covers the same contract on the tiny config and on TopDown
+    at ε = 2 of the agency config."""
+    for name in ("release_demo.yaml", "release_agency.yaml"):
+        results = audit_release(load_config(root / "configs" / name))
+        assert results and not _failures(results), (name, _failures(results))
 
 
 def _leaky_estimate(real):

@@ -131,3 +131,42 @@ def test_swapping_takes_records_unique_in_their_block_first():
     swapped, _ = swap_records(data, 0.1, np.random.default_rng(6))
     moved = swapped.codes[:, 0] != codes[:, 0]
     assert moved[unique].mean() > moved[~unique].mean()
+
+
+def test_the_discrete_gaussian_sampler_follows_its_pmf():
+    from synth.noise import SimulationNoise as Sim
+
+    for sigma in (0.5, 3.0):
+        x = Sim(0).sample_gaussian(sigma, 200_000)
+        support = np.arange(-60, 61)
+        pmf = np.exp(-support**2 / (2 * sigma**2))
+        pmf /= pmf.sum()
+        emp = np.array([(x == k).mean() for k in support])
+        assert np.abs(emp - pmf).max() < 0.004, sigma
+        assert abs(x.mean()) < 0.03
+
+
+@pytest.mark.parametrize("relation", ["add_remove", "replace_one"])
+def test_zcdp_budgets_never_exceed_the_rho_of_epsilon_delta_in_exact_arithmetic(relation):
+    from synth.topdown import epsilon_of, rho_for
+
+    _, strategy = _setup(np.random.default_rng(0))
+    for eps in (0.1, 1.0, 2.0, 8.0, 17.14):
+        for delta in (1e-10, 1e-5):
+            rho = rho_for(eps, delta)
+            assert epsilon_of(float(rho), delta) <= eps  # the conversion back never exceeds ε
+            bud = budgets(["county", "tract", "block"], eps, relation, strategy, accounting="zcdp", delta=delta)
+            assert sum(b.spent() for b in bud) <= rho and all(b.noise == "gaussian" for b in bud)
+            # σ² = Δ₂² / (2ρ_q): the tables' squared L2 sensitivity is the cells a person lies in
+            tab = [b for b in bud if b.query == "tables"][0]
+            assert tab.sensitivity == strategy.cells_per_person() * (2 if relation == "replace_one" else 1)
+
+
+def test_zcdp_topdown_is_consistent_and_records_rho_and_its_epsilon_delta():
+    tree, strategy = _setup(np.random.default_rng(2))
+    meas, mech = measure(tree, 4.0, SimulationNoise(1), "replace_one", strategy, invariants=("root_total",),
+                         accounting="zcdp", delta=1e-10)
+    est = estimate(tree.shape, meas, strategy)
+    check_consistent(tree.shape, est)
+    assert est[0].sum() == tree.hist[0].sum()
+    assert mech.details["accounting"] == "zCDP" and mech.details["epsilon_at_delta"] <= 4.0
