@@ -209,7 +209,7 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
             exact_status["status"].append({**tag, "status": res.status})
         keys, n = res.rows() if res.solved else (None, None)
         for kind, rows_ in bureau_measures(cfg, D, None if keys is None else np.repeat(keys, n), rows,
-                                           _stable("reid", cfg.seed, unit, wb, mech, setting)).items():
+                                           _stable("reid", cfg.seed, unit, wb)).items():  # one attacker file
             exact_status[kind] += [{**tag, **r} for r in rows_]
         if not res.solved:
             return None

@@ -349,8 +349,11 @@ def _bureau_section(doc, run_dir: Path, cfg, variant) -> None:
           "publishes (TopDown's microdata detail file, the swapped file, synthetic rows); and the precision of "
           "reidentification in the vulnerable group (persons whose race and ethnicity differ from their block's "
           "most common one and who are unique on block, sex and age bin), beside guessing each block's most "
-          "common race and ethnicity (modal) or drawing it from the block's shares (proportional). An empty "
-          "reconstruction cell means the exact attack found no solution (noisy tables no dataset fits). The "
+          "common race and ethnicity (modal) or drawing it from the block's shares (proportional), with one "
+          "simulated attacker file per unit for every release. Consistent tables get the exact count model; "
+          "independently noised ones the least-deviation fit (integer counts closest to the noisy tables in "
+          "Σ |A x − c̃| / scale, solved over the LP relaxation's support). An empty cell: nothing to measure there "
+          "(no solution, or no vulnerable person linked). The "
           "Bureau's rows are its published figures for the whole 2010 population, given for scale: they are "
           "measured the same way, on other data.")
     headers, rows = table
