@@ -301,7 +301,9 @@ class AuditConfig(_Strict):
     epsilons: Literal["all", "extremes"] = Field(
         "all", description="audit every ε of release.epsilons, or only the smallest and the largest")
     runs: int = Field(100_000, ge=1000, description="releases on each of the two neighbouring inputs")
-    confidence: float = Field(0.95, gt=0.5, lt=1)
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="the least confidence of every statistical check")
+    false_alarm: float = Field(0.01, gt=0, lt=0.5, description="the chance that an audit of correct mechanisms "
+                               "fails: every check runs at 1 - false_alarm / (the audit's number of checks)")
 
 
 class TopDownConfig(_Strict):

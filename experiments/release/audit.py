@@ -22,7 +22,7 @@ from experiments.metrics import lookup
 from microdata.marginals import Workload
 from synth.release import workload_counts
 from synth.audit import (AuditResult, RecordingNoise, ReplayNoise, ReplaySequence, audit_outputs,
-                         gaussian_sigma_upper, laplace_scale_upper)
+                         gaussian_shape_pvalue, gaussian_sigma_upper, laplace_scale_upper, laplace_shape_pvalue)
 from synth.histogram import SparseHistogram
 from synth.mechanism import PrivacyError, Relation, parse_relation
 from synth.noise import OpenDPNoise, SimulationNoise
@@ -63,6 +63,7 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, unit: str |
     unit = select_units(pop, cfg)[0] if unit is None else unit
     eps_list = r.audited_epsilons()
     mechanisms = r.dp_mechanisms  # swapping is not DP: there is no ε to audit
+    cfg = _family_level(cfg, len(eps_list) * len(cfg.target.with_block), mechanisms)
     jobs = [(wb, eps, m) for wb in cfg.target.with_block for eps in eps_list for m in mechanisms]
     bar = tqdm(total=len(jobs), desc="audits", disable=not (progress and sys.stderr.isatty()))
     out = []
@@ -103,6 +104,24 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, unit: str |
                 bar.update()
     bar.close()
     return out
+
+
+#: Statistical tests per audit result, by mechanism: the certified bound, the noise scale and the
+#: noise shape (tables, TopDown); the bound alone (histograms).
+TESTS = {"laplace_tables": 3, "topdown": 3, "perturbed_histogram": 1, "smoothed_histogram": 1}
+
+
+def _family_level(cfg: ExperimentConfig, results: int, mechanisms: list[str]) -> ExperimentConfig:
+    """The config every check of one audit runs at: each statistical test at confidence
+    1 − false_alarm / K, K the tests of the whole audit (every ε, variant and mechanism; synthetic
+    shares the tables' tests), so that an audit of correct mechanisms fails with probability at most
+    ``release.audit.false_alarm`` (Bonferroni); never below ``release.audit.confidence``."""
+    a = cfg.release.audit
+    kinds = {("laplace_tables" if m == "synthetic" else m) for m in mechanisms}
+    tests = results * sum(TESTS[m] for m in kinds)
+    level = max(a.confidence, 1 - a.false_alarm / max(tests, 1))
+    audit = a.model_copy(update={"confidence": level})
+    return cfg.model_copy(update={"release": cfg.release.model_copy(update={"audit": audit})})
 
 
 # ---- inputs: a small frame of public inputs and worst-case neighbours in it ------------------------
@@ -258,18 +277,36 @@ def _audit_tables(cfg: ExperimentConfig, eps: float, workload, pair) -> AuditRes
     y1, y2 = np.concatenate(ys[0]), np.concatenate(ys[1])
     res = audit_outputs(y1, y2, c1[idx], (c2 - c1)[idx], eps, "laplace_tables", a.confidence)
     distance = int(np.abs(c2 - c1).sum())
-    scale_hi = laplace_scale_upper(np.concatenate([(y1 - c1[idx]).ravel(), (y2 - c2[idx]).ravel()]), a.confidence)
-    eps_noise = distance / scale_hi if scale_hi > 0 else float("inf")
+    noise = np.concatenate([y1 - c1[idx], y2 - c2[idx]])  # (2 runs × differing cells)
+    eps_noise, worst = noise_epsilon(noise, np.abs(c2 - c1)[idx], a.confidence)
+    p_shape = laplace_shape_pvalue(noise)
     checks = {
         "structure": _structure_check(cfg, "laplace_tables", eps, workload, D, D2),
         "post_processing": _replay_check(cfg, "laplace_tables", eps, workload, D, D2),
         "noise_scale": "pass" if eps_noise <= eps else
-        f"fail: the noise added (scale ≤ {scale_hi:.4g}) gives ε ≥ {eps_noise:.4g} for this pair, whose counts are "
-        f"{distance} apart (assumes discrete Laplace noise)",
+        f"fail: the noise added gives ε ≥ {eps_noise:.4g} for this pair (each differing cell's distance over an upper "
+        f"bound on its own noise scale, summed; smallest {worst:.4g}), whose counts are {distance} apart "
+        "(assumes discrete Laplace noise, which noise_shape checks)",
+        "noise_shape": "pass" if p_shape >= 1 - a.confidence else
+        f"fail: the noise added is not discrete Laplace (chi-square over its whole range, p = {p_shape:.2g} < "
+        f"{1 - a.confidence:.2g})",
     }
     return AuditResult("laplace_tables", eps, res.epsilon_lower_bound, a.runs, a.confidence, res.event, checks,
                        {"differing_cells": int(idx.size), "pair_l1_distance": distance,
-                        "epsilon_from_noise_scale": round(eps_noise, 6)})
+                        "epsilon_from_noise_scale": round(eps_noise, 6), "noise_shape_p_value": p_shape})
+
+
+def noise_epsilon(noise: np.ndarray, distance: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The ε the noise really added spends for a pair: Σ_c |Δ_c| / t_c over the differing cells, each
+    cell's discrete Laplace scale t_c bounded above from its own draws (so one table noised for a
+    larger ε shows, even among many), at ``confidence`` jointly (Bonferroni over cells). Returns the
+    ε and the smallest scale bound."""
+    k = noise.shape[1]
+    level = 1 - (1 - confidence) / max(k, 1)
+    scales = np.array([laplace_scale_upper(noise[:, j], level) for j in range(k)])
+    with np.errstate(divide="ignore"):
+        eps = float(np.sum(np.where(scales > 0, distance / scales, np.inf)))
+    return eps, float(scales.min())
 
 
 def _synthetic_checks(cfg: ExperimentConfig, eps: float, workload, pair) -> dict:
@@ -500,6 +537,7 @@ def _audit_topdown(cfg: ExperimentConfig, eps: float, pair: _TopDownPair, struct
     checks, details, col, spent = {}, {"neighbours": pair.what, "noise_per_level": {}}, 0, 0.0
     gaussian = cfg.release.topdown.accounting == "zcdp"
     what = "ρ" if gaussian else "ε"
+    shapes = {}
     budget = eps
     if gaussian:  # the ρ whose zCDP converts to (ε, δ): ε = ρ + 2√(ρ ln(1/δ)), solved here independently
         ln = math.log(1 / cfg.release.topdown.delta)
@@ -509,26 +547,35 @@ def _audit_topdown(cfg: ExperimentConfig, eps: float, pair: _TopDownPair, struct
             k = coords[lv][q].size
             if not k:
                 continue
-            noise = np.concatenate([(y1[:, col:col + k] - ref1[col:col + k]).ravel(),
-                                    (y2[:, col:col + k] - ref2[col:col + k]).ravel()])
+            cells = np.concatenate([y1[:, col:col + k] - ref1[col:col + k], y2[:, col:col + k] - ref2[col:col + k]])
+            noise = cells.ravel()
             col += k
             delta = pair.sensitivity[query]  # L1, and the squared L2 (0/1 cells): the same number
+            # each cell's scale bounded from its own draws, the smallest taken: one table noised for a
+            # larger ε shows even among many (Bonferroni over every cell of every term)
+            cell_conf = 1 - (1 - level_conf) / k
+            bound = gaussian_sigma_upper if gaussian else laplace_scale_upper
+            scale_hi = min(bound(cells[:, j], cell_conf) for j in range(k))
             if gaussian:
-                scale_hi = gaussian_sigma_upper(noise, level_conf)
                 e = delta / (2 * scale_hi**2) if scale_hi > 0 else float("inf")
             else:
-                scale_hi = laplace_scale_upper(noise, level_conf)
                 e = delta / scale_hi if scale_hi > 0 else float("inf")
             spent += e
+            p = gaussian_shape_pvalue(noise) if gaussian else laplace_shape_pvalue(noise)
+            shapes[f"{t1.shape.levels[lv]}/{query}"] = p
             details["noise_per_level"][f"{t1.shape.levels[lv]}/{query}"] = {
                 "differing_cells": k, "sensitivity": delta, "scale_upper": round(scale_hi, 6),
-                f"{what}_at_least": round(e, 6)}
+                f"{what}_at_least": round(e, 6), "shape_p_value": p}
     checks["noise_scale"] = ("pass" if spent <= budget else
                              f"fail: the noise added at the levels spends {what} ≥ {spent:.4g} (each level and "
                              f"query's sensitivity over its noise scale, summed), over the declared {budget:.4g} "
                              f"(assumes discrete {'Gaussian' if gaussian else 'Laplace'} noise; per level in the "
                              "details)")
     details["rho_from_noise_scale" if gaussian else "epsilon_from_noise_scale"] = round(spent, 6)
+    worst = min(shapes, key=shapes.get)
+    checks["noise_shape"] = ("pass" if shapes[worst] >= (1 - a.confidence) / len(shapes) else
+                             f"fail: the noise added at {worst} is not discrete {'Gaussian' if gaussian else 'Laplace'}"
+                             f" (chi-square over its whole range, p = {shapes[worst]:.2g})")
     if root_total:
         details["not_audited"] = "the root's total: a declared invariant under replace-one (release.invariants)"
     checks["post_processing"] = _topdown_replay(cfg, eps, pair)

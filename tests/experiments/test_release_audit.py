@@ -3,6 +3,7 @@ injected, the unmodified mechanisms pass, and no release depends on what it does
 
 import dataclasses
 import json
+import math
 from fractions import Fraction
 
 import pandas as pd
@@ -90,7 +91,7 @@ def test_audit_cli_audits_every_epsilon_of_the_config_and_says_which_checks_ran(
     for o in objs:
         assert o["passed"] and 0 <= o["epsilon_lower_bound"] <= o["declared_epsilon"]
     lap = [o for o in objs if o["mechanism"] == "laplace_tables"][0]
-    assert set(lap["checks"]) == {"structure", "post_processing", "noise_scale"}
+    assert set(lap["checks"]) == {"structure", "post_processing", "noise_scale", "noise_shape"}
     assert main(["audit", cfg, "--json", "--set", "release.audit.runs=20000", "--set", "release.epsilons=[0.5, 1, 2.0]",
                  "--set", "release.audit.epsilons=extremes", "--set", "release.mechanisms=[laplace_tables]"]) == 0
     eps = [json.loads(line)["declared_epsilon"] for line in capsys.readouterr().out.strip().splitlines()]
@@ -203,6 +204,7 @@ def test_a_data_derived_block_list_is_refused_unless_declared(root, tmp_path, mo
     assert all(a["checks"]["block_list"].startswith("declared invariant") for a in audit)
 
 
+UNIT = "01001000100"
 AGENCY = ["release.epsilons=[2.0]", "release.audit.runs=20000", "release.mechanisms=[topdown]",
           'target.unit_ids=["01001000100"]']
 
@@ -340,3 +342,57 @@ def test_topdown_audit_runs_the_production_path_and_catches_each_injected_bug(bu
         assert td.strategy.cells_per_person() < real(td.strategy)
     bad = _failures(audit_release(cfg, pop))
     assert "topdown" in bad and bad["topdown"][1][check].startswith("fail"), bad
+
+
+def _uniform_like(real):
+    """Bounded uniform noise with the mean |x| of discrete Laplace at the scale asked for (ε = ∞)."""
+    def sample(self, scale, size):
+        r = math.exp(-1 / scale)
+        a = max(1, round(4 * r / (1 - r * r)))  # uniform on {-a..a} has mean |x| about a / 2
+        return self._rng.integers(-a, a + 1, size)
+    return sample
+
+
+def _clipped(real):
+    """Discrete Laplace clipped at ±8 scales (ε = ∞: a count 9 scales out tells D from D′)."""
+    def sample(self, scale, size):
+        return np.clip(real(self, scale, size), -math.ceil(8 * scale), math.ceil(8 * scale))
+    return sample
+
+
+def _one_table_at_2_epsilon(real_add, real_sample, cells, width):
+    """The first table's ``cells`` noised at half the scale (2ε), in every call adding ``width`` cells."""
+    def add(self, counts, scale):
+        out = real_add(self, counts, scale)
+        if np.shape(counts)[-1] != width:
+            return out
+        noise = out - counts
+        noise[..., :cells] = real_sample(self, scale / 2, noise[..., :cells].size).reshape(noise[..., :cells].shape)
+        return counts + noise
+    return add
+
+
+@pytest.mark.parametrize("mechanism", ["laplace_tables", "topdown"])
+@pytest.mark.parametrize("bug", ["uniform noise of the same mean |x|", "Laplace noise clipped at 8 scales",
+                                 "noise at 2ε in one table of many"])
+def test_noise_of_the_wrong_shape_or_one_table_under_noised_is_caught(mechanism, bug, root, monkeypatch):
+    Sim = synth.noise.SimulationNoise
+    if mechanism == "laplace_tables":
+        cfg = _cfg(root, "release.mechanisms=[laplace_tables]")
+        pop = load_population(cfg)
+        D = prepare_unit(pop, cfg, select_units(pop, cfg)[0], False, pad_blocks=False).private
+        w = build_workload(cfg, cfg.queries[0], D.domain)
+        first, width = w.sizes[0], w.num_queries
+    else:
+        cfg = load_config(root / "configs" / "release_agency.yaml", AGENCY + ["release.audit.runs=10000"])
+        pop = load_population(cfg)
+        first, width = 1, experiments.release.topdown.topdown_root(cfg, pop, UNIT, True).strategy.tables.shape[0]
+    if bug.startswith("uniform"):
+        monkeypatch.setattr(Sim, "sample", _uniform_like(Sim.sample))
+    elif bug.startswith("Laplace"):
+        monkeypatch.setattr(Sim, "sample", _clipped(Sim.sample))
+    else:
+        monkeypatch.setattr(Sim, "add", _one_table_at_2_epsilon(Sim.add, Sim.sample, first, width))
+    bad = _failures(audit_release(cfg, pop))
+    check = "noise_scale" if bug.startswith("noise at 2ε") else "noise_shape"
+    assert mechanism in bad and bad[mechanism][1][check].startswith("fail"), bad
