@@ -258,22 +258,27 @@ def _replay_check(cfg, mech, eps, workload, D, D2, **kw) -> str:
     return "pass"
 
 
+def _batches(runs: int, values_per_run: int):
+    """Batch sizes adding up to ``runs``, each batch at most :data:`CHUNK_VALUES` noise values."""
+    chunk = int(max(100, min(runs, CHUNK_VALUES // max(values_per_run, 1))))
+    done = 0
+    while done < runs:
+        n = min(chunk, runs - done)
+        yield n
+        done += n
+
+
 def _audit_tables(cfg: ExperimentConfig, eps: float, workload, pair) -> AuditResult:
     a = cfg.release.audit
     D, D2 = pair
     c1, c2 = workload_counts(D, workload), workload_counts(D2, workload)
     idx = np.flatnonzero(c2 - c1)
-    cells = workload.num_queries
-    chunk = int(max(100, min(a.runs, CHUNK_VALUES // max(cells, 1))))
     ys = {0: [], 1: []}
     for which, data in ((0, D), (1, D2)):
         backend = _noise(cfg, "tables", eps, which)
-        done = 0
-        while done < a.runs:
-            n = min(chunk, a.runs - done)
+        for n in _batches(a.runs, workload.num_queries):
             pub = _publish(cfg, "laplace_tables", eps, data, workload, backend, np.random.default_rng(0), runs=n)
             ys[which].append(pub.output.counts[:, idx])
-            done += n
     y1, y2 = np.concatenate(ys[0]), np.concatenate(ys[1])
     res = audit_outputs(y1, y2, c1[idx], (c2 - c1)[idx], eps, "laplace_tables", a.confidence)
     distance = int(np.abs(c2 - c1).sum())
@@ -514,20 +519,16 @@ def _audit_topdown(cfg: ExperimentConfig, eps: float, pair: _TopDownPair, struct
     coords = [[np.flatnonzero((e1[q] != e2[q]).ravel()) for q in range(2)] for e1, e2 in zip(exact1, exact2)]
     root_total = "root_total" in cfg.release.invariants
     size = sum(e[q].size for e in exact1 for q in range(2))
-    chunk = int(max(100, min(a.runs, CHUNK_VALUES // max(size, 1))))
     ys = {0: [], 1: []}
     for which, td in ((0, t1), (1, t2)):
         backend = _noise(cfg, "topdown", eps, which)
-        done = 0
-        while done < a.runs:
-            n = min(chunk, a.runs - done)
+        for n in _batches(a.runs, size):
             meas = publish_topdown(cfg, td, eps, backend, runs=n).measurements
             parts = []
             for lv in range(len(h1)):
                 for q, arr in enumerate((meas.detailed[lv], meas.tables[lv])):
                     parts.append(arr.reshape(n, -1)[:, coords[lv][q]])
             ys[which].append(np.concatenate(parts, axis=1))
-            done += n
     y1, y2 = np.concatenate(ys[0]), np.concatenate(ys[1])
     ref1 = np.concatenate([exact1[lv][q].ravel()[coords[lv][q]] for lv in range(len(h1)) for q in range(2)])
     ref2 = np.concatenate([exact2[lv][q].ravel()[coords[lv][q]] for lv in range(len(h1)) for q in range(2)])
