@@ -51,6 +51,31 @@ def _quiet_stdout():
         os.close(saved)
 
 
+def highs_lp(hs, matrix: sp.spmatrix, cost, col_lower, col_upper, row_lower, row_upper):
+    """A HiGHS LP: min costᵀx, col_lower ≤ x ≤ col_upper, row_lower ≤ matrix·x ≤ row_upper."""
+    A = sp.csc_matrix(matrix)
+    lp = hs.HighsLp()
+    lp.num_col_, lp.num_row_ = A.shape[1], A.shape[0]
+    lp.col_cost_ = np.asarray(cost, dtype=np.float64)
+    lp.col_lower_, lp.col_upper_ = np.asarray(col_lower, np.float64), np.asarray(col_upper, np.float64)
+    lp.row_lower_, lp.row_upper_ = np.asarray(row_lower, np.float64), np.asarray(row_upper, np.float64)
+    lp.a_matrix_.format_ = hs.MatrixFormat.kColwise
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = A.shape[1], A.shape[0]
+    return lp
+
+
+def highs_instance(hs, model, threads: int | None = None):
+    """A silent HiGHS instance holding ``model`` (an LP or a model with a Hessian)."""
+    with _quiet_stdout():
+        h = hs.Highs()
+        h.setOptionValue("output_flag", False)
+    if threads:
+        h.setOptionValue("threads", int(threads))
+    h.passModel(model)
+    return h
+
+
 @dataclass
 class CountModel:
     """The count form of the published tables: one non-negative integer per (block, person type)
@@ -174,31 +199,11 @@ class ExactSolver:
         self.deadline = time.perf_counter() + float(time_limit)
         self.time_limit = float(time_limit)
         V = model.num_variables
-        lp = hs.HighsLp()
-        lp.num_col_, lp.num_row_ = V, model.A.shape[0]
-        lp.col_cost_ = np.zeros(V)
-        lp.col_lower_ = np.zeros(V)
-        lp.col_upper_ = np.full(V, hs.kHighsInf)
-        lp.row_lower_ = model.rhs
-        lp.row_upper_ = model.rhs
-        A = model.A.tocsc()
-        lp.a_matrix_.format_ = hs.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = A.indptr
-        lp.a_matrix_.index_ = A.indices
-        lp.a_matrix_.value_ = A.data
-        self.relaxed = self._instance(lp, threads)
+        lp = highs_lp(hs, model.A, np.zeros(V), np.zeros(V), np.full(V, hs.kHighsInf), model.rhs, model.rhs)
+        self.relaxed = highs_instance(hs, lp, threads)
         lp.integrality_ = [hs.HighsVarType.kInteger] * V
-        self.mip = self._instance(lp, threads)
+        self.mip = highs_instance(hs, lp, threads)
         self.integer_solves = self.lp_solves = 0
-
-    def _instance(self, lp, threads):
-        with _quiet_stdout():
-            h = self.hs.Highs()
-            h.setOptionValue("output_flag", False)
-        if threads:
-            h.setOptionValue("threads", int(threads))
-        h.passModel(lp)
-        return h
 
     def left(self) -> float:
         return self.deadline - time.perf_counter()
@@ -361,20 +366,20 @@ def certify_rows(solver: ExactSolver, model: CountModel, keys: np.ndarray) -> np
 # ---- noisy tables: the least-deviation reconstruction -------------------------------------------
 
 
-def query_matrix(workload, chunk: int = 1 << 22) -> sp.csr_matrix:
-    """(queries × every cell of the domain) 0/1 matrix of a product-query workload: each query's
-    cells enumerated as the product of its value sets (work in proportion to the non-zeros)."""
+def query_matrix(workload) -> sp.csr_matrix:
+    """(queries × every cell of the domain) 0/1 matrix of a product-query workload, cells row-major
+    (:meth:`Domain.encode`): each query's cells enumerated as the product of its value sets (work in
+    proportion to the non-zeros)."""
     dom = workload.domain
     q = np.array(workload.queries, dtype=np.int64).reshape(len(workload.queries), len(dom))
     vs = workload.value_sets
-    rows, cols, size = [], [], 0
+    rows, cols = [], []
     for i in range(len(q)):
         sets = [np.array(sorted(vs[j][q[i, j]]), dtype=np.int64) for j in range(len(dom))]
         grid = np.ix_(*sets)
         flat = np.ravel_multi_index(tuple(np.broadcast_arrays(*grid)), dom.sizes).ravel()
         rows.append(np.full(len(flat), i, dtype=np.int64))
         cols.append(flat)
-        size += len(flat)
     r, c = np.concatenate(rows), np.concatenate(cols)
     return sp.csr_matrix((np.ones(len(r), dtype=np.float64), (r, c)), shape=(len(q), int(np.prod(dom.sizes))))
 
@@ -391,7 +396,6 @@ class LeastDeviationResult:
     counts: np.ndarray
     residual: float | None = None
     lp_residual: float | None = None
-    columns_priced: int = 0
     lp_support: int = 0
     rounds: int = 0
     seconds: float = 0.0
@@ -418,21 +422,11 @@ def _ld_model(hs, A: sp.csc_matrix, noisy: np.ndarray, weight: np.ndarray, total
     if total is not None:
         M = sp.vstack([M, sp.hstack([sp.csr_matrix(np.ones((1, nx))), sp.csr_matrix((1, 2 * nq))])], format="csc")
         lower, upper = np.append(lower, float(total)), np.append(upper, float(total))
-    lp = hs.HighsLp()
-    lp.num_col_, lp.num_row_ = M.shape[1], M.shape[0]
-    lp.col_cost_ = np.concatenate([np.zeros(nx), weight, weight])
-    lp.col_lower_ = np.zeros(M.shape[1])
-    lp.col_upper_ = np.full(M.shape[1], hs.kHighsInf)
-    lp.row_lower_, lp.row_upper_ = lower, upper
-    lp.a_matrix_.format_ = hs.MatrixFormat.kColwise
-    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = M.indptr, M.indices, M.data
+    lp = highs_lp(hs, M, np.concatenate([np.zeros(nx), weight, weight]), np.zeros(M.shape[1]),
+                  np.full(M.shape[1], hs.kHighsInf), lower, upper)
     if integer:
         lp.integrality_ = [hs.HighsVarType.kInteger] * nx + [hs.HighsVarType.kContinuous] * (2 * nq)
-    with _quiet_stdout():
-        h = hs.Highs()
-        h.setOptionValue("output_flag", False)
-    h.passModel(lp)
-    return h
+    return highs_instance(hs, lp)
 
 
 def reconstruct_least_deviation(workload, noisy: np.ndarray, scale, time_limit: float = 300.0,
@@ -465,18 +459,21 @@ def reconstruct_least_deviation(workload, noisy: np.ndarray, scale, time_limit: 
         cols = cols[np.argsort(-low[cols], kind="stable")[:max_add]]
     rounds, lp_val, x_lp = 0, None, None
     dom = workload.domain
+
+    def unsolved(**facts) -> LeastDeviationResult:
+        return LeastDeviationResult(f"not solved within {time_limit:g} s", dom, np.zeros(0, np.int64),
+                                    np.zeros(0, np.int64), rounds=rounds, seconds=time.perf_counter() - t0, **facts)
+
     while True:
         rounds += 1
         h = _ld_model(hs, A[:, cols], noisy, weight, total, integer=False)
         left = time_limit - (time.perf_counter() - t0)
         if left <= 0:
-            return LeastDeviationResult(f"not solved within {time_limit:g} s", dom, np.zeros(0, np.int64),
-                                        np.zeros(0, np.int64), rounds=rounds, seconds=time.perf_counter() - t0)
+            return unsolved()
         h.setOptionValue("time_limit", float(left))
         h.run()
         if h.getModelStatus() != hs.HighsModelStatus.kOptimal:
-            return LeastDeviationResult(f"not solved within {time_limit:g} s", dom, np.zeros(0, np.int64),
-                                        np.zeros(0, np.int64), rounds=rounds, seconds=time.perf_counter() - t0)
+            return unsolved()
         sol = h.getSolution()
         y = np.asarray(sol.row_dual)[: A.shape[0]]
         x_lp = np.asarray(sol.col_value)[: len(cols)]
@@ -500,13 +497,11 @@ def reconstruct_least_deviation(workload, noisy: np.ndarray, scale, time_limit: 
     st = h.getModelStatus()
     info = h.getInfo()
     if st not in (hs.HighsModelStatus.kOptimal, hs.HighsModelStatus.kTimeLimit) or info.primal_solution_status != 2:
-        return LeastDeviationResult(f"not solved within {time_limit:g} s", dom, np.zeros(0, np.int64),
-                                    np.zeros(0, np.int64), lp_residual=lp_val, lp_support=len(support),
-                                    rounds=rounds, seconds=time.perf_counter() - t0)
+        return unsolved(lp_residual=lp_val, lp_support=len(support))
     x = np.rint(np.asarray(h.getSolution().col_value)[: len(support)]).astype(np.int64)
     on = x > 0
     residual = float(np.abs(A[:, support] @ x - noisy) @ weight)
     status = ("solved (least deviation over the LP support)" if st == hs.HighsModelStatus.kOptimal else
               f"solved (least deviation over the LP support; best found within {time_limit:g} s)")
-    return LeastDeviationResult(status, dom, support[on].astype(np.int64), x[on], residual, lp_val, ncells,
-                                len(support), rounds, time.perf_counter() - t0)
+    return LeastDeviationResult(status, dom, support[on].astype(np.int64), x[on], residual, lp_val, len(support),
+                                rounds, time.perf_counter() - t0)
