@@ -57,11 +57,10 @@ def level_shares(levels: list[str], shares: dict | None = None) -> dict[str, Fra
 @dataclass(frozen=True)
 class Strategy:
     """What is measured at every node: the detailed histogram over the person types, and the
-    declared tables as a (cells × types) 0/1 matrix ``tables``; ``total_rows`` are the table cells
-    that count everyone (the root total invariant pins them)."""
+    declared tables as a (cells × types) 0/1 int64 matrix ``tables`` (a tables workload over the
+    person domain: :func:`reconstruct.exact.query_matrix`)."""
 
     tables: sp.csr_matrix
-    total_rows: np.ndarray
     detailed_share: Fraction = DETAILED_SHARE
 
     @property
@@ -78,31 +77,6 @@ class Strategy:
         flat = h.reshape(-1, h.shape[-1])
         out = (self.tables @ flat.T).T
         return np.asarray(out, dtype=np.int64).reshape(*h.shape[:-1], self.tables.shape[0])
-
-
-def table_matrix(workload) -> tuple[sp.csr_matrix, np.ndarray]:
-    """The (cells × types) 0/1 matrix of a tables workload over the person domain (types row-major
-    over the domain), from the workload's per-attribute value sets; and its cells counting everyone."""
-    domain = workload.domain
-    sizes = domain.sizes
-    q = np.array(workload.queries, dtype=np.int64).reshape(len(workload.queries), len(domain))
-    member = [workload.membership(j).astype(bool) for j in range(len(domain))]
-    n_types = int(np.prod(sizes))
-    rows, cols = [], []
-    step = max(1, (1 << 24) // max(len(q), 1))
-    for start in range(0, n_types, step):
-        t = np.arange(start, min(start + step, n_types))
-        codes = np.unravel_index(t, sizes)
-        hit = np.ones((len(t), len(q)), dtype=bool)
-        for j in range(len(domain)):
-            hit &= member[j][codes[j]][:, q[:, j]]
-        ti, qi = np.nonzero(hit)
-        rows.append(qi)
-        cols.append(t[ti])
-    r, c = np.concatenate(rows), np.concatenate(cols)
-    a = sp.csr_matrix((np.ones(len(r), dtype=np.int64), (r, c)), shape=(len(q), n_types))
-    everyone = np.flatnonzero(np.asarray(a.sum(axis=1)).ravel() == n_types)
-    return a, everyone
 
 
 @dataclass
@@ -141,6 +115,13 @@ class Tree:
         return self.shape.levels
 
 
+def children_sum(shape: TreeShape, level: int, hist: np.ndarray) -> np.ndarray:
+    """Per node of level ``level − 1``, the sum of its children's rows of ``hist`` (level ``level``)."""
+    out = np.zeros((len(shape.ids[level - 1]), hist.shape[1]), dtype=hist.dtype)
+    np.add.at(out, shape.parent[level], hist)
+    return out
+
+
 def build_tree(shape: TreeShape, leaf_hist: np.ndarray) -> Tree:
     """A tree whose leaves hold ``leaf_hist`` (leaves × types) and whose every other node holds the
     sum of its children."""
@@ -148,9 +129,7 @@ def build_tree(shape: TreeShape, leaf_hist: np.ndarray) -> Tree:
     hist = [None] * len(shape.levels)
     hist[-1] = np.asarray(leaf_hist, dtype=np.int64)
     for lv in range(len(shape.levels) - 1, 0, -1):
-        agg = np.zeros((len(shape.ids[lv - 1]), hist[lv].shape[1]), dtype=np.int64)
-        np.add.at(agg, shape.parent[lv], hist[lv])
-        hist[lv - 1] = agg
+        hist[lv - 1] = children_sum(shape, lv, hist[lv])
     return Tree(shape, hist)
 
 
@@ -393,7 +372,6 @@ def solve_children(yd: np.ndarray, wd: float, yt: np.ndarray, wt: float, a: sp.c
     Aeq = sp.vstack(blocks, format="csc")
     beq = np.concatenate(rhs)
     n = nx + nr
-    lb = np.concatenate([np.zeros(nx), np.full(nr, -np.inf)])
     if solver == "clarabel":
         import clarabel
 
@@ -417,29 +395,18 @@ def solve_children(yd: np.ndarray, wd: float, yt: np.ndarray, wt: float, a: sp.c
     elif solver == "highs":
         import highspy
 
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        lp = highspy.HighsLp()
-        lp.num_col_, lp.num_row_ = n, Aeq.shape[0]
-        lp.col_cost_ = q
-        lp.col_lower_ = lb
-        lp.col_upper_ = np.full(n, np.inf)
-        lp.row_lower_ = beq
-        lp.row_upper_ = beq
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = Aeq.indptr
-        lp.a_matrix_.index_ = Aeq.indices
-        lp.a_matrix_.value_ = Aeq.data
-        lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, Aeq.shape[0]
+        from reconstruct.exact import highs_instance, highs_lp
+
         model = highspy.HighsModel()
-        model.lp_ = lp
+        lb = np.concatenate([np.zeros(nx), np.full(nr, -np.inf)])
+        model.lp_ = highs_lp(highspy, Aeq, q, lb, np.full(n, np.inf), beq, beq)
         hess = highspy.HighsHessian()
         hess.dim_ = n
         hess.format_ = highspy.HessianFormat.kTriangular
         Pc = sp.tril(P, format="csc")
         hess.start_, hess.index_, hess.value_ = Pc.indptr, Pc.indices, Pc.data
         model.hessian_ = hess
-        h.passModel(model)
+        h = highs_instance(highspy, model)
         h.run()
         x = np.asarray(h.getSolution().col_value)
     else:
@@ -502,9 +469,7 @@ def check_consistent(shape: TreeShape, est: list[np.ndarray]) -> None:
         if est[lv].min(initial=0) < 0:
             raise PrivacyError(f"level {shape.levels[lv]}: a negative estimate")
         if lv:
-            agg = np.zeros_like(est[lv - 1])
-            np.add.at(agg, shape.parent[lv], est[lv])
-            if not np.array_equal(agg, est[lv - 1]):
+            if not np.array_equal(children_sum(shape, lv, est[lv]), est[lv - 1]):
                 raise PrivacyError(f"level {shape.levels[lv]}: children do not add up to their parent")
 
 

@@ -92,8 +92,9 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, unit: str |
                     res = _audit_perturbed(cfg, eps, small)
                 elif mech == "topdown":
                     if not topdown:  # one pair and one structure check for every ε
-                        topdown.update(pair=_topdown_pair(cfg, pop, unit, wb),
-                                       structure=_topdown_structure(cfg, pop, unit, wb))
+                        pair_td = _topdown_pair(cfg, pop, unit, wb)
+                        topdown.update(pair=pair_td,
+                                       structure=_topdown_structure(cfg, pop, unit, wb, pair_td.td.nodes))
                     res = _audit_topdown(cfg, eps, topdown["pair"], topdown["structure"])
                 else:
                     res = _audit_smoothed(cfg, eps, smallest)
@@ -407,13 +408,14 @@ def _topdown_pair(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool) -> _
     from experiments.release.topdown import person_types, topdown_root, topdown_tree
 
     td = topdown_root(cfg, pop, unit, wb)
-    halves = {u: private_half(pop, cfg, u, wb) for u in td.nodes}
+    real = {u: private_half(pop, cfg, u, wb) for u in td.nodes}
+    halves = dict(real)
     a_mat = td.strategy.tables.tocsc()
     per_type = np.diff(a_mat.indptr)  # table cells of each person type, counted by this audit
     a = int(np.argmax(per_type))
     relation = parse_relation(cfg.release.relation)
     person = list(td.person_domain.names)
-    code_a = np.array(np.unravel_index(a, td.person_domain.sizes))
+    code_a = td.person_domain.decode(np.array([a]))[0]
 
     def with_row(D: Dataset, code: np.ndarray, block: int | None) -> Dataset:
         row = np.zeros((1, len(D.domain)), dtype=np.int64)
@@ -429,10 +431,10 @@ def _topdown_pair(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool) -> _
         what = f"one person of the type in most cells ({per_type[a]}) added to {unit}" + (", block 0" if wb else "")
     else:
         others = [u for u in td.nodes if u != unit]
-        dense = a_mat.toarray() if a_mat.shape[1] <= 200_000 else None
-        diff = (np.abs(dense - dense[:, [a]]).sum(axis=0) if dense is not None else per_type)
+        shared = np.asarray((a_mat.T @ a_mat[:, a]).todense()).ravel()  # cells type t shares with type a
+        diff = per_type + per_type[a] - 2 * shared  # |A_t − A_a|₁ for 0/1 columns
         b = int(np.argmax(diff))
-        code_b = np.array(np.unravel_index(b, td.person_domain.sizes))
+        code_b = td.person_domain.decode(np.array([b]))[0]
         halves[unit] = with_row(halves[unit], code_a, 0 if wb else None)
         target = others[-1] if others else unit
         last = (len(td.nodes[target][2]) - 1) if wb else None
@@ -453,7 +455,6 @@ def _topdown_pair(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool) -> _
     mult = 2 if relation is Relation.REPLACE_ONE else 1
     # the replay's pair: one person of the unit's commonest type removed, or made the second commonest
     # (a change the estimates show, where a rare type's may be rounded away)
-    real = {u: private_half(pop, cfg, u, wb) for u in td.nodes}
     D = real[unit]
     types_u = person_types(D, td.person_domain)
     common = (td1, td2)
@@ -465,7 +466,7 @@ def _topdown_pair(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool) -> _
             changed[unit] = D.take(np.setdiff1d(np.arange(len(D)), [row]))
         else:
             codes = D.codes.copy()
-            other = np.unravel_index(int(order[1]), td.person_domain.sizes)
+            other = td.person_domain.decode(order[1:2])[0]
             for j, name in enumerate(person):
                 codes[row, D.domain.index(name)] = other[j]
             changed[unit] = Dataset(D.domain, codes)
@@ -604,20 +605,20 @@ def _topdown_replay(cfg: ExperimentConfig, eps: float, pair: _TopDownPair) -> st
     return "pass"
 
 
-def _topdown_structure(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool) -> str:
+def _topdown_structure(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool, nodes: dict) -> str:
     """Neighbours that empty a block (its last resident removed) and a whole unit of the target level
     (likewise) must publish trees of the same shape and measurements of the same shapes, through
-    the production functions from the population on."""
+    the production functions from the population on. ``nodes``: the units of the target level in the
+    real tree (:func:`topdown_root`'s)."""
     from experiments.release.topdown import publish_topdown, topdown_root
 
     geo = pop.geography
     level = cfg.target.level
-    td = topdown_root(cfg, pop, unit, wb)
-    inside = np.flatnonzero(np.isin(geo.units(level), list(td.nodes)))
+    inside = np.flatnonzero(np.isin(geo.units(level), list(nodes)))
     if not len(inside):
         return "not run: nobody lives under the root"
     cases = []
-    other = [u for u in td.nodes if u != unit and (geo.units(level) == u).any()]
+    other = [u for u in nodes if u != unit and (geo.units(level) == u).any()]
     if other:  # a whole unit down to one resident, and then none
         rows = np.flatnonzero(geo.units(level) == other[0])
         keep = np.setdiff1d(np.arange(len(pop)), rows[1:])

@@ -14,9 +14,10 @@ from experiments.problem import build_workload, private_half
 from experiments.release.publish import Published, _labels
 from microdata.dataset import Dataset
 from microdata.geography import FROM_ROWS
+from reconstruct.exact import query_matrix
 from synth.mechanism import Mechanism
 from synth.release import workload_counts
-from synth.topdown import Measurements, Strategy, Tree, TreeShape, build_tree, check_consistent, mdf_rows, table_matrix
+from synth.topdown import Measurements, Strategy, Tree, TreeShape, build_tree, check_consistent, mdf_rows
 from synth.topdown import estimate as topdown_estimate
 from synth.topdown import measure as topdown_measure
 
@@ -78,18 +79,14 @@ def topdown_shape(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bo
 
 def person_types(data: Dataset, person_domain) -> np.ndarray:
     """Each row's person type: its attributes (BLOCK aside) row-major over ``person_domain``."""
-    codes = data.project(list(person_domain.names)).codes
-    if not len(codes):
-        return np.zeros(0, dtype=np.int64)
-    return np.ravel_multi_index(tuple(codes.T), person_domain.sizes).astype(np.int64)
+    return person_domain.encode(data.project(list(person_domain.names)).codes)
 
 
 def topdown_strategy(cfg: ExperimentConfig, person_domain) -> Strategy:
     """What every node measures: the detailed histogram over ``person_domain`` and the first tables
     workload's cells over it, with the configured split of each level's budget between them."""
     pw = build_workload(cfg, cfg.queries[0], person_domain)
-    tables, everyone = table_matrix(pw)
-    return Strategy(tables, everyone, Fraction(repr(float(cfg.release.topdown.detailed_share))))
+    return Strategy(query_matrix(pw).astype(np.int64), Fraction(repr(float(cfg.release.topdown.detailed_share))))
 
 
 def topdown_tree(cfg: ExperimentConfig, shape: TreeShape, nodes: dict, halves: dict[str, Dataset],
@@ -153,9 +150,7 @@ def topdown_mdf(td: TopDownRoot, estimates: list[np.ndarray]) -> pd.DataFrame:
     leaf, types = mdf_rows(estimates[-1])
     shape = td.shape
     unit_of_leaf = shape.ids[-2][shape.parent[-1]] if shape.levels[-1] == "block" else shape.ids[-1]
-    codes = np.stack(np.unravel_index(types, td.person_domain.sizes), axis=1) if len(types) else \
-        np.zeros((0, len(td.person_domain)), dtype=np.int64)
-    frame = Dataset(td.person_domain, codes).to_pandas(labels=True)
+    frame = Dataset(td.person_domain, td.person_domain.decode(types)).to_pandas(labels=True)
     frame.insert(0, "UNIT", unit_of_leaf[leaf] if len(leaf) else np.array([], dtype=str))
     frame.insert(0, shape.levels[-1].upper() + "_ID", shape.ids[-1][leaf] if len(leaf) else np.array([], dtype=str))
     return frame
@@ -171,8 +166,7 @@ def topdown_unit(td: TopDownRoot, estimates: list[np.ndarray], unit: str, worklo
         rows, types = mdf_rows(estimates[-1][leaves])
     else:
         rows, types = mdf_rows(estimates[-1][[node]])
-    person = np.stack(np.unravel_index(types, td.person_domain.sizes), axis=1) if len(types) else \
-        np.zeros((0, len(td.person_domain)), dtype=np.int64)
+    person = td.person_domain.decode(types)
     codes = np.zeros((len(types), len(domain)), dtype=np.int64)
     for j, a in enumerate(td.person_domain.names):
         codes[:, domain.index(a)] = person[:, j]

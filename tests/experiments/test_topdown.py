@@ -70,4 +70,4 @@ def test_the_tree_comes_from_the_public_list_whoever_lives_there(agency):
                                                           catalogue=geo.catalogue))
         shapes.append(topdown_root(cfg, people, UNIT, True).shape.key())
     assert shapes[0] == shapes[1] == td.shape.key()
-    assert _topdown_structure(cfg, pop, UNIT, True) == "pass"
+    assert _topdown_structure(cfg, pop, UNIT, True, td.nodes) == "pass"

@@ -26,7 +26,7 @@ def _setup(rng, n_units=3, per=4, types=12):
     leaf = rng.integers(0, 4, size=(n_units * per, types)) * (rng.random((n_units * per, types)) < 0.4)
     rows = np.concatenate([np.arange(types) // (types // 3), np.full(types, 3)])
     tables = sp.csr_matrix((np.ones(2 * types, np.int64), (rows, np.tile(np.arange(types), 2))), shape=(4, types))
-    return build_tree(shape, leaf), Strategy(tables, np.array([3]))
+    return build_tree(shape, leaf), Strategy(tables)
 
 
 @pytest.mark.parametrize("eps", [0.1, 1.0, 10.0])
