@@ -354,8 +354,11 @@ def _bureau_section(doc, run_dir: Path, cfg, variant) -> None:
           "independently noised ones the least-deviation fit (integer counts closest to the noisy tables in "
           "Σ |A x − c̃| / scale, solved over the LP relaxation's support). An empty cell: nothing to measure there "
           "(no solution, or no vulnerable person linked). The "
-          "Bureau's rows are its published figures for the whole 2010 population, given for scale: they are "
-          "measured the same way, on other data.")
+          "Bureau's rows are its published figures for the whole 2010 population, given for scale: the agreement "
+          "is defined as the Bureau's; the reidentification differs in three ways, so compare it with care: "
+          "the attacker file here is simulated (a share of D with some ages off by one, not a commercial file), "
+          "the vulnerable group lacks the Bureau's condition of a block with a unique reconstruction, and a "
+          "block's most common race and ethnicity does not fall back to the block group on ties.")
     headers, rows = table
     doc.table(headers, rows, numeric=set(range(2, len(headers))))
 
