@@ -163,6 +163,7 @@ class UnitProblem:
     holdout: Dataset  # D_holdout
     block_weights: np.ndarray | None  # BLOCK's distribution in D_holdout: what baselines and inits may use
     block_list_source: str | None = None  # where the BLOCK values come from (None without BLOCK)
+    areas: dict | None = None  # per level between the unit and its blocks: each area and its BLOCK codes
 
 
 def unit_blocks(pop: Dataset, cfg: ExperimentConfig, unit: str) -> tuple[list[str], str]:
@@ -170,6 +171,21 @@ def unit_blocks(pop: Dataset, cfg: ExperimentConfig, unit: str) -> tuple[list[st
     that list comes from. Without a public list the blocks are those with persons, and the
     source says so: a release must not publish such a list unless the agency declares it."""
     return pop.geography.units_within(cfg.target.level, unit, "block")
+
+
+def unit_areas(pop: Dataset, cfg: ExperimentConfig, unit: str) -> dict[str, list[tuple[str, list[int]]]]:
+    """Per geography level between the target and its blocks (the tracts of a county), each area
+    of ``unit`` with the BLOCK codes of its blocks (positions in :func:`unit_blocks`), from the
+    public list: where tables per tract inside a county are published."""
+    geo = pop.geography
+    blocks, _ = unit_blocks(pop, cfg, unit)
+    out = {}
+    for lv in geo.finer(cfg.target.level)[:-1]:
+        where: dict[str, list[int]] = {}
+        for i, a in enumerate(geo.enclosing("block", blocks, lv)):
+            where.setdefault(a, []).append(i)
+        out[lv] = sorted(where.items())
+    return out
 
 
 def block_names(blocks: list[str]) -> tuple[str, ...]:
@@ -209,10 +225,11 @@ def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: boo
     source = unit_blocks(pop, cfg, unit)[1] if with_block else None
     rng = np.random.default_rng(_stable("split", cfg.seed, unit))
     private, holdout = holdout_split(data, rng, cfg.holdout_fraction)
-    weights = None
+    weights, areas = None, None
     if with_block:  # where an outsider expects persons: the holdout's blocks (D's are what is attacked)
         weights = np.bincount(holdout.column("BLOCK"), minlength=holdout.domain.sizes[0]).astype(np.float64)
-    return UnitProblem(unit, with_block, private, holdout, weights, source)
+        areas = unit_areas(pop, cfg, unit)
+    return UnitProblem(unit, with_block, private, holdout, weights, source, areas)
 
 
 def private_half(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool) -> Dataset:
@@ -254,10 +271,11 @@ def method_names(cfg: ExperimentConfig) -> list[str]:
         cfg.margins_method(q) for q in cfg.queries] + (["exact"] if cfg.attack.exact else [])
 
 
-def build_workload(cfg: ExperimentConfig, q, domain):
+def build_workload(cfg: ExperimentConfig, q, domain, areas: dict | None = None):
     """The published queries of workload ``q`` over the attack domain: k-way marginals (a seeded
     sample if asked), or tables: SF1 cells and declared tables, one product-query workload (per
-    block when BLOCK is kept, summed to the unit when it is not)."""
+    block, or per area of ``areas`` (:func:`unit_areas`) for tables of a level between the unit
+    and its blocks, when BLOCK is kept; summed to the unit when it is not)."""
     if q.is_tables:
         from microdata.census import CensusWorkload
         from microdata.tables import TableError, build_table_cells
@@ -267,9 +285,12 @@ def build_workload(cfg: ExperimentConfig, q, domain):
             levels = geography_levels(cfg)
             lv = cfg.target.level
             at = levels.index(lv) if lv in levels else len(levels)
-            cells = census_cells(q) + build_table_cells(declared, domain, lv, coarser=levels[:at],
-                                                        finer=levels[at + 1:-1])
-            return CensusWorkload.build(domain, cells)
+            finer = levels[at + 1:-1]
+            cells = census_cells(q) + build_table_cells(declared, domain, lv, coarser=levels[:at], finer=finer)
+            inside = sorted({c.level for c in cells} & set(finer))
+            if inside and "BLOCK" in domain and not (areas and set(inside) <= set(areas)):
+                raise ValueError(f"tables per {inside} inside a {lv} need the unit's areas (unit_areas)")
+            return CensusWorkload.build(domain, cells, areas={k: v for k, v in (areas or {}).items() if k in inside})
         except TableError as e:
             raise ConfigError(f"queries.tables: {e}") from None
     w = Workload.all_kway(domain, q.k, lower=q.lower)

@@ -63,7 +63,7 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
         u = effective_u(D.distinct(), H.distinct())
         workloads = {}
         for q in cfg.queries:
-            w = build_workload(cfg, q, D.domain)
+            w = build_workload(cfg, q, D.domain, prob.areas)
             plan = plan_for(w)
             workloads[q.label] = (q, w, plan, exact_answers(D, w, plan))  # Q(D): all the attack sees of D
         work.append(_UnitWork(prob, D.keys(), u, k_grid(u, cfg.grid_points), workloads,
@@ -208,7 +208,7 @@ def unit_queries(cfg: ExperimentConfig) -> list[dict]:
             blocks, source = unit_blocks(pop, cfg, unit) if has_blocks else ([], None)
             occupied = len(set(pop.geography.units("block")[rows].tolist())) if has_blocks else 0
             for q in cfg.queries:
-                w = build_workload(cfg, q, prob.private.domain)
+                w = build_workload(cfg, q, prob.private.domain, prob.areas)
                 cells = (dict(w.cells_per_table) if not isinstance(w, Workload)
                          else {"×".join(m): int(np.prod(w.shape(m))) for m in w.marginals})
                 out.append({"unit": unit, "with_block": wb, "workload": q.label, "num_blocks": len(blocks),

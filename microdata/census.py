@@ -60,7 +60,9 @@ def _all(attr_size: int) -> frozenset[int]:
 @dataclass(frozen=True)
 class Cell:
     """One published count: table, SF1 cell number, label and the value set of each attribute it
-    restricts (attributes it does not name are unrestricted); ``level`` is block or tract."""
+    restricts (attributes it does not name are unrestricted); ``level`` is where it is published:
+    "block", a geography level ("tract": per tract when the unit is coarser, else the unit) or
+    "unit"."""
 
     table: str
     number: int
@@ -219,7 +221,9 @@ class CensusWorkload:
     Every query is a product of per-attribute value sets; ``queries`` holds, per query, the
     index of its value set for each attribute (into ``value_sets[attr]``). Duplicate
     queries (the same product) are kept once; ``labels`` names each kept query by its
-    first cell, and ``cells_per_table`` counts the cells asked for, before deduplication.
+    first cell, ``query_levels`` says where it is published ("block", "unit", or the level of
+    an area inside the unit: "tract" in a county), and ``cells_per_table`` counts the cells
+    asked for, before deduplication.
     """
 
     domain: Domain
@@ -227,15 +231,19 @@ class CensusWorkload:
     queries: tuple[tuple[int, ...], ...]  # per query, a set index per attribute
     labels: tuple[str, ...]
     cells_per_table: tuple[tuple[str, int], ...]
+    query_levels: tuple[str, ...] = ()
 
     @property
     def num_queries(self) -> int:
         return len(self.queries)
 
     @classmethod
-    def build(cls, domain: Domain, cells: Sequence[Cell], block_attr: str | None = "BLOCK") -> "CensusWorkload":
+    def build(cls, domain: Domain, cells: Sequence[Cell], block_attr: str | None = "BLOCK",
+              areas: dict[str, Sequence[tuple[str, Sequence[int]]]] | None = None) -> "CensusWorkload":
         """Block-level cells become one query per block when ``block_attr`` is in the domain;
-        tract-level cells stay single queries over the whole unit."""
+        cells of a level in ``areas`` (per level, each area's name and its blocks' codes: the
+        tracts of a county) one query per area; other cells stay single queries over the whole
+        unit. Without ``block_attr`` every cell is summed to the unit."""
         need = required_attributes(cells)
         missing = sorted(need - set(domain.names))
         if missing:
@@ -244,17 +252,28 @@ class CensusWorkload:
                 f"(it has {list(domain.names)})")
         has_block = block_attr is not None and block_attr in domain
         blocks = range(domain.size(block_attr)) if has_block else [None]
+        areas = areas or {}
+        block_names = domain.attribute(block_attr).values if has_block else ()
         seen: dict[tuple, int] = {}
         labels: list[str] = []
+        levels: list[str] = []
         products: list[tuple[frozenset[int], ...]] = []
         counts: dict[str, int] = {}
         for c in cells:
             sets = c.attrs()
-            for b in (blocks if c.level == "block" else [None]):
+            if not has_block:
+                where = [(None, None, "unit")]
+            elif c.level == "block":
+                where = [(frozenset({b}), block_names[b], "block") for b in blocks]
+            elif c.level in areas:
+                where = [(frozenset(int(i) for i in members), name, c.level) for name, members in areas[c.level]]
+            else:
+                where = [(None, None, "unit")]
+            for bset, place, level in where:
                 full = []
                 for a in domain.names:
-                    if a == block_attr and b is not None:
-                        full.append(frozenset({b}))
+                    if a == block_attr and bset is not None:
+                        full.append(bset)
                     elif a in sets:
                         full.append(frozenset(v for v in sets[a] if v < domain.size(a)))
                     else:
@@ -265,7 +284,8 @@ class CensusWorkload:
                     continue
                 seen[key] = len(products)
                 products.append(key)
-                labels.append(c.name if b is None else f"{c.name}@{domain.attribute(block_attr).values[b]}")
+                labels.append(c.name if place is None else f"{c.name}@{place}")
+                levels.append(level)
         value_sets = []
         index = []
         for j in range(len(domain)):
@@ -274,7 +294,7 @@ class CensusWorkload:
             pos = {s: i for i, s in enumerate(distinct)}
             index.append([pos[p[j]] for p in products])
         queries = tuple(zip(*index))
-        return cls(domain, tuple(value_sets), queries, tuple(labels), tuple(counts.items()))
+        return cls(domain, tuple(value_sets), queries, tuple(labels), tuple(counts.items()), tuple(levels))
 
     def membership(self, attr: int) -> np.ndarray:
         """(|attr| × #sets) 0/1 matrix: value v is in set s."""
@@ -314,8 +334,16 @@ class CensusWorkload:
                         dtype=np.int64)
 
     def levels(self) -> np.ndarray:
-        """Where each query is published: "block" (one per block) or "unit" (the whole target unit)."""
+        """Where each query is published: "block" (one per block), "unit" (the whole target unit) or
+        an area level inside the unit ("tract" in a county)."""
+        if self.query_levels:
+            return np.array(self.query_levels)
         return np.array(["block" if "@" in label else "unit" for label in self.labels])
+
+    def level_order(self) -> list[str]:
+        """The levels the queries are published at, finest first: block, areas, unit."""
+        present = list(dict.fromkeys(self.levels().tolist()))
+        return sorted(present, key=lambda lv: (lv != "block", lv == "unit"))
 
     def cells_per_person(self, chunk_cells: int = 1 << 26) -> np.ndarray:
         """For every person type (a value of each attribute but BLOCK, row-major over the domain
@@ -323,8 +351,9 @@ class CensusWorkload:
         every table at once: the tables of one block (a person lives in one) and the unit's.
 
         Every block is published with the same tables, so block 0 stands for all of them when
-        the BLOCK sets are single blocks or the whole unit; other BLOCK sets are handled by
-        taking the most over blocks."""
+        the BLOCK sets are single blocks or the whole unit; with other BLOCK sets (the tracts of
+        a county) a person's count depends on their block, and the most is taken over one block
+        of each class of blocks that lie in the same multiset of queries (BLOCK aside)."""
         names = [a for a in self.domain.names if a != "BLOCK"]
         sub = [self.domain.index(a) for a in names]
         q = np.array(self.queries, dtype=np.int64).reshape(len(self.queries), len(self.domain))
@@ -334,7 +363,7 @@ class CensusWorkload:
             in_block = member[jb][:, q[:, jb]]  # (blocks, queries): the queries a person of block b lies in
             sizes = in_block.sum(axis=0)
             symmetric = bool(np.all((sizes == 1) | (sizes == in_block.shape[0])))
-            blocks = [0] if symmetric else list(range(in_block.shape[0]))
+            blocks = [0] if symmetric else self._block_classes(in_block, q[:, sub])
         else:
             in_block, blocks = None, [None]
         shape = tuple(self.domain.sizes[j] for j in sub)
@@ -351,6 +380,17 @@ class CensusWorkload:
                     hit &= member[j][types[:, col]][:, qs[:, j]]
                 best[start:start + len(types)] = np.maximum(best[start:start + len(types)], hit.sum(axis=1))
         return best
+
+    @staticmethod
+    def _block_classes(in_block: np.ndarray, person_part: np.ndarray) -> list[int]:
+        """One block per class of blocks whose queries have the same person parts, with
+        multiplicity (a person of a given type lies in as many of them in either block)."""
+        seen: dict[bytes, int] = {}
+        for b in range(in_block.shape[0]):
+            rows = person_part[in_block[b]]
+            key = rows[np.lexsort(rows.T[::-1])].tobytes() if len(rows) else b""
+            seen.setdefault(key, b)
+        return sorted(seen.values())
 
     def max_cells_per_person(self) -> int:
         """The most released queries one person lies in: the L1 sensitivity of the census

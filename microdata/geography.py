@@ -192,6 +192,20 @@ class Geography:
         rows = self.mask(level, unit)
         return sorted(set(self.units(finer)[rows].tolist())), FROM_ROWS
 
+    def enclosing(self, finer: str, ids: list[str], level: str) -> list[str]:
+        """The unit of ``level`` around each of ``ids`` (units of ``finer``): from the public
+        catalogue when it has both levels (empty units included), else from the rows."""
+        if level not in self.coarser(finer):
+            raise GeographyError(f"{level!r} is not coarser than {finer!r}; coarser levels are {list(self.coarser(finer))}")
+        if self.catalogue is not None and {finer, level} <= set(self.catalogue.ids):
+            lookup = dict(zip(self.catalogue.ids[finer].tolist(), self.catalogue.ids[level].tolist()))
+        else:
+            lookup = dict(zip(self.units(finer).tolist(), self.units(level).tolist()))
+        unknown = [i for i in ids if i not in lookup]
+        if unknown:
+            raise GeographyError(f"{finer} {unknown[0]!r} is not in this geography")
+        return [lookup[i] for i in ids]
+
     def to_columns(self) -> dict[str, np.ndarray]:
         """``GEO_<level>`` columns for every level below national (for data frames)."""
         return {f"GEO_{lv}": self.ids[lv] for lv in self.levels[1:]}

@@ -30,7 +30,9 @@ class TableSpec:
     by: tuple[tuple[str, tuple[tuple[str, ...], ...] | None], ...]
     partial: bool = False  # groups may leave values out or overlap, as declared
 
-    def cells(self, domain: Domain, block_level: bool) -> list[Cell]:
+    def cells(self, domain: Domain, block_level: bool, area_level: str | None = None) -> list[Cell]:
+        """The table's cells; each is published per block (``block_level``), per area of
+        ``area_level`` inside the unit, or once for the unit."""
         axes = []
         for var, groups in self.by:
             if var not in domain:
@@ -56,7 +58,8 @@ class TableSpec:
         for n, combo in enumerate(itertools.product(*axes), start=1):
             label = ", ".join(f"{var}={_group_label(vals)}" for var, vals, _ in combo) or "Total"
             sets = {var: s for var, _, s in combo}
-            out.append(Cell(self.name, n, label, tuple(sorted(sets.items())), "block" if block_level else "tract"))
+            out.append(Cell(self.name, n, label, tuple(sorted(sets.items())),
+                            "block" if block_level else area_level or "unit"))
         return out
 
 
@@ -135,27 +138,27 @@ def parse_by(entry, domain: Domain, table: str) -> tuple[str, tuple[tuple[str, .
 def build_table_cells(specs: Sequence[dict], domain: Domain, unit_level: str, block_level: str = "block",
                       coarser: Sequence[str] = (), finer: Sequence[str] = ()) -> list[Cell]:
     """The cells of declared tables (config dicts with name, level, by) over an attack domain.
-    ``level`` must be the finest geography level (``block_level``: one table per block) or the
-    target ``unit_level``; a level in ``coarser`` (than the target) or ``finer`` gets an error that
-    says what to do instead."""
+    ``level`` is the finest geography level (``block_level``: one table per block), a level in
+    ``finer`` (between the target and its blocks: one table per such area inside the unit) or the
+    target ``unit_level``; a level in ``coarser`` (than the target) gets an error that says what
+    to do instead."""
     cells, names = [], set()
     for spec in specs:
         name, level = spec["name"], spec["level"]
         if name in names:
             raise TableError(f"table name {name!r} is used twice")
         names.add(name)
-        if level not in (block_level, unit_level):
+        if level not in (block_level, unit_level, *finer):
             if level in coarser:
                 raise TableError(
                     f"table {name}: level {level!r} is coarser than the target level {unit_level!r}: a {level}'s table "
                     f"counts this {unit_level}'s persons together with its neighbours', so an attack on one "
                     f"{unit_level} cannot use it. To evaluate {level} tables, attack whole {level}s: set target.level: "
                     f"{level} (their blocks stay BLOCK) and publish at level: {level} or {block_level}")
-            raise TableError(f"table {name}: level {level!r} must be {block_level!r} (one table per block) or "
-                             f"the target level {unit_level!r}"
-                             + (f"; tables per {level} inside a {unit_level} are not supported yet" if level in finer
-                                else ""))
+            raise TableError(f"table {name}: level {level!r} must be {block_level!r} (one table per block), "
+                             + "".join(f"{lv!r}, " for lv in finer) + f"or the target level {unit_level!r}")
         by = tuple(parse_by(b, domain, name) for b in spec.get("by", []))
         cells += TableSpec(name, level, by, bool(spec.get("partial", False))).cells(
-            domain, block_level=(level == block_level and level != unit_level))
+            domain, block_level=(level == block_level and level != unit_level),
+            area_level=level if level in finer and level not in (block_level, unit_level) else None)
     return cells

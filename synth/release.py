@@ -132,11 +132,12 @@ def total_queries(workload) -> list[np.ndarray]:
     tables, levels = workload.tables(), workload.levels()
     groups = []
     for t in dict.fromkeys(tables.tolist()):
-        for lv in ("unit", "block"):
+        for lv in reversed(workload.level_order()):  # the unit first
             idx = np.flatnonzero((tables == t) & (levels == lv))
             if idx.size == 0 or free_types is None:
                 continue
-            one = idx if jb is None or lv == "unit" else idx[member[jb][0, q[idx, jb]]]  # block 0 stands for all
+            # block 0 (and its area) stands for all: every block and area publishes the same cells
+            one = idx if jb is None or lv == "unit" else idx[member[jb][0, q[idx, jb]]]
             hit = np.ones((len(free_types), len(one)), dtype=bool)
             for col, j in enumerate(free):
                 hit &= member[j][free_types[:, col]][:, q[one, j]]
@@ -189,7 +190,7 @@ def table_utility(published: np.ndarray, exact: np.ndarray, workload) -> list[di
     else:
         tables, levels = workload.tables(), workload.levels()
         groups = [(t, lv, (tables == t) & (levels == lv)) for t in dict.fromkeys(tables.tolist())
-                  for lv in ("block", "unit") if ((tables == t) & (levels == lv)).any()]
+                  for lv in workload.level_order() if ((tables == t) & (levels == lv)).any()]
     out = []
     for name, level, idx in groups:
         err = np.abs(published[idx] - exact[idx])

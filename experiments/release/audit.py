@@ -68,9 +68,9 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, unit: str |
     bar = tqdm(total=len(jobs), desc="audits", disable=not (progress and sys.stderr.isatty()))
     out = []
     for wb in cfg.target.with_block:
-        frame = _frame(cfg, pop, unit, wb)
+        frame, areas = _frame(cfg, pop, unit, wb)
         blocks_check = _block_list_check(cfg, pop, unit) if wb else None
-        workload = build_workload(cfg, cfg.queries[0], frame)
+        workload = build_workload(cfg, cfg.queries[0], frame, areas)
         pair = _worst_pair(frame, workload, parse_relation(r.relation))
         small = _histogram_pair(frame, parse_relation(r.relation))
         smallest = _histogram_pair(frame, parse_relation(r.relation), cells=SMOOTHED_CELLS)
@@ -128,15 +128,26 @@ def _family_level(cfg: ExperimentConfig, results: int, mechanisms: list[str]) ->
 # ---- inputs: a small frame of public inputs and worst-case neighbours in it ------------------------
 
 
-def _frame(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bool) -> Domain:
-    """The attack domain of ``unit`` (BLOCK from its public block list), cut to two blocks: every
-    block publishes the same tables, and a person lives in one."""
+def _frame(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bool) -> tuple[Domain, dict | None]:
+    """The attack domain of ``unit`` (BLOCK from its public block list), cut to two blocks, and
+    the areas inside the unit (the tracts of a county) of those blocks: every block publishes the
+    same tables and a person lives in one; when the unit has areas the second block is in another
+    area than the first where one exists, so that a person moving between them changes the
+    areas' tables too."""
     prob = prepare_unit(pop, cfg, unit, with_block, pad_blocks=False)
     dom = prob.private.domain
     if not with_block:
-        return dom
-    names = dom.attribute("BLOCK").values[:2]
-    return Domain((Attribute("BLOCK", tuple(names)),) + tuple(a for a in dom.attributes if a.name != "BLOCK"))
+        return dom, None
+    names = dom.attribute("BLOCK").values
+    finest = prob.areas[list(prob.areas)[-1]] if prob.areas else []
+    area_of = {b: i for i, (_, members) in enumerate(finest) for b in members}
+    other = next((b for b in range(1, len(names)) if area_of.get(b) != area_of.get(0)), 1)
+    keep = [0, other][:len(names)]
+    areas = {lv: [(a, [keep.index(b) for b in members if b in keep]) for a, members in listed
+                  if any(b in keep for b in members)] for lv, listed in (prob.areas or {}).items()}
+    frame = Domain((Attribute("BLOCK", tuple(names[b] for b in keep)),)
+                   + tuple(a for a in dom.attributes if a.name != "BLOCK"))
+    return frame, areas
 
 
 def _cells_of(workload, codes: np.ndarray) -> np.ndarray:

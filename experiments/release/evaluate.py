@@ -61,9 +61,9 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
         if wb:
             check_block_list(cfg, pop, units[0])
         if parse_relation(r.relation) is Relation.ADD_REMOVE and "unit_total" not in r.invariants:
-            D = prepare_unit(pop, cfg, units[0], wb, pad_blocks=False).private
+            first = prepare_unit(pop, cfg, units[0], wb, pad_blocks=False)
             try:  # n must come from the noisy tables: they must publish a total or a partition
-                total_queries(build_workload(cfg, cfg.queries[0], D.domain))
+                total_queries(build_workload(cfg, cfg.queries[0], first.private.domain, first.areas))
             except PrivacyError as e:
                 raise ConfigError(str(e)) from None
     run_dir = release_dir(out_root, cfg)
@@ -165,7 +165,7 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
     truth = D.keys()
     u = effective_u(D.distinct(), H.distinct())
     ks = k_grid(u, cfg.grid_points)
-    w = build_workload(cfg, cfg.queries[0], D.domain)
+    w = build_workload(cfg, cfg.queries[0], D.domain, prob.areas)
     plan = plan_for(w)
     exact = exact_answers(D, w)
     exact_counts = workload_counts(D, w)

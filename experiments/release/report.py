@@ -466,7 +466,7 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     doc.h(2, "Audit of the publishing code")
     doc.p("Each mechanism is released through the same function this evaluation attacks, on worst-case neighbouring "
           "datasets under the declared relation, at each audited ε; the audited ε is a "
-          f"{audits[0].confidence:.0%} Clopper–Pearson lower bound and must not exceed the declared ε. Checks: "
+          f"{_confidence(audits[0].confidence)} Clopper–Pearson lower bound and must not exceed the declared ε. Checks: "
           "`block_list` (a block whose only resident is replaced stays published), `structure` (the release's shape is "
           "the same for both neighbours), `post_processing` (given the same noisy counts both neighbours publish the "
           "same: no n or other fact leaks past the noise), `noise_scale` (the noise really added is as large as the "
@@ -551,3 +551,8 @@ def write_release_report_from_dir(run_dir: Path) -> Path:
     audits = load_audits(run_dir)
     facts = json.loads((run_dir / "manifest.json").read_text()).get("facts", {})
     return write_report(cfg, run_dir, df, util, audits, ledger, facts)
+
+
+def _confidence(c: float) -> str:
+    """A confidence level with the digits that tell it from 100% (99.96%, not 100%)."""
+    return f"{100 * c:.6g}%" if c < 1 else "100%"

@@ -53,7 +53,8 @@ def topdown_shape(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bo
                           f"choose from {list(geo.coarser(level))}")
     root = geo.parent(level, unit, root_level)
     mids = [lv for lv in reversed(geo.coarser(level)) if lv in geo.finer(root_level)]  # coarsest first
-    levels = [root_level, *mids, level] + (["block"] if with_block else [])
+    inner = [lv for lv in geo.finer(level) if lv != "block"] if with_block else []  # the tracts of a county
+    levels = [root_level, *mids, level, *inner] + (["block"] if with_block else [])
     ids, parent, sources = [[root]], [[-1]], set()
     for li in range(1, len(levels)):
         ids.append([])
@@ -70,9 +71,13 @@ def topdown_shape(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bo
             "units file), or declare release.invariants: [occupied_blocks] to publish the list as an invariant")
     shape = TreeShape(levels, [np.array(x, dtype=str) for x in ids], [np.array(x, dtype=np.int64) for x in parent])
     u_level = 1 + len(mids)
+    ancestor = np.arange(len(shape.ids[-1]))  # each leaf's node at the target level
+    for li in range(len(levels) - 1, u_level, -1):
+        ancestor = shape.parent[li][ancestor]
     nodes = {}
     for i, u in enumerate(shape.ids[u_level]):
-        leaves = np.flatnonzero(shape.parent[-1] == i).tolist() if with_block else []
+        # in the order of the unit's BLOCK values (its public block list, sorted by id)
+        leaves = sorted(np.flatnonzero(ancestor == i).tolist(), key=lambda b: shape.ids[-1][b]) if with_block else []
         nodes[str(u)] = (u_level, i, leaves)
     return root, shape, nodes, (FROM_ROWS if FROM_ROWS in sources else next(iter(sources)))
 
@@ -149,7 +154,9 @@ def topdown_mdf(td: TopDownRoot, estimates: list[np.ndarray]) -> pd.DataFrame:
     or unit without BLOCK), its unit of the target level and its attributes as labels."""
     leaf, types = mdf_rows(estimates[-1])
     shape = td.shape
-    unit_of_leaf = shape.ids[-2][shape.parent[-1]] if shape.levels[-1] == "block" else shape.ids[-1]
+    unit_of_leaf = np.empty(len(shape.ids[-1]), dtype=object)
+    for u, (_, node, leaves) in td.nodes.items():
+        unit_of_leaf[leaves if leaves else [node]] = u
     frame = Dataset(td.person_domain, td.person_domain.decode(types)).to_pandas(labels=True)
     frame.insert(0, "UNIT", unit_of_leaf[leaf] if len(leaf) else np.array([], dtype=str))
     frame.insert(0, shape.levels[-1].upper() + "_ID", shape.ids[-1][leaf] if len(leaf) else np.array([], dtype=str))

@@ -121,3 +121,19 @@ def test_county_tables_are_evaluated_by_attacking_whole_counties(agency_queries,
     rows = [__import__("json").loads(x) for x in capsys.readouterr().out.splitlines()]
     assert len(rows) == 2 and all(r["cells_per_table"]["SEX_COUNTY"] == 2 for r in rows)
     assert all(r["cells_per_table"]["P1"] == r["num_blocks"] > 0 for r in rows)
+
+
+def test_tables_per_tract_inside_a_county_target_are_published_per_tract(agency_queries, capsys, tmp_path):
+    """An agency publishing block, tract and county tables evaluates them together: whole counties
+    attacked, each tract's table over its listed blocks (empty ones included)."""
+    tables = ("queries.tables=[{name: P1, level: block, by: []}, {name: SEX_TRACT, level: tract, by: [SEX]}, "
+              "{name: SEX_COUNTY, level: county, by: [SEX]}]")
+    assert main([*agency_queries, "--set", tables, "--set", "target.level=county", "--set", "target.units=2",
+                 "--set", "baselines=[holdout, state, chance]", "--json"]) == 0
+    rows = [__import__("json").loads(x) for x in capsys.readouterr().out.splitlines()]
+    listed = __import__("pandas").read_csv(tmp_path / "inputs" / "blocks.csv", dtype=str)
+    assert set(listed.groupby(["st", "cty"])["tract"].nunique()) == {3}  # the public list: 3 tracts a county
+    assert len(rows) == 2
+    for r in rows:
+        assert r["cells_per_table"]["SEX_COUNTY"] == 2 and r["cells_per_table"]["P1"] == r["num_blocks"]
+        assert r["cells_per_table"]["SEX_TRACT"] == 2 * 3

@@ -71,3 +71,33 @@ def test_the_tree_comes_from_the_public_list_whoever_lives_there(agency):
         shapes.append(topdown_root(cfg, people, UNIT, True).shape.key())
     assert shapes[0] == shapes[1] == td.shape.key()
     assert _topdown_structure(cfg, pop, UNIT, True, td.nodes) == "pass"
+
+
+def test_a_county_target_keeps_its_tracts_in_the_tree_and_publishes_tract_tables_per_tract():
+    """Attacking whole counties with SF1's tract table PCT12: the tree keeps the tract level between
+    the county and its blocks (as 2020's did), the county's blocks are its leaves in the order of its
+    BLOCK values, and PCT12 is published per tract, each over its listed blocks."""
+    from experiments.problem import unit_blocks
+    from experiments.release.topdown import topdown_shape
+
+    cfg = load_config(pathlib.Path(__file__).parents[2] / "configs" / "release_agency.yaml",
+                      ["target.level=county", "target.unit_ids=['01001']", "release.topdown.root=state",
+                       "release.mechanisms=[topdown]", "baselines=[holdout, state, chance]"])
+    pop = load_population(cfg)
+    _, shape, nodes, _ = topdown_shape(cfg, pop, "01001", True)
+    assert shape.levels == ["state", "county", "tract", "block"]
+    blocks, _ = unit_blocks(pop, cfg, "01001")
+    assert shape.ids[-1][nodes["01001"][2]].tolist() == blocks
+    prob = prepare_unit(pop, cfg, "01001", True, pad_blocks=False)
+    w = build_workload(cfg, cfg.queries[0], prob.private.domain, prob.areas)
+    tracts = pop.geography.units_within("county", "01001", "tract")[0]
+    assert len(tracts) == 4 and dict(w.cells_per_table)["PCT12"] == 209 * 4
+    totals = dict(zip(w.labels, workload_counts(prob.private, w).tolist()))
+    D_tracts = pop.geography.enclosing("block", [blocks[b] for b in prob.private.column("BLOCK")], "tract")
+    assert [totals[f"PCT12_001@{t}"] for t in tracts] == [D_tracts.count(t) for t in tracts]
+    with pytest.raises(ValueError, match="need the unit's areas"):
+        build_workload(cfg, cfg.queries[0], prob.private.domain)
+    # the auditor's two blocks lie in different tracts: a person moving between them changes both tracts' tables
+    from experiments.release.audit import _frame
+    frame, areas = _frame(cfg, pop, "01001", True)
+    assert frame.size("BLOCK") == 2 and [m for _, m in areas["tract"]] == [[0], [1]]

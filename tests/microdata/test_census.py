@@ -154,3 +154,39 @@ def test_census_sensitivity_of_the_sf1_set_is_the_maximum_over_persons_not_the_s
     w = CensusWorkload.build(dom, [c for name in TABLE_SETS["sf1"] for c in t[name]])
     assert w.max_cells_per_person() == 42  # 99 when each table's own maximum was summed
     assert CensusWorkload.build(dom, reference_cells()).max_cells_per_person() == 26  # was 51
+
+
+def _area_workload():
+    """Three blocks in two tracts (blocks 0 and 1 in T1, block 2 alone in T2): a total per block, a
+    total and a SEX table per tract, and the unit's total."""
+    from microdata.domain import Domain
+    from microdata.tables import build_table_cells
+
+    domain = Domain((Attribute.range("BLOCK", 3), Attribute("SEX", ("1", "2"))))
+    specs = [{"name": "BT", "level": "block", "by": []}, {"name": "TT", "level": "tract", "by": []},
+             {"name": "TS", "level": "tract", "by": ["SEX"]}, {"name": "UT", "level": "county", "by": []}]
+    cells = build_table_cells(specs, domain, "county", coarser=["state"], finer=["tract"])
+    return CensusWorkload.build(domain, cells, areas={"tract": [("T1", [0, 1]), ("T2", [2])]}), domain
+
+
+def test_tables_per_tract_inside_a_county_are_one_query_per_tract_and_count_its_blocks():
+    w, domain = _area_workload()
+    data = Dataset(domain, np.array([[0, 0], [1, 1], [1, 0], [2, 1]]))
+    got = dict(zip(w.labels, w.counts(data).tolist()))
+    assert got == {"BT_001@0": 1, "BT_001@1": 2, "BT_001@2": 1, "TT_001@T1": 3,  # T2's total is block 2's total
+                   "TS_001@T1": 2, "TS_002@T1": 1, "TS_001@T2": 0, "TS_002@T2": 1, "UT_001": 4}
+    assert dict(w.cells_per_table) == {"BT": 3, "TT": 2, "TS": 4, "UT": 1}
+    assert w.level_order() == ["block", "tract", "unit"]
+    assert dict(zip(w.labels, w.levels()))["TT_001@T1"] == "tract"
+
+
+def test_cells_per_person_takes_the_block_whose_person_lies_in_the_most_queries():
+    """A person of block 0 or 1 lies in their block's total, T1's total, T1's SEX cell and the unit's
+    total (4); one of block 2 in 3, as T2's total is the same query as block 2's total. Taking any
+    one block for all (block 2 here, say) would undercount the sensitivity."""
+    w, _ = _area_workload()
+    assert w.cells_per_person().tolist() == [4, 4]
+    assert w.max_cells_per_person() == 4
+    # blocks 0 and 2 lie in queries of the same person parts (0 and 1), block 1 in another multiset
+    assert CensusWorkload._block_classes(np.array([[1, 0, 1], [0, 1, 0], [0, 1, 1]], dtype=bool),
+                                         np.array([[0], [0], [1]])) == [0, 1]
