@@ -431,32 +431,113 @@ def per_attribute(P: jax.Array, layout: Layout) -> list[jax.Array]:
     return [P[layout.rows_of(i)].T for i in range(len(layout.sizes))]
 
 
+#: the cost of one element of a row-wise product pass relative to one matmul flop: the products
+#: are memory traffic, the matmuls compute-bound (used only to choose a plan's sides and parts)
+_ELEMENT_COST = 48
+
+
+def _unique_rows(rows: np.ndarray, radices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(rows, axis=0, return_inverse=True)`` for rows of set indices (column j below
+    ``radices[j]``), through one int64 key per row: many times faster than sorting rows."""
+    key = np.zeros(len(rows), np.int64)
+    for j, r in enumerate(radices):
+        key = key * int(r) + rows[:, j]
+    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return rows[first], np.asarray(inverse).reshape(-1)
+
+
+def _best_split(q: np.ndarray, n_sets: Sequence[int]):
+    """The cheapest split of the attributes into two sides (the first attribute on the left) for
+    the queries ``q`` (rows of set indices), with the distinct set combinations each side needs:
+    three matmuls of the two sides' products (the answers and both sides' cotangents), the
+    cotangents' sums into each attribute's set rows, and the row-wise product passes."""
+    d = q.shape[1]
+    best = None
+    for mask in range(1 << (d - 1)):
+        left = [0] + [j for j in range(1, d) if mask >> (j - 1) & 1]
+        right = [j for j in range(d) if j not in left]
+        if not right:
+            continue
+        lc, li = _unique_rows(q[:, left], [n_sets[j] for j in left])
+        rc, ri = _unique_rows(q[:, right], [n_sets[j] for j in right])
+        passes = len(lc) * (3 * len(left) - 1) + len(rc) * (3 * len(right) - 1)
+        into = sum(n_sets[a] for a in left) * len(lc) + sum(n_sets[a] for a in right) * len(rc)
+        cost = 6 * len(lc) * len(rc) + 2 * into + _ELEMENT_COST * passes
+        if best is None or cost < best[0]:
+            best = (cost, left, right, lc, li, rc, ri)
+    return best
+
+
+@dataclass(frozen=True)
+class _Part:
+    """Queries answered by one matmul of two sides' products (see :class:`ProductPlan`)."""
+
+    queries: tuple[int, ...]  # their positions in workload order
+    left: tuple[int, ...]
+    right: tuple[int, ...]
+    left_combos: tuple[tuple[int, ...], ...]  # per left row, a set index for every left attribute
+    right_combos: tuple[tuple[int, ...], ...]
+    query_left: tuple[int, ...]
+    query_right: tuple[int, ...]
+
+    @classmethod
+    def of(cls, q: np.ndarray, positions: np.ndarray, n_sets, split=None) -> tuple[float, "_Part"]:
+        sub = q[positions]
+        if split is None:
+            cost, left, right, lc, li, rc, ri = _best_split(sub, n_sets)
+        else:
+            left, right = sorted(split[0]), sorted(split[1])
+            if not left or left[0] != 0 or sorted(left + right) != list(range(q.shape[1])):
+                raise ValueError(f"no split {split} (the left side must hold attribute 0, and every attribute "
+                                 "must be on one side)")
+            lc, li = _unique_rows(sub[:, left], [n_sets[j] for j in left])
+            rc, ri = _unique_rows(sub[:, right], [n_sets[j] for j in right])
+            cost = 0.0
+        ints = lambda a: tuple(int(x) for x in np.asarray(a).reshape(-1))  # noqa: E731
+        return cost, cls(ints(positions), tuple(left), tuple(right), tuple(ints(r) for r in lc),
+                         tuple(ints(r) for r in rc), ints(li), ints(ri))
+
+
+def _segment_sum(x: jax.Array, ids: np.ndarray, segments: int, dtype) -> jax.Array:
+    """Row sums of ``x`` per segment id, as one matmul by the (segments × rows) 0/1 matrix (an
+    XLA:CPU scatter-add, a serial loop over the rows, measured no faster)."""
+    onehot = np.zeros((segments, len(ids)), np.float32)
+    onehot[ids, np.arange(len(ids))] = 1.0
+    return _dot(jnp.asarray(onehot), x, dtype)
+
+
 @dataclass(frozen=True, eq=False)
 class ProductPlan:
     """Relaxed answers of product queries (census table cells), batched: no loop over queries.
 
     A query restricts each attribute a to a value set S_a; on relaxed rows its answer is
-    (1/n') Σ_r Π_a Σ_{v∈S_a} P_a[v, r]. Per attribute, the summed probabilities of all
-    distinct sets are one matmul M_aᵀ · P_a (M_a the 0/1 membership matrix). Queries are
-    grouped by their sets on every attribute but the ``outer`` one: the row-wise product over
-    those attributes is formed once per distinct group, and one matmul against the outer
-    attribute's summed probabilities gives every (outer set × group) answer, from which the
-    queries are gathered. The outer attribute is the one that makes this cheapest (BLOCK,
-    typically). Dense vector = the queries themselves (workload order); autodiff gradient.
+    (1/n') Σ_r Π_a Σ_{v∈S_a} P_a[v, r]. Per attribute, the summed probabilities of all its
+    distinct sets are one matmul S_a = M_aᵀ · P_a (M_a the 0/1 membership matrix). The queries
+    fall in parts (by where they are published: the per-block cells, the unit's, when that is
+    cheaper than one part), and in each part the attributes are split in two sides: each side's
+    distinct set combinations become rows of the row-wise product of their S_a rows (L and R),
+    one matmul L · Rᵀ answers every (left × right) combination of the part at once, and its
+    queries are gathered from it. Splits and parts are the ones of least cost (:func:`_best_split`):
+    a matmul computes some combinations no query asks for, and in exchange the row-wise
+    products, which are memory traffic, are few (a 24-block tract with every SF1 table: per
+    block 72 × 551 product rows and for the unit 3 × 1,664, instead of 25 groups × 4,051).
+
+    The gradient is written by hand, as plain contractions: Ḡ holds the answers' cotangents at
+    their (left, right) places; L̄ = Ḡ · R and R̄ = Ḡᵀ · L; each factor's share is the side's
+    cotangent times the other factors (prefix and suffix products, never a division), summed
+    into its attribute's set rows; and P̄_a = M_a · S̄_a. Operands are cast to the matmul dtype,
+    every product and accumulation stays float32. Tested against autodiff of the plain
+    definition (:func:`reference_product_answers`).
     """
 
     layout: Layout
     memberships: tuple[tuple[tuple[int, ...], ...], ...]  # per attribute, per set: its values
-    outer: int
-    group_sets: tuple[tuple[int, ...], ...]  # per group, a set index for every non-outer attribute
-    query_outer: tuple[int, ...]
-    query_group: tuple[int, ...]
+    parts: tuple[_Part, ...]
     num_queries: int
 
     @property
     def key(self):
-        return ("product", self.layout.sizes, self.memberships, self.outer, self.group_sets,
-                self.query_outer, self.query_group)
+        return ("product", self.layout.sizes, self.memberships, self.parts)
 
     @functools.cached_property
     def _hash(self):
@@ -469,28 +550,31 @@ class ProductPlan:
         return isinstance(other, ProductPlan) and (self is other or self.key == other.key)
 
     @classmethod
-    def build(cls, workload) -> "ProductPlan":
+    def build(cls, workload, split: tuple[Sequence[int], Sequence[int]] | None = None,
+              by_level: bool | None = None) -> "ProductPlan":
+        """The plan of a census workload: its queries in one part, or one part per publication
+        level (``workload.levels()``: block, areas, unit) when that costs less, each on the
+        cheapest split of its attributes; ``split`` (left attributes, right attributes) and
+        ``by_level`` force a choice (tests, benches)."""
         d = len(workload.domain)
         q = np.array(workload.queries, dtype=np.int64).reshape(-1, d)
         n_sets = [len(s) for s in workload.value_sets]
-        best = None
-        for outer in range(d):  # the outer attribute that makes the step cheapest
-            rest = [j for j in range(d) if j != outer]
-            groups, inverse = np.unique(q[:, rest], axis=0, return_inverse=True)
-            # gathers and products per group dominate; the outer matmul is far cheaper per element
-            cost = len(groups) * (len(rest) + n_sets[outer] / 64)
-            if best is None or cost < best[0]:
-                best = (cost, outer, groups, inverse)
-        _, outer, groups, inverse = best
-        return cls(
-            layout=Layout.of(workload.domain.sizes),
-            memberships=tuple(tuple(tuple(sorted(s)) for s in sets) for sets in workload.value_sets),
-            outer=outer,
-            group_sets=tuple(tuple(int(x) for x in g) for g in groups),
-            query_outer=tuple(int(x) for x in q[:, outer]),
-            query_group=tuple(int(x) for x in np.asarray(inverse).reshape(-1)),
-            num_queries=len(q),
-        )
+        if d == 1:  # one attribute: the other side is the empty product (a row of ones)
+            q = np.concatenate([q, np.zeros((len(q), 1), np.int64)], axis=1)
+            n_sets = n_sets + [1]
+        everything = np.arange(len(q))
+        one_cost, one = _Part.of(q, everything, n_sets, split)
+        options = [(one_cost, (one,))]
+        levels = workload.levels() if hasattr(workload, "levels") and len(q) else np.array([])
+        if by_level is not False and len(set(levels.tolist())) > 1:
+            parts = [_Part.of(q, np.flatnonzero(levels == lv), n_sets, split) for lv in dict.fromkeys(levels.tolist())]
+            options.append((sum(c for c, _ in parts), tuple(p for _, p in parts)))
+        if by_level is True:
+            options = options[-1:]
+        _, parts = min(options, key=lambda o: o[0])
+        return cls(layout=Layout.of(workload.domain.sizes),
+                   memberships=tuple(tuple(tuple(sorted(s)) for s in sets) for sets in workload.value_sets),
+                   parts=parts, num_queries=len(q))
 
     @property
     def dense_size(self) -> int:
@@ -507,37 +591,148 @@ class ProductPlan:
     def dense_targets(self, targets) -> np.ndarray:
         return np.asarray(targets, dtype=np.float32)
 
+    def _n_sets(self, j: int) -> int:
+        return len(self.memberships[j]) if j < len(self.memberships) else 1
+
     @property
     def activation_rows(self) -> int:
-        return len(self.group_sets) * 2 + sum(len(m) for m in self.memberships)
+        """Rows of n' floats one run keeps for its gradient: the set sums and every part's products."""
+        return sum(len(p.left_combos) + len(p.right_combos) for p in self.parts) + sum(len(m) for m in self.memberships)
 
     def flops_per_step(self, rows: int) -> float:
-        g = len(self.group_sets)
-        return 2.0 * 3 * rows * g * len(self.memberships[self.outer])
+        """The matmuls of a step: every part's answers and both sides' cotangents, the cotangents'
+        sums into the set rows, and the set sums with their cotangents."""
+        main = sum(3 * len(p.left_combos) * len(p.right_combos) for p in self.parts)
+        into = sum(self._n_sets(a) * len(combos) for p in self.parts
+                   for side, combos in ((p.left, p.left_combos), (p.right, p.right_combos)) for a in side)
+        sets = 2 * sum(len(m) * self.layout.sizes[j] for j, m in enumerate(self.memberships))
+        return 2.0 * rows * (main + into + sets)
 
     def _membership(self, j: int) -> np.ndarray:
-        return membership_matrix(self.layout.sizes[j], self.memberships[j])
+        return membership_matrix(self.layout.sizes[j], self.memberships[j]) if j < len(self.layout.sizes) \
+            else np.ones((1, 1), np.float32)
 
     def answers(self, P: jax.Array, dtype: str = "float32") -> jax.Array:
         return self.dense_answers(P, dtype)
 
     def dense_answers(self, P: jax.Array, dtype: str = "float32") -> jax.Array:
-        dt = DTYPES[dtype]
-        n = P.shape[1]
-        d = len(self.layout.sizes)
-        # (sets × n'): gathering a set's row is a contiguous copy
-        summed = [_dot(jnp.asarray(self._membership(j)).T, P[self.layout.rows_of(j)], dt) for j in range(d)]
-        groups = np.array(self.group_sets, dtype=np.int64).reshape(len(self.group_sets), -1)
-        rest = [j for j in range(d) if j != self.outer]
-        prod = summed[rest[0]][groups[:, 0]]
-        for col, j in enumerate(rest[1:], start=1):
-            prod = prod * summed[j][groups[:, col]]
-        table = _dot_t(summed[self.outer], prod, dt)  # (outer sets × groups)
-        return table[np.array(self.query_outer), np.array(self.query_group)] / n
+        """Answers of the probabilities P (W × n'), workload order, with the hand-written gradient."""
+        return self._dense_fn(dtype)[0](P)
 
     def dense_answers_of_logits(self, logits: jax.Array, dtype: str = "float32") -> jax.Array:
-        """``dense_answers`` of the softmax of recentred logits (autodiff gradient)."""
-        return self.dense_answers(probabilities(logits, self.layout, centred=True), dtype)
+        """``dense_answers`` of the softmax of recentred logits, one hand-written gradient for both:
+        the RAP step's entry point."""
+        return self._dense_fn(dtype)[1](logits)
+
+    @functools.lru_cache(maxsize=None)
+    def _dense_fn(self, dtype: str):
+        dt = DTYPES[dtype]
+        d = len(self.layout.sizes)
+        members = [self._membership(j) for j in range(d + 1)]  # numpy (constants of each trace); d: padding
+        parts = []
+        for p in self.parts:
+            sides = [(p.left, np.array(p.left_combos, np.int32).reshape(len(p.left_combos), -1)),
+                     (p.right, np.array(p.right_combos, np.int32).reshape(len(p.right_combos), -1))]
+            flat = np.array(p.query_left, np.int64) * len(p.right_combos) + np.array(p.query_right, np.int64)
+            parts.append((sides, flat, len(p.left_combos), len(p.right_combos)))
+        order = np.concatenate([np.array(p.queries, np.int64) for p in self.parts])
+        inverse = np.argsort(order)  # workload position -> position in the parts' concatenation
+        one_part = len(self.parts) == 1 and np.array_equal(order, np.arange(len(order)))
+
+        def set_sums(P):
+            """Per attribute, the (sets × n') summed probabilities, float32 (exact 0/1 weights)."""
+            n = P.shape[1]
+            return [jnp.asarray(members[j].T) @ P[self.layout.rows_of(j)] if j < d else jnp.ones((1, n), jnp.float32)
+                    for j in range(d + 1)]
+
+        def side_product(S, attrs, combos):
+            out = S[attrs[0]][combos[:, 0]]
+            for c in range(1, len(attrs)):
+                out = out * S[attrs[c]][combos[:, c]]
+            return out
+
+        def forward(P):
+            S = set_sums(P)
+            outs, kept = [], []
+            for sides, flat, _, _ in parts:
+                L = side_product(S, *sides[0])
+                R = side_product(S, *sides[1])
+                outs.append(_dot_t(L, R, dt).reshape(-1)[flat])  # (left rows × right rows), gathered
+                kept.append((L, R))
+            out = outs[0] if one_part else jnp.concatenate(outs)[inverse]
+            return out / P.shape[1], (S, kept)
+
+        def side_cotangent(S, attrs, combos, dX, dS):
+            """The factors' shares of a side's cotangent dX, added into dS per attribute."""
+            k = len(attrs)
+            factors = [S[attrs[c]][combos[:, c]] for c in range(k)]
+            before = [None] * k  # products of the factors before c and after c
+            after = [None] * k
+            for c in range(1, k):
+                before[c] = factors[c - 1] if before[c - 1] is None else before[c - 1] * factors[c - 1]
+            for c in range(k - 2, -1, -1):
+                after[c] = factors[c + 1] if after[c + 1] is None else after[c + 1] * factors[c + 1]
+            for c, a in enumerate(attrs):
+                share = dX
+                for other in (before[c], after[c]):
+                    if other is not None:
+                        share = share * other
+                dS[a] = dS[a] + _segment_sum(share, combos[:, c], self._n_sets(a), dt)
+
+        def backward(res, g):
+            S, kept = res
+            n = S[-1].shape[1]
+            g = g / n
+            dS = [jnp.zeros_like(s) for s in S]
+            for (sides, flat, n_left, n_right), (L, R), p in zip(parts, kept, self.parts):
+                gp = g if one_part else g[np.array(p.queries, np.int64)]
+                G = jnp.zeros(n_left * n_right, jnp.float32).at[flat].set(gp, unique_indices=True)
+                G = G.reshape(n_left, n_right)
+                side_cotangent(S, *sides[0], _dot(G, R, dt), dS)
+                side_cotangent(S, *sides[1], _dot(G.T, L, dt), dS)
+            return jnp.concatenate([jnp.asarray(members[j]) @ dS[j] for j in range(d)], axis=0)
+
+        @jax.custom_vjp
+        def dense(P):
+            return forward(P)[0]
+
+        def fwd(P):
+            return forward(P)
+
+        def bwd(res, g):
+            return (backward(res, g),)
+
+        dense.defvjp(fwd, bwd)
+
+        @jax.custom_vjp
+        def of_logits(L):
+            return forward(softmax_forward(L, self.layout, centred=True))[0]
+
+        def fwd_l(L):
+            P = softmax_forward(L, self.layout, centred=True)
+            out, res = forward(P)
+            return out, (P, res)
+
+        def bwd_l(res, g):
+            P, inner = res
+            return (softmax_backward(P, backward(inner, g), self.layout),)
+
+        of_logits.defvjp(fwd_l, bwd_l)
+        return dense, of_logits
+
+
+def reference_product_answers(workload, P: jax.Array) -> jax.Array:
+    """Census answers by their plain definition, one query at a time (for tests: autodiff of this
+    is the reference gradient): (1/n') Σ_r Π_a Σ_{v∈S_a(q)} P_a[v, r]."""
+    layout = Layout.of(workload.domain.sizes)
+    out = []
+    for q in workload.queries:
+        prod = jnp.ones(P.shape[1], P.dtype)
+        for j, s in enumerate(q):
+            rows = P[layout.rows_of(j)]
+            prod = prod * rows[np.array(sorted(workload.value_sets[j][s]), dtype=np.int64)].sum(axis=0)
+        out.append(prod.sum() / P.shape[1])
+    return jnp.stack(out)
 
 
 def plan_for(workload):
