@@ -232,7 +232,8 @@ def _print_release_summary(run_dir) -> None:
     from experiments.config import ConfigError
     from experiments.metrics import variant_label
     from experiments.release.report import (STATUS_WORDS, difference_words, exact_row, load_audits, persons_words,
-                                            setting_label, summarise_release_persons, verdict_rows)
+                                            release_strength, setting_label, strength_sentence,
+                                            summarise_release_persons, verdict_rows)
 
     per_unit = pd.read_parquet(run_dir / "persons.parquet")
     util = pd.read_parquet(run_dir / "utility.parquet")
@@ -242,6 +243,7 @@ def _print_release_summary(run_dir) -> None:
     for v in variants:
         print(f"\nverdict ({variant_label(v, variants)}, {per_unit.loc[per_unit['variant'] == v, 'unit'].nunique()} units):")
         rows = verdict_rows(persons, util, v)
+        strength = release_strength(run_dir, v)
         e = exact_row(persons, v)
         if e is not None:
             print(f"  {'exact tables':<20} best attack ({e['best_attacks']}) {persons_words(e)}; best guess "
@@ -260,6 +262,9 @@ def _print_release_summary(run_dir) -> None:
             print(f"  {r['mechanism']:<20} {STATUS_WORDS[r['status']]} {setting_label(r['mechanism'], x['setting'])}:\n"
                   f"  {'':<20} best attack ({x['best_attacks']}) {persons_words(x)}; best guess ({x['best_baselines']}) "
                   f"{int(x['baseline_persons'])}; {difference_words(x)}{err}")
+            said = strength_sentence(strength, r)
+            if said:
+                print(f"  {'':<20} strength:{said.replace('**', '')}")
     audits = load_audits(run_dir)
     failed = [a for a in audits if not a.passed]
     for a in failed:
@@ -277,7 +282,8 @@ def _print_release_summary(run_dir) -> None:
 def _print_summary(run_dir) -> None:
     import pandas as pd
 
-    from experiments.metrics import average_curves, persons_reconstructed, summarise_persons, variant_label
+    from experiments.metrics import (average_curves, persons_reconstructed, saturation, saturation_words,
+                                     summarise_persons, variant_label)
     from experiments.release.report import difference_words, persons_words
 
     df = pd.read_parquet(run_dir / "match_rate.parquet")
@@ -295,6 +301,10 @@ def _print_summary(run_dir) -> None:
                 p = persons.loc[(v, m)]
                 print(f"  {m}: {persons_words(p)} reconstructed, "
                       f"best baselines {int(p['baseline_persons'])}; difference {difference_words(p)}")
+        if (run_dir / "strength.parquet").exists():
+            st = pd.read_parquet(run_dir / "strength.parquet")
+            for _, r in saturation(st[st["variant"] == v], ["method"]).iterrows():
+                print(f"  strength of {r['method']} (persons, all units): {saturation_words(r)}")
 
 
 if __name__ == "__main__":

@@ -324,3 +324,62 @@ def average_curves(df: pd.DataFrame, points: int, by: list[str], bootstrap: int 
     agg["band_low"] = np.where(use_boot, agg.get("ci_low", np.nan), agg["match_rate"] - agg["sem"])
     agg["band_high"] = np.where(use_boot, agg.get("ci_high", np.nan), agg["match_rate"] + agg["sem"])
     return agg
+
+
+def strength_prefixes(runs: int) -> list[int]:
+    """The numbers of runs a strength table reads: K, K/2, K/4, K/8 (at least 1, distinct).
+    Run k is the same whatever K is (its key is ``fold_in(key, k)``), so the first k runs of a
+    RAP-Rank are exactly the RAP-Rank of K = k: a weaker attack, at no extra cost."""
+    return sorted({max(1, int(round(runs / 2 ** i))) for i in range(4)})
+
+
+def strength_by_runs(codes: np.ndarray, encode, truth_keys: np.ndarray, u: int, seed: int = 0,
+                     ranking: Ranking | None = None) -> list[dict]:
+    """Persons reconstructed (D's unique rows among the top u) and rows matched among the top u by
+    RAP-Rank on the first k of its K runs, for each k of :func:`strength_prefixes`. ``codes`` is
+    (K, rows, d), ``encode`` maps (m, d) codes to row keys; ties are broken by ``seed``, the same
+    for every k. ``ranking``: the attack's own ranking of all K runs, used for k = K so that the
+    last column is the figure reported for the attack."""
+    from microdata.ranking import rank_by_frequency
+
+    out = []
+    for k in strength_prefixes(len(codes)):
+        keys = encode(codes[:k].reshape(-1, codes.shape[-1]))
+        ranking_k = ranking if (ranking is not None and k == len(codes)) else \
+            rank_by_frequency(keys, rng=np.random.default_rng(seed), limit=u)
+        row = match_rate_curve(ranking_k, truth_keys, np.array([u]), u, int(np.unique(keys).size)).iloc[0]
+        out.append({"runs": k, "persons": int(row["num_matched_unique"]), "matched": int(row["num_matched"])})
+    return out
+
+
+#: a doubling of K that adds at most this share of persons (and at most one per unit) is saturation
+SATURATION_SHARE = 0.02
+
+
+def saturation(strength: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Per group of ``by`` (method, variant, ...): persons reconstructed summed over units at each
+    K of the strength table, the gain of the last doubling, and whether the attack had saturated
+    (that doubling added at most :data:`SATURATION_SHARE` of the persons, and at most one per unit)."""
+    rows = []
+    for key, g in strength.groupby(by, sort=False):
+        per_k = g.groupby("runs")["persons"].sum().sort_index()
+        units = g["unit"].nunique() if "unit" in g else 1
+        k, prev = int(per_k.index[-1]), (int(per_k.index[-2]) if len(per_k) > 1 else None)
+        gain = int(per_k.iloc[-1] - per_k.iloc[-2]) if prev is not None else None
+        saturated = prev is not None and gain <= max(units, SATURATION_SHARE * per_k.iloc[-2])
+        rows.append(dict(zip(by, key if isinstance(key, tuple) else (key,)), runs=k, half=prev,
+                         persons=int(per_k.iloc[-1]), persons_half=None if prev is None else int(per_k.iloc[-2]),
+                         gain=gain, units=units, saturated=bool(saturated),
+                         by_runs={int(r): int(p) for r, p in per_k.items()}))
+    return pd.DataFrame(rows)
+
+
+def saturation_words(row) -> str:
+    """One line: persons at each K and whether the attack had saturated."""
+    seq = ", ".join(f"K={k}: {p}" for k, p in row["by_runs"].items())
+    if row["half"] is None:
+        return f"{seq} (one run: no strength table)"
+    if row["saturated"]:
+        return f"{seq}: saturated (doubling K from {row['half']} added {row['gain']:+d})"
+    return (f"{seq}: NOT saturated: doubling K from {row['half']} to {row['runs']} added {row['gain']:+d} persons; "
+            "a stronger attack (more runs) would likely reconstruct more")

@@ -10,8 +10,8 @@ import pandas as pd
 import yaml
 
 from experiments.config import parse_config
-from experiments.metrics import (OUTSIDE_COLUMNS, at_u, average_curves, band_kind, is_attack, lift_by_baseline,
-                                 persons_reconstructed, summarise_persons, variant_label)
+from experiments.metrics import (OUTSIDE_COLUMNS, SATURATION_SHARE, at_u, average_curves, band_kind, is_attack,
+                                 lift_by_baseline, persons_reconstructed, saturation, summarise_persons, variant_label)
 from experiments.doc import Doc
 from experiments.results import results_kind
 
@@ -132,6 +132,7 @@ def write_run_report(run_dir: str | Path) -> Path:
         doc.table(["method", "baseline", "lift"],
                   [[m, b, f"{r['mean']:+.3f} ± {0.0 if pd.isna(r['std']) else r['std'] / np.sqrt(r['count']):.3f}"]
                    for (m, b), r in lv.iterrows()], numeric={2})
+    _strength_section(doc, run_dir)
     kind = band_kind(df["unit"].nunique())
     doc.p(f"Bands in the plots: {'± one standard error' if kind == 'sem' else 'a 95% bootstrap band'} across "
           "units (standard errors below 20 units, bootstrap from 20).")
@@ -140,6 +141,28 @@ def write_run_report(run_dir: str | Path) -> Path:
         doc.img(run_dir / "metrics.png", "who is matched, persons reconstructed, lift, calibration")
     md, _ = doc.write(run_dir, "report", cfg.name)
     return md
+
+
+def _strength_section(doc: Doc, run_dir: Path) -> None:
+    """Persons reconstructed by the first k of the K runs (a prefix of the runs is the attack with
+    K = k), and whether the attack had saturated."""
+    path = run_dir / "strength.parquet"
+    if not path.exists():
+        return
+    table = saturation(pd.read_parquet(path), ["variant", "method"])
+    if table.empty:
+        return
+    doc.h(2, "Attack strength")
+    doc.p("Persons reconstructed (unique in D, among the top u), summed over units, by RAP-Rank on its first k "
+          "runs: run k is the same whatever K is, so each column is the attack with K = k. The attack has "
+          f"saturated when the last doubling of K adds at most {SATURATION_SHARE:.0%} of the persons (and at most "
+          "one per unit); otherwise a stronger attack would likely reconstruct more, and every comparison with a "
+          "baseline understates the risk.")
+    ks = sorted({k for r in table["by_runs"] for k in r})
+    doc.table(["variant", "method", *[f"K = {k}" for k in ks], "saturated"],
+              [[variant_label(r["variant"]), r["method"], *[r["by_runs"].get(k, "") for k in ks],
+                "yes" if r["saturated"] else f"**no** ({r['gain']:+d} from K = {r['half']})"]
+               for _, r in table.iterrows()], numeric=set(range(2, 2 + len(ks))))
 
 
 def _exact_section(doc: Doc, run_dir: Path, units: list[dict]) -> None:

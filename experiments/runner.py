@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from experiments.config import ExperimentConfig
 from experiments.metrics import (OUTSIDE_COLUMNS, best_baselines, calibration, concentration, effective_u, is_attack,
+                                 strength_by_runs,
                                  k_grid, lift_by_baseline, match_rate_curve, persons_reconstructed,
                                  unique_persons)
 from experiments.plots import plot_match_rate, plot_metrics
@@ -77,6 +78,7 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
     timings = [{} for _ in work]
     rap_facts = [{} for _ in work]
     calib = [[] for _ in work]
+    strength = [[] for _ in work]  # persons reconstructed by the first k of the K runs
     rankings = [{} for _ in work]  # (workload label, method) -> RAP-Rank's ranking, for the exact attack
     exact_on = a.exact and (only is None or "exact" in only)
     for q, init in itertools.product(cfg.queries, a.init):
@@ -116,6 +118,8 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
                 frames[i].append(match_rate_curve(res.ranking, m.truth, m.ks, m.u, res.union_size, m.outside)
                                  .assign(method=name, num_queries=workload.num_queries))
                 calib[i] += calibration(*res.run_fractions(), m.truth, a.runs).assign(method=name).to_dict("records")
+                strength[i] += [dict(r, method=name) for r in strength_by_runs(
+                    res.codes, m.prob.private.domain.encode, m.truth, m.u, _stable("strength", cfg.seed), res.ranking)]
                 rankings[i][(q.label, name)] = res.ranking
     for q in cfg.queries:  # the trivial attack: it reads the published answers only
         name = cfg.margins_method(q)
@@ -146,7 +150,7 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
             "distinct_rows": D.distinct(), "holdout_distinct_rows": H.distinct(), "u": w.u,
             "workloads": {label: workload_facts(q, wl) for label, (q, wl, _, _) in w.workloads.items()},
             "domain": dict(zip(D.domain.names, D.domain.sizes)), "seconds": timings[i], "rap": rap_facts[i],
-            "concentration": concentration(w.truth), "calibration": calib[i],
+            "concentration": concentration(w.truth), "calibration": calib[i], "strength": strength[i],
         }
         if exact_on:
             facts.update(exact=exact_facts, agreement=agree, reidentification=reid)
@@ -286,6 +290,10 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
     write_parquet(run_dir / "persons.parquet", persons_reconstructed(result))
     calib = pd.DataFrame([dict(c, unit=f["unit"], variant=f["with_block"]) for f in facts for c in f["calibration"]])
     write_parquet(run_dir / "calibration.parquet", calib)
+    strength = pd.DataFrame([dict(x, unit=f["unit"], variant=f["with_block"]) for f in facts
+                             for x in f.get("strength", [])])
+    if len(strength):
+        write_parquet(run_dir / "strength.parquet", strength)
     conc = pd.DataFrame([dict(f["concentration"], unit=f["unit"], variant=f["with_block"], u=f["u"], rows=f["rows"])
                          for f in facts])
     write_parquet(run_dir / "units.parquet", conc)

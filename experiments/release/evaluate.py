@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -14,7 +15,8 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from experiments.config import ConfigError, ExperimentConfig, ReidentificationConfig
-from experiments.metrics import MARGINS_ATTACK, effective_u, k_grid, match_rate_curve, unique_persons
+from experiments.metrics import (MARGINS_ATTACK, effective_u, k_grid, match_rate_curve, strength_by_runs,
+                                 unique_persons)
 from experiments.problem import (_stable, attributes, baseline_curves, build_priors, build_workload, exact_answers,
                                  load_population, prepare_unit, rap_settings, select_units, unit_key)
 from experiments.progress import UnitProgress
@@ -74,7 +76,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
     per_unit = 1 + sum(len(r.settings(m)) for m in r.mechanisms)
     topdown_cache: dict = {}  # "trees": (unit, BLOCK?) -> tree of its root; "releases": (root, BLOCK?, ε) -> release
-    exact_statuses: dict = {"status": [], "agreement": [], "reidentification": []}
+    exact_statuses: dict = {"status": [], "agreement": [], "reidentification": [], "strength": []}
     micro: list[pd.DataFrame] = []  # per unit: D, D_holdout and every published microdata file
     units_bar = UnitProgress(len(tasks), "units", progress)
     bar = tqdm(total=len(tasks) * per_unit, desc="releases attacked", disable=not units_bar.tty, leave=False)
@@ -141,7 +143,8 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                                          "total_epsilon_per_unit": {u: ledger.total_epsilon(unit=u) for u in units}})
     write_json(run_dir / "audit.json", [a.as_dict() for a in audits])
     write_parquet(run_dir / "persons.parquet", release_persons(df))
-    for kind, name in (("status", "exact_attack"), ("agreement", "agreement"), ("reidentification", "reidentification")):
+    for kind, name in (("status", "exact_attack"), ("agreement", "agreement"), ("reidentification", "reidentification"),
+                       ("strength", "strength")):
         if exact_statuses[kind]:
             write_parquet(run_dir / f"{name}.parquet", pd.DataFrame(exact_statuses[kind]))
     facts = {"units": units, "levels": list(pop.geography.levels[1:]), "attributes": attributes(cfg, pop)}
@@ -172,9 +175,16 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
     settings = rap_settings(cfg)
     tie_rng = np.random.default_rng(_stable("ties", cfg.seed, unit, wb))
 
-    def attack(targets, tag):
+    def attack(targets, tag, mech, setting, steps_settings=None):
+        """RAP-Rank on published answers; its strength rows (the first k of its K runs) are kept."""
+        s = settings if steps_settings is None else steps_settings
+        rng = tie_rng if steps_settings is None else np.random.default_rng(_stable("ties", cfg.seed, unit, wb, "2T"))
         res = rap_rank(plan, targets, D.domain, unit_key(cfg, "attack", unit, wb, tag), cfg.attack.runs,
-                       settings, rng=tie_rng, limit=int(ks.max()))
+                       s, rng=rng, limit=int(ks.max()))
+        seed = _stable("strength", cfg.seed)
+        exact_status["strength"] += [{"unit": unit, "variant": wb, "mechanism": mech, "setting": setting,
+                                      "steps": s.steps, **r} for r in strength_by_runs(res.codes, D.domain.encode,
+                                                                                         truth, u, seed, res.ranking)]
         return match_rate_curve(res.ranking, truth, ks, u)
 
     def trivial(targets, tag):
@@ -215,10 +225,13 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
             return None
         return match_rate_curve(rank_by_score(keys, n.astype(np.float64)), truth, ks, u)
 
-    exact_status: dict = {"status": [], "agreement": [], "reidentification": []}
+    exact_status: dict = {"status": [], "agreement": [], "reidentification": [], "strength": []}
     exact_cols = dict(epsilon=math.inf, setting=math.inf, mechanism="exact", utility_error=0.0, **common)
-    curves = [attack(exact, "exact").assign(method="rap_rank", **exact_cols),
+    curves = [attack(exact, "exact", "exact", math.inf).assign(method="rap_rank", **exact_cols),
               trivial(exact, "exact").assign(method=MARGINS_ATTACK, **exact_cols)]
+    # strength in T: the same K runs on the exact tables with twice the steps (their curve is not kept:
+    # only how far the persons reconstructed move)
+    attack(exact, "exact", "exact", math.inf, dataclasses.replace(settings, steps=2 * settings.steps))
     if exact_on:
         c = exact_attack(exact_counts, "exact", math.inf)
         if c is not None:
@@ -262,7 +275,7 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
             err = float(np.mean([row["mae_per_cell"] for row in tables_only]))
             eps_col = setting if mech != "swapping" else np.nan
             cols = dict(epsilon=eps_col, setting=setting, mechanism=mech, utility_error=err, **common)
-            curves.append(attack(pub.answers, f"{mech}-{setting}").assign(method="rap_rank", **cols))
+            curves.append(attack(pub.answers, f"{mech}-{setting}", mech, setting).assign(method="rap_rank", **cols))
             curves.append(trivial(pub.answers, f"{mech}-{setting}").assign(method=MARGINS_ATTACK, **cols))
             if exact_on:
                 c = exact_attack(pub.counts, mech, setting, pub.rows, _noisy_fit(pub))

@@ -14,7 +14,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.doc import Doc  # noqa: E402
-from experiments.metrics import CONFIDENCE, add_interval, average_curves, best_baselines, variant_label  # noqa: E402
+from experiments.metrics import (CONFIDENCE, SATURATION_SHARE, add_interval, average_curves, best_baselines,  # noqa: E402
+                                 saturation, saturation_words, variant_label)
 from experiments.plots import save_figure  # noqa: E402
 
 #: The best attack on a unit's release: the attack (RAP-Rank, the exact attack, the trivial
@@ -175,6 +176,60 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant) -> list[dic
         row["text"] = text + note + tail
         out.append(row)
     return out
+
+
+def release_strength(run_dir: Path, variant) -> dict:
+    """The attack's strength on each release: ``by_k`` the saturation rows (persons against K at the
+    configured T) per (mechanism, setting), and ``by_t`` persons on the exact tables at T and 2T."""
+    path = Path(run_dir) / "strength.parquet"
+    if not path.exists():
+        return {"by_k": pd.DataFrame(), "by_t": None}
+    st = pd.read_parquet(path)
+    st = st[st["variant"] == variant]
+    if st.empty:
+        return {"by_k": pd.DataFrame(), "by_t": None}
+    t = int(st["steps"].min())
+    by_k = saturation(st[st["steps"] == t], ["mechanism", "setting"])
+    ex = st[(st["mechanism"] == "exact") & (st["runs"] == st["runs"].max())].groupby("steps")["persons"].sum()
+    return {"by_k": by_k, "by_t": ex if len(ex) > 1 else None, "steps": t}
+
+
+def strength_sentence(strength: dict, row: dict) -> str:
+    """What the verdict's setting owes to the attack's strength: saturated or not."""
+    by_k = strength["by_k"]
+    if by_k.empty or row.get("x") is None:
+        return ""
+    x = row["x"]
+    hit = by_k[(by_k["mechanism"] == row["mechanism"]) & (by_k["setting"] == x["setting"])]
+    if hit.empty:
+        return ""
+    h = hit.iloc[0]
+    where = setting_label(row["mechanism"], x["setting"])
+    if h["saturated"]:
+        return f" At {where} RAP-Rank had saturated ({saturation_words(h)})."
+    return (f" **At {where} RAP-Rank had not saturated**: {saturation_words(h)}; the verdict could change with a "
+            "stronger attack.")
+
+
+def _release_strength_section(doc: Doc, strength: dict) -> None:
+    by_k = strength["by_k"]
+    if by_k.empty:
+        return
+    doc.h(3, "Attack strength")
+    doc.p("Persons reconstructed by RAP-Rank (all units) on its first k runs, at each release: run k is the same "
+          "whatever K is, so each column is the attack with K = k, at no extra cost. Saturated: the last doubling "
+          f"of K added at most {SATURATION_SHARE:.0%} of the persons (and at most one per unit).")
+    ks = sorted({k for r in by_k["by_runs"] for k in r})
+    doc.table(["mechanism", "setting", *[f"K = {k}" for k in ks], "saturated"],
+              [[r["mechanism"], setting_label(r["mechanism"], r["setting"]), *[r["by_runs"].get(k, "") for k in ks],
+                "yes" if r["saturated"] else f"**no** ({r['gain']:+d} from K = {r['half']})"]
+               for _, r in by_k.iterrows()], numeric=set(range(2, 2 + len(ks))))
+    t = strength["by_t"]
+    if t is not None:
+        (t1, p1), (t2, p2) = list(t.items())[:2]
+        doc.p(f"In T, on the exact tables: {p1} persons at T = {t1}, {p2} at T = {t2} "
+              f"({p2 - p1:+d}); " + ("more steps changed little." if abs(p2 - p1) <= max(1, 0.02 * p1) else
+                                     "**more steps reconstruct more**: the attack had not converged at the configured T."))
 
 
 def verdicts(persons: pd.DataFrame, util: pd.DataFrame, variant) -> list[str]:
@@ -428,8 +483,10 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
                       numeric={3, 4})
         _bureau_section(doc, run_dir, cfg, v)
         doc.h(3, "Verdict")
-        for para in verdicts(persons, util, v):
-            doc.p(para)
+        strength = release_strength(run_dir, v)
+        for row in verdict_rows(persons, util, v):
+            doc.p(row["text"] + strength_sentence(strength, row))
+        _release_strength_section(doc, strength)
         u = util[util["variant"] == v]
         doc.h(3, "Error of each published table")
         doc.p("Mean absolute error per cell, in persons, and the share of cells off by more than 10% of their true "

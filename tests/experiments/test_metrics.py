@@ -135,3 +135,27 @@ def test_average_curves_reads_each_unit_on_a_common_k_over_u_axis():
     # x=0.5: a at k=1 (1.0), b at k=2 (1.0); x=1: a at k=2 (.5), b at k=4 (0)
     assert avg.match_rate.tolist() == [1.0, 0.25]
     assert avg.units.tolist() == [2, 2]
+
+
+def test_strength_reads_the_first_k_runs_as_the_attack_with_k_runs():
+    from experiments.metrics import saturation, saturation_words, strength_by_runs, strength_prefixes
+
+    assert strength_prefixes(100) == [12, 25, 50, 100] and strength_prefixes(24) == [3, 6, 12, 24]
+    assert strength_prefixes(2) == [1, 2] and strength_prefixes(1) == [1]
+    # one attribute, the key is the code; D holds 1, 2, 3 once and 9 twice (9 is matched, not unique)
+    truth = np.array([1, 2, 3, 9, 9])
+    codes = np.array([[[1], [7]], [[9], [9]], [[2], [1]], [[3], [2]]])  # K = 4 runs of 2 rows
+    got = strength_by_runs(codes, lambda c: c[:, 0], truth, u=2)
+    # K=1: {1, 7} -> top 2: 1 (unique) and 7 -> 1 person; K=2: 9 (x2) first, then 1 or 7 (tie, seeded)
+    # K=4: 1 (x2), 2 (x2), 9 (x2) -> top 2 of these, all in D: 2 matched
+    by = {r["runs"]: r for r in got}
+    assert list(by) == [1, 2, 4] and by[1]["persons"] == 1 and by[1]["matched"] == 1
+    assert by[2]["matched"] >= 1 and by[4]["matched"] == 2
+    st = pd.DataFrame([{"method": "rap", "unit": u, "runs": k, "persons": p}
+                       for u in ("a", "b") for k, p in ((3, 10), (6, 40), (12, 50), (24, 51))])
+    row = saturation(st, ["method"]).iloc[0]
+    assert row["persons"] == 102 and row["persons_half"] == 100 and row["gain"] == 2 and row["saturated"]
+    assert "saturated" in saturation_words(row) and "NOT" not in saturation_words(row)
+    st.loc[st["runs"] == 24, "persons"] = 60  # +20 on 100: more than 2% and more than one per unit
+    row = saturation(st, ["method"]).iloc[0]
+    assert not row["saturated"] and "NOT saturated" in saturation_words(row) and "+20" in saturation_words(row)
