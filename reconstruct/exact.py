@@ -212,7 +212,8 @@ class ExactSolver:
         left = self.left()
         if left <= 0:
             return "time"
-        h.setOptionValue("time_limit", float(left))
+        # HiGHS's run clock adds up over the calls on one instance: the limit is on that total
+        h.setOptionValue("time_limit", float(h.getRunTime()) + float(left))
         h.run()
         st = h.getModelStatus()
         S = self.hs.HighsModelStatus
@@ -233,14 +234,22 @@ class ExactSolver:
             return out, None
         return out, np.rint(np.asarray(self.mip.getSolution().col_value)).astype(np.int64)
 
-    def lp_min(self, v: int) -> float | None:
-        """The LP relaxation's minimum of variable v (None when out of time)."""
+    def lp_min(self, v: int) -> tuple[float, bool] | None:
+        """The LP relaxation's minimum of variable v, and whether the LP's optimal point is integral
+        (then it is an integer solution of the tables with x_v at that minimum); None when out of
+        time. The objective is read before the cost is reset: HiGHS clears its objective value on
+        any change to the model."""
         h = self.relaxed
         h.changeColCost(int(v), 1.0)
         self.lp_solves += 1
         out = self._run(h)
+        value, integral = None, False
+        if out == "feasible":
+            value = float(h.getInfo().objective_function_value)
+            x = np.asarray(h.getSolution().col_value)
+            integral = bool(np.all(np.abs(x - np.rint(x)) <= 1e-7))
         h.changeColCost(int(v), 0.0)
-        return h.getInfo().objective_function_value if out == "feasible" else None
+        return None if value is None else (value, integral)
 
     def lp_range(self, columns: np.ndarray) -> tuple[float | None, float | None]:
         """(min, max) of the sum of ``columns`` over the LP relaxation."""
@@ -273,12 +282,16 @@ def certify(solver: ExactSolver, variables: np.ndarray, values: np.ndarray) -> t
     for i, (v, val) in enumerate(zip(variables, values)):
         if solver.left() <= 0:
             return levels, False
-        lo = solver.lp_min(v)
-        if lo is None:
+        got = solver.lp_min(v)
+        if got is None:
             return levels, False
+        lo, integral = got
         floor = int(np.ceil(lo - 1e-6))
         if floor >= val:
             levels[i] = val
+            continue
+        if integral:  # an integer solution at the LP's minimum: no integer solve can raise the level
+            levels[i] = max(floor, 0)
             continue
         out = solver.feasible_with_upper(v, val - 1)
         if out == "time":
@@ -288,7 +301,7 @@ def certify(solver: ExactSolver, variables: np.ndarray, values: np.ndarray) -> t
             levels[i] = val
             continue
         levels[i] = max(floor, 0)
-        if floor < 1 and val >= 1:
+        if floor < 1 and val >= 2:  # for val = 1, "≤ 0" is the program just solved
             out = solver.feasible_with_upper(v, 0)
             if out == "time":
                 return levels, False
@@ -355,10 +368,13 @@ def certify_rows(solver: ExactSolver, model: CountModel, keys: np.ndarray) -> np
         v = pos.get(k)
         if v is None or solver.left() <= 0:
             continue
-        lo = solver.lp_min(v)
-        if lo is not None and lo > 1e-6:
+        got = solver.lp_min(v)
+        if got is None:
+            continue
+        lo, integral = got
+        if lo > 1e-6:
             out[i] = True
-        elif lo is not None and solver.feasible_with_upper(v, 0) == "infeasible":
+        elif not integral and solver.feasible_with_upper(v, 0) == "infeasible":  # integral: x_v = 0 is a solution
             out[i] = True
     return out
 
@@ -470,7 +486,8 @@ def reconstruct_least_deviation(workload, noisy: np.ndarray, scale, time_limit: 
         left = time_limit - (time.perf_counter() - t0)
         if left <= 0:
             return unsolved()
-        h.setOptionValue("time_limit", float(left))
+        # HiGHS's run clock adds up over the calls on one instance: the limit is on that total
+        h.setOptionValue("time_limit", float(h.getRunTime()) + float(left))
         h.run()
         if h.getModelStatus() != hs.HighsModelStatus.kOptimal:
             return unsolved()
