@@ -1,6 +1,16 @@
-"""Shared fixtures: small deterministic datasets and the repository root."""
+"""Shared fixtures: small deterministic datasets and the repository root.
 
+The session shares one persistent XLA compilation cache (and so do the command lines and notebooks
+it starts, through the environment): many tests compile the same small programs again, and a
+program is looked up by its compiled form, never by the test that made it."""
+
+import os
+import tempfile
 from pathlib import Path
+
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      str(Path(tempfile.gettempdir()) / f"censusrecon-test-xla-cache-{os.getuid()}"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 import numpy as np
 import pytest

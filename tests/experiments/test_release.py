@@ -17,7 +17,9 @@ def release_run(tmp_path_factory, root=None):
 
     root = Path(__file__).resolve().parents[2]
     out = tmp_path_factory.mktemp("rel")
-    return evaluate_release(load_config(root / "configs" / "release_tiny.yaml"), out, progress=False)
+    # the config as it is, but the audit's runs: its power is the audit tests' subject
+    return evaluate_release(load_config(root / "configs" / "release_tiny.yaml", ["release.audit.runs=5000"]), out,
+                            progress=False)
 
 
 def test_release_evaluation_writes_its_files(release_run):
@@ -34,6 +36,11 @@ def test_release_evaluation_writes_its_files(release_run):
     assert set(util.level) == {"unit"} and util.cells.gt(0).all()
     ledger = json.loads((release_run / "ledger.json").read_text())
     assert {e["relation"] for e in ledger["entries"]} == {"replace_one"}
+    # the attack's strength: K/8 .. K runs on every release, and T doubled on the exact tables
+    st = pd.read_parquet(release_run / "strength.parquet")
+    assert set(st.runs) == {1, 2, 4} and set(st.steps) == {100, 200}
+    assert set(st[st.steps == 200].mechanism) == {"exact"} and set(st.mechanism) >= {"exact", "laplace_tables"}
+    assert "### Attack strength" in (release_run / "report.md").read_text()
     assert all(e["for_publication"] is False for e in ledger["entries"])  # simulation noise is labelled
     assert "not for publication" in (release_run / "report.md").read_text()
 
@@ -166,10 +173,11 @@ def test_lift_is_the_area_between_rap_rank_and_the_best_baseline():
 
 def test_audit_cli_prints_a_table_and_json(capsys, root):
     cfg = str(root / "configs" / "release_tiny.yaml")
-    assert main(["audit", cfg, "--set", "release.audit.runs=40000"]) == 0
+    # few runs: the table and JSON forms are what is tested here; the bound's power, by the audit tests
+    assert main(["audit", cfg, "--set", "release.audit.runs=4000"]) == 0
     table = capsys.readouterr().out
     assert "declared ε" in table and "perturbed_histogram" in table and "EXCEEDS" not in table
-    assert main(["audit", cfg, "--json", "--set", "release.audit.runs=40000"]) == 0
+    assert main(["audit", cfg, "--json", "--set", "release.audit.runs=4000"]) == 0
     objs = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
     assert {o["mechanism"] for o in objs} == {"laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram"}
     for o in objs:
