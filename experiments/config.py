@@ -221,6 +221,10 @@ class QueryConfig(_Strict):
         return f"{self.k}way"
 
 
+#: the paper's attack strength (Dick et al. 2023: K = 100 runs of T = 1000 steps on n' = 1000 rows)
+PAPER_STRENGTH = {"runs": 100, "steps": 1000, "rows": 1000}
+
+
 class AttackConfig(_Strict):
     """RAP-Rank's settings. ``draws_per_run`` and ``init_mode`` choose between our defaults and
     the paper code's sampling and initialisation (configs/paper/ uses the paper's)."""
@@ -249,6 +253,16 @@ class AttackConfig(_Strict):
         "resample", description="init from a baseline: resample = n' rows drawn from it per run; each_once = the "
         "paper code's: n' = |D_holdout| and each of its rows starts one relaxed row (other baselines: "
         "|D_holdout| rows drawn from them once per unit)")
+    strength: Literal["config", "paper"] = Field(
+        "config", description="config = K, T and n' as given; paper = the paper's K = 100, T = 1000, n' = 1000 "
+        "whatever runs, steps and rows say (--set attack.strength=paper; minutes per unit on a GPU, hours on a CPU)")
+
+    @model_validator(mode="after")
+    def _strength(self):
+        if self.strength == "paper":
+            for name, value in PAPER_STRENGTH.items():
+                object.__setattr__(self, name, value)
+        return self
 
     @field_validator("draws_per_run")
     @classmethod

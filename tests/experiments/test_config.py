@@ -60,3 +60,12 @@ def test_overrides_apply_and_change_the_hash(root):
         load_config(root / "configs" / "tiny.yaml", ["attack.run=3"])
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(root / "configs" / "nope.yaml")
+
+
+def test_the_papers_strength_is_one_setting(root):
+    from experiments.config import PAPER_STRENGTH
+
+    cfg = load_config(root / "configs" / "release_agency.yaml", ["attack.strength=paper"])
+    assert (cfg.attack.runs, cfg.attack.steps, cfg.attack.rows) == (100, 1000, 1000) == tuple(PAPER_STRENGTH.values())
+    plain = load_config(root / "configs" / "release_agency.yaml")
+    assert plain.attack.runs == 12 and plain.digest() != cfg.digest()  # a different attack, a different results dir

@@ -188,6 +188,7 @@ def test_census_tables_release_end_to_end(tmp_path, root):
     cfg = load_config(root / "configs" / "release_tiny.yaml",
                       ["queries={kind: census, tables: [P1, P8, P12]}", "attributes=[AGE, SEX, HISP, CENRACE]",
                        "target.units=1", "release.epsilons=[1.0]", "attack.runs=2", "attack.steps=30",
+                       "release.audit.runs=5000",
                        "release.mechanisms=[laplace_tables, synthetic, perturbed_histogram]"])
     run = evaluate_release(cfg, tmp_path, progress=False)
     util = pd.read_parquet(run / "utility.parquet")
