@@ -374,9 +374,14 @@ def saturation(strength: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def strength_sequence(row) -> str:
+    """Persons at each K of a :func:`saturation` row: "K=3: 10, K=6: 40, ..."."""
+    return ", ".join(f"K={k}: {p}" for k, p in row["by_runs"].items())
+
+
 def saturation_words(row) -> str:
     """One line: persons at each K and whether the attack had saturated."""
-    seq = ", ".join(f"K={k}: {p}" for k, p in row["by_runs"].items())
+    seq = strength_sequence(row)
     if row["half"] is None:
         return f"{seq} (one run: no strength table)"
     if row["saturated"]:

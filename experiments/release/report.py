@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 
 from experiments.doc import Doc  # noqa: E402
 from experiments.metrics import (CONFIDENCE, SATURATION_SHARE, add_interval, average_curves, best_baselines,  # noqa: E402
-                                 saturation, saturation_words, variant_label)
+                                 saturation, saturation_words, strength_sequence, variant_label)
 from experiments.plots import save_figure  # noqa: E402
 
 #: The best attack on a unit's release: the attack (RAP-Rank, the exact attack, the trivial
@@ -207,8 +207,8 @@ def strength_sentence(strength: dict, row: dict) -> str:
     where = setting_label(row["mechanism"], x["setting"])
     if h["saturated"]:
         return f" At {where} RAP-Rank had saturated ({saturation_words(h)})."
-    return (f" **At {where} RAP-Rank had not saturated**: {saturation_words(h)}; the verdict could change with a "
-            "stronger attack.")
+    return (f" **At {where} RAP-Rank had not saturated** ({strength_sequence(h)}: doubling K from {h['half']} to "
+            f"{h['runs']} added {h['gain']:+d} persons); the verdict could change with a stronger attack.")
 
 
 def _release_strength_section(doc: Doc, strength: dict) -> None:
