@@ -379,6 +379,17 @@ def strength_sequence(row) -> str:
     return ", ".join(f"K={k}: {p}" for k, p in row["by_runs"].items())
 
 
+def strength_table(table: pd.DataFrame, lead: list[tuple[str, object]]) -> tuple[list, list, set]:
+    """A :func:`saturation` table as (headers, rows, numeric columns) for a report: the ``lead``
+    columns ((header, row -> cell) pairs), persons at each K, and whether the attack saturated."""
+    ks = sorted({k for r in table["by_runs"] for k in r})
+    rows = [[cell(r) for _, cell in lead] + [r["by_runs"].get(k, "") for k in ks]
+            + ["yes" if r["saturated"] else f"**no** ({r['gain']:+d} from K = {r['half']})"]
+            for _, r in table.iterrows()]
+    return ([h for h, _ in lead] + [f"K = {k}" for k in ks] + ["saturated"], rows,
+            set(range(len(lead), len(lead) + len(ks))))
+
+
 def saturation_words(row) -> str:
     """One line: persons at each K and whether the attack had saturated."""
     seq = strength_sequence(row)

@@ -173,12 +173,11 @@ def unit_blocks(pop: Dataset, cfg: ExperimentConfig, unit: str) -> tuple[list[st
     return pop.geography.units_within(cfg.target.level, unit, "block")
 
 
-def unit_areas(pop: Dataset, cfg: ExperimentConfig, unit: str) -> dict[str, list[tuple[str, list[int]]]]:
+def unit_areas(pop: Dataset, cfg: ExperimentConfig, blocks: list[str]) -> dict[str, list[tuple[str, list[int]]]]:
     """Per geography level between the target and its blocks (the tracts of a county), each area
-    of ``unit`` with the BLOCK codes of its blocks (positions in :func:`unit_blocks`), from the
-    public list: where tables per tract inside a county are published."""
+    of a unit with the BLOCK codes of its blocks (positions in ``blocks``, the unit's
+    :func:`unit_blocks`), from the public list: where tables per tract inside a county are published."""
     geo = pop.geography
-    blocks, _ = unit_blocks(pop, cfg, unit)
     out = {}
     for lv in geo.finer(cfg.target.level)[:-1]:
         where: dict[str, list[int]] = {}
@@ -222,13 +221,13 @@ def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: boo
     """D and D_holdout of one unit over the attack domain (:func:`unit_data`)."""
     pop.geography.mask(cfg.target.level, unit)  # an unknown unit is an error naming the known ones
     data = unit_data(pop, cfg, unit, with_block, pad_blocks)
-    source = unit_blocks(pop, cfg, unit)[1] if with_block else None
+    blocks, source = unit_blocks(pop, cfg, unit) if with_block else (None, None)
     rng = np.random.default_rng(_stable("split", cfg.seed, unit))
     private, holdout = holdout_split(data, rng, cfg.holdout_fraction)
     weights, areas = None, None
     if with_block:  # where an outsider expects persons: the holdout's blocks (D's are what is attacked)
         weights = np.bincount(holdout.column("BLOCK"), minlength=holdout.domain.sizes[0]).astype(np.float64)
-        areas = unit_areas(pop, cfg, unit)
+        areas = unit_areas(pop, cfg, blocks)
     return UnitProblem(unit, with_block, private, holdout, weights, source, areas)
 
 

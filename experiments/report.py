@@ -11,7 +11,8 @@ import yaml
 
 from experiments.config import parse_config
 from experiments.metrics import (OUTSIDE_COLUMNS, SATURATION_SHARE, at_u, average_curves, band_kind, is_attack,
-                                 lift_by_baseline, persons_reconstructed, saturation, summarise_persons, variant_label)
+                                 lift_by_baseline, persons_reconstructed, saturation, strength_table,
+                                 summarise_persons, variant_label)
 from experiments.doc import Doc
 from experiments.results import results_kind
 
@@ -158,11 +159,9 @@ def _strength_section(doc: Doc, run_dir: Path) -> None:
           f"saturated when the last doubling of K adds at most {SATURATION_SHARE:.0%} of the persons (and at most "
           "one per unit); otherwise a stronger attack would likely reconstruct more, and every comparison with a "
           "baseline understates the risk.")
-    ks = sorted({k for r in table["by_runs"] for k in r})
-    doc.table(["variant", "method", *[f"K = {k}" for k in ks], "saturated"],
-              [[variant_label(r["variant"]), r["method"], *[r["by_runs"].get(k, "") for k in ks],
-                "yes" if r["saturated"] else f"**no** ({r['gain']:+d} from K = {r['half']})"]
-               for _, r in table.iterrows()], numeric=set(range(2, 2 + len(ks))))
+    headers, rows, numeric = strength_table(table, [("variant", lambda r: variant_label(r["variant"])),
+                                                    ("method", lambda r: r["method"])])
+    doc.table(headers, rows, numeric=numeric)
 
 
 def _exact_section(doc: Doc, run_dir: Path, units: list[dict]) -> None:

@@ -15,8 +15,7 @@ from tqdm.auto import tqdm
 
 from experiments.config import ExperimentConfig
 from experiments.metrics import (OUTSIDE_COLUMNS, best_baselines, calibration, concentration, effective_u, is_attack,
-                                 strength_by_runs,
-                                 k_grid, lift_by_baseline, match_rate_curve, persons_reconstructed,
+                                 k_grid, lift_by_baseline, match_rate_curve, persons_reconstructed, strength_by_runs,
                                  unique_persons)
 from experiments.plots import plot_match_rate, plot_metrics
 from experiments.progress import UnitProgress

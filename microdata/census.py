@@ -231,7 +231,7 @@ class CensusWorkload:
     queries: tuple[tuple[int, ...], ...]  # per query, a set index per attribute
     labels: tuple[str, ...]
     cells_per_table: tuple[tuple[str, int], ...]
-    query_levels: tuple[str, ...] = ()
+    query_levels: tuple[str, ...]
 
     @property
     def num_queries(self) -> int:
@@ -336,9 +336,7 @@ class CensusWorkload:
     def levels(self) -> np.ndarray:
         """Where each query is published: "block" (one per block), "unit" (the whole target unit) or
         an area level inside the unit ("tract" in a county)."""
-        if self.query_levels:
-            return np.array(self.query_levels)
-        return np.array(["block" if "@" in label else "unit" for label in self.labels])
+        return np.array(self.query_levels)
 
     def level_order(self) -> list[str]:
         """The levels the queries are published at, finest first: block, areas, unit."""

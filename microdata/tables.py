@@ -160,5 +160,5 @@ def build_table_cells(specs: Sequence[dict], domain: Domain, unit_level: str, bl
         by = tuple(parse_by(b, domain, name) for b in spec.get("by", []))
         cells += TableSpec(name, level, by, bool(spec.get("partial", False))).cells(
             domain, block_level=(level == block_level and level != unit_level),
-            area_level=level if level in finer and level not in (block_level, unit_level) else None)
+            area_level=level if level in finer else None)
     return cells

@@ -27,7 +27,7 @@ import numpy as np
 
 from microdata.census import membership_matrix
 from microdata.marginals import Workload
-from reconstruct.relaxed import Layout, probabilities, softmax_backward, softmax_forward
+from reconstruct.relaxed import Layout, softmax_backward, softmax_forward
 
 log = logging.getLogger(__name__)
 
@@ -446,18 +446,18 @@ def _unique_rows(rows: np.ndarray, radices: Sequence[int]) -> tuple[np.ndarray, 
     return rows[first], np.asarray(inverse).reshape(-1)
 
 
-def _best_split(q: np.ndarray, n_sets: Sequence[int]):
+def _best_split(q: np.ndarray, n_sets: Sequence[int], splits=None):
     """The cheapest split of the attributes into two sides (the first attribute on the left) for
-    the queries ``q`` (rows of set indices), with the distinct set combinations each side needs:
-    three matmuls of the two sides' products (the answers and both sides' cotangents), the
-    cotangents' sums into each attribute's set rows, and the row-wise product passes."""
+    the queries ``q`` (rows of set indices), among ``splits`` ((left, right) pairs; default every
+    split), with the distinct set combinations each side needs and its cost: three matmuls of the
+    two sides' products (the answers and both sides' cotangents), the cotangents' sums into each
+    attribute's set rows, and the row-wise product passes."""
     d = q.shape[1]
+    if splits is None:
+        splits = [([0] + [j for j in range(1, d) if mask >> (j - 1) & 1],
+                   [j for j in range(1, d) if not mask >> (j - 1) & 1]) for mask in range((1 << (d - 1)) - 1)]
     best = None
-    for mask in range(1 << (d - 1)):
-        left = [0] + [j for j in range(1, d) if mask >> (j - 1) & 1]
-        right = [j for j in range(d) if j not in left]
-        if not right:
-            continue
+    for left, right in splits:
         lc, li = _unique_rows(q[:, left], [n_sets[j] for j in left])
         rc, ri = _unique_rows(q[:, right], [n_sets[j] for j in right])
         passes = len(lc) * (3 * len(left) - 1) + len(rc) * (3 * len(right) - 1)
@@ -482,17 +482,14 @@ class _Part:
 
     @classmethod
     def of(cls, q: np.ndarray, positions: np.ndarray, n_sets, split=None) -> tuple[float, "_Part"]:
-        sub = q[positions]
-        if split is None:
-            cost, left, right, lc, li, rc, ri = _best_split(sub, n_sets)
-        else:
+        splits = None
+        if split is not None:
             left, right = sorted(split[0]), sorted(split[1])
-            if not left or left[0] != 0 or sorted(left + right) != list(range(q.shape[1])):
+            if not left or left[0] != 0 or not right or sorted(left + right) != list(range(q.shape[1])):
                 raise ValueError(f"no split {split} (the left side must hold attribute 0, and every attribute "
                                  "must be on one side)")
-            lc, li = _unique_rows(sub[:, left], [n_sets[j] for j in left])
-            rc, ri = _unique_rows(sub[:, right], [n_sets[j] for j in right])
-            cost = 0.0
+            splits = [(left, right)]
+        cost, left, right, lc, li, rc, ri = _best_split(q[positions], n_sets, splits)
         ints = lambda a: tuple(int(x) for x in np.asarray(a).reshape(-1))  # noqa: E731
         return cost, cls(ints(positions), tuple(left), tuple(right), tuple(ints(r) for r in lc),
                          tuple(ints(r) for r in rc), ints(li), ints(ri))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-import dataclasses
 import math
 import time
 from dataclasses import dataclass

@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 
 from experiments.doc import Doc  # noqa: E402
 from experiments.metrics import (CONFIDENCE, SATURATION_SHARE, add_interval, average_curves, best_baselines,  # noqa: E402
-                                 saturation, saturation_words, strength_sequence, variant_label)
+                                 saturation, saturation_words, strength_sequence, strength_table, variant_label)
 from experiments.plots import save_figure  # noqa: E402
 
 #: The best attack on a unit's release: the attack (RAP-Rank, the exact attack, the trivial
@@ -191,7 +191,7 @@ def release_strength(run_dir: Path, variant) -> dict:
     t = int(st["steps"].min())
     by_k = saturation(st[st["steps"] == t], ["mechanism", "setting"])
     ex = st[(st["mechanism"] == "exact") & (st["runs"] == st["runs"].max())].groupby("steps")["persons"].sum()
-    return {"by_k": by_k, "by_t": ex if len(ex) > 1 else None, "steps": t}
+    return {"by_k": by_k, "by_t": ex if len(ex) > 1 else None}
 
 
 def strength_sentence(strength: dict, row: dict) -> str:
@@ -219,16 +219,14 @@ def _release_strength_section(doc: Doc, strength: dict) -> None:
     doc.p("Persons reconstructed by RAP-Rank (all units) on its first k runs, at each release: run k is the same "
           "whatever K is, so each column is the attack with K = k, at no extra cost. Saturated: the last doubling "
           f"of K added at most {SATURATION_SHARE:.0%} of the persons (and at most one per unit).")
-    ks = sorted({k for r in by_k["by_runs"] for k in r})
-    doc.table(["mechanism", "setting", *[f"K = {k}" for k in ks], "saturated"],
-              [[r["mechanism"], setting_label(r["mechanism"], r["setting"]), *[r["by_runs"].get(k, "") for k in ks],
-                "yes" if r["saturated"] else f"**no** ({r['gain']:+d} from K = {r['half']})"]
-               for _, r in by_k.iterrows()], numeric=set(range(2, 2 + len(ks))))
+    headers, rows, numeric = strength_table(by_k, [("mechanism", lambda r: r["mechanism"]),
+                                                   ("setting", lambda r: setting_label(r["mechanism"], r["setting"]))])
+    doc.table(headers, rows, numeric=numeric)
     t = strength["by_t"]
     if t is not None:
         (t1, p1), (t2, p2) = list(t.items())[:2]
         doc.p(f"In T, on the exact tables: {p1} persons at T = {t1}, {p2} at T = {t2} "
-              f"({p2 - p1:+d}); " + ("more steps changed little." if abs(p2 - p1) <= max(1, 0.02 * p1) else
+              f"({p2 - p1:+d}); " + ("more steps changed little." if abs(p2 - p1) <= max(1, SATURATION_SHARE * p1) else
                                      "**more steps reconstruct more**: the attack had not converged at the configured T."))
 
 
