@@ -450,8 +450,8 @@ def _best_split(q: np.ndarray, n_sets: Sequence[int], splits=None):
     """The cheapest split of the attributes into two sides (the first attribute on the left) for
     the queries ``q`` (rows of set indices), among ``splits`` ((left, right) pairs; default every
     split), with the distinct set combinations each side needs and its cost: three matmuls of the
-    two sides' products (the answers and both sides' cotangents), the cotangents' sums into each
-    attribute's set rows, and the row-wise product passes."""
+    two sides' products (the answers and both sides' cotangents), and the passes over rows of n'
+    floats: the row-wise products and the scatter-adds of the shares into each attribute's set rows."""
     d = q.shape[1]
     if splits is None:
         splits = [([0] + [j for j in range(1, d) if mask >> (j - 1) & 1],
@@ -460,9 +460,10 @@ def _best_split(q: np.ndarray, n_sets: Sequence[int], splits=None):
     for left, right in splits:
         lc, li = _unique_rows(q[:, left], [n_sets[j] for j in left])
         rc, ri = _unique_rows(q[:, right], [n_sets[j] for j in right])
-        passes = len(lc) * (3 * len(left) - 1) + len(rc) * (3 * len(right) - 1)
-        into = sum(n_sets[a] for a in left) * len(lc) + sum(n_sets[a] for a in right) * len(rc)
-        cost = 6 * len(lc) * len(rc) + 2 * into + _ELEMENT_COST * passes
+        # per side: the forward's product, the factors, prefix, suffix and share products, and
+        # one scatter-add pass per attribute for the shares' sums into its set rows
+        passes = len(lc) * (4 * len(left) - 1) + len(rc) * (4 * len(right) - 1)
+        cost = 6 * len(lc) * len(rc) + _ELEMENT_COST * passes
         if best is None or cost < best[0]:
             best = (cost, left, right, lc, li, rc, ri)
     return best
@@ -495,12 +496,16 @@ class _Part:
                          tuple(ints(r) for r in rc), ints(li), ints(ri))
 
 
-def _segment_sum(x: jax.Array, ids: np.ndarray, segments: int, dtype) -> jax.Array:
-    """Row sums of ``x`` per segment id, as one matmul by the (segments × rows) 0/1 matrix (an
-    XLA:CPU scatter-add, a serial loop over the rows, measured no faster)."""
-    onehot = np.zeros((segments, len(ids)), np.float32)
-    onehot[ids, np.arange(len(ids))] = 1.0
-    return _dot(jnp.asarray(onehot), x, dtype)
+def _segment_sum(x: jax.Array, ids: np.ndarray, segments: int) -> jax.Array:
+    """Row sums of ``x`` (float32) per segment id: a scatter-add, whose cost is one pass over
+    ``x`` whatever the number of segments. Measured against one matmul by the (segments × rows)
+    0/1 matrix, which costs segments × rows × n' multiply-adds: 1.2-5x faster on XLA:CPU from
+    25 segments up and as fast at 3 (rows 72-1,664, n' = 300, one core), and 1.5-2.3x faster for
+    the whole census step. ``ids`` sorted (a side's first attribute: its combinations are in
+    lexicographic order) lets XLA skip the sort."""
+    ids = np.asarray(ids)
+    return jax.ops.segment_sum(x, jnp.asarray(ids, jnp.int32), segments,
+                               indices_are_sorted=bool(np.all(ids[1:] >= ids[:-1])))
 
 
 @dataclass(frozen=True, eq=False)
@@ -597,13 +602,11 @@ class ProductPlan:
         return sum(len(p.left_combos) + len(p.right_combos) for p in self.parts) + sum(len(m) for m in self.memberships)
 
     def flops_per_step(self, rows: int) -> float:
-        """The matmuls of a step: every part's answers and both sides' cotangents, the cotangents'
-        sums into the set rows, and the set sums with their cotangents."""
+        """The matmuls of a step: every part's answers and both sides' cotangents, and the set
+        sums with their cotangents (the scatter-adds into the set rows are passes, not matmuls)."""
         main = sum(3 * len(p.left_combos) * len(p.right_combos) for p in self.parts)
-        into = sum(self._n_sets(a) * len(combos) for p in self.parts
-                   for side, combos in ((p.left, p.left_combos), (p.right, p.right_combos)) for a in side)
         sets = 2 * sum(len(m) * self.layout.sizes[j] for j, m in enumerate(self.memberships))
-        return 2.0 * rows * (main + into + sets)
+        return 2.0 * rows * (main + sets)
 
     def _membership(self, j: int) -> np.ndarray:
         return membership_matrix(self.layout.sizes[j], self.memberships[j]) if j < len(self.layout.sizes) \
@@ -674,7 +677,7 @@ class ProductPlan:
                 for other in (before[c], after[c]):
                     if other is not None:
                         share = share * other
-                dS[a] = dS[a] + _segment_sum(share, combos[:, c], self._n_sets(a), dt)
+                dS[a] = dS[a] + _segment_sum(share, combos[:, c], self._n_sets(a))
 
         def backward(res, g):
             S, kept = res
