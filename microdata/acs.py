@@ -28,6 +28,42 @@ DEFAULT_BOUNDS: dict[str, tuple[float, float]] = {
     "POVPIP": (0.0, 500.0),
     "DENSITY": (0.0, 55_000.0),
 }
+def _codes(lo: int, hi: int) -> tuple[str, ...]:
+    return tuple(str(v) for v in range(lo, hi + 1))
+
+
+#: The ACS PUMS data dictionary's codes for every categorical column the folktables tasks read
+#: (2018 1-year dictionary), and whether the column has a blank "N/A" code there: the domain of
+#: each attribute is this list (plus N/A where the dictionary allows it), whatever values a file
+#: holds, so that adding or removing one person never changes a table's shape. From 2019 the
+#: PUMS calls RELP ``RELSHIPP`` with codes 20-38 (:data:`RELSHIPP_CODES`).
+PUMS_CATEGORIES: dict[str, tuple[tuple[str, ...], bool]] = {
+    "SCHL": (_codes(1, 24), True),      # N/A: under 3 years old
+    "MAR": (_codes(1, 5), False),
+    "RELP": (_codes(0, 17), False),
+    "DIS": (_codes(1, 2), False),
+    "ESP": (_codes(1, 8), True),        # N/A: not an own child of the householder
+    "CIT": (_codes(1, 5), False),
+    "MIG": (_codes(1, 3), True),        # N/A: under 1 year old
+    "MIL": (_codes(1, 4), True),        # N/A: under 17 years old
+    "ANC": (("1", "2", "3", "4", "8"), False),
+    "NATIVITY": (_codes(1, 2), False),
+    "DEAR": (_codes(1, 2), False),
+    "DEYE": (_codes(1, 2), False),
+    "DREM": (_codes(1, 2), True),       # N/A: under 5 years old
+    "SEX": (_codes(1, 2), False),
+    "RAC1P": (_codes(1, 9), False),
+    "ESR": (_codes(1, 6), True),        # N/A: under 16 years old
+    "FER": (_codes(1, 2), True),
+    "PUBCOV": (_codes(1, 2), False),
+    "GCL": (_codes(1, 2), True),
+    "COW": (_codes(1, 9), True),
+}
+#: RELP's codes in the 2019 and later dictionaries (there named RELSHIPP).
+RELSHIPP_CODES = _codes(20, 38)
+#: The PUMS numeric columns the folktables tasks bin, and whether they have an N/A code.
+PUMS_NUMERIC_NULLABLE = {"AGEP": False, "PINCP": True, "WKHP": True, "JWMNP": True}
+
 #: The paper's folktables tasks and folktables' names for them.
 TASKS = {"employment": "ACSEmployment", "coverage": "ACSPublicCoverage", "mobility": "ACSMobility"}
 #: State postal codes to FIPS (the 50 states, DC and Puerto Rico).
@@ -75,20 +111,16 @@ class Binning:
         return np.clip(np.floor((values - self.low) / width), 0, self.bins - 1).astype(np.int64)
 
 
-def _natural_key(v: str):
-    try:
-        return (0, float(v), v)
-    except ValueError:
-        return (1, 0.0, v)
-
-
 def encode_columns(df: pd.DataFrame, columns: Sequence[str], binning: Mapping[str, Binning],
-                   categories: Mapping[str, Sequence[str]] | None = None, source: str = "data") -> tuple[Domain, np.ndarray]:
-    """Integer-code ``columns`` of a frame whose nulls are NaN/None.
+                   categories: Mapping[str, Sequence[str]], nullable: Mapping[str, bool],
+                   source: str = "data") -> tuple[Domain, np.ndarray]:
+    """Integer-code ``columns`` of a frame whose nulls are NaN/None, over declared domains only.
 
-    Binned columns become ``binning[c].bins`` bins; other columns are categorical, over the
-    given ``categories`` (a value outside them is an error naming it) or the sorted union of
-    the values present. Nulls are a category of their own, ``"N/A"``, wherever they occur.
+    Binned columns become ``binning[c].bins`` bins; other columns are categorical over the
+    declared ``categories[c]``. ``"N/A"`` is the last category of every column whose
+    ``nullable[c]`` is true, whether or not anyone's value is null. The domain never depends on
+    the values present: a value outside it, a null where none is declared, or a column with no
+    declared domain is an error naming the file, row, column and value.
     """
     missing = [c for c in columns if c not in df.columns]
     if missing:
@@ -97,6 +129,13 @@ def encode_columns(df: pd.DataFrame, columns: Sequence[str], binning: Mapping[st
     for c in columns:
         s = df[c]
         null = s.isna().to_numpy()
+        if c not in binning and c not in categories:
+            raise ACSDataError(f"{source}, column {c}: no declared domain (neither listed codes nor a numeric range); "
+                               "a domain is never taken from the values present")
+        if null.any() and not nullable.get(c, False):
+            i = int(np.argmax(null))
+            raise ACSDataError(f"{source} row {i + 2}, column {c}: a null value, but the column's declared domain has no "
+                               "N/A code")
         if c in binning:
             b = binning[c]
             vals = pd.to_numeric(s, errors="coerce")
@@ -109,23 +148,17 @@ def encode_columns(df: pd.DataFrame, columns: Sequence[str], binning: Mapping[st
             code = b.codes(vals.fillna(b.low).to_numpy(dtype=np.float64))
         else:
             text = s.astype(str).where(~null, NULL).str.replace(r"\.0$", "", regex=True)
-            present = sorted(set(text[~null].tolist()), key=_natural_key)
-            if categories is not None and c in categories:
-                labels = [str(v) for v in categories[c] if str(v) != NULL]
-                unknown = sorted(set(present) - set(labels), key=_natural_key)
-                if unknown:
-                    i = int(np.argmax((text.isin(unknown) & ~null).to_numpy()))
-                    raise ACSDataError(f"{source} row {i + 2}, column {c}: {text.iloc[i]!r} is not one of the values its "
-                                       f"dictionary lists ({', '.join(labels[:8])}{', ...' if len(labels) > 8 else ''})")
-            else:
-                labels = present
+            labels = [str(v) for v in categories[c] if str(v) != NULL]
+            unknown = ~text.isin(labels).to_numpy() & ~null
+            if unknown.any():
+                i = int(np.argmax(unknown))
+                raise ACSDataError(f"{source} row {i + 2}, column {c}: {text.iloc[i]!r} is not one of the values its "
+                                   f"dictionary lists ({', '.join(labels[:8])}{', ...' if len(labels) > 8 else ''})")
             lookup = {v: i for i, v in enumerate(labels)}
             code = text.map(lookup).fillna(-1).to_numpy(dtype=np.int64)
-        if null.any():
+        if nullable.get(c, False):
             code = np.where(null, len(labels), code)
             labels = labels + [NULL]
-        if not labels:
-            labels = [NULL]
         attrs.append(Attribute(c, tuple(labels)))
         cols.append(code)
     codes = np.stack(cols, axis=1) if cols else np.zeros((len(df), 0), np.int64)
@@ -161,9 +194,11 @@ def read_nist(path: str | Path, attributes: Sequence[str] | None = None,
     """Read a NIST ACS excerpt CSV (``N`` marks a null, PUMA as ``SS-PPPPP``).
 
     Domains come from the JSON data dictionary (``data_dictionary.json`` beside the file
-    unless given): listed codes are the categories, nulls their own category; columns the
-    dictionary gives as a min/max range are binned (``bounds`` per column, else the
-    defaults in ``DEFAULT_BOUNDS``) or, for small integer ranges, enumerated.
+    unless given), never from the values present: listed codes are the categories, and N/A is
+    one whenever the dictionary lists the null marker ``N``; columns the dictionary gives as a
+    min/max range are binned (``bounds`` per column, else the defaults in ``DEFAULT_BOUNDS``)
+    or, for small integer ranges, enumerated. A column the dictionary gives no codes or range
+    for is an error.
     Geography: PUMA inside its state inside the nation.
     """
     path = Path(path)
@@ -195,9 +230,10 @@ def read_nist(path: str | Path, attributes: Sequence[str] | None = None,
     unknown = [c for c in attributes if c not in spec]
     if unknown:
         raise ACSDataError(f"columns {unknown} are not in the data dictionary {dict_path.name}")
-    categories, numeric = {}, set()
+    categories, numeric, nullable = {}, set(), {}
     for c in attributes:
         values = spec[c].get("values", {})
+        nullable[c] = "N" in values  # the dictionary lists the null marker: N/A is a category
         listed = [k for k in values if k not in ("min", "max", "N")]  # "N" is the null marker
         if "min" in values and "max" in values:
             lo, hi = values["min"], values["max"]
@@ -212,7 +248,7 @@ def read_nist(path: str | Path, attributes: Sequence[str] | None = None,
         if listed:
             categories[c] = listed
     binning = _binning(attributes, bounds, bins, numeric)
-    domain, codes = encode_columns(df, attributes, binning, categories, source=str(path))
+    domain, codes = encode_columns(df, attributes, binning, categories, nullable, source=str(path))
     return Dataset(domain, codes, _puma_geography(puma.str[:2], puma.str[3:]))
 
 
@@ -239,8 +275,10 @@ def read_folktables(root: str | Path, states: Sequence[str], task: str, year: in
     Files are read from ``root/<year>/<horizon>/psam_p<FIPS>.csv`` and downloaded only when
     ``download`` is true. The task's features (and its target, transformed as folktables
     defines it, when ``include_target``) after the task's row filter; AGEP, PINCP, WKHP and
-    JWMNP binned; categories are the union over ``states``. From 2019 on the PUMS calls
-    RELP ``RELSHIPP``; it is renamed back so the task's feature list applies.
+    JWMNP binned; every other column's categories are the data dictionary's codes
+    (:data:`PUMS_CATEGORIES`, N/A where the dictionary has a blank code), never the values
+    present. From 2019 on the PUMS calls RELP ``RELSHIPP`` (codes 20-38); it is renamed back so
+    the task's feature list applies.
     """
     problem = folktables_problem(task)
     from folktables import ACSDataSource
@@ -280,6 +318,14 @@ def read_folktables(root: str | Path, states: Sequence[str], task: str, year: in
         df[t] = np.asarray(problem.target_transform(df[t])).astype(bool)  # folktables' label, as it defines it
         columns.append(t)
     columns = [c for c in columns if c != "ST"]  # the state is geography, not an attribute
-    binning = _binning(columns, bounds, bins, {c for c in ("AGEP", "PINCP", "WKHP", "JWMNP") if c in columns})
-    domain, codes = encode_columns(df, columns, binning, source=f"ACS {year} {horizon} {','.join(states)}")
+    binning = _binning(columns, bounds, bins, {c for c in PUMS_NUMERIC_NULLABLE if c in columns})
+    categories = {c: codes for c, (codes, _) in PUMS_CATEGORIES.items()}
+    nullable = {c: n for c, (_, n) in PUMS_CATEGORIES.items()} | PUMS_NUMERIC_NULLABLE
+    if year >= 2019:
+        categories["RELP"] = RELSHIPP_CODES
+    if include_target:
+        categories[problem.target] = ("False", "True")  # folktables' label
+        nullable[problem.target] = False
+    domain, codes = encode_columns(df, columns, binning, categories, nullable,
+                                   source=f"ACS {year} {horizon} {','.join(states)}")
     return Dataset(domain, codes, _puma_geography(df["ST"], df["PUMA"]))

@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import numpy as np
@@ -82,3 +83,65 @@ def test_nist_shared_excerpts():
     assert len(d.geography.unit_ids("puma")) == 20 and len(d.geography.unit_ids("state")) == 16
     assert len(read_nist(SHARED / "ma2018.csv")) == 7244
     assert len(read_nist(SHARED / "tx2018.csv")) == 8775
+
+
+def _add_person(csv: Path, **values) -> None:
+    """Append one person to a PUMS file: a copy of its first adult with ``values`` changed."""
+    df = pd.read_csv(csv)
+    person = df[(df["AGEP"] >= 30) & (df["AGEP"] <= 60)].iloc[[0]].copy()
+    for k, v in values.items():
+        person[k] = v
+    pd.concat([df, person], ignore_index=True).to_csv(csv, index=False)
+
+
+@pytest.mark.parametrize("task", ["employment", "coverage", "mobility"])
+def test_adding_one_person_changes_no_acs_domain(tmp_path, task):
+    """Domains come from the PUMS dictionary, not from the values present: a person with a race
+    code nobody else has and nulls where nobody else has one leaves every attribute's categories
+    (and so every table's shape) as they were."""
+    root = make_acs_root(tmp_path, states=("CA",))
+    csv = root / "2018" / "1-Year" / "psam_p06.csv"
+    df = pd.read_csv(csv)
+    df["RAC1P"] = np.minimum(df["RAC1P"], 8)  # nobody has race code 9
+    df["ESP"] = df["ESP"].fillna(1)  # nobody has a null ESP, COW or GCL
+    df["COW"] = df["COW"].fillna(1)
+    df["GCL"] = df["GCL"].fillna(1)
+    df.to_csv(csv, index=False)
+    before = read_folktables(root, ["CA"], task)
+    _add_person(csv, AGEP=30, RAC1P=9, ESP=np.nan, COW=np.nan, GCL=np.nan, PINCP=1000)
+    after = read_folktables(root, ["CA"], task)
+    assert len(after) == len(before) + 1
+    assert after.domain == before.domain
+    assert before.domain.attribute("RAC1P").values == tuple(str(v) for v in range(1, 10))
+    assert before.domain.attribute("ESP").values[-1] == "N/A"  # declared, though nobody was N/A
+    assert "N/A" not in before.domain.attribute("SEX").values  # SEX has no N/A code
+
+
+def test_acs_values_outside_the_dictionary_name_file_row_column_and_value(tmp_path):
+    root = make_acs_root(tmp_path, states=("CA",))
+    csv = root / "2018" / "1-Year" / "psam_p06.csv"
+    _add_person(csv, RAC1P=12)
+    with pytest.raises(ACSDataError, match=r"row \d+, column RAC1P: '12' is not one of the values"):
+        read_folktables(root, ["CA"], "employment")
+    root = make_acs_root(tmp_path / "b", states=("CA",))
+    csv = root / "2018" / "1-Year" / "psam_p06.csv"
+    _add_person(csv, SEX=np.nan)
+    with pytest.raises(ACSDataError, match="column SEX: a null value, but the column's declared domain has no N/A"):
+        read_folktables(root, ["CA"], "employment")
+
+
+def test_nist_domains_come_from_the_dictionary(tmp_path):
+    path = make_nist_file(tmp_path / "x2018.csv")
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    df.loc[df["MSP"] == "N", "MSP"] = "1"  # nobody N/A in MSP: the dictionary still lists N
+    df.to_csv(path, index=False)
+    d = read_nist(path)
+    assert d.domain.attribute("MSP").values == ("1", "2", "3", "4", "5", "6", "N/A")
+    bigger = pd.concat([df, df.iloc[[0]].assign(MSP="N")], ignore_index=True)
+    bigger.to_csv(path, index=False)
+    assert read_nist(path).domain == d.domain
+    spec = json.loads((tmp_path / "data_dictionary.json").read_text())
+    spec["SEX"] = {"description": "no codes listed"}
+    (tmp_path / "data_dictionary.json").write_text(json.dumps(spec))
+    with pytest.raises(ACSDataError, match="column SEX: no declared domain"):
+        read_nist(path)
