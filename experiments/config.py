@@ -127,7 +127,9 @@ class TargetConfig(_Strict):
     block_bucket: int = Field(
         8, ge=1, description="with BLOCK, pad each unit's blocks up to a multiple of this with empty blocks "
         "(published as all-zero cells), so units of one bucket share a compiled program; 1 = no padding")
-    unit_ids: list[str] | None = None
+    unit_ids: list[str] | None = Field(
+        None, description="the units to attack, by id (a public choice; overrides units, selection and the size "
+        "bounds); a unit the public unit list names but nobody lives in may be named: it is reported as empty")
     require_siblings: bool = Field(
         False, description="only units whose enclosing unit has other units, so its baseline has data")
 

@@ -117,9 +117,12 @@ def select_units(pop: Dataset, cfg: ExperimentConfig) -> list[str]:
         ok &= np.isin(ids, pairs.loc[siblings > 1, "unit"].to_numpy())
     eligible = ids[ok]
     if cfg.target.unit_ids is not None:
-        unknown = [u for u in cfg.target.unit_ids if u not in set(ids.tolist())]
+        # a unit is known if someone lives in it or the public unit list names it (empty ones too)
+        known = set(ids.tolist())
+        unknown = [u for u in cfg.target.unit_ids if u not in known and not geo.listed(level, u)]
         if unknown:
-            raise ConfigError(f"target.unit_ids {unknown} are not {level}s of the data (e.g. {ids[:3].tolist()})")
+            raise ConfigError(f"target.unit_ids {unknown} are neither {level}s of the data nor in its public unit list "
+                              f"(e.g. {ids[:3].tolist()})")
         return list(cfg.target.unit_ids)
     size_words = (f"between {cfg.target.min_rows} and {cfg.target.max_rows} persons" if cfg.target.max_rows
                   else f"at least {cfg.target.min_rows} persons")
@@ -153,6 +156,22 @@ def select_units(pop: Dataset, cfg: ExperimentConfig) -> list[str]:
             if by_state[s] and len(chosen) < wanted:
                 chosen.append(by_state[s].pop())
     return sorted(chosen)
+
+
+def occupied_units(pop: Dataset, cfg: ExperimentConfig, units: list[str]) -> tuple[list[str], list[str]]:
+    """``units`` split into those someone lives in and the listed ones nobody does. An empty
+    unit may be named (the public list has it), but it has nothing to reconstruct and all its
+    tables are zero: it is reported as empty, not attacked and not averaged into a verdict."""
+    present = set(np.unique(pop.geography.units(cfg.target.level)).tolist())
+    occupied = [u for u in units if u in present]
+    empty = [u for u in units if u not in present]
+    if not occupied:
+        raise ConfigError(f"nobody lives in any of the {cfg.target.level}s named in target.unit_ids ({', '.join(empty)}): "
+                          "there is nothing to reconstruct")
+    if empty:
+        log.warning("%s %s listed but nobody lives there: reported as empty, not attacked (nothing to reconstruct)",
+                    cfg.target.level, ", ".join(empty))
+    return occupied, empty
 
 
 @dataclass

@@ -22,9 +22,9 @@ from experiments.progress import UnitProgress
 from experiments.results import (code_fingerprint, jax_info, results_kind, versions, write_json, write_parquet,
                                  write_yaml)
 from experiments.problem import (UnitProblem, _stable, attributes, baseline_curves, build_priors, build_workload,
-                                 exact_answers,
-                                 init_pool, load_population, outside_counts, prepare_unit, rap_settings, rarity_level,
-                                 select_units, unit_blocks, unit_key, unit_settings, workload_facts)
+                                 exact_answers, init_pool, load_population, occupied_units, outside_counts, prepare_unit,
+                                 rap_settings, rarity_level, select_units, unit_blocks, unit_key, unit_settings,
+                                 workload_facts)
 from microdata.dataset import Dataset
 from microdata.marginals import Workload
 from reconstruct.margins import margins_attack
@@ -233,7 +233,7 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
     """
     t_start = time.perf_counter()
     pop = load_population(cfg)  # fail on bad data before anything is written
-    units = select_units(pop, cfg)
+    units, empty = occupied_units(pop, cfg, select_units(pop, cfg))
     run_dir = Path(out_root) / cfg.name / cfg.digest()
     units_dir = run_dir / "units"
     units_dir.mkdir(parents=True, exist_ok=True)
@@ -312,6 +312,7 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
         "population_rows": len(pop),
         "rarity_level": rarity_level(pop.geography, cfg.target.level) if len(pop.geography.coarser(cfg.target.level)) > 1 else None,
         "units": facts,
+        "empty_units": empty,  # named, listed, nobody lives there: not attacked
         "seconds_total": round(time.perf_counter() - t_start, 2),
     }
     write_json(run_dir / "manifest.json", manifest)

@@ -151,9 +151,10 @@ class Geography:
         return sorted(set(self.units(level).tolist()))
 
     def mask(self, level: str, unit: str) -> np.ndarray:
-        """Rows in ``unit`` at ``level``; an error names the level's units if it is unknown."""
+        """Rows in ``unit`` at ``level`` (none for a unit the public catalogue lists and nobody
+        lives in); an error names the level's units if it is unknown."""
         m = self.units(level) == unit
-        if not m.any():
+        if not m.any() and not self.listed(level, unit):
             raise GeographyError(
                 f"no {level} {unit!r} in this data; known {level}s include {self.unit_ids(level)[:5]}"
             )
@@ -165,8 +166,14 @@ class Geography:
             raise GeographyError(
                 f"{parent_level!r} is not coarser than {level!r}; coarser levels are {list(self.coarser(level))}"
             )
-        row = int(np.argmax(self.mask(level, unit)))
-        return str(self.units(parent_level)[row])
+        m = self.mask(level, unit)
+        if not m.any():  # listed, empty: the catalogue knows its parents
+            return self.enclosing(level, [unit], parent_level)[0]
+        return str(self.units(parent_level)[int(np.argmax(m))])
+
+    def listed(self, level: str, unit: str) -> bool:
+        """Whether the public unit catalogue names ``unit`` at ``level``."""
+        return self.catalogue is not None and level in self.catalogue.ids and unit in set(self.catalogue.ids[level].tolist())
 
     def take(self, index: np.ndarray) -> "Geography":
         return Geography(self.levels, {lv: a[index] for lv, a in self.ids.items()}, catalogue=self.catalogue)

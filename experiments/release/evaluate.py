@@ -18,7 +18,8 @@ from experiments.config import ConfigError, ExperimentConfig, ReidentificationCo
 from experiments.metrics import (MARGINS_ATTACK, effective_u, k_grid, match_rate_curve, strength_by_runs,
                                  unique_persons)
 from experiments.problem import (_stable, attributes, baseline_curves, build_priors, build_workload, exact_answers,
-                                 load_population, prepare_unit, rap_settings, select_units, unit_key)
+                                 load_population, occupied_units, prepare_unit, rap_settings, select_units,
+                                 unit_key)
 from experiments.progress import UnitProgress
 from experiments.release.audit import audit_release
 from experiments.release.publish import (Published, _backend, _fit_note, check_block_list, own_invariants, publish,
@@ -58,7 +59,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     t_start = time.perf_counter()
     r = cfg.release
     pop = load_population(cfg)  # fail on bad data before anything is written
-    units = select_units(pop, cfg)
+    units, empty = occupied_units(pop, cfg, select_units(pop, cfg))
     for wb in cfg.target.with_block:
         if wb:
             check_block_list(cfg, pop, units[0])
@@ -140,6 +141,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     write_json(run_dir / "ledger.json", {"entries": ledger.entries, "relation": r.relation,
                                          "invariants": list(r.invariants),
                                          "unit_selection": unit_selection(cfg),
+                                         "empty_units": empty,  # listed, named, nobody there: not attacked
                                          "total_epsilon_per_unit": {u: ledger.total_epsilon(unit=u) for u in units}})
     write_json(run_dir / "audit.json", [a.as_dict() for a in audits])
     write_parquet(run_dir / "persons.parquet", release_persons(df))
@@ -147,7 +149,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                        ("strength", "strength")):
         if exact_statuses[kind]:
             write_parquet(run_dir / f"{name}.parquet", pd.DataFrame(exact_statuses[kind]))
-    facts = {"units": units, "levels": list(pop.geography.levels[1:]), "attributes": attributes(cfg, pop)}
+    facts = {"units": units, "empty_units": empty, "levels": list(pop.geography.levels[1:]), "attributes": attributes(cfg, pop)}
     write_json(run_dir / "manifest.json", {
         "name": cfg.name, "config_hash": cfg.digest(), "code_fingerprint": code_fingerprint(),
         "versions": versions(), "jax": jax_info(), "seeds": {"experiment": cfg.seed, "population": cfg.data.seed},

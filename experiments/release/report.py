@@ -320,8 +320,12 @@ def _data_words(cfg, facts: dict) -> str:
            "table": f"the person file {d.path}", "ppmf": f"the PPMF file {d.path}",
            "acs_nist": f"the NIST ACS excerpt {d.path}", "folktables": f"ACS PUMS files under {d.path}"}[d.source]
     levels = " ⊃ ".join(facts["levels"])
-    return (f"Data: {src}; geography {levels}. {len(facts['units'])} {cfg.target.level} units, chosen "
-            f"{cfg.target.selection.replace('_', ' ')}; attributes {', '.join(facts['attributes'])}.")
+    empty = facts.get("empty_units") or []
+    chosen = "named in the config" if cfg.target.unit_ids is not None else f"chosen {cfg.target.selection.replace('_', ' ')}"
+    return (f"Data: {src}; geography {levels}. {len(facts['units'])} {cfg.target.level} units attacked, {chosen}"
+            + (f" ({len(empty)} more named and listed, but nobody lives there, so nothing to reconstruct: "
+               f"{', '.join(empty)})" if empty else "")
+            + f"; attributes {', '.join(facts['attributes'])}.")
 
 
 def unit_selection(cfg) -> dict:

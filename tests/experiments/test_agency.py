@@ -143,3 +143,35 @@ def test_every_malformed_input_ends_in_one_line_naming_the_file(tmp_path, capsys
         err = capsys.readouterr().err.strip()
         assert code == 2, (argv, err)
         assert "\n" not in err and name in err and "Traceback" not in err, (argv, err)
+
+
+def test_a_listed_unit_nobody_lives_in_can_be_named(agency, tmp_path):
+    """The public block list names a tract nobody lives in: naming it is no error; it is reported
+    as empty (nothing to reconstruct), not attacked; a name in neither the data nor the list is."""
+    from experiments.release.evaluate import evaluate_release
+
+    _, over = agency
+    blocks_file = Path(next(o for o in over if o.startswith("data.units_file=")).split("=", 1)[1])
+    listed = pd.read_csv(blocks_file, dtype=str)
+    first = listed.iloc[0]
+    empty_tract = {**first.to_dict(), "tract": "999900", "blk": "9001"}
+    mine = tmp_path / "blocks.csv"
+    pd.concat([listed, pd.DataFrame([empty_tract])], ignore_index=True).to_csv(mine, index=False)
+    occupied = f"{first['st']}:{first['cty']}:{first['tract']}"
+    empty = f"{first['st']}:{first['cty']}:999900"
+    base = [o for o in over if not o.startswith("data.units_file=")] + [f"data.units_file={mine}"]
+    cfg = load_config(ROOT / "configs" / "agency" / "example.yaml",
+                      base + [f"target.unit_ids=[{occupied}, {empty}]", "release.epsilons=[4.0]",
+                              "release.mechanisms=[laplace_tables]", "release.audit.runs=2000"])
+    rel = evaluate_release(cfg, tmp_path / "out", progress=False)
+    manifest = json.loads((rel / "manifest.json").read_text())
+    assert manifest["units"] == [occupied] and manifest["facts"]["empty_units"] == [empty]
+    assert json.loads((rel / "ledger.json").read_text())["empty_units"] == [empty]
+    assert f"nobody lives there, so nothing to reconstruct: {empty}" in (rel / "report.md").read_text()
+    bad = load_config(ROOT / "configs" / "agency" / "example.yaml",
+                      base + [f"target.unit_ids=[{occupied}, 01:001:424242]"])
+    with pytest.raises(ConfigError, match=r"\['01:001:424242'\] are neither tracts of the data nor in its public"):
+        evaluate_release(bad, tmp_path / "out2", progress=False)
+    only_empty = load_config(ROOT / "configs" / "agency" / "example.yaml", base + [f"target.unit_ids=[{empty}]"])
+    with pytest.raises(ConfigError, match="nobody lives in any of the tracts named"):
+        evaluate_release(only_empty, tmp_path / "out3", progress=False)
