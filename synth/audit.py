@@ -304,6 +304,43 @@ def laplace_shape_pvalue(noise: np.ndarray) -> float:
     return _chi_square_tail_bins(a, lambda k: np.where(k <= 0, 1.0, 2 * r ** k.astype(np.float64) / (1 + r)))[0]
 
 
+def clipped_upper_excess(outputs: np.ndarray, count: int) -> np.ndarray:
+    """The draws of discrete Laplace noise X that a release clipped at zero, max(c + X, 0), shows
+    exactly, as excesses over a threshold: X − x0 for the draws with X ≥ x0, x0 = 0 when the true
+    count c is positive (those outputs are never clipped) and 1 when it is 0. Their law is
+    geometric whatever x0 (the discrete Laplace is memoryless on its upper side):
+    P(X − x0 ≥ k | X ≥ x0) = r^k, r = e^{−1/t}."""
+    x = np.asarray(outputs, dtype=np.int64).ravel() - int(count)
+    x0 = 0 if count > 0 else 1
+    return x[x >= x0] - x0
+
+
+def geometric_scale_upper(excess: np.ndarray, confidence: float = 0.95) -> float:
+    """An upper confidence bound on the discrete Laplace scale t from the upper-side excesses of
+    :func:`clipped_upper_excess`: their mean is r/(1 − r), increasing in t; its upper bound (normal
+    approximation) is solved for r (model-based, like :func:`laplace_scale_upper`)."""
+    g = np.asarray(excess, dtype=np.float64).ravel()
+    if g.size < 2:
+        raise PrivacyError("need at least two unclipped noise draws to bound their scale")
+    m = g.mean() + _normal_quantile(confidence) * g.std(ddof=1) / math.sqrt(g.size)
+    if m <= 0:
+        return 0.0
+    r = m / (1.0 + m)
+    return -1.0 / math.log(r)
+
+
+def geometric_shape_pvalue(excess: np.ndarray) -> float:
+    """p-value of upper-side excesses being geometric (r fitted: mean r/(1 − r)), i.e. of the noise
+    being discrete Laplace on the side a clip at zero never touches; a chi-square over the whole
+    range out to the far tail, as :func:`laplace_shape_pvalue`."""
+    g = np.asarray(excess, dtype=np.int64).ravel()
+    m = g.mean() if g.size else 0.0
+    if g.size < 100 or m == 0:
+        return 1.0
+    r = m / (1.0 + m)
+    return _chi_square_tail_bins(g, lambda k: np.where(k <= 0, 1.0, r ** k.astype(np.float64)))[0]
+
+
 def gaussian_shape_pvalue(noise: np.ndarray) -> float:
     """p-value of the draws being discrete Gaussian (σ fitted from their variance), as
     :func:`laplace_shape_pvalue`."""

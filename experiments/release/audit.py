@@ -22,7 +22,8 @@ from experiments.metrics import lookup
 from microdata.marginals import Workload
 from synth.release import workload_counts
 from synth.audit import (AuditResult, RecordingNoise, ReplayNoise, ReplaySequence, audit_outputs,
-                         gaussian_shape_pvalue, gaussian_sigma_upper, laplace_scale_upper, laplace_shape_pvalue)
+                         clipped_upper_excess, gaussian_shape_pvalue, gaussian_sigma_upper, geometric_scale_upper,
+                         geometric_shape_pvalue, laplace_scale_upper, laplace_shape_pvalue)
 from synth.histogram import SparseHistogram
 from synth.mechanism import PrivacyError, Relation, parse_relation
 from synth.noise import OpenDPNoise, SimulationNoise
@@ -108,8 +109,9 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, unit: str |
 
 
 #: Statistical tests per audit result, by mechanism: the certified bound, the noise scale and the
-#: noise shape (tables, TopDown); the bound alone (histograms).
-TESTS = {"laplace_tables": 3, "topdown": 3, "perturbed_histogram": 1, "smoothed_histogram": 1}
+#: noise shape (tables, TopDown, the perturbed histogram); the bound alone (the smoothed histogram,
+#: which adds no noise to counts).
+TESTS = {"laplace_tables": 3, "topdown": 3, "perturbed_histogram": 3, "smoothed_histogram": 1}
 
 
 def _family_level(cfg: ExperimentConfig, results: int, mechanisms: list[str]) -> ExperimentConfig:
@@ -366,11 +368,32 @@ def _audit_perturbed(cfg: ExperimentConfig, eps: float, small) -> AuditResult:
         if len(ys) == 2:  # two paths, the larger bound reported: each certified at (1 + confidence) / 2
             results[path] = audit_outputs(ys[0], ys[1], c1, c2 - c1, eps, "perturbed_histogram",
                                           (1 + a.confidence) / 2)
+            if path == "dense":
+                dense = ys
     path, best = max(results.items(), key=lambda kv: kv[1].epsilon_lower_bound)
+    # the noise really added, on the side the clip at zero never touches (per differing cell, both
+    # datasets' draws): its scale bounds the ε spent, its shape must be discrete Laplace
+    excess = [np.concatenate([clipped_upper_excess(dense[0][:, j], c1[j]), clipped_upper_excess(dense[1][:, j], c2[j])])
+              for j in range(2)]
+    diff = np.abs(c2 - c1)
+    cells = [j for j in range(2) if diff[j] > 0]
+    level = 1 - (1 - a.confidence) / max(len(cells), 1)  # jointly over the differing cells
+    scales = {j: geometric_scale_upper(excess[j], level) for j in cells}
+    with np.errstate(divide="ignore"):
+        eps_noise = float(sum(diff[j] / scales[j] if scales[j] > 0 else np.inf for j in cells))
+    p_shape = min((geometric_shape_pvalue(excess[j]) for j in cells), default=1.0)
     checks = {"structure": _structure_check(cfg, "perturbed_histogram", eps, w, D, D2),
-              "post_processing": _replay_check(cfg, "perturbed_histogram", eps, w, D, D2)}
+              "post_processing": _replay_check(cfg, "perturbed_histogram", eps, w, D, D2),
+              "noise_scale": "pass" if eps_noise <= eps else
+              f"fail: the noise added gives ε ≥ {eps_noise:.4g} for this pair (each differing cell's distance over an "
+              "upper bound on its noise scale, from the draws above the clip at zero; assumes discrete Laplace noise, "
+              "which noise_shape checks)",
+              "noise_shape": "pass" if p_shape >= (1 - a.confidence) / max(len(cells), 1) else
+              f"fail: the noise added is not discrete Laplace (chi-square of its upper side, geometric, over the whole "
+              f"range: p = {p_shape:.2g})"}
     details = {f"epsilon_lower_bound_{p.replace('-', '_')}_path": round(r.epsilon_lower_bound, 6) for p, r in results.items()}
-    details["histogram_cells"] = D.domain.total_size
+    details.update(histogram_cells=D.domain.total_size, epsilon_from_noise_scale=round(eps_noise, 6),
+                   noise_shape_p_value=p_shape)
     return AuditResult("perturbed_histogram", eps, best.epsilon_lower_bound, best.runs, a.confidence,
                        f"{path} path: {best.event}", checks, details)
 

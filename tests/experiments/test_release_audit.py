@@ -396,3 +396,15 @@ def test_noise_of_the_wrong_shape_or_one_table_under_noised_is_caught(mechanism,
     bad = _failures(audit_release(cfg, pop))
     check = "noise_scale" if bug.startswith("noise at 2ε") else "noise_shape"
     assert mechanism in bad and bad[mechanism][1][check].startswith("fail"), bad
+
+
+@pytest.mark.parametrize("bug", ["uniform noise of the same mean |x|", "Laplace noise clipped at 8 scales"])
+def test_the_perturbed_histograms_noise_of_the_wrong_shape_is_caught(bug, root, monkeypatch):
+    """The perturbed histogram clips its noisy counts at zero, so its noise is checked on the side the
+    clip never touches (geometric excesses): ε = ∞ noise of the wrong shape fails noise_shape."""
+    Sim = synth.noise.SimulationNoise
+    cfg = _cfg(root, "release.mechanisms=[perturbed_histogram]", "release.audit.runs=200000")
+    pop = load_population(cfg)
+    monkeypatch.setattr(Sim, "sample", (_uniform_like if bug.startswith("uniform") else _clipped)(Sim.sample))
+    bad = _failures(audit_release(cfg, pop))
+    assert "perturbed_histogram" in bad and bad["perturbed_histogram"][1]["noise_shape"].startswith("fail"), bad
