@@ -207,8 +207,23 @@ def strength_sentence(strength: dict, row: dict) -> str:
     where = setting_label(row["mechanism"], x["setting"])
     if h["saturated"]:
         return f" At {where} RAP-Rank had saturated ({saturation_words(h)})."
-    return (f" **At {where} RAP-Rank had not saturated** ({strength_sequence(h)}: doubling K from {h['half']} to "
-            f"{h['runs']} added {h['gain']:+d} persons); the verdict could change with a stronger attack.")
+    head = (f" **At {where} RAP-Rank had not saturated** ({strength_sequence(h)}: doubling K from {h['half']} to "
+            f"{h['runs']} added {h['gain']:+d} persons)")
+    gap = int(x["baseline_persons"]) - int(h["persons"])
+    doublings = doublings_to_reach(gap, int(h["gain"]))
+    if doublings is not None and doublings > 3:
+        return (f"{head}; it is {gap} persons below the best guess, and even if every further doubling of K added as "
+                f"many as the last, it would take {doublings} more doublings (K = {h['runs']}·2^{doublings}) to reach "
+                "it: a stronger attack is unlikely to change this verdict.")
+    return f"{head}; the verdict could change with a stronger attack."
+
+
+def doublings_to_reach(gap: int, gain: int) -> int | None:
+    """How many more doublings of K, each adding ``gain`` persons (the last doubling's: gains shrink
+    as K grows, so this is a lower bound), close a ``gap``; None when there is no gap or no gain."""
+    if gap <= 0 or gain <= 0:
+        return None
+    return -(-gap // gain)
 
 
 def _release_strength_section(doc: Doc, strength: dict) -> None:

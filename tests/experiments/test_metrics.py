@@ -159,3 +159,27 @@ def test_strength_reads_the_first_k_runs_as_the_attack_with_k_runs():
     st.loc[st["runs"] == 24, "persons"] = 60  # +20 on 100: more than 2% and more than one per unit
     row = saturation(st, ["method"]).iloc[0]
     assert not row["saturated"] and "NOT saturated" in saturation_words(row) and "+20" in saturation_words(row)
+
+
+def test_the_strength_sentence_says_whether_more_runs_could_change_the_verdict():
+    import pandas as pd
+
+    from experiments.release.report import doublings_to_reach, strength_sentence
+
+    assert doublings_to_reach(246, 6) == 41 and doublings_to_reach(10, 5) == 2 and doublings_to_reach(11, 5) == 3
+    assert doublings_to_reach(0, 5) is None and doublings_to_reach(-3, 5) is None and doublings_to_reach(10, 0) is None
+
+    def sentence(persons_by_k, guess):
+        ks = sorted(persons_by_k)
+        by_k = pd.DataFrame([{"mechanism": "laplace_tables", "setting": 8.0, "runs": ks[-1], "half": ks[-2],
+                              "persons": persons_by_k[ks[-1]], "gain": persons_by_k[ks[-1]] - persons_by_k[ks[-2]],
+                              "saturated": False, "by_runs": persons_by_k}])
+        row = {"mechanism": "laplace_tables", "x": {"setting": 8.0, "baseline_persons": guess}}
+        return strength_sentence({"by_k": by_k}, row)
+
+    far = sentence({12: 222, 24: 228}, 474)  # 246 below the guess at +6 a doubling: 41 doublings
+    assert "41 more doublings" in far and "unlikely to change" in far and "could change" not in far
+    near = sentence({12: 460, 24: 470}, 474)  # 4 below at +10: one doubling could cross
+    assert "could change with a stronger attack" in near and "doublings" not in near
+    above = sentence({12: 500, 24: 530}, 474)
+    assert "could change with a stronger attack" in above
