@@ -187,8 +187,12 @@ def _exact_section(doc: Doc, run_dir: Path, units: list[dict]) -> None:
                          f"{f.get('certified_rows', 0)} rows, {f.get('certified_persons', 0)} persons",
                          f["persons"], f"{f['seconds_solve']:.2f}", f"{f['seconds_certify']:.1f}"])
             for name, c in f.get("rap_rank_certified", {}).items():
-                proven.append([u["unit"], name, c["top_u"], c["top_u_certified"], c["certified_rows"],
-                               c["certified_rows_ranked_below_u"]])
+                complete = c.get("top_u_certification_complete", True)
+                proven.append([u["unit"], name, c["top_u"],
+                               f"{c['top_u_certified']}" + ("" if complete else
+                                                            f" (at least: {c.get('top_u_undecided')} undecided at the "
+                                                            "time limit)"),
+                               c["certified_rows"], c["certified_rows_ranked_below_u"]])
     doc.table(["unit", "tables", "status", "variables (left of all)", "zero-variability blocks", "persons in them",
                "certified", "persons solved", "solve s", "certify s"], rows, numeric={5, 7, 8, 9})
     if proven:

@@ -357,26 +357,54 @@ def _blocks(solver: ExactSolver, model: CountModel, x: np.ndarray, cert: np.ndar
     return out
 
 
-def certify_rows(solver: ExactSolver, model: CountModel, keys: np.ndarray) -> np.ndarray:
+@dataclass
+class RowCertificates:
+    """Which rows every consistent dataset contains (``proven``), and which rows were decided
+    either way (``decided``: proven, or shown absent from some consistent dataset). A row the
+    time limit left undecided is neither: ``complete`` says whether every row was decided, so a
+    count of proven rows is never silently short."""
+
+    proven: np.ndarray
+    decided: np.ndarray
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.decided.all())
+
+    @property
+    def undecided(self) -> int:
+        return int((~self.decided).sum())
+
+
+def certify_rows(solver: ExactSolver, model: CountModel, keys: np.ndarray) -> RowCertificates:
     """Which of the rows ``keys`` every consistent dataset contains (Generate-then-Verify on any
-    candidate list): True when "x ≤ 0" is infeasible for the row's variable. A row whose variable
-    a published zero removed is in no consistent dataset. Rows left when the time runs out are
-    False (not proven)."""
+    candidate list): proven when the LP minimum of the row's variable is positive, or "x ≤ 0" is
+    infeasible. A row whose variable a published zero removed is in no consistent dataset
+    (decided, not proven); so is a row whose LP minimum 0 is attained by an integral solution.
+    Rows left when the time runs out, or whose integer solve hit it, are undecided."""
     pos = {k: i for i, k in enumerate(model.keys().tolist())}
-    out = np.zeros(len(keys), dtype=bool)
+    proven = np.zeros(len(keys), dtype=bool)
+    decided = np.zeros(len(keys), dtype=bool)
     for i, k in enumerate(np.asarray(keys).tolist()):
         v = pos.get(k)
-        if v is None or solver.left() <= 0:
+        if v is None:
+            decided[i] = True
+            continue
+        if solver.left() <= 0:
             continue
         got = solver.lp_min(v)
         if got is None:
             continue
         lo, integral = got
         if lo > 1e-6:
-            out[i] = True
-        elif not integral and solver.feasible_with_upper(v, 0) == "infeasible":  # integral: x_v = 0 is a solution
-            out[i] = True
-    return out
+            proven[i] = decided[i] = True
+        elif integral:  # x_v = 0 is a solution of the tables
+            decided[i] = True
+        else:
+            verdict = solver.feasible_with_upper(v, 0)
+            proven[i] = verdict == "infeasible"
+            decided[i] = verdict in ("infeasible", "feasible")
+    return RowCertificates(proven, decided)
 
 
 # ---- noisy tables: the least-deviation reconstruction -------------------------------------------

@@ -1,6 +1,7 @@
 """Exact reconstruction by integer programming: solutions satisfy the tables, certificates are sound."""
 
 import itertools
+import time
 
 import numpy as np
 import pytest
@@ -64,7 +65,29 @@ def test_two_consistent_datasets_certify_only_their_common_rows():
     assert res.facts()["blocks_zero_variability"] == 0
     # Generate-then-Verify on candidates: only rows in every consistent dataset are proven
     rows = DOM.encode(np.array([[0, 1, 1], [0, 0, 0], [0, 1, 0]]))
-    assert certify_rows(solver, res.model, rows).tolist() == [True, False, False]
+    cert = certify_rows(solver, res.model, rows)
+    assert cert.proven.tolist() == [True, False, False] and cert.complete and cert.undecided == 0
+    # with no time left nothing is decided, and the flag says so (a count of proven rows is then short)
+    solver.deadline = time.perf_counter() - 1.0
+    cert = certify_rows(solver, res.model, rows)
+    assert not cert.proven.any() and not cert.complete and cert.undecided == 3
+
+
+def test_a_certified_count_above_ds_own_count_stops_the_run():
+    """The impossibility check compares counts, not presence: D holding a certified row once where
+    the certificate says twice is impossible."""
+    from experiments.exact_eval import check_certified_counts
+    from microdata.errors import CensusReconError
+
+    w = _workload(DOM, [("T", [{}]), ("A", [{"A": {0}}, {"A": {1}}]), ("B", [{"B": {0}}, {"B": {1}}])])
+    D = Dataset(DOM, np.array([[0, 0, 0], [0, 1, 1], [0, 1, 1], [0, 1, 1]]))
+    res, _ = reconstruct_exact(w, w.counts(D), time_limit=30)
+    check_certified_counts(res, D.keys(), "u")  # (0,1,1) certified twice, D holds it three times
+    fewer = np.array([k for k in D.keys().tolist()][:3])  # (0,0,0), (0,1,1), (0,1,1): still twice
+    check_certified_counts(res, fewer, "u")
+    once = np.array(D.keys().tolist()[:2])  # (0,1,1) present, but once
+    with pytest.raises(CensusReconError, match="certified 2 times but D holds it 1 times"):
+        check_certified_counts(res, once, "u")
 
 
 def test_published_zeros_remove_variables_before_the_solver_sees_them():
