@@ -281,12 +281,28 @@ class AttackConfig(_Strict):
         return v
 
 
-class ReidentificationConfig(_Strict):
-    """The Bureau's reidentification simulation: an attacker file of a ``coverage`` share of D's
-    persons with block, sex and age (off by one year for an ``age_off_by_one`` share)."""
+class CommercialFileConfig(_Strict):
+    """Error rates of the simulated commercial attacker file (:mod:`experiments.reid`). The defaults
+    make about 37% of its records right on person, block, sex and 38-bin age, as the Bureau's
+    commercial file (HDSR Table 4); how its other records are wrong is not published."""
 
-    coverage: float = Field(0.8, gt=0, le=1)
-    age_off_by_one: float = Field(0.1, ge=0, le=1)
+    coverage: float = Field(0.93, ge=0, le=1, description="share of D's persons with a record")
+    wrong_block: float = Field(0.45, ge=0, le=1, description="share of records placed in another block of the unit")
+    wrong_sex: float = Field(0.03, ge=0, le=1, description="share of records with the other sex")
+    age_error: float = Field(0.35, ge=0, le=1, description="share of records with an age off by 1 to age_error_years")
+    age_error_years: int = Field(5, ge=0)
+    extra: float = Field(0.01, ge=0, le=1, description="records of nobody, as a share of D's persons")
+
+
+class ReidentificationConfig(_Strict):
+    """The Bureau's reidentification simulation: attacker files linked one to one to the
+    reconstruction (and to the modal and proportional guessers), confirmed against D."""
+
+    attacker_files: list[Literal["perfect", "commercial"]] = Field(
+        ["perfect", "commercial"], min_length=1,
+        description="perfect: every person of D, exactly (the Bureau's CEF attacker); commercial: a file with the "
+        "commercial file's kinds of error (rates in commercial)")
+    commercial: CommercialFileConfig = CommercialFileConfig()
 
 
 class BaselinesConfig(_Strict):

@@ -96,67 +96,43 @@ def _race_eth(domain: Domain, codes: np.ndarray) -> np.ndarray:
 
 
 def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.ndarray], rng: np.random.Generator,
-                     coverage: float = 0.8, age_off_by_one: float = 0.1) -> pd.DataFrame | None:
-    """The Bureau's reidentification simulation on one unit.
+                     rc=None, zero_variability_blocks: set | None = None) -> pd.DataFrame | None:
+    """The Bureau's reidentification simulation on one unit (:mod:`experiments.reid`): the perfect
+    and the commercial-like attacker files linked one to one to each method's reconstructed persons
+    (``methods[name]``: rows of codes) and to the modal and proportional guessers' files; putative,
+    confirmed and precision, overall and for the vulnerable group (non-modal, unique on {block,
+    sex, 38-bin age}, in a zero-variability block when ``zero_variability_blocks`` is given). ``rc``
+    is the config's ``reidentification`` section (its defaults when None). None without
+    single-year AGE and SEX."""
+    from experiments.config import ReidentificationConfig
+    from experiments.reid import (AttackerFile, commercial_file, guesser_files, perfect_file, reidentify,
+                                  vulnerable_persons)
 
-    An attacker file stands in for a commercial one: a ``coverage`` share of D's persons with
-    their block, sex and age (off by one year for an ``age_off_by_one`` share) and an id. Each
-    record is linked to a method's reconstructed persons (a multiset of rows, ``methods[name]``)
-    on {block, sex, exact age}, failing that on {block, sex, age bin} (the Bureau's 38 bins); the race and ethnicity of
-    the linked rows (the most common among them) are appended: a putative reidentification,
-    confirmed when they are the person's own. Two guessing baselines need no reconstruction: each
-    block's modal race/ethnicity (``modal``) and a draw from the block's race/ethnicity shares
-    (``proportional``), both readable off the published block tables. Reported overall and for
-    the Bureau's vulnerable group: persons whose race/ethnicity is not their block's mode and who
-    are unique in D on {block, sex, age bin}. None without AGE and SEX."""
     if not {"AGE", "SEX"} <= set(domain.names) or domain.size("AGE") != len(AGE_GROUP):
         return None
+    rc = rc or ReidentificationConfig()
+    file_rng, guess_rng = (np.random.default_rng(int(x)) for x in rng.integers(0, 2**62, 2))  # independent streams
+    link_seed = int(rng.integers(0, 2**62))
     jb = domain.index("BLOCK") if "BLOCK" in domain else None
     ja, js = domain.index("AGE"), domain.index("SEX")
     block = truth[:, jb] if jb is not None else np.zeros(len(truth), np.int64)
-    re = _race_eth(domain, truth)
-    picked = np.flatnonzero(rng.random(len(truth)) < coverage)
-    age = truth[picked, ja] + np.where(rng.random(len(picked)) < age_off_by_one, rng.choice([-1, 1], len(picked)), 0)
-    age = np.clip(age, 0, len(AGE_GROUP) - 1)
-    rec_block, rec_sex, rec_age, rec_re = block[picked], truth[picked, js], age, re[picked]
-    # the vulnerable group
-    mode = {}
-    for b in np.unique(block):
-        vals, cnt = np.unique(re[block == b], return_counts=True)
-        mode[b] = vals[np.argmax(cnt)]
-    grp = np.stack([block, truth[:, js], AGE_GROUP[truth[:, ja]]], axis=1)
-    _, inv, cnt = np.unique(grp, axis=0, return_inverse=True, return_counts=True)
-    unique_bsa = cnt[inv.ravel()] == 1
-    vulnerable = np.array([re[i] != mode[block[i]] for i in range(len(truth))]) & unique_bsa
-    vul = vulnerable[picked]
-    rows = []
-
-    def tally(name: str, guess: np.ndarray) -> None:
-        put = guess >= 0
-        conf = put & (guess == rec_re)
-        for group, sel in (("all", np.ones(len(picked), bool)), ("vulnerable", vul)):
-            p, c = int(put[sel].sum()), int(conf[sel].sum())
-            rows.append({"method": name, "group": group, "attacker_records": int(sel.sum()), "putative": p,
-                         "confirmed": c, "precision": c / p if p else float("nan")})
-
+    sex, age, re = truth[:, js], truth[:, ja], _race_eth(domain, truth)
+    files: list[AttackerFile] = []
+    if "perfect" in rc.attacker_files:
+        files.append(perfect_file(block, sex, age))
+    if "commercial" in rc.attacker_files:
+        c = rc.commercial
+        files.append(commercial_file(block, sex, age, domain.size("BLOCK") if jb is not None else 1, file_rng,
+                                     c.coverage, c.wrong_block, c.wrong_sex, c.age_error, c.age_error_years, c.extra,
+                                     n_sexes=domain.size("SEX"), n_ages=domain.size("AGE")))
+    recs = {}
     for name, rec in methods.items():
         rb = rec[:, jb] if jb is not None else np.zeros(len(rec), np.int64)
-        rre = _race_eth(domain, rec)
-        guess = np.full(len(picked), -1, np.int64)
-        exact_key = pd.DataFrame({"b": rb, "s": rec[:, js], "a": rec[:, ja], "re": rre})
-        for level in ("exact", "group"):
-            frame = exact_key.assign(a=AGE_GROUP[exact_key["a"]]) if level == "group" else exact_key
-            top = frame.groupby(["b", "s", "a", "re"]).size().reset_index(name="n")
-            top = top.sort_values(["n", "re"], ascending=[False, True]).drop_duplicates(["b", "s", "a"])
-            look = {(b, s, a): r for b, s, a, r in top[["b", "s", "a", "re"]].itertuples(index=False)}
-            a_key = AGE_GROUP[rec_age] if level == "group" else rec_age
-            for i in np.flatnonzero(guess < 0):
-                guess[i] = look.get((rec_block[i], rec_sex[i], a_key[i]), -1)
-        tally(name, guess)
-    tally("modal", np.array([mode[b] for b in rec_block]))
-    shares = {b: np.unique(re[block == b], return_counts=True) for b in np.unique(block)}
-    tally("proportional", np.array([rng.choice(shares[b][0], p=shares[b][1] / shares[b][1].sum()) for b in rec_block]))
-    return pd.DataFrame(rows)
+        recs[name] = (rb, rec[:, js], rec[:, ja], _race_eth(domain, rec))
+    for name, guess in guesser_files(block, sex, age, re, guess_rng).items():
+        recs[name] = (block, sex, age, guess)
+    vulnerable = vulnerable_persons(block, sex, age, re, zero_variability_blocks)
+    return reidentify(files, recs, (block, sex, age, re), vulnerable, link_seed)
 
 
 def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: int, outside, rankings: dict,
@@ -207,7 +183,8 @@ def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: in
     if getattr(cfg, "reidentification", None) is not None:
         rc = cfg.reidentification
         methods = {k: D.domain.decode(v) for k, v in recon.items() if k in (names[0], *rankings)}
-        df = reidentification(D.domain, D.codes, methods, rng, rc.coverage, rc.age_off_by_one)
+        zero = {b for b, f in res.blocks.items() if f["zero_variability"]} if res.blocks else None
+        df = reidentification(D.domain, D.codes, methods, rng, rc, zero)
         if df is not None:
             reid = df.to_dict("records")
     return curves, facts, agree, reid

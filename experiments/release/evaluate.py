@@ -325,7 +325,7 @@ def bureau_measures(cfg: ExperimentConfig, D: Dataset, reconstruction: np.ndarra
     if reconstruction is not None:
         rc = cfg.reidentification or ReidentificationConfig()
         df = reidentification(D.domain, D.codes, {"reconstruction": D.domain.decode(reconstruction)},
-                              np.random.default_rng(seed), rc.coverage, rc.age_off_by_one)
+                              np.random.default_rng(seed), rc)
         if df is not None:
             out["reidentification"] = df.to_dict("records")
     return out

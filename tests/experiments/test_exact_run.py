@@ -99,12 +99,78 @@ def test_agreement_matches_exact_age_first_then_age_groups_one_to_one():
 
 
 def test_reidentification_confirms_only_the_persons_own_race_and_beats_guessing_on_the_vulnerable():
+    from experiments.config import ReidentificationConfig
+
     dom = _dom()
     # block 0: three white non-Hispanic adults and one Black child (the vulnerable person)
     truth = np.array([[0, 40, 0, 0, 0], [0, 41, 1, 0, 0], [0, 60, 0, 0, 0], [0, 8, 1, 0, 1]])
     perfect = {"exact": truth.copy()}
-    r = reidentification(dom, truth, perfect, np.random.default_rng(0), coverage=1.0, age_off_by_one=0.0)
-    r = r.set_index(["method", "group"])
+    rc = ReidentificationConfig(attacker_files=["perfect"])
+    r = reidentification(dom, truth, perfect, np.random.default_rng(0), rc).set_index(["method", "group"])
     assert r.loc[("exact", "all"), "precision"] == 1.0 and r.loc[("exact", "vulnerable"), "putative"] == 1
     assert r.loc[("modal", "vulnerable"), "confirmed"] == 0  # the modal guess says white for the Black child
     assert r.loc[("modal", "all"), "precision"] == 0.75
+    # the vulnerable group needs a zero-variability block when that is known
+    r = reidentification(dom, truth, perfect, np.random.default_rng(0), rc, zero_variability_blocks={1})
+    assert r.set_index(["method", "group"]).loc[("exact", "vulnerable"), "attacker_records"] == 0
+
+
+def test_one_to_one_linkage_never_links_a_reconstructed_record_twice():
+    from experiments.reid import AttackerFile, link_one_to_one, perfect_file
+
+    rng = np.random.default_rng(0)
+    # five attacker records of the same block, sex and age, two reconstructed records there:
+    # two links (each record once), the other three unlinked; then a binned pass on 30-34
+    f = AttackerFile("f", np.arange(6), np.zeros(6, np.int64), np.zeros(6, np.int64), np.array([30] * 5 + [31]))
+    linked, binned = link_one_to_one(f, np.zeros(3, np.int64), np.zeros(3, np.int64), np.array([30, 30, 33]), rng)
+    assert sorted(linked[linked >= 0].tolist()) == [0, 1, 2]  # each reconstructed record at most once
+    assert (linked[:5] >= 0).sum() + (linked[5] >= 0) == 3
+    assert binned[linked == 2].all() and not binned[(linked == 0) | (linked == 1)].any()
+    # many records, random files: never a reconstructed record twice
+    for seed in range(5):
+        r = np.random.default_rng(seed)
+        n, m = 300, 250
+        fb, fs, fa = r.integers(0, 3, n), r.integers(0, 2, n), r.integers(0, 40, n)
+        linked, _ = link_one_to_one(perfect_file(fb, fs, fa), r.integers(0, 3, m), r.integers(0, 2, m),
+                                    r.integers(0, 40, m), r)
+        got = linked[linked >= 0]
+        assert len(got) == len(set(got.tolist())) and len(got) <= m
+
+
+def test_a_commercial_file_without_errors_reproduces_the_perfect_files_results():
+    from experiments.config import CommercialFileConfig, ReidentificationConfig
+    from experiments.reid import commercial_file
+
+    dom = _dom()
+    rng = np.random.default_rng(3)
+    n = 400
+    truth = np.stack([rng.integers(0, 2, n), rng.integers(0, 90, n), rng.integers(0, 2, n), rng.integers(0, 2, n),
+                      rng.integers(0, 4, n)], axis=1)
+    rec = truth.copy()
+    rec[rng.random(n) < 0.3, 4] = 0  # a reconstruction right on race for most persons
+    rec[rng.random(n) < 0.2, 1] += 1  # and off by a year on age for some
+    zero = CommercialFileConfig(coverage=1.0, wrong_block=0.0, wrong_sex=0.0, age_error=0.0, extra=0.0)
+    cols = ["method", "group", "attacker_records", "putative", "confirmed"]
+    perfect = reidentification(dom, truth, {"exact": rec}, np.random.default_rng(0),
+                               ReidentificationConfig(attacker_files=["perfect"]))
+    commercial = reidentification(dom, truth, {"exact": rec}, np.random.default_rng(0),
+                                  ReidentificationConfig(attacker_files=["commercial"], commercial=zero))
+    assert (commercial["attacker_file"] == "commercial").all()
+    assert perfect[cols].equals(commercial[cols])
+    # with errors, fewer records are right and precision falls
+    noisy = reidentification(dom, truth, {"exact": rec}, np.random.default_rng(0), ReidentificationConfig())
+    x = noisy.set_index(["method", "attacker_file", "group"])
+    assert x.loc[("exact", "commercial", "all"), "precision"] < x.loc[("exact", "perfect", "all"), "precision"]
+    # the default error rates leave about 37% of records right on person, block, sex and 38-bin age
+    from microdata.census import AGE_BIN38_OF_AGE
+
+    big = 20_000
+    b, s, a = rng.integers(0, 40, big), rng.integers(0, 2, big), rng.integers(0, 90, big)
+    c = CommercialFileConfig()
+    f = commercial_file(b, s, a, 40, rng, c.coverage, c.wrong_block, c.wrong_sex, c.age_error, c.age_error_years,
+                        c.extra, n_ages=116)
+    p = f.person
+    ok = (p >= 0)
+    right = ok.copy()
+    right[ok] = (f.block[ok] == b[p[ok]]) & (f.sex[ok] == s[p[ok]]) & (AGE_BIN38_OF_AGE[f.age[ok]] == AGE_BIN38_OF_AGE[a[p[ok]]])
+    assert 0.33 < right.mean() < 0.41
