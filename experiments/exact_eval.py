@@ -86,6 +86,41 @@ def agreement(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, rec_
     return {"agree_exact_age": matched / n, "agree_binned_age": (matched + more) / n}
 
 
+#: The Bureau's seven block-size bins (persons per block; SUPP Tables 7-8), the last open.
+BLOCK_SIZE_BINS = ((1, 9), (10, 49), (50, 99), (100, 249), (250, 499), (500, 999), (1000, None))
+
+
+def size_bin_label(lo: int, hi: int | None) -> str:
+    return f"{lo}+" if hi is None else f"{lo}-{hi}"
+
+
+def by_block_size(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, blocks: dict) -> list[dict]:
+    """Per Bureau block-size bin (a block's size: its persons in D, the tabulated population), the
+    solved blocks, those with zero solution variability and their persons, and the persons of D the
+    reconstruction agrees with on exact age and on exact or 38-bin age (:func:`agreement`, counts)."""
+    if "BLOCK" not in domain:
+        return []
+    jb = domain.index("BLOCK")
+    t_block = domain.decode(np.asarray(truth_keys))[:, jb]
+    r_block = domain.decode(np.asarray(rec_keys))[:, jb] if len(rec_keys) else np.zeros(0, np.int64)
+    ids, sizes = np.unique(t_block, return_counts=True)
+    size_of = dict(zip(ids.tolist(), sizes.tolist()))
+    out = []
+    for lo, hi in BLOCK_SIZE_BINS:
+        sel = [b for b, n in size_of.items() if n >= lo and (hi is None or n <= hi)]
+        if not sel:
+            continue
+        zero = [b for b in sel if blocks.get(b, {}).get("zero_variability")]
+        t_in, r_in = np.isin(t_block, sel), np.isin(r_block, sel)
+        a = agreement(domain, np.asarray(truth_keys)[t_in], np.asarray(rec_keys)[r_in]) or {}
+        persons = int(t_in.sum())
+        out.append({"size": size_bin_label(lo, hi), "blocks": len(sel), "blocks_zero_variability": len(zero),
+                    "persons": persons, "persons_zero_variability": int(sum(size_of[b] for b in zero)),
+                    "agree_exact_age_persons": int(round(a.get("agree_exact_age", 0.0) * persons)),
+                    "agree_binned_age_persons": int(round(a.get("agree_binned_age", 0.0) * persons))})
+    return out
+
+
 def _race_eth(domain: Domain, codes: np.ndarray) -> np.ndarray:
     """One code per row for its race (the detailed CENRACE where there is one) and ethnicity."""
     race = "CENRACE" if "CENRACE" in domain else ("RACE" if "RACE" in domain else None)
@@ -172,6 +207,8 @@ def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: in
     # the Bureau's agreement, and reidentification
     n = len(D)
     recon = {names[0]: np.repeat(*res.rows())}
+    if res.blocks:
+        facts["by_block_size"] = by_block_size(D.domain, truth, recon[names[0]], res.blocks)
     for name, r in {**rankings, **baseline_rankings}.items():
         recon[name] = r.keys[:n]
     agree = []

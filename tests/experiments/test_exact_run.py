@@ -174,3 +174,25 @@ def test_a_commercial_file_without_errors_reproduces_the_perfect_files_results()
     right = ok.copy()
     right[ok] = (f.block[ok] == b[p[ok]]) & (f.sex[ok] == s[p[ok]]) & (AGE_BIN38_OF_AGE[f.age[ok]] == AGE_BIN38_OF_AGE[a[p[ok]]])
     assert 0.33 < right.mean() < 0.41
+
+def test_zero_variability_and_agreement_by_the_bureaus_block_size_bins():
+    from experiments.exact_eval import by_block_size
+    from experiments.report import by_size_table
+
+    dom = _dom()
+    # block 0: 3 persons (bin 1-9), reconstructed right; block 1: 12 persons (bin 10-49), half of them
+    # reconstructed with the wrong race
+    b0 = np.array([[0, 30, 0, 0, 0], [0, 31, 1, 0, 0], [0, 70, 0, 1, 2]])
+    b1 = np.array([[1, 20 + i, i % 2, 0, 0] for i in range(12)])
+    truth = dom.encode(np.concatenate([b0, b1]))
+    wrong = b1.copy()
+    wrong[:6, 4] = 5
+    rec = dom.encode(np.concatenate([b0, wrong]))
+    rows = by_block_size(dom, truth, rec, {0: {"zero_variability": True}, 1: {"zero_variability": False}})
+    assert [r["size"] for r in rows] == ["1-9", "10-49"]
+    small, mid = rows
+    assert (small["blocks"], small["blocks_zero_variability"], small["persons"], small["persons_zero_variability"]) == (1, 1, 3, 3)
+    assert small["agree_exact_age_persons"] == 3 and mid["agree_exact_age_persons"] == 6
+    assert mid["blocks_zero_variability"] == 0 and mid["persons"] == 12
+    headers, table = by_size_table([{"exact": {"tables": {"by_block_size": rows}}}])
+    assert table[0][2] == "100.0% (99.5%)" and table[1][5] == "50.0% (47.1%)"
