@@ -100,6 +100,24 @@ def _event_counts(z: np.ndarray, thresholds) -> tuple[np.ndarray, np.ndarray]:
     return np.array(up), np.array(down)
 
 
+#: Quantiles of the selection half's outputs that become thresholds, the extremes included.
+THRESHOLD_QUANTILES = np.linspace(0.0, 1.0, 41)
+
+
+def scaled_thresholds(z1: np.ndarray, z2: np.ndarray, base) -> list[int]:
+    """The thresholds of the events: the fixed offsets ``base`` around the reference, and the
+    integer quantiles of both neighbours' outputs (selection half), from their minimum to their
+    maximum. So the events span the whole range where the two output distributions differ, at
+    the noise's own scale whatever it is, and reach its edges: noise of bounded support (ε = ∞)
+    makes "z ≥ the largest value seen" possible under one neighbour only, which the bound itself
+    then catches."""
+    pooled = np.concatenate([np.asarray(z1).ravel(), np.asarray(z2).ravel()])
+    if not pooled.size:
+        return sorted(set(base))
+    qs = np.quantile(pooled, THRESHOLD_QUANTILES, method="nearest")
+    return sorted(set(int(t) for t in base) | set(int(round(q)) for q in qs))
+
+
 def audit_outputs(y1: np.ndarray, y2: np.ndarray, reference: np.ndarray, direction: np.ndarray,
                   declared_epsilon: float, name: str, confidence: float = 0.95,
                   thresholds=range(-3, 7), checks: dict | None = None, details: dict | None = None) -> AuditResult:
@@ -108,7 +126,8 @@ def audit_outputs(y1: np.ndarray, y2: np.ndarray, reference: np.ndarray, directi
     The c outputs are those where D and D′ differ (the cells a person moves out of and into);
     ``direction`` is +1 where D′'s value is higher, -1 where it is lower, and z = direction ·
     (y − reference). The events are "at least j of the c outputs have z ≥ t" (likelier under D′)
-    and "at least j have z ≤ t" (likelier under D), for every j and every threshold t: for
+    and "at least j have z ≤ t" (likelier under D), for every j and every threshold t (the fixed
+    offsets ``thresholds`` and the quantiles of the selection half, :func:`scaled_thresholds`): for
     independent discrete Laplace noise, the number of outputs beyond the reference is a
     sufficient statistic, so these events reach the whole privacy loss even when a person moves
     dozens of cells (a rectangle "every output beyond t" would need all of them at once, which
@@ -136,6 +155,7 @@ def audit_outputs(y1: np.ndarray, y2: np.ndarray, reference: np.ndarray, directi
 
     z1 = dirn[None, :] * (y1 - ref[None, :])
     z2 = dirn[None, :] * (y2 - ref[None, :])
+    t_list = scaled_thresholds(z1[:half], z2[:half], t_list)  # chosen on the selection half only
     up1, down1 = _event_counts(z1[:half], t_list)
     up2, down2 = _event_counts(z2[:half], t_list)
     score_up = bounds(up2, up1, half)  # "z ≥ t at j outputs" is likelier under D′

@@ -68,4 +68,4 @@ def test_the_papers_strength_is_one_setting(root):
     cfg = load_config(root / "configs" / "release_agency.yaml", ["attack.strength=paper"])
     assert (cfg.attack.runs, cfg.attack.steps, cfg.attack.rows) == (100, 1000, 1000) == tuple(PAPER_STRENGTH.values())
     plain = load_config(root / "configs" / "release_agency.yaml")
-    assert plain.attack.runs == 12 and plain.digest() != cfg.digest()  # a different attack, a different results dir
+    assert plain.attack.runs == 24 and plain.digest() != cfg.digest()  # a different attack, a different results dir

@@ -39,3 +39,27 @@ def test_the_upper_side_rejects_uniform_and_truncated_noise():
         g = clipped_upper_excess(np.maximum(count + noise, 0), count)
         assert geometric_shape_pvalue(g) < 1e-6
     assert laplace_shape_pvalue(lap) > 1e-3 and laplace_shape_pvalue(uniform) < 1e-6
+
+
+def test_the_certified_bound_itself_catches_bounded_noise_and_passes_laplace():
+    """Events at thresholds scaled to the outputs reach the edge of bounded noise: uniform noise of
+    the same mean |x| as ε = 0.25 Laplace (ε = ∞) is caught by the bound alone; the discrete Laplace of
+    the declared scale stays within ε."""
+    from synth.audit import audit_outputs
+
+    rng = np.random.default_rng(5)
+    runs, eps = 40_000, 0.25  # noise scale 8: its edge lies far beyond fixed offsets around the count
+    t = 2 / eps  # replace-one: two cells move by one
+    d, d2 = np.array([5, 3]), np.array([4, 4])
+
+    def release(counts, noise):
+        return counts[None, :] + noise(runs, 2)
+
+    lap = lambda n, c: _discrete_laplace(rng, t, n * c).reshape(n, c)  # noqa: E731
+    m = 2 * math.exp(-1 / t) / (1 - math.exp(-2 / t))  # the discrete Laplace's mean |x|
+    U = int(round(2 * m))  # uniform on -U..U has mean |x| about U/2
+    uni = lambda n, c: rng.integers(-U, U + 1, (n, c))  # noqa: E731
+    ok = audit_outputs(release(d, lap), release(d2, lap), d, d2 - d, eps, "laplace", 0.99)
+    bad = audit_outputs(release(d, uni), release(d2, uni), d, d2 - d, eps, "uniform", 0.99)
+    assert ok.epsilon_lower_bound <= eps
+    assert bad.epsilon_lower_bound > 2 * eps, bad.event
