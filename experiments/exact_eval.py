@@ -140,8 +140,8 @@ def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.nd
     is the config's ``reidentification`` section (its defaults when None). None without
     single-year AGE and SEX."""
     from experiments.config import ReidentificationConfig
-    from experiments.reid import (AttackerFile, commercial_file, guesser_files, perfect_file, reidentify,
-                                  vulnerable_persons)
+    from experiments.reid import (AttackerFile, block_modes, commercial_file, guesser_files, perfect_file,
+                                  reidentify, vulnerable_persons)
 
     if not {"AGE", "SEX"} <= set(domain.names) or domain.size("AGE") != len(AGE_GROUP):
         return None
@@ -164,9 +164,10 @@ def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.nd
     for name, rec in methods.items():
         rb = rec[:, jb] if jb is not None else np.zeros(len(rec), np.int64)
         recs[name] = (rb, rec[:, js], rec[:, ja], _race_eth(domain, rec))
-    for name, guess in guesser_files(block, sex, age, re, guess_rng).items():
+    mode = block_modes(block, re)  # once, for the modal guesser and the vulnerable group
+    for name, guess in guesser_files(block, sex, age, re, guess_rng, mode).items():
         recs[name] = (block, sex, age, guess)
-    vulnerable = vulnerable_persons(block, sex, age, re, zero_variability_blocks)
+    vulnerable = vulnerable_persons(block, sex, age, re, zero_variability_blocks, mode)
     return reidentify(files, recs, (block, sex, age, re), vulnerable, link_seed)
 
 

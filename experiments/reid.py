@@ -131,11 +131,12 @@ def block_modes(block: np.ndarray, re: np.ndarray) -> dict[int, int]:
 
 
 def vulnerable_persons(block: np.ndarray, sex: np.ndarray, age: np.ndarray, re: np.ndarray,
-                       zero_variability_blocks: set | None) -> np.ndarray:
+                       zero_variability_blocks: set | None, mode: dict[int, int] | None = None) -> np.ndarray:
     """The Bureau's vulnerable group: persons whose race/ethnicity is not their block's mode
     (:func:`block_modes`), unique in D on {block, sex, 38-bin age}, in a block whose reconstruction
-    has zero solution variability (when that is known: None skips the condition)."""
-    mode = block_modes(block, re)
+    has zero solution variability (when that is known: None skips the condition). ``mode``: the
+    blocks' modes when already computed."""
+    mode = block_modes(block, re) if mode is None else mode
     nonmodal = re != np.array([mode[int(b)] for b in block], dtype=re.dtype)
     key = pd.DataFrame({"b": block, "s": sex, "a": AGE_BIN38_OF_AGE[age]})
     unique = key.groupby(["b", "s", "a"])["b"].transform("size").to_numpy() == 1
@@ -146,11 +147,12 @@ def vulnerable_persons(block: np.ndarray, sex: np.ndarray, age: np.ndarray, re: 
 
 
 def guesser_files(block: np.ndarray, sex: np.ndarray, age: np.ndarray, re: np.ndarray,
-                  rng: np.random.Generator) -> dict[str, np.ndarray]:
+                  rng: np.random.Generator, mode: dict[int, int] | None = None) -> dict[str, np.ndarray]:
     """The Bureau's two guessers as reconstructed files, from the published block tables alone:
     every person's block, sex and age with their block's modal race/ethnicity (``modal``), or one
-    drawn from the block's race/ethnicity shares (``proportional``)."""
-    mode = block_modes(block, re)
+    drawn from the block's race/ethnicity shares (``proportional``). ``mode`` as in
+    :func:`vulnerable_persons`."""
+    mode = block_modes(block, re) if mode is None else mode
     modal = np.array([mode[int(b)] for b in block], dtype=np.int64)
     prop = np.empty(len(block), np.int64)
     for b in np.unique(block):
