@@ -79,6 +79,21 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("run_dir", help=_RESULTS_HELP)
     rp.add_argument("--out", default="results", metavar="DIR", help=_RESULTS_OUT_HELP)
     rp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=_RESULTS_SET_HELP)
+    dp = sub.add_parser("describe-population",
+                        help="the population's statistics that attacks are sensitive to, beside 2010's",
+                        description="Measure the config's whole population (every unit, not only the targets) on "
+                                    "the statistics reconstruction and reidentification depend on: block sizes in "
+                                    "the Census Bureau's seven bins, persons and occupied blocks per tract, empty "
+                                    "blocks, modal race x ethnicity share and mean sum p^2 (126 cells) and "
+                                    "uniqueness on {block, sex, 38-bin age} by block size, national sex, age and "
+                                    "race x ethnicity. Each is printed beside its 2010 Census figure, with the "
+                                    "tolerance data.population.shape '2010' is held to. Exits with status 2 if any "
+                                    "statistic is outside its tolerance and --check is given.")
+    _add_config(dp, out=False, progress=False)
+    dp.add_argument("--json", action="store_true", help="print one JSON object per statistic instead of a table")
+    dp.add_argument("--plot", metavar="PATH", default=None,
+                    help="also draw the by-block-size statistics beside 2010's (PATH.png and PATH.pdf)")
+    dp.add_argument("--check", action="store_true", help="exit with status 2 if a statistic is outside its tolerance")
     ex = sub.add_parser("example-data", help="write the worked example's person file and block list",
                         description="Write persons.csv and blocks.csv, generated from the embedded population with "
                                     "an agency's own column names and codes, for configs/agency/example.yaml.")
@@ -127,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(summary))
         elif args.command == "queries":
             _queries(args)
+        elif args.command == "describe-population":
+            return _describe_population(args)
         elif args.command == "report":
             from experiments.report import write_run_report
 
@@ -197,6 +214,37 @@ def _queries(args) -> None:
             tables = ", ".join(f"{k} {v}" for k, v in row["cells_per_table"].items())
             blocks = (f"{row['num_blocks']} blocks ({row['occupied_blocks']} occupied), " if row["num_blocks"] else "")
             print(f"{row['unit']}: {blocks}{row['num_queries']} distinct queries ({tables})")
+
+
+def _describe_population(args) -> int:
+    import json
+    from pathlib import Path
+
+    from experiments.config import load_config
+    from experiments.problem import load_population
+    from microdata.describe import describe, format_table
+
+    cfg = load_config(args.config, args.overrides)
+    stats = describe(load_population(cfg))
+    if args.json:
+        for s in stats:
+            print(json.dumps({"statistic": s.name, "value": round(s.value, 4), "target_2010": s.target,
+                              "tolerance": s.tolerance, "within": s.within, "source": s.source}))
+    else:
+        shape = cfg.data.population.shape if cfg.data.source == "embedded" else cfg.data.source
+        print(f"{cfg.name}: population of data.source {cfg.data.source!r}"
+              + (f", shape {shape!r}" if cfg.data.source == "embedded" else "") + "; 2010 figures and sources: "
+              "shared/notes/calibration_2010.md")
+        print(format_table(stats))
+        off = [s.name for s in stats if s.within is False]
+        print(f"{len(off)} of {sum(s.within is not None for s in stats)} statistics outside their tolerance"
+              + (f": {', '.join(off)}" if off else ""))
+    if args.plot:
+        from experiments.plots import plot_population
+
+        for p in plot_population(stats, Path(args.plot), title=f"{cfg.name}: population beside 2010"):
+            print(p, file=sys.stderr)
+    return 2 if args.check and any(s.within is False for s in stats) else 0
 
 
 def _audit(args) -> None:

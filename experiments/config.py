@@ -24,13 +24,28 @@ class _Strict(BaseModel):
 
 
 class PopulationConfig(_Strict):
-    """Sizes of the embedded population (see microdata.population.PopulationSpec)."""
+    """The embedded population: its shape and sizes. ``shape: compact`` (the default) is
+    microdata.population's small-blocked population; ``shape: "2010"`` is microdata.population2010's,
+    shaped like the 2010 Census where reconstruction attacks are sensitive (block sizes, tract sizes,
+    empty blocks, clustering by block size; ``censusrecon describe-population`` prints each statistic
+    beside its 2010 figure). The sizes default per shape; ``blocks_per_tract`` and
+    ``block_size_median`` are the compact shape's only (2010's come from the 2010 distributions)."""
 
-    states: int = Field(4, ge=1, le=99)
-    counties_per_state: int = Field(3, ge=1, le=999)
-    tracts_per_county: int = Field(4, ge=1, le=9999)
-    blocks_per_tract: tuple[int, int] = (12, 36)
-    block_size_median: float = Field(22.0, gt=0)
+    shape: Literal["compact", "2010"] = "compact"
+    states: int | None = Field(None, ge=1, le=99)
+    counties_per_state: int | None = Field(None, ge=1, le=999)
+    tracts_per_county: int | None = Field(None, ge=1, le=9999)
+    blocks_per_tract: tuple[int, int] | None = None
+    block_size_median: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _keys_of_shape(self):
+        if self.shape == "2010":
+            bad = [k for k in ("blocks_per_tract", "block_size_median") if getattr(self, k) is not None]
+            if bad:
+                raise ValueError(f"{bad} set for shape '2010', whose block sizes and blocks per tract are "
+                                 f"2010's; they apply to shape 'compact' only")
+        return self
 
 
 class GeoLevelConfig(_Strict):

@@ -184,3 +184,30 @@ def plot_metrics(df: pd.DataFrame, calib: pd.DataFrame, out_base: Path, title: s
     if title:
         fig.suptitle(title)
     return save_figure(fig, out_base, dpi=110)
+
+
+def plot_population(stats, out_base: Path, title: str = "") -> list[Path]:
+    """The by-block-size statistics of ``microdata.describe.describe`` beside their 2010 figures:
+    share of blocks and persons per bin, modal share, Σp² and uniqueness on {block, sex, 38-bin age}."""
+    from microdata.describe import SIZE_LABELS
+
+    by = {s.name: s for s in stats}
+    panels = [("blocks_pct", "% of occupied blocks"), ("persons_pct", "% of persons"),
+              ("modal_pct", "% persons of the block's modal race × ethnicity"),
+              ("sum_p2_pct", "mean Σp² over 126 cells (%)"), ("unique_bin38_pct", "% unique on {block, sex, 38-bin age}")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.0 * len(panels), 3.4))
+    x = np.arange(len(SIZE_LABELS))
+    for ax, (name, label) in zip(axes, panels):
+        here = [by[f"{name}[{b}]"].value for b in SIZE_LABELS]
+        target = [by[f"{name}[{b}]"].target for b in SIZE_LABELS]
+        tol = [by[f"{name}[{b}]"].tolerance for b in SIZE_LABELS]
+        ax.errorbar(x, target, yerr=tol, fmt="s", color="#999999", capsize=3, label="2010 ± tolerance")
+        ax.plot(x, here, "o-", color="#0055cc", label="this population")
+        ax.set_xticks(x, SIZE_LABELS, rotation=45, fontsize=8)
+        ax.set_xlabel("persons per block")
+        ax.set_title(label, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return save_figure(fig, out_base)

@@ -119,15 +119,15 @@ def confirmed(file: AttackerFile, linked: np.ndarray, binned: np.ndarray, rec_bl
 
 
 def block_modes(block: np.ndarray, re: np.ndarray) -> dict[int, int]:
-    """Each block's modal race/ethnicity; a tie is resolved one level up, by the unit's counts of
-    the tied values (then by the lowest code)."""
-    unit_counts = pd.Series(re).value_counts()
-    out = {}
-    for b in np.unique(block):
-        vals, cnt = np.unique(re[block == b], return_counts=True)
-        tied = vals[cnt == cnt.max()]
-        out[int(b)] = int(max(tied, key=lambda v: (unit_counts.get(v, 0), -v)))
-    return out
+    """Each block's modal race/ethnicity by the Bureau's rule (``findModalRE`` of its
+    recon_replication code, as :func:`microdata.describe.block_modes`): the block's most common
+    value; if its count is 1 or values tie, one level up, the unit's mode (under the same
+    condition); failing that, code 0 (not Hispanic, White alone)."""
+    from microdata.describe import block_modes as modes
+
+    m = modes(block, np.zeros(len(block), np.int64), re, fallback=0)
+    first = np.unique(block, return_index=True)
+    return {int(b): int(m[i]) for b, i in zip(*first)}
 
 
 def vulnerable_persons(block: np.ndarray, sex: np.ndarray, age: np.ndarray, re: np.ndarray,

@@ -27,7 +27,11 @@ class Source:
 def _embedded(s: dict, attributes) -> Dataset:
     from microdata.population import PopulationSpec, embedded_population
 
-    p = dict(s.get("population") or {})
+    p = {k: v for k, v in dict(s.get("population") or {}).items() if v is not None}
+    if p.pop("shape", "compact") == "2010":
+        from microdata.population2010 import Census2010Spec, census2010_population
+
+        return census2010_population(s.get("seed", 0), Census2010Spec(**p))
     if "blocks_per_tract" in p:
         p["blocks_per_tract"] = tuple(p["blocks_per_tract"])
     return embedded_population(s.get("seed", 0), PopulationSpec(**p))
