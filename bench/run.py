@@ -165,6 +165,43 @@ def exact_bench(out: dict, blocks: int = 24) -> None:
           f"{1000 * total / len(tract):.1f} ms per person; {f.get('certified_persons', 0)} persons certified")
 
 
+#: issue 22's goal: the exact attack on a 2010-average tract (4,257 persons, 85 blocks), seconds
+EXACT_2010_GOAL_S = 60.0
+
+
+def exact_2010_bench(out: dict, persons: int = 4257) -> None:
+    """The exact attack on a whole tract of the 2010-shaped population (microdata.population2010)
+    whose size is nearest 2010's average: every SF1 table, the solve, and the Bureau's 38-bin zero
+    solution variability of every block (certification on its schema)."""
+    from microdata.census import AGE_BIN38_OF_AGE
+    from microdata.population2010 import Census2010Spec, census2010_population
+    from reconstruct.exact import reconstruct_exact
+
+    pop = census2010_population(0, Census2010Spec(states=1, counties_per_state=1, tracts_per_county=8))
+    geo = pop.geography
+    tr = min(geo.unit_ids("tract"), key=lambda t: abs(int(geo.mask("tract", t).sum()) - persons))
+    tract = pop.take(np.flatnonzero(geo.mask("tract", tr))).project(["AGE", "SEX", "HISP", "CENRACE"])
+    names, code = np.unique(tract.geography.units("block"), return_inverse=True)
+    tract = tract.with_column(Attribute("BLOCK", tuple(b[-4:] for b in names)), code, 0)
+    w = CensusWorkload.build(tract.domain, [c for name in TABLE_SETS["sf1"] for c in sf1_tables()[name]])
+    t0 = time.perf_counter()
+    res, _ = reconstruct_exact(w, w.counts(tract), time_limit=600, certify_support=False,
+                               coarsen={"AGE": AGE_BIN38_OF_AGE})
+    total = time.perf_counter() - t0
+    f = res.facts()
+    out.update(exact2010_persons=len(tract), exact2010_blocks=len(names), exact2010_variables=f["variables"],
+               exact2010_solve_s=round(res.seconds_solve, 2), exact2010_variability_s=round(res.seconds_coarse, 2),
+               exact2010_total_s=round(total, 2), exact2010_blocks_zero_variability=f.get("coarse_blocks_zero_variability"),
+               exact2010_complete=f.get("coarse_complete"), exact2010_goal_s=EXACT_2010_GOAL_S,
+               exact2010_goal_met=bool(total <= EXACT_2010_GOAL_S and f.get("coarse_complete")))
+    print(f"exact attack, 2010-average tract {tr}: {len(tract)} persons, {len(names)} occupied blocks, "
+          f"{f['variables']} variables; build + solve + 38-bin zero variability of every block {total:.1f} s "
+          f"(solve {res.seconds_solve:.1f} s, variability {res.seconds_coarse:.1f} s, {res.integer_solves} integer and "
+          f"{res.lp_solves} LP solves; {f.get('coarse_blocks_zero_variability')} of {f.get('coarse_blocks')} blocks "
+          f"zero-variability)")
+    print(f"exact 2010 tract goal {EXACT_2010_GOAL_S:.0f} s: {'MET' if out['exact2010_goal_met'] else 'NOT MET'}")
+
+
 def topdown_bench(out: dict, solvers=("clarabel", "osqp")) -> None:
     """TopDown's estimation (every node's detailed histogram and SF1 tables measured, then the top-down
     QPs, rounding and MDF) for one county of the embedded population, 4 tracts with their blocks,
@@ -270,6 +307,7 @@ def main() -> None:
     step_rates("census85", bplan, bw.answer(big), big.domain, 1000, 3 if args.quick else 6, peaks, out)
 
     exact_bench(out)
+    exact_2010_bench(out)
 
     n_big = 100_000 if args.quick else 1_000_000
     big = data(SIZES, n_big)

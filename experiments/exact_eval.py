@@ -110,11 +110,13 @@ def by_block_size(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, 
         sel = [b for b, n in size_of.items() if n >= lo and (hi is None or n <= hi)]
         if not sel:
             continue
-        zero = [b for b in sel if blocks.get(b, {}).get("zero_variability")]
+        zero = [b for b in sel if blocks.get(b, {}).get("zero_variability") is True]
+        undecided = [b for b in sel if b in blocks and blocks[b].get("zero_variability") is None]
         t_in, r_in = np.isin(t_block, sel), np.isin(r_block, sel)
         a = agreement(domain, np.asarray(truth_keys)[t_in], np.asarray(rec_keys)[r_in]) or {}
         persons = int(t_in.sum())
         out.append({"size": size_bin_label(lo, hi), "blocks": len(sel), "blocks_zero_variability": len(zero),
+                    "blocks_undecided": len(undecided),
                     "persons": persons, "persons_zero_variability": int(sum(size_of[b] for b in zero)),
                     "agree_exact_age_persons": int(round(a.get("agree_exact_age", 0.0) * persons)),
                     "agree_binned_age_persons": int(round(a.get("agree_binned_age", 0.0) * persons))})
@@ -178,7 +180,11 @@ def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: in
     A certified row that is not in D is impossible; the run stops if one appears."""
     D = prob.private
     t0 = time.perf_counter()
-    res, solver = reconstruct_exact(workload, workload.counts(D), time_limit=cfg.attack.exact_time_limit)
+    coarsen = None
+    if "AGE" in D.domain and D.domain.size("AGE") == len(AGE_GROUP):  # the Bureau's schema: 38 age bins
+        coarsen = {"AGE": AGE_GROUP}
+    res, solver = reconstruct_exact(workload, workload.counts(D), time_limit=cfg.attack.exact_time_limit,
+                                    coarsen=coarsen)
     facts = {"workload": label, **res.facts()}
     if not res.solved:
         log.warning("unit %s: exact reconstruction %s", prob.unit, res.status)
@@ -208,8 +214,10 @@ def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: in
     # the Bureau's agreement, and reidentification
     n = len(D)
     recon = {names[0]: np.repeat(*res.rows())}
-    if res.blocks:
-        facts["by_block_size"] = by_block_size(D.domain, truth, recon[names[0]], res.blocks)
+    zv_blocks = res.blocks_coarse or res.blocks  # zero variability on the 38 bins where measured
+    if zv_blocks:
+        facts["by_block_size"] = by_block_size(D.domain, truth, recon[names[0]], zv_blocks)
+        facts["zero_variability_schema"] = "38-bin age" if res.blocks_coarse else "single-year age"
     for name, r in {**rankings, **baseline_rankings}.items():
         recon[name] = r.keys[:n]
     agree = []
@@ -221,7 +229,7 @@ def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: in
     if getattr(cfg, "reidentification", None) is not None:
         rc = cfg.reidentification
         methods = {k: D.domain.decode(v) for k, v in recon.items() if k in (names[0], *rankings)}
-        zero = {b for b, f in res.blocks.items() if f["zero_variability"]} if res.blocks else None
+        zero = {b for b, f in zv_blocks.items() if f["zero_variability"] is True} if zv_blocks else None
         df = reidentification(D.domain, D.codes, methods, rng, rc, zero)
         if df is not None:
             reid = df.to_dict("records")

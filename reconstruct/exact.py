@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 import scipy.sparse as sp
 
 from microdata.domain import Domain
@@ -152,6 +153,11 @@ class ExactResult:
     certified: np.ndarray | None = None  # certified lower bound per variable (0: not certified)
     certification_complete: bool = False
     blocks: dict = field(default_factory=dict)
+    #: per block, zero solution variability on the coarse schema (``coarsen``: True, False, or None
+    #: when the time limit left it undecided); empty when no coarse schema was asked for
+    blocks_coarse: dict = field(default_factory=dict)
+    coarse_complete: bool = False
+    seconds_coarse: float = 0.0
     seconds_solve: float = 0.0
     seconds_certify: float = 0.0
     integer_solves: int = 0
@@ -185,6 +191,14 @@ class ExactResult:
                        certification_complete=self.certification_complete,
                        blocks_solved=len(blocks), blocks_zero_variability=sum(b["zero_variability"] for b in blocks.values()),
                        persons_in_zero_variability_blocks=sum(b["persons"] for b in blocks.values() if b["zero_variability"]))
+        if self.blocks_coarse:
+            bc = self.blocks_coarse.values()
+            out.update(coarse_blocks=len(self.blocks_coarse), coarse_complete=self.coarse_complete,
+                       coarse_blocks_zero_variability=sum(b["zero_variability"] is True for b in bc),
+                       coarse_blocks_undecided=sum(b["zero_variability"] is None for b in bc),
+                       coarse_persons_in_zero_variability_blocks=sum(b["persons"] for b in bc
+                                                                     if b["zero_variability"] is True),
+                       seconds_coarse=round(self.seconds_coarse, 3))
         return out
 
 
@@ -263,6 +277,33 @@ class ExactSolver:
         h.changeColsCost(len(columns), np.asarray(columns, np.int32), np.zeros(len(columns)))
         return out[0], out[1]
 
+    def lp_min_sum(self, columns: np.ndarray) -> tuple[float, np.ndarray] | None:
+        """The LP relaxation's minimum of the sum of ``columns`` and the optimal point; None when
+        out of time (the objective is read before the costs are reset, as in :meth:`lp_min`)."""
+        h = self.relaxed
+        cols = np.asarray(columns, np.int32)
+        h.changeColsCost(len(cols), cols, np.ones(len(cols)))
+        self.lp_solves += 1
+        out = self._run(h)
+        got = None
+        if out == "feasible":
+            got = (float(h.getInfo().objective_function_value), np.asarray(h.getSolution().col_value).copy())
+        h.changeColsCost(len(cols), cols, np.zeros(len(cols)))
+        return got
+
+    def solve_with_sum_at_most(self, columns: np.ndarray, upper: int) -> tuple[str, np.ndarray | None]:
+        """An integer solution with the sum of ``columns`` at most ``upper``: ("feasible", x),
+        ("infeasible", None) or ("time", None). The bounding row is removed afterwards."""
+        h = self.mip
+        cols = np.asarray(columns, np.int32)
+        h.addRow(-self.hs.kHighsInf, float(upper), len(cols), cols, np.ones(len(cols)))
+        row = h.getNumRow() - 1
+        self.integer_solves += 1
+        out = self._run(h)
+        x = np.rint(np.asarray(h.getSolution().col_value)).astype(np.int64) if out == "feasible" else None
+        h.deleteRows(1, np.array([row], np.int32))
+        return out, x
+
     def feasible_with_upper(self, v: int, upper: int) -> str:
         """Is there an integer solution with x_v ≤ upper? ("feasible", "infeasible" or "time")."""
         self.mip.changeColBounds(int(v), 0.0, float(upper))
@@ -310,8 +351,155 @@ def certify(solver: ExactSolver, variables: np.ndarray, values: np.ndarray) -> t
     return levels, True
 
 
+def coarse_block_variability(solver: ExactSolver, model: CountModel, x: np.ndarray,
+                             coarsen: dict[str, np.ndarray]) -> tuple[dict, bool]:
+    """Which blocks have zero solution variability on a coarser schema (each attribute of
+    ``coarsen`` mapped to its group, e.g. single-year age to the Census Bureau's 38 bins): every
+    integer solution of the tables has the block's coarse counts of ``x``.
+
+    A block qualifies when its total is fixed (its LP range is one value) and every coarse cell of
+    it in ``x`` has that count at least in every solution: the LP minimum of the cell's sum, rounded
+    up, reaches it, or "sum ≤ count − 1" is an infeasible integer program. Any solution met on the
+    way (an integral LP optimum, or an integer program's solution) shows at once every block whose
+    coarse counts it changes, so most blocks of a large tract are settled by a few solves.
+    Returns ({block: {"zero_variability": True | False | None (undecided), "persons"}}, complete)."""
+    names = list(model.domain.names)
+    codes = model.codes.copy()
+    for attr, groups in coarsen.items():
+        if attr in names:
+            j = names.index(attr)
+            codes[:, j] = np.asarray(groups)[codes[:, j]]
+    jb = names.index("BLOCK") if "BLOCK" in names else None
+    block = codes[:, jb] if jb is not None else np.zeros(len(x), np.int64)
+    _, gid = np.unique(codes, axis=0, return_inverse=True)
+    gid = gid.ravel()
+    ng = int(gid.max()) + 1 if len(gid) else 0
+    xg = np.bincount(gid, weights=x, minlength=ng)
+    g_block = np.zeros(ng, np.int64)
+    g_block[gid] = block
+    members = pd.Series(np.arange(len(gid))).groupby(gid).apply(np.asarray).to_dict() if ng else {}
+    occupied = np.unique(block[x > 0])
+    verdict: dict[int, bool | None] = {int(b): None for b in occupied}
+
+    def refute(y: np.ndarray) -> None:
+        yg = np.bincount(gid, weights=y, minlength=ng)
+        for b in np.unique(g_block[(xg > 0) & (yg < xg - 0.5)]):
+            verdict[int(b)] = False
+
+    # Screens first, on each block's own tables only (the cells whose persons all live in the block):
+    # a relaxation of the full LP, so a minimum it proves the full tables prove too; tiny and fast.
+    # Small blocks, the zero-variability ones, are mostly settled here.
+    local = _BlockLPs(solver, model, block)
+    proven = np.zeros(ng, bool)
+    fixed_total = {}
+    for b in occupied.tolist():
+        fixed_total[b] = local.fixed_total(b)
+        if fixed_total[b]:
+            for g in np.flatnonzero((g_block == b) & (xg > 0)):
+                lo = local.min_sum(b, members[g])
+                proven[g] = lo is not None and np.ceil(lo - 1e-6) >= xg[g]
+    complete = True
+    for b in occupied.tolist():  # a block whose total the tables do not fix varies
+        if fixed_total[b]:
+            continue
+        lo, hi = solver.lp_range(np.flatnonzero(block == b))
+        if lo is None or hi is None:
+            complete = False
+            break
+        if abs(hi - lo) > 1e-6:
+            verdict[b] = False
+    if complete:
+        for g in np.flatnonzero(xg > 0)[np.argsort(xg[xg > 0], kind="stable")]:
+            if verdict[int(g_block[g])] is False or proven[g]:
+                continue
+            got = solver.lp_min_sum(members[g])
+            if got is None:
+                complete = False
+                break
+            lo, y = got
+            if np.ceil(lo - 1e-6) >= xg[g]:
+                proven[g] = True
+                continue
+            if np.all(np.abs(y - np.rint(y)) <= 1e-7):  # an integer solution with less in this cell
+                refute(np.rint(y))
+                continue
+            out, y = solver.solve_with_sum_at_most(members[g], int(round(xg[g])) - 1)
+            if out == "time" or out == "unknown":
+                complete = False
+                break
+            if out == "infeasible":
+                proven[g] = True
+            else:
+                refute(y)
+    for b in verdict:
+        if verdict[b] is None:
+            cells = np.flatnonzero((g_block == b) & (xg > 0))
+            if proven[cells].all():
+                verdict[b] = True
+    return {b: {"zero_variability": v, "persons": int(x[block == b].sum())} for b, v in verdict.items()}, complete
+
+
+class _BlockLPs:
+    """Each block's own tables as a small LP (its variables; the cells whose variables are all in
+    it), for lower bounds that hold in the full model: its LP is a relaxation of the full one."""
+
+    def __init__(self, solver: ExactSolver, model: CountModel, block: np.ndarray):
+        self.solver, self.hs = solver, solver.hs
+        A = model.A.tocsr()
+        nz_rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+        b_of = block[A.indices]
+        lo = np.full(A.shape[0], np.iinfo(np.int64).max)
+        hi = np.full(A.shape[0], np.iinfo(np.int64).min)
+        np.minimum.at(lo, nz_rows, b_of)
+        np.maximum.at(hi, nz_rows, b_of)
+        own = lo == hi
+        self.A, self.rhs, self.block = A, model.rhs, block
+        self.rows_of = pd.Series(np.flatnonzero(own)).groupby(lo[own]).apply(np.asarray).to_dict()
+        self.cache: dict = {}
+
+    def _lp(self, b: int):
+        if b not in self.cache:
+            cols = np.flatnonzero(self.block == b)
+            rows = self.rows_of.get(b, np.zeros(0, np.int64))
+            sub = self.A[rows][:, cols]
+            lp = highs_lp(self.hs, sub, np.zeros(len(cols)), np.zeros(len(cols)), np.full(len(cols), self.hs.kHighsInf),
+                          self.rhs[rows], self.rhs[rows])
+            self.cache = {b: (highs_instance(self.hs, lp), {c: i for i, c in enumerate(cols.tolist())})}
+        return self.cache[b]
+
+    def min_sum(self, b: int, columns: np.ndarray) -> float | None:
+        """The block LP's minimum of the sum of ``columns`` (all in block b); None if unbounded or out of time."""
+        if self.solver.left() <= 0:
+            return None
+        h, pos = self._lp(b)
+        local = np.array([pos[int(c)] for c in columns], np.int32)
+        h.changeColsCost(len(local), local, np.ones(len(local)))
+        self.solver.lp_solves += 1
+        h.run()
+        ok = h.getModelStatus() == self.hs.HighsModelStatus.kOptimal
+        value = float(h.getInfo().objective_function_value) if ok else None
+        h.changeColsCost(len(local), local, np.zeros(len(local)))
+        return value
+
+    def fixed_total(self, b: int) -> bool:
+        """Whether the block's own tables fix its total (its LP range is one value)."""
+        h, pos = self._lp(b)
+        cols = np.array(list(pos.values()), np.int32)
+        lo = self.min_sum(b, np.array(list(pos.keys())))
+        if lo is None:
+            return False
+        h.changeColsCost(len(cols), cols, -np.ones(len(cols)))
+        self.solver.lp_solves += 1
+        h.run()
+        ok = h.getModelStatus() == self.hs.HighsModelStatus.kOptimal
+        hi = -float(h.getInfo().objective_function_value) if ok else None
+        h.changeColsCost(len(cols), cols, np.zeros(len(cols)))
+        return hi is not None and abs(hi - lo) < 1e-6
+
+
 def reconstruct_exact(workload, counts: np.ndarray, time_limit: float = 300.0, certify_support: bool = True,
-                      threads: int | None = None) -> tuple[ExactResult, ExactSolver | None]:
+                      threads: int | None = None, coarsen: dict[str, np.ndarray] | None = None
+                      ) -> tuple[ExactResult, ExactSolver | None]:
     """Solve the count model of the published tables and certify the solution's support.
 
     A block whose every support cell is certified at its solved count, and whose total the
@@ -330,6 +518,10 @@ def reconstruct_exact(workload, counts: np.ndarray, time_limit: float = 300.0, c
             status, f"not solved within {time_limit:g} s")
         return ExactResult(text, model, seconds_solve=t1 - t0, integer_solves=solver.integer_solves), solver
     res = ExactResult("solved", model, counts=x, seconds_solve=t1 - t0)
+    if coarsen:  # first, as it is the Bureau's measure and cheaper than every row's certificate
+        res.blocks_coarse, res.coarse_complete = coarse_block_variability(solver, model, x, coarsen)
+        res.seconds_coarse = time.perf_counter() - t1
+        t1 = time.perf_counter()
     if certify_support:
         on = np.flatnonzero(x > 0)
         levels, complete = certify(solver, on, x[on])

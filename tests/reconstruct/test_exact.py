@@ -132,6 +132,42 @@ def test_certified_rows_are_in_every_brute_forced_consistent_dataset(seed):
     assert np.array_equal(got >= 1, always >= 1)  # and every row in all of them is found
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_coarse_zero_variability_agrees_with_brute_force(seed):
+    """A block has zero variability on the coarse schema (A's values 0 and 1 one group) exactly when
+    every brute-forced consistent dataset has the same coarse counts in it."""
+    rng = np.random.default_rng(100 + seed)
+    dom = Domain((Attribute.range("BLOCK", 2), Attribute.range("A", 3), Attribute.range("B", 2)))
+    tables = [("T", [{}]), ("A", [{"A": {a}} for a in range(3)])]
+    if seed % 3 == 0:
+        tables.append(("B", [{"B": {b}} for b in range(2)]))
+    if seed % 2:
+        tables.append(("AB", [{"A": {0, 1}, "B": {b}} for b in range(2)]))
+    if seed % 4 >= 2:
+        tables.append(("A2", [{"A": {2}, "B": {0}}]))
+    w = _workload(dom, tables)
+    n = int(rng.integers(3, 6))
+    D = Dataset(dom, np.stack([rng.integers(0, s, n) for s in dom.sizes], axis=1))
+    counts = w.counts(D)
+    coarse = np.array([0, 0, 1])
+    res, _ = reconstruct_exact(w, counts, time_limit=30, certify_support=False, coarsen={"A": coarse})
+    assert res.solved and res.coarse_complete
+    codes = dom.decode(np.arange(dom.total_size))
+    group = codes[:, 0] * 4 + coarse[codes[:, 1]] * 2 + codes[:, 2]
+    seen = {}
+    for x in _consistent_datasets(w, counts, n):
+        g = np.bincount(group, weights=x, minlength=8)
+        for b in range(2):
+            seen.setdefault(b, set()).add(tuple(g[4 * b:4 * b + 4]))
+    x = np.zeros(dom.total_size, np.int64)
+    keys, c = res.rows()
+    x[keys] = c
+    for b, info in res.blocks_coarse.items():
+        assert info["zero_variability"] is (len(seen[b]) == 1), (b, seen[b])
+        assert info["persons"] == int(x[codes[:, 0] == b].sum())
+    assert set(res.blocks_coarse) == {b for b in range(2) if (codes[:, 0][x > 0] == b).any()}
+
+
 def test_least_deviation_reaches_the_lp_optimum_over_the_whole_domain_and_fits_consistent_tables():
     from scipy.optimize import linprog
 
