@@ -215,28 +215,35 @@ def embedded_population(seed: int = 0, spec: PopulationSpec | None = None) -> Da
     multi = rng.choice(57, size=n, p=_multirace_weights()) + 6
     cenrace = np.where(race < 6, race, multi)
     codes = np.stack([age, sex, hisp, race, cenrace], axis=1).astype(np.int64)
-    state_fips = np.arange(n_state) * 2 + 1
-    county_fips = (np.arange(n_county) % spec.counties_per_state) * 2 + 1
-    tract_code = (np.arange(n_tract) % spec.tracts_per_county + 1) * 100
-    block_in_tract = np.concatenate([np.arange(k) for k in blocks_in_tract]) + 1001
-    t_of_b = block_tract
-    c_of_b = tract_county[t_of_b]
-    s_of_b = county_state[c_of_b]
-    geo = Geography.from_parts(
-        state_fips[s_of_b][person_block],
-        county_fips[c_of_b][person_block],
-        tract_code[t_of_b][person_block],
-        block_in_tract[person_block],
-    )
     # the public block list: every block above and, numbered after them, each tract's empty
     # blocks (their own random stream, so the persons do not depend on them)
     e_lo, e_hi = spec.empty_blocks_per_tract
     n_empty = np.random.default_rng([seed, 1]).integers(e_lo, e_hi + 1, size=n_tract)
+    geo = census_geography(spec.counties_per_state, spec.tracts_per_county, county_state, tract_county,
+                           blocks_in_tract, person_block, n_empty,
+                           "the embedded population's geography: every block, empty ones included")
+    return Dataset(person_domain(), codes, geo)
+
+
+def census_geography(counties_per_state: int, tracts_per_county: int, county_state: np.ndarray,
+                     tract_county: np.ndarray, blocks_in_tract: np.ndarray, person_block: np.ndarray,
+                     n_empty: np.ndarray, source: str) -> Geography:
+    """Census GEOIDs of a generated population: odd state and county FIPS codes, tracts 000100,
+    000200, ..., blocks 1001, 1002, ... within each tract; each person's (``person_block`` indexes
+    the occupied blocks, tract by tract), with the public block list as its catalogue: the occupied
+    blocks and, numbered after them, ``n_empty`` empty blocks per tract."""
+    n_tract = len(tract_county)
+    state_fips = np.arange(int(county_state.max()) + 1) * 2 + 1
+    county_fips = (np.arange(len(county_state)) % counties_per_state) * 2 + 1
+    tract_code = (np.arange(n_tract) % tracts_per_county + 1) * 100
+    block_tract = np.repeat(np.arange(n_tract), blocks_in_tract)
+    block_in_tract = np.concatenate([np.arange(k) for k in blocks_in_tract]) + 1001
+    c_of_b = tract_county[block_tract]
+    geo = Geography.from_parts(state_fips[county_state[c_of_b]][person_block], county_fips[c_of_b][person_block],
+                               tract_code[block_tract][person_block], block_in_tract[person_block])
     all_tract = np.concatenate([block_tract, np.repeat(np.arange(n_tract), n_empty)])
     all_block = np.concatenate([block_in_tract, np.concatenate(
         [np.arange(k) + 1001 + b for k, b in zip(n_empty, blocks_in_tract)]).astype(np.int64)])
     listed = Geography.from_parts(state_fips[county_state[tract_county[all_tract]]],
                                   county_fips[tract_county[all_tract]], tract_code[all_tract], all_block)
-    catalogue = UnitCatalogue({lv: listed.units(lv) for lv in listed.levels[1:]},
-                              "the embedded population's geography: every block, empty ones included")
-    return Dataset(person_domain(), codes, geo.with_catalogue(catalogue))
+    return geo.with_catalogue(UnitCatalogue({lv: listed.units(lv) for lv in listed.levels[1:]}, source))

@@ -38,7 +38,6 @@ from scipy.special import ndtr, ndtri
 
 from microdata.dataset import Dataset
 from microdata.errors import CensusReconError
-from microdata.geography import Geography, UnitCatalogue
 
 #: The Bureau's block-size bins (SUPP Table 7) with 2010's share of occupied blocks in each and the
 #: mean size of a block in it (persons / blocks); the last bin is closed at ``MAX_BLOCK``.
@@ -180,7 +179,7 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None) -> 
     (('AGE', 'SEX', 'HISP', 'RACE', 'CENRACE'), 2)
     """
     from microdata.census import CENRACE_COMBOS
-    from microdata.population import MAX_AGE, _multirace_weights, person_domain
+    from microdata.population import MAX_AGE, _multirace_weights, census_geography, person_domain
 
     spec = spec or Census2010Spec()
     rng = np.random.default_rng([seed, 2010])
@@ -244,7 +243,6 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None) -> 
     n_households = int(hh[-1]) + 1 if n_house else 0
     hh_start = np.flatnonzero(new)
     role = p_idx - hh_start[hh]  # 0 householder, 1 second adult or first child, ...
-    hh_size = np.bincount(hh, minlength=n_households)[hh]
     hh_block = p_block[hh_start]
 
     # household type: 0 alone, 1 couple (with any children), 2 single parent, 3 sharing adults
@@ -340,23 +338,11 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None) -> 
     age = np.minimum(np.searchsorted(target, ranks, side="right"), MAX_AGE).astype(np.int64)
 
     codes = np.stack([age, sex, hisp, race, cenrace], axis=1).astype(np.int64)
-    state_fips = np.arange(n_state) * 2 + 1
-    county_fips = (np.arange(n_county) % spec.counties_per_state) * 2 + 1
-    tract_code = (np.arange(n_tract) % spec.tracts_per_county + 1) * 100
-    block_in_tract = np.concatenate([np.arange(k) for k in blocks_in_tract]) + 1001
-    c_of_b = tract_county[block_tract]
-    s_of_b = county_state[c_of_b]
-    geo = Geography.from_parts(state_fips[s_of_b][person_block], county_fips[c_of_b][person_block],
-                               tract_code[block_tract][person_block], block_in_tract[person_block])
     # the public block list: the occupied blocks and each tract's empty ones, numbered after them
     share = spec.empty_share
     n_empty = np.random.default_rng([seed, 2010, 1]).poisson(blocks_in_tract * share / (1 - share))
     n_empty = np.minimum(n_empty, 9999 - 1000 - blocks_in_tract)
-    all_tract = np.concatenate([block_tract, np.repeat(np.arange(n_tract), n_empty)])
-    all_block = np.concatenate([block_in_tract, np.concatenate(
-        [np.arange(k) + 1001 + b for k, b in zip(n_empty, blocks_in_tract)]).astype(np.int64)])
-    listed = Geography.from_parts(state_fips[county_state[tract_county[all_tract]]],
-                                  county_fips[tract_county[all_tract]], tract_code[all_tract], all_block)
-    catalogue = UnitCatalogue({lv: listed.units(lv) for lv in listed.levels[1:]},
-                              "the 2010-shaped population's geography: every block, empty ones included")
-    return Dataset(person_domain(), codes, geo.with_catalogue(catalogue))
+    geo = census_geography(spec.counties_per_state, spec.tracts_per_county, county_state, tract_county,
+                           blocks_in_tract, person_block, n_empty,
+                           "the 2010-shaped population's geography: every block, empty ones included")
+    return Dataset(person_domain(), codes, geo)
