@@ -147,6 +147,11 @@ class TargetConfig(_Strict):
         "bounds); a unit the public unit list names but nobody lives in may be named: it is reported as empty")
     require_siblings: bool = Field(
         False, description="only units whose enclosing unit has other units, so its baseline has data")
+    whole_units: bool = Field(
+        False, description="attack each unit whole, as the Census Bureau tabulated whole blocks: D is every "
+        "person of the unit and there is no D_holdout (no holdout baseline or init; the baselines are the "
+        "chance and geographic priors from outside the unit and, with reidentification, the modal and "
+        "proportional guessers). Not for releases, whose ε protects D, a random half of each unit")
 
     @model_validator(mode="after")
     def _check(self):
@@ -466,6 +471,16 @@ class ExperimentConfig(_Strict):
             raise ValueError("attack.exact reconstructs published tables: add a kind: tables workload")
         if self.release is not None and "topdown" in self.release.mechanisms and not any(q.is_tables for q in self.queries[:1]):
             raise ValueError("the topdown release publishes tables: make the first workload kind: tables")
+        if self.target.whole_units:
+            if "holdout" in self.baselines.methods or "holdout" in self.attack.init:
+                raise ValueError("target.whole_units leaves no D_holdout: drop 'holdout' from baselines and "
+                                 "attack.init")
+            if self.release is not None:
+                raise ValueError("target.whole_units is for the attack on published tables (censusrecon run); a "
+                                 "release protects D, a random half of each unit, and needs the other half")
+            if self.attack.init_mode == "each_once" and any(i != "random" for i in self.attack.init):
+                raise ValueError("attack.init_mode each_once takes n' = |D_holdout|, which target.whole_units "
+                                 "does not have: use init_mode resample")
         if self.reidentification is not None and not self.attack.exact:
             raise ValueError("reidentification links the exact reconstruction's rows: set attack.exact: true")
         return self

@@ -241,9 +241,15 @@ def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: boo
     pop.geography.mask(cfg.target.level, unit)  # an unknown unit is an error naming the known ones
     data = unit_data(pop, cfg, unit, with_block, pad_blocks)
     blocks, source = unit_blocks(pop, cfg, unit) if with_block else (None, None)
+    weights, areas = None, None
+    if cfg.target.whole_units:  # the Bureau's setting: every person of the unit is attacked
+        private, holdout = data, data.take(np.zeros(0, np.int64))
+        if with_block:  # an outsider knows the public block list, not who lives where: uniform over it
+            weights = (np.arange(data.domain.sizes[0]) < len(blocks)).astype(np.float64)
+            areas = unit_areas(pop, cfg, blocks)
+        return UnitProblem(unit, with_block, private, holdout, weights, source, areas)
     rng = np.random.default_rng(_stable("split", cfg.seed, unit))
     private, holdout = holdout_split(data, rng, cfg.holdout_fraction)
-    weights, areas = None, None
     if with_block:  # where an outsider expects persons: the holdout's blocks (D's are what is attacked)
         weights = np.bincount(holdout.column("BLOCK"), minlength=holdout.domain.sizes[0]).astype(np.float64)
         areas = unit_areas(pop, cfg, blocks)
@@ -371,7 +377,7 @@ def build_priors(pop: Dataset, cfg: ExperimentConfig, prob: UnitProblem) -> dict
     need. None of them reads D: the holdout is the other half of the unit, the chance margins and
     the geographic pools come from persons outside the unit, BLOCK's weights from the holdout."""
     dom = prob.private.domain
-    priors: dict = {"holdout": EmpiricalPrior(dom, prob.holdout.codes)}
+    priors: dict = {"holdout": EmpiricalPrior(dom, prob.holdout.codes)} if len(prob.holdout) else {}
     chance = outside_chance(pop, cfg.target.level, prob.unit, attributes(cfg, pop),
                             block_domain=dom if prob.with_block else None, block_weights=prob.block_weights)
     if chance is not None:

@@ -157,8 +157,12 @@ def write_run_report(run_dir: str | Path) -> Path:
     doc.h(2, "Data")
     doc.p(f"Source: {cfg.data.source}{' (' + cfg.data.path + ')' if cfg.data.path else ''}; "
           f"{len({u['unit'] for u in units})} {cfg.target.level} units; attributes "
-          f"{', '.join(next(iter(units))['domain'])}. The attack sees the published statistics of D, a random half of "
-          "each unit; the other half, D_holdout, is the holdout baseline's prior (persons of the same unit).")
+          f"{', '.join(next(iter(units))['domain'])}. "
+          + ("The attack sees the published statistics of D, every person of each unit (whole units, as the "
+             "Census Bureau tabulated whole blocks; no holdout: the baselines are priors from outside the unit)."
+             if cfg.target.whole_units else
+             "The attack sees the published statistics of D, a random half of each unit; the other half, "
+             "D_holdout, is the holdout baseline's prior (persons of the same unit)."))
     doc.table(["unit", "BLOCK", "rows of D", "u", "distinct/total", "entropy (bits)", "queries"],
               [[u["unit"], "yes" if u["with_block"] else "no", u["rows"], u["u"],
                 f"{u.get('concentration', {}).get('distinct_over_total', float('nan')):.2f}",

@@ -69,3 +69,25 @@ def test_the_papers_strength_is_one_setting(root):
     assert (cfg.attack.runs, cfg.attack.steps, cfg.attack.rows) == (100, 1000, 1000) == tuple(PAPER_STRENGTH.values())
     plain = load_config(root / "configs" / "release_agency.yaml")
     assert plain.attack.runs == 24 and plain.digest() != cfg.digest()  # a different attack, a different results dir
+
+
+def test_whole_units_attack_every_person_and_refuse_what_needs_a_holdout(root):
+    import numpy as np
+
+    from experiments.problem import build_priors, load_population, prepare_unit
+
+    base = ["target.whole_units=true", "baselines=[county, state, national, chance]", "attack.init=[random]"]
+    cfg = load_config(root / "configs" / "tiny.yaml", base)
+    pop = load_population(cfg)
+    unit = pop.geography.unit_ids("tract")[0]
+    prob = prepare_unit(pop, cfg, unit, with_block=True)
+    assert len(prob.private) == int(pop.geography.mask("tract", unit).sum()) and len(prob.holdout) == 0
+    listed = len(pop.geography.units_within("tract", unit, "block")[0])
+    w = prob.block_weights  # an outsider's guess of where persons live: uniform over the public block list
+    assert np.all(w[:listed] == 1) and np.all(w[listed:] == 0)
+    assert "holdout" not in build_priors(pop, cfg, prob)
+    with pytest.raises(ConfigError, match="no D_holdout"):
+        load_config(root / "configs" / "tiny.yaml", ["target.whole_units=true"])
+    with pytest.raises(ConfigError, match="release protects D"):
+        load_config(root / "configs" / "release_tiny.yaml", ["target.whole_units=true",
+                                                              "baselines=[county, state, national, chance]"])

@@ -28,12 +28,13 @@ def exact_run(tmp_path_factory):
 
 def test_the_exact_attack_writes_its_curves_and_certified_rows_are_all_in_d(exact_run):
     df = pd.read_parquet(exact_run / "match_rate.parquet")
-    assert {"exact", "exact_certified", "rap_rank", "holdout", "chance"} <= set(df.method)
+    assert {"exact", "exact_certified", "rap_rank", "county", "chance"} <= set(df.method) and "holdout" not in set(df.method)
     cert = df[df.method == "exact_certified"]
     assert (cert.num_matched == cert.num_candidates).all()  # a certified row not in D is impossible
     assert cert.groupby("unit").union_size.first().max() > 0  # some unit has certified rows
     facts = json.loads((exact_run / "manifest.json").read_text())["units"]
     for u in facts:
+        assert u["holdout_rows"] == 0  # whole units, as the Bureau's: D is every person of the tract
         f = u["exact"]["sf1"]
         assert f["status"] == "solved" and f["persons"] == u["rows"] and f["certification_complete"]
         assert 0 <= f["blocks_zero_variability"] <= f["blocks_solved"]
