@@ -11,6 +11,7 @@ import pandas as pd
 
 from experiments.metrics import match_rate_curve
 from microdata.census import AGE_BIN38_OF_AGE as AGE_GROUP
+from microdata.describe import SIZE_BINS, SIZE_LABELS
 from microdata.domain import Domain
 from microdata.errors import CensusReconError
 from microdata.ranking import Ranking, rank_by_score
@@ -86,14 +87,6 @@ def agreement(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, rec_
     return {"agree_exact_age": matched / n, "agree_binned_age": (matched + more) / n}
 
 
-#: The Bureau's seven block-size bins (persons per block; SUPP Tables 7-8), the last open.
-BLOCK_SIZE_BINS = ((1, 9), (10, 49), (50, 99), (100, 249), (250, 499), (500, 999), (1000, None))
-
-
-def size_bin_label(lo: int, hi: int | None) -> str:
-    return f"{lo}+" if hi is None else f"{lo}-{hi}"
-
-
 def by_block_size(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, blocks: dict) -> list[dict]:
     """Per Bureau block-size bin (a block's size: its persons in D, the tabulated population), the
     solved blocks, those with zero solution variability and their persons, and the persons of D the
@@ -106,7 +99,7 @@ def by_block_size(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, 
     ids, sizes = np.unique(t_block, return_counts=True)
     size_of = dict(zip(ids.tolist(), sizes.tolist()))
     out = []
-    for lo, hi in BLOCK_SIZE_BINS:
+    for (lo, hi), label in zip(SIZE_BINS, SIZE_LABELS):
         sel = [b for b, n in size_of.items() if n >= lo and (hi is None or n <= hi)]
         if not sel:
             continue
@@ -115,7 +108,7 @@ def by_block_size(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, 
         t_in, r_in = np.isin(t_block, sel), np.isin(r_block, sel)
         a = agreement(domain, np.asarray(truth_keys)[t_in], np.asarray(rec_keys)[r_in]) or {}
         persons = int(t_in.sum())
-        out.append({"size": size_bin_label(lo, hi), "blocks": len(sel), "blocks_zero_variability": len(zero),
+        out.append({"size": label, "blocks": len(sel), "blocks_zero_variability": len(zero),
                     "blocks_undecided": len(undecided),
                     "persons": persons, "persons_zero_variability": int(sum(size_of[b] for b in zero)),
                     "agree_exact_age_persons": int(round(a.get("agree_exact_age", 0.0) * persons)),

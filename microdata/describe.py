@@ -118,6 +118,7 @@ def describe(data: Dataset, tract_level: str = "tract", block_level: str = "bloc
     """Every statistic of this module measured on ``data`` (census geography with blocks; AGE,
     SEX, HISP and CENRACE or RACE), beside its 2010 figure and tolerance."""
     from microdata.census import AGE_BIN38_OF_AGE
+    from microdata.population import race_group
 
     geo = data.geography
     for lv in (tract_level, block_level):
@@ -138,7 +139,6 @@ def describe(data: Dataset, tract_level: str = "tract", block_level: str = "bloc
     n = len(data)
 
     size = np.bincount(block)
-    p_size = size[block]
     b_bin = _bin_of(size)
     p_bin = b_bin[block]
 
@@ -171,7 +171,8 @@ def describe(data: Dataset, tract_level: str = "tract", block_level: str = "bloc
 
     listed = geo.catalogue.ids[block_level] if geo.catalogue is not None and block_level in geo.catalogue.ids else None
     empty = 100 * (1 - len(size) / len(listed)) if listed is not None else np.nan
-    grp = np.where(hisp == 1, 7, np.minimum(race if race_attr == "RACE" else _race_group(race), 6))
+    group = race if race_attr == "RACE" else race_group(race)  # the 7 RACE groups
+    grp = np.where(hisp == 1, 7, group)
     shares = np.bincount(grp, minlength=8) / max(n, 1)
     values = {
         "persons_per_tract": n / len(tract_ids),
@@ -190,7 +191,7 @@ def describe(data: Dataset, tract_level: str = "tract", block_level: str = "bloc
         "nh_white_pct": 100 * shares[0],
         "nh_black_pct": 100 * shares[1],
         "nh_asian_pct": 100 * shares[3],
-        "two_or_more_pct": 100 * np.mean((race if race_attr == "RACE" else _race_group(race)) == 6),
+        "two_or_more_pct": 100 * np.mean(group == 6),
         "diversity_index_pct": 100 * (1 - np.sum(shares ** 2)),
     }
     for name, v in values.items():
@@ -199,12 +200,7 @@ def describe(data: Dataset, tract_level: str = "tract", block_level: str = "bloc
     stats.append(Statistic("persons", float(n), None, None, "this population"))
     stats.append(Statistic("tracts", float(len(tract_ids)), None, None, "this population"))
     stats.append(Statistic("largest_block", float(size.max()), None, None, "this population"))
-    del p_size
     return stats
-
-
-def _race_group(cenrace: np.ndarray) -> np.ndarray:
-    return np.where(np.asarray(cenrace) < 6, cenrace, 6)
 
 
 def format_table(stats: list[Statistic]) -> str:

@@ -91,6 +91,16 @@ def _dirichlet_children(rng, parent: np.ndarray, concentration: float, n: int) -
     return rng.dirichlet(alpha, size=n)
 
 
+def check_census_sizes(spec, *more: str) -> None:
+    """A generated population's sizes: states, counties per state, tracts per county (and the
+    fields ``more``) at least 1, and within the census GEOID widths."""
+    for name in ("states", "counties_per_state", "tracts_per_county", *more):
+        if int(getattr(spec, name)) < 1:
+            raise CensusReconError(f"{type(spec).__name__}.{name} must be >= 1, got {getattr(spec, name)}")
+    if spec.states > 99 or spec.counties_per_state > 999 or spec.tracts_per_county > 9999:
+        raise CensusReconError("population too large for census GEOID widths")
+
+
 @dataclass(frozen=True)
 class PopulationSpec:
     """Sizes and clustering of the embedded population; every value is validated."""
@@ -111,13 +121,11 @@ class PopulationSpec:
     empty_blocks_per_tract: tuple[int, int] = (0, 3)
 
     def __post_init__(self) -> None:
-        for name in ("states", "counties_per_state", "tracts_per_county", "max_block_size"):
-            if int(getattr(self, name)) < 1:
-                raise CensusReconError(f"PopulationSpec.{name} must be >= 1, got {getattr(self, name)}")
+        check_census_sizes(self, "max_block_size")
         lo, hi = self.blocks_per_tract
         if not 1 <= lo <= hi:
             raise CensusReconError(f"blocks_per_tract must be (lo, hi) with 1 <= lo <= hi, got {self.blocks_per_tract}")
-        if self.states > 99 or self.counties_per_state > 999 or self.tracts_per_county > 9999 or hi > 9999:
+        if hi > 9999:
             raise CensusReconError("population too large for census GEOID widths")
         if self.block_size_median <= 0 or self.block_size_sigma <= 0:
             raise CensusReconError("block_size_median and block_size_sigma must be positive")

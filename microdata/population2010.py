@@ -130,15 +130,13 @@ class Census2010Spec:
     group_quarters: tuple[float, float] = (0.5, 0.35)
 
     def __post_init__(self) -> None:
-        for name in ("states", "counties_per_state", "tracts_per_county"):
-            if int(getattr(self, name)) < 1:
-                raise CensusReconError(f"Census2010Spec.{name} must be >= 1, got {getattr(self, name)}")
+        from microdata.population import check_census_sizes
+
+        check_census_sizes(self)
         lo, hi = self.occupied_blocks_per_tract
         if not 1 <= lo <= hi or hi > 4000:
             raise CensusReconError(f"occupied_blocks_per_tract must be (lo, hi) with 1 <= lo <= hi <= 4000, "
                                    f"got {self.occupied_blocks_per_tract}")
-        if self.states > 99 or self.counties_per_state > 999 or self.tracts_per_county > 9999:
-            raise CensusReconError("population too large for census GEOID widths")
         if not 0.0 <= self.empty_share < 0.6:
             raise CensusReconError(f"empty_share must be in [0, 0.6), got {self.empty_share}")
         if not 0.0 <= self.density_size_correlation < 1.0:
@@ -228,10 +226,13 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None) -> 
 
     # --- households: a long stream of household sizes cut at block boundaries ---------------
     n_house = int(n_hh.sum())
-    sizes = rng.choice(np.arange(1, 8), size=n_house // 2 + 64, p=HOUSEHOLD_SIZES_2010)
-    sizes = np.where(sizes == 7, 7 + rng.geometric(0.5, sizes.size) - 1, sizes)
+    def household_sizes(k: int) -> np.ndarray:  # 2010's sizes, 7+ spread geometrically above 7
+        h = rng.choice(np.arange(1, 8), size=k, p=HOUSEHOLD_SIZES_2010)
+        return np.where(h == 7, 7 + rng.geometric(0.5, k) - 1, h)
+
+    sizes = household_sizes(n_house // 2 + 64)
     while sizes.sum() < n_house:
-        sizes = np.concatenate([sizes, rng.choice(np.arange(1, 8), size=n_house // 2 + 64, p=HOUSEHOLD_SIZES_2010)])
+        sizes = np.concatenate([sizes, household_sizes(n_house // 2 + 64)])
     ends = np.cumsum(sizes)
     p_idx = np.arange(n_house)
     stream_hh = np.searchsorted(ends, p_idx, side="right")

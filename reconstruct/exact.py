@@ -265,31 +265,29 @@ class ExactSolver:
         h.changeColCost(int(v), 0.0)
         return None if value is None else (value, integral)
 
-    def lp_range(self, columns: np.ndarray) -> tuple[float | None, float | None]:
-        """(min, max) of the sum of ``columns`` over the LP relaxation."""
-        h = self.relaxed
-        out = []
-        for sign in (1.0, -1.0):
-            h.changeColsCost(len(columns), np.asarray(columns, np.int32), np.full(len(columns), sign))
-            self.lp_solves += 1
-            st = self._run(h)
-            out.append(sign * h.getInfo().objective_function_value if st == "feasible" else None)
-        h.changeColsCost(len(columns), np.asarray(columns, np.int32), np.zeros(len(columns)))
-        return out[0], out[1]
-
-    def lp_min_sum(self, columns: np.ndarray) -> tuple[float, np.ndarray] | None:
-        """The LP relaxation's minimum of the sum of ``columns`` and the optimal point; None when
-        out of time (the objective is read before the costs are reset, as in :meth:`lp_min`)."""
+    def _lp_sum(self, columns: np.ndarray, sign: float) -> tuple[float, np.ndarray] | None:
+        """The LP relaxation's minimum of ``sign`` × the sum of ``columns``, and its optimal point;
+        None when out of time or infeasible. The objective is read before the costs are reset (HiGHS
+        clears it on any change to the model)."""
         h = self.relaxed
         cols = np.asarray(columns, np.int32)
-        h.changeColsCost(len(cols), cols, np.ones(len(cols)))
+        h.changeColsCost(len(cols), cols, np.full(len(cols), sign))
         self.lp_solves += 1
-        out = self._run(h)
         got = None
-        if out == "feasible":
+        if self._run(h) == "feasible":
             got = (float(h.getInfo().objective_function_value), np.asarray(h.getSolution().col_value).copy())
         h.changeColsCost(len(cols), cols, np.zeros(len(cols)))
         return got
+
+    def lp_range(self, columns: np.ndarray) -> tuple[float | None, float | None]:
+        """(min, max) of the sum of ``columns`` over the LP relaxation."""
+        lo, hi = self._lp_sum(columns, 1.0), self._lp_sum(columns, -1.0)
+        return (None if lo is None else lo[0]), (None if hi is None else -hi[0])
+
+    def lp_min_sum(self, columns: np.ndarray) -> tuple[float, np.ndarray] | None:
+        """The LP relaxation's minimum of the sum of ``columns`` and the optimal point; None when
+        out of time."""
+        return self._lp_sum(columns, 1.0)
 
     def solve_with_sum_at_most(self, columns: np.ndarray, upper: int) -> tuple[str, np.ndarray | None]:
         """An integer solution with the sum of ``columns`` at most ``upper``: ("feasible", x),
@@ -436,7 +434,8 @@ def coarse_block_variability(solver: ExactSolver, model: CountModel, x: np.ndarr
             cells = np.flatnonzero((g_block == b) & (xg > 0))
             if proven[cells].all():
                 verdict[b] = True
-    return {b: {"zero_variability": v, "persons": int(x[block == b].sum())} for b, v in verdict.items()}, complete
+    persons = np.bincount(block, weights=x)
+    return {b: {"zero_variability": v, "persons": int(persons[b])} for b, v in verdict.items()}, complete
 
 
 class _BlockLPs:
@@ -467,13 +466,14 @@ class _BlockLPs:
             self.cache = {b: (highs_instance(self.hs, lp), {c: i for i, c in enumerate(cols.tolist())})}
         return self.cache[b]
 
-    def min_sum(self, b: int, columns: np.ndarray) -> float | None:
-        """The block LP's minimum of the sum of ``columns`` (all in block b); None if unbounded or out of time."""
+    def _sum(self, b: int, columns, sign: float) -> float | None:
+        """The block LP's minimum of ``sign`` × the sum of ``columns`` (all in block b); None when
+        it has no optimum or no time is left."""
         if self.solver.left() <= 0:
             return None
         h, pos = self._lp(b)
         local = np.array([pos[int(c)] for c in columns], np.int32)
-        h.changeColsCost(len(local), local, np.ones(len(local)))
+        h.changeColsCost(len(local), local, np.full(len(local), sign))
         self.solver.lp_solves += 1
         h.run()
         ok = h.getModelStatus() == self.hs.HighsModelStatus.kOptimal
@@ -481,20 +481,17 @@ class _BlockLPs:
         h.changeColsCost(len(local), local, np.zeros(len(local)))
         return value
 
+    def min_sum(self, b: int, columns: np.ndarray) -> float | None:
+        """The block LP's minimum of the sum of ``columns`` (all in block b); None if unbounded or out of time."""
+        return self._sum(b, columns, 1.0)
+
     def fixed_total(self, b: int) -> bool:
         """Whether the block's own tables fix its total (its LP range is one value)."""
-        h, pos = self._lp(b)
-        cols = np.array(list(pos.values()), np.int32)
-        lo = self.min_sum(b, np.array(list(pos.keys())))
-        if lo is None:
-            return False
-        h.changeColsCost(len(cols), cols, -np.ones(len(cols)))
-        self.solver.lp_solves += 1
-        h.run()
-        ok = h.getModelStatus() == self.hs.HighsModelStatus.kOptimal
-        hi = -float(h.getInfo().objective_function_value) if ok else None
-        h.changeColsCost(len(cols), cols, np.zeros(len(cols)))
-        return hi is not None and abs(hi - lo) < 1e-6
+        cols = list(self._lp(b)[1])
+        lo, neg_hi = self._sum(b, cols, 1.0), None
+        if lo is not None:
+            neg_hi = self._sum(b, cols, -1.0)
+        return neg_hi is not None and abs(-neg_hi - lo) < 1e-6
 
 
 def reconstruct_exact(workload, counts: np.ndarray, time_limit: float = 300.0, certify_support: bool = True,
