@@ -432,6 +432,9 @@ class SweepConfig(_Strict):
 
     seeds: list[int] = [0]
     num_cpus: int | None = Field(None, ge=1, description="CPUs of the local Ray cluster (default: all)")
+    methods: list[str] | None = Field(
+        None, description="only these tasks: method names as a run's curves name them (exact: the exact attack; "
+        "baselines: every baseline); default every method of the config and the baselines")
 
 
 class ExperimentConfig(_Strict):

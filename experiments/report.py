@@ -60,36 +60,68 @@ BUREAU_BY_SIZE = {
     "1000+": (1.1, 1.2, 63.1, 92.1)}
 
 
-def by_size_table(units: list[dict]) -> tuple[list, list] | None:
-    """The exact attack's zero variability and agreement per block-size bin, all units pooled, each
-    beside the Bureau's (``ours (Bureau)``); None when no unit has the breakdown."""
+#: The Bureau's overall figures (SUPP Table 7 summed: 69.4% of blocks and 28.7% of persons in blocks of zero
+#: solution variability; SUPP Table 8: agreement 48.5% and 95.2% against the HDF).
+BUREAU_OVERALL = (69.4, 28.7, 48.5, 95.2)
+
+_BY_SIZE_KEYS = ("blocks", "blocks_zero_variability", "persons", "persons_zero_variability", "agree_exact_age_persons",
+                 "agree_binned_age_persons")
+
+
+def pooled_by_size(units: list[dict]) -> dict[str, dict]:
+    """The exact attack's per-bin counts (:func:`experiments.exact_eval.by_block_size`) summed over
+    units and workloads, in the Bureau's bin order, with an ``all`` entry; empty when no unit has
+    the breakdown."""
     acc: dict = {}
     for u in units:
         for f in u.get("exact", {}).values():
             for r in f.get("by_block_size", []):
-                a = acc.setdefault(r["size"], dict.fromkeys(("blocks", "blocks_zero_variability", "persons",
-                                                             "persons_zero_variability", "agree_exact_age_persons",
-                                                             "agree_binned_age_persons"), 0))
+                a = acc.setdefault(r["size"], dict.fromkeys(_BY_SIZE_KEYS, 0))
                 for k in a:
                     a[k] += r[k]
     if not acc:
-        return None
+        return {}
+    out = {label: acc[label] for label in BUREAU_BY_SIZE if label in acc}
+    out["all"] = {k: sum(a[k] for a in out.values()) for k in _BY_SIZE_KEYS}
+    return out
 
-    def pct(x, n):
-        return f"{100 * x / n:.1f}%" if n else "n/a"
 
+def _pct_of(x, n) -> str:
+    return f"{100 * x / n:.1f}%" if n else "n/a"
+
+
+def bureau_table(units: list[dict], reid: pd.DataFrame | None) -> tuple[list, list] | None:
+    """One table, ours beside the Bureau's 2010 figures: zero solution variability (% of blocks and
+    of persons) and agreement (exact and 38-bin age) by the Bureau's block-size bins and overall,
+    all units pooled; then the exact attack's reidentification precision (confirmed of putative)
+    per attacker file, overall and for the vulnerable group, with the modal and proportional
+    guessers'. None when there is nothing to compare."""
+    pooled = pooled_by_size(units)
     rows = []
-    for label in BUREAU_BY_SIZE:
-        if label not in acc:
-            continue
-        a, (zb, zp, ae, ab) = acc[label], BUREAU_BY_SIZE[label]
-        rows.append([label, a["blocks"], f"{pct(a['blocks_zero_variability'], a['blocks'])} ({zb}%)", a["persons"],
-                     f"{pct(a['persons_zero_variability'], a['persons'])} ({zp}%)",
-                     f"{pct(a['agree_exact_age_persons'], a['persons'])} ({ae}%)",
-                     f"{pct(a['agree_binned_age_persons'], a['persons'])} ({ab}%)"])
-    return (["block size", "blocks", "zero variability, % of blocks (Bureau)", "persons",
-             "zero variability, % of persons (Bureau)", "agreement, exact age (Bureau)",
-             "agreement, 38-bin age (Bureau)"], rows)
+    for label, a in pooled.items():
+        ref = BUREAU_OVERALL if label == "all" else BUREAU_BY_SIZE[label]
+        where = f"blocks of {label} persons" if label != "all" else "all blocks"
+        n = a["persons"]
+        rows += [["zero variability, % of blocks", where, f"{_pct_of(a['blocks_zero_variability'], a['blocks'])} "
+                  f"({a['blocks_zero_variability']} of {a['blocks']})", f"{ref[0]}%"],
+                 ["zero variability, % of persons", where, f"{_pct_of(a['persons_zero_variability'], n)} "
+                  f"({a['persons_zero_variability']} of {n})", f"{ref[1]}%"],
+                 ["agreement, exact age", where, _pct_of(a["agree_exact_age_persons"], n), f"{ref[2]}%"],
+                 ["agreement, 38-bin age", where, _pct_of(a["agree_binned_age_persons"], n), f"{ref[3]}%"]]
+    if reid is not None and len(reid):
+        g = reid.groupby(["method", "attacker_file", "group"], sort=False)[["putative", "confirmed"]].sum()
+        for (m, f, grp), x in g.iterrows():
+            kind = "exact" if m.startswith("exact") else m
+            ref = BUREAU_REID.get((f, grp), {}).get(kind)
+            if ref is None:  # RAP-Rank and the baselines have no Bureau counterpart: the reid table lists them
+                continue
+            who = "the vulnerable group" if grp == "vulnerable" else "all persons"
+            rows.append([f"reidentification precision, {f} attacker file", f"{m}, {who}",
+                         f"{_pct_of(x['confirmed'], x['putative'])} ({int(x['confirmed'])} of {int(x['putative'])})",
+                         f"{100 * ref:.1f}%"])
+    if not rows:
+        return None
+    return ["measure", "where", "ours", "the Bureau's (2010)"], rows
 
 
 def reid_table(reid: pd.DataFrame) -> tuple[list, list]:
@@ -111,10 +143,13 @@ def write_run_report(run_dir: str | Path) -> Path:
     """report.md and report.html (self-contained) of a finished run directory; a release run
     directory (evaluate-release) gets the release report."""
     run_dir = Path(run_dir)
-    if results_kind(run_dir) == "release":
+    kind = results_kind(run_dir)
+    if kind == "release":
         from experiments.release.report import write_release_report_from_dir
 
         return write_release_report_from_dir(run_dir)
+    if kind == "sweep":
+        return write_sweep_report(run_dir)
     cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
     manifest = json.loads((run_dir / "manifest.json").read_text())
     df = pd.read_parquet(run_dir / "match_rate.parquet")
@@ -231,6 +266,21 @@ def _strength_section(doc: Doc, run_dir: Path) -> None:
     doc.table(headers, rows, numeric=numeric)
 
 
+def bureau_section(doc: Doc, units: list[dict], reid: pd.DataFrame | None) -> None:
+    """The paragraph and the one table of ours beside the Bureau's (:func:`bureau_table`)."""
+    table = bureau_table(units, reid)
+    if table is None:
+        return
+    doc.p("Beside the Census Bureau's 2010 figures, in one table. By the Bureau's block-size bins (a block's size: "
+          "its persons in D, the population the tables count), all units pooled: zero solution variability as % of "
+          "blocks and of persons (SUPP Table 7) and the exact attack's agreement with D (SUPP Table 8: its "
+          "reconstruction against the HDF, the file the tables were computed from). Zero variability is on the 38 age "
+          "bins, as the Bureau's (where a unit's 38-bin check was not run, on single years, the stricter condition); "
+          "a block left undecided by the time limit counts as not zero. Then reidentification precision, confirmed "
+          "of putative (HDSR Tables 5 and 6 Panel B), for the exact attack and the modal and proportional guessers.")
+    doc.table(*table)
+
+
 def _exact_section(doc: Doc, run_dir: Path, units: list[dict]) -> None:
     """The exact attack: solve and certificates per unit, RAP-Rank's rows certified, the Bureau's
     agreement measure, and the reidentification simulation."""
@@ -275,15 +325,8 @@ def _exact_section(doc: Doc, run_dir: Path, units: list[dict]) -> None:
     doc.table(["unit", "tables", "status", "variables (left of all)", "zero-variability blocks (38-bin age)",
                "persons in them", "zero-variability blocks (single-year age)", "certified", "persons solved",
                "solve s", "certify s"], rows, numeric={5, 8, 9, 10})
-    sized = by_size_table(units)
-    if sized is not None:
-        doc.p("By the Bureau's block-size bins (a block's size: its persons in D, the population the tables count), all "
-              "units pooled: zero solution variability as % of blocks and of persons, and the exact attack's "
-              "agreement with D, beside the Bureau's figures for 2010 (SUPP Tables 7-8: zero variability; "
-              "agreement of its reconstruction with the HDF, the published file it was tabulated from). Zero "
-              "variability is on the 38 age bins, as the Bureau's (where a unit's 38-bin check was not run, on "
-              "single years, the stricter condition); a block left undecided by the time limit counts as not zero.")
-        doc.table(*sized, numeric=set(range(1, len(sized[0]))))
+    reid_path = run_dir / "reid.parquet"
+    bureau_section(doc, units, pd.read_parquet(reid_path) if reid_path.exists() else None)
     if proven:
         doc.p("Generate-then-Verify on RAP-Rank's own rows: how many of its top u are provable (in every consistent "
               "dataset), and how many provable rows it ranks below u.")
@@ -313,3 +356,49 @@ def _exact_section(doc: Doc, run_dir: Path, units: list[dict]) -> None:
               "Tables 5-6, the 2010 population, its attack's reconstruction) are beside ours; its guessers are the "
               "modal and proportional rows.")
         doc.table(*reid_table(pd.read_parquet(reid_path)), numeric={3, 4, 5, 6})
+
+
+def write_sweep_report(run_dir: str | Path) -> Path:
+    """sweep_report.md and .html of a finished sweep: its tasks, the match rate per method over
+    every (unit, seed), and, with exact tasks, every unit's exact attack pooled beside the Bureau's
+    figures, with the time per unit."""
+    run_dir = Path(run_dir)
+    cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
+    summary = json.loads((run_dir / "sweep.json").read_text())
+    df = pd.read_parquet(run_dir / "sweep_match_rate.parquet")
+    doc = Doc().h(1, f"{cfg.name}: sweep")
+    doc.p(f"{summary['tasks_total']} tasks ({cfg.target.level} × method × seed; {df['unit'].nunique()} "
+          f"{cfg.target.level}s, seeds {', '.join(map(str, sorted(df['seed'].unique())))}), "
+          f"{summary['tasks_run']} computed by the last call, {summary['tasks_skipped']} found finished; "
+          f"{summary['seconds']:.0f} s for that call.")
+    per = df.assign(unit=df["unit"].astype(str) + " seed " + df["seed"].astype(str))
+    curves = average_curves(per, 10, by=["variant", "method"])
+    pick = curves[curves["k_over_u"].round(2).isin([0.1, 0.5, 1.0])]
+    table = pick.pivot_table(index=["variant", "method"], columns="k_over_u", values="match_rate", sort=False)
+    doc.h(2, "Match rate (mean over every unit and seed)")
+    doc.table(["BLOCK", "method", "k/u = 0.1", "0.5", "1.0"],
+              [["yes" if v else "no", m] + [f"{x:.3f}" for x in row.to_numpy()] for (v, m), row in table.iterrows()])
+    exact_path = run_dir / "exact_units.parquet"
+    if exact_path.exists():
+        units = json.loads((run_dir / "exact_units.json").read_text())
+        e = pd.read_parquet(exact_path)
+        ex = summary.get("exact", {})
+        doc.h(2, f"Exact reconstruction, every {cfg.target.level} pooled")
+        near = ex.get("nearest_average_2010_tract")
+        doc.p(f"{ex.get('solved', 0)} of {ex.get('units', 0)} {cfg.target.level} tasks solved; median "
+              f"{ex.get('median_seconds_per_unit', float('nan')):.1f} s per task (building the tables, solving, "
+              "certifying, agreement and reidentification; one CPU per task)."
+              + (f" The {cfg.target.level} nearest 2010's average size (4,257 persons in 85 occupied blocks): "
+                 f"{near['unit']}, {near['persons']:,} persons in {near['blocks']} blocks, {near['seconds']:.1f} s."
+                 if near else ""))
+        reid_path = run_dir / "reid.parquet"
+        bureau_section(doc, units, pd.read_parquet(reid_path) if reid_path.exists() else None)
+        doc.p(f"Per {cfg.target.level}: zero-variability blocks on the Bureau's 38 age bins, and seconds.")
+        doc.table([cfg.target.level, "seed", "persons", "blocks", "status", "zero-variability blocks",
+                   "decided in time", "seconds (exact attack)", "seconds (task)"],
+                  [[r["unit"], r["seed"], r["persons"], r["blocks"], r["status"], r["blocks_zero_variability"],
+                    "yes" if r["zero_variability_complete"] else "no",
+                    f"{r['seconds_exact']:.1f}" if pd.notna(r["seconds_exact"]) else "",
+                    f"{r['seconds_task']:.1f}"] for _, r in e.iterrows()], numeric={2, 3, 5, 7, 8})
+    md, _ = doc.write(run_dir, "sweep_report", cfg.name)
+    return md

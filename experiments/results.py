@@ -97,8 +97,9 @@ def results_dir(arg: str | Path, out: str | Path = "results", overrides: list[st
 
 
 def results_kind(run_dir: str | Path) -> str:
-    """"run" (censusrecon run) or "release" (censusrecon evaluate-release) for a finished results
-    directory; a user error naming what is wrong otherwise."""
+    """"run" (censusrecon run), "release" (censusrecon evaluate-release) or "sweep" (censusrecon
+    sweep, and no run of the same config) for a finished results directory; a user error naming
+    what is wrong otherwise."""
     from experiments.config import ConfigError
 
     run_dir = Path(run_dir)
@@ -111,6 +112,9 @@ def results_kind(run_dir: str | Path) -> str:
         return "release"
     if (run_dir / "match_rate.parquet").exists():
         return "run"
+    if (run_dir / "sweep.json").exists():
+        return "sweep"
     hint = " (its release/ subdirectory holds the release evaluation)" if (run_dir / "release").is_dir() else ""
-    raise ConfigError(f"{run_dir} is not a finished results directory{hint}: it has neither match_rate.parquet "
-                      "(censusrecon run) nor release_eval.parquet (censusrecon evaluate-release)")
+    raise ConfigError(f"{run_dir} is not a finished results directory{hint}: it has no match_rate.parquet "
+                      "(censusrecon run), release_eval.parquet (censusrecon evaluate-release) or sweep.json (censusrecon "
+                      "sweep)")

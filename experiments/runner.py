@@ -342,7 +342,12 @@ def replot(run_dir: str | Path) -> list[Path]:
     from experiments.config import parse_config
 
     run_dir = Path(run_dir)
-    release = results_kind(run_dir) == "release"
+    kind = results_kind(run_dir)
+    if kind == "sweep":
+        from experiments.config import ConfigError
+
+        raise ConfigError(f"{run_dir} holds a sweep, which has no plots; censusrecon report writes its report")
+    release = kind == "release"
     cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
     if release:
         from experiments.release.report import replot_release

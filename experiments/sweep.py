@@ -1,4 +1,9 @@
-"""Sweeps beyond one process: (unit × method × seed) tasks on a local loop or a Ray cluster, resumable."""
+"""Sweeps beyond one process: (unit × method × seed) tasks on a local loop or a Ray cluster, resumable.
+
+The exact attack is one task per unit (``method: exact``): a sweep of a config with ``attack.exact``
+and ``sweep.methods: [exact]`` attacks every tract of a state one tract a task, and pools the tracts
+into the Bureau-shaped tables (zero variability and agreement by block size, reidentification) of
+its ``report.md``."""
 
 from __future__ import annotations
 
@@ -31,11 +36,19 @@ class Task:
 
 
 def plan_tasks(cfg: ExperimentConfig) -> list[Task]:
-    from experiments.problem import load_population, method_names, select_units
+    """Every (seed × BLOCK variant × unit × method) task; ``sweep.methods`` keeps only those named.
+    Units nobody lives in are not attacked (as in a run)."""
+    from experiments.problem import load_population, method_names, occupied_units, select_units
 
     pop = load_population(cfg)
-    units = select_units(pop, cfg)
+    units, _ = occupied_units(pop, cfg, select_units(pop, cfg))
     methods = method_names(cfg) + ["baselines"]
+    if cfg.sweep.methods is not None:
+        unknown = [m for m in cfg.sweep.methods if m not in methods]
+        if unknown:
+            raise ConfigError(f"sweep.methods {unknown} are not tasks of this config; its tasks are {methods}"
+                              + ("" if cfg.attack.exact else " (the exact attack needs attack.exact: true)"))
+        methods = [m for m in methods if m in cfg.sweep.methods]
     return [Task(u, wb, m, s) for s in cfg.sweep.seeds for wb in cfg.target.with_block for u in units for m in methods]
 
 
@@ -45,14 +58,19 @@ def run_task(cfg_json: dict, task: Task, out_dir: str, fingerprint: str, base_di
     from experiments.problem import load_population
     from experiments.runner import run_unit
 
+    t0 = time.perf_counter()
     cfg = parse_config(cfg_json).model_copy(update={"seed": task.seed}).with_base_dir(base_dir)
     pop = load_population(cfg)
     df, facts = run_unit(pop, cfg, task.unit, task.with_block, only={task.method})
     out = Path(out_dir)
     write_parquet(out / f"{task.id}.parquet", df.assign(seed=task.seed))
+    marker = {"task": task.__dict__, "code_fingerprint": fingerprint, "seconds": facts["seconds"],
+              "wall_seconds": round(time.perf_counter() - t0, 3), "rows": facts["rows"]}
+    if task.method == "exact":  # what the state's tables pool: solve, certificates, by block size, agreement, reid
+        marker["unit_facts"] = {k: facts[k] for k in ("unit", "with_block", "rows", "exact", "agreement",
+                                                      "reidentification") if k in facts}
     # the .json is written last: its presence (with this code's fingerprint) marks the task done
-    write_json(out / f"{task.id}.json", {"task": task.__dict__, "code_fingerprint": fingerprint,
-                                          "seconds": facts["seconds"]})
+    write_json(out / f"{task.id}.json", marker)
     return task.id
 
 
@@ -118,5 +136,52 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
     write_parquet(run_dir / "sweep_match_rate.parquet", pd.concat(frames, ignore_index=True))
     summary = {"tasks_total": len(tasks), "tasks_run": len(todo), "tasks_skipped": skipped,
                "seconds": round(time.perf_counter() - t0, 2), "run_dir": str(run_dir)}
+    exact = [t for t in tasks if t.method == "exact"]
+    if exact:
+        summary["exact"] = pool_exact(run_dir, [json.loads((out / f"{t.id}.json").read_text()) for t in exact])
     write_json(run_dir / "sweep.json", summary)
+    from experiments.report import write_sweep_report
+
+    summary["report"] = str(write_sweep_report(run_dir))
     return summary
+
+
+#: A 2010 tract of average size (HDSR: about 4,257 persons in 85 occupied blocks).
+AVERAGE_TRACT_2010 = 4257
+
+
+def pool_exact(run_dir: Path, markers: list[dict]) -> dict:
+    """The exact tasks' facts, pooled: ``exact_units.parquet`` (a row per unit and seed: persons,
+    blocks, status, zero-variability blocks, seconds), ``agreement.parquet`` and ``reid.parquet``
+    (every unit's rows), ``exact_units.json`` (the units' facts, for the report). Returns the
+    timing figures: tracts solved, median seconds per tract, and the tract nearest 2010's average
+    size with its persons, blocks and seconds."""
+    rows, agree, reid, units = [], [], [], []
+    for m in markers:
+        f, seed = m.get("unit_facts", {}), m["task"]["seed"]
+        units.append(dict(f, seed=seed))
+        for label, e in f.get("exact", {}).items():
+            rows.append({"unit": f["unit"], "seed": seed, "workload": label, "persons": f["rows"],
+                         "status": e["status"], "blocks": e.get("coarse_blocks", e.get("blocks_solved")),
+                         "blocks_zero_variability": e.get("coarse_blocks_zero_variability",
+                                                          e.get("blocks_zero_variability")),
+                         "zero_variability_complete": e.get("coarse_complete", e.get("certification_complete")),
+                         "certification_complete": e.get("certification_complete"),
+                         "seconds_exact": m["seconds"].get(f"exact_{label}"), "seconds_task": m["wall_seconds"]})
+        agree += [dict(x, unit=f["unit"], seed=seed) for x in f.get("agreement", [])]
+        reid += [dict(x, unit=f["unit"], seed=seed) for x in f.get("reidentification", [])]
+    table = pd.DataFrame(rows)
+    if len(table):
+        write_parquet(run_dir / "exact_units.parquet", table)
+    for name, r in (("agreement.parquet", agree), ("reid.parquet", reid)):
+        if r:
+            write_parquet(run_dir / name, pd.DataFrame(r))
+    write_json(run_dir / "exact_units.json", units)
+    out = {"units": len(markers), "solved": int((table["status"] == "solved").sum()) if len(table) else 0}
+    if len(table):
+        out["median_seconds_per_unit"] = float(table["seconds_task"].median())
+        near = table.iloc[int((table["persons"] - AVERAGE_TRACT_2010).abs().argmin())]
+        out["nearest_average_2010_tract"] = {"unit": near["unit"], "persons": int(near["persons"]),
+                                             "blocks": None if pd.isna(near["blocks"]) else int(near["blocks"]),
+                                             "seconds": float(near["seconds_task"])}
+    return out

@@ -259,6 +259,8 @@ class CensusWorkload:
         levels: list[str] = []
         products: list[tuple[frozenset[int], ...]] = []
         counts: dict[str, int] = {}
+        names, sizes = domain.names, domain.sizes
+        jb = names.index(block_attr) if has_block else None
         for c in cells:
             sets = c.attrs()
             if not has_block:
@@ -269,15 +271,12 @@ class CensusWorkload:
                 where = [(frozenset(int(i) for i in members), name, c.level) for name, members in areas[c.level]]
             else:
                 where = [(None, None, "unit")]
+            base = [frozenset(v for v in sets[a] if v < n) if a in sets else _all(n) for a, n in zip(names, sizes)]
             for bset, place, level in where:
-                full = []
-                for a in domain.names:
-                    if a == block_attr and bset is not None:
-                        full.append(bset)
-                    elif a in sets:
-                        full.append(frozenset(v for v in sets[a] if v < domain.size(a)))
-                    else:
-                        full.append(_all(domain.size(a)))
+                full = base
+                if bset is not None:
+                    full = list(base)
+                    full[jb] = bset
                 key = tuple(full)
                 counts[c.table] = counts.get(c.table, 0) + 1
                 if key in seen:
@@ -301,20 +300,36 @@ class CensusWorkload:
         return membership_matrix(self.domain.sizes[attr], self.value_sets[attr])
 
     def counts(self, data: Dataset, weights: np.ndarray | None = None, chunk: int = 20_000) -> np.ndarray:
-        """Exact int64 cell counts (vectorised over rows, ``chunk`` rows at a time), or with
-        ``weights`` the float64 sums of the rows' weights in each cell (a weighted histogram's
-        answers)."""
+        """Exact int64 cell counts, or with ``weights`` the float64 sums of the rows' weights in each
+        cell (a weighted histogram's answers). The queries are grouped by their set of the attribute
+        with the most distinct sets (BLOCK, where there is one: a block's cells), and each group is
+        evaluated on the rows in that set only, ``chunk`` rows at a time."""
         if data.domain != self.domain:
             raise CensusReconError("data domain differs from the workload's")
-        q = np.array(self.queries, dtype=np.int64).reshape(len(self.queries), len(self.domain))
-        member = [self.membership(j).astype(bool) for j in range(len(self.domain))]
+        d = len(self.domain)
+        q = np.array(self.queries, dtype=np.int64).reshape(len(self.queries), d)
+        member = [self.membership(j).astype(bool) for j in range(d)]
         out = np.zeros(len(q), dtype=np.int64 if weights is None else np.float64)
-        for start in range(0, len(data), chunk):
-            codes = data.codes[start:start + chunk]
-            hit = np.ones((len(codes), len(q)), dtype=bool)
-            for j in range(len(self.domain)):
-                hit &= member[j][codes[:, j]][:, q[:, j]]
-            out += hit.sum(axis=0) if weights is None else weights[start:start + chunk] @ hit
+        if not len(q) or not len(data):
+            return out
+        key = int(np.argmax([len(v) for v in self.value_sets]))
+        codes_all = np.asarray(data.codes)
+        order = np.argsort(q[:, key], kind="stable")
+        starts = np.flatnonzero(np.r_[True, np.diff(q[order, key]) != 0])
+        for g, lo in enumerate(starts):
+            idx = order[lo:starts[g + 1] if g + 1 < len(starts) else len(order)]
+            rows = np.flatnonzero(member[key][codes_all[:, key], q[idx[0], key]])
+            if not len(rows):
+                continue
+            qi = q[idx]
+            for start in range(0, len(rows), chunk):
+                r = rows[start:start + chunk]
+                codes = codes_all[r]
+                hit = np.ones((len(r), len(idx)), dtype=bool)
+                for j in range(d):
+                    if j != key:
+                        hit &= member[j][codes[:, j]][:, qi[:, j]]
+                out[idx] += hit.sum(axis=0) if weights is None else weights[r] @ hit
         return out
 
     def answer(self, data: Dataset) -> np.ndarray:

@@ -119,8 +119,12 @@ def build_count_model(workload, counts: np.ndarray, chunk: int = 2_000_000) -> C
     q = np.array(workload.queries, dtype=np.int64).reshape(len(workload.queries), len(dom))
     vs = workload.value_sets
     allowed = np.ones(dom.sizes, dtype=bool)
+    d = len(dom)
+    # each value set once, as an index array shaped to broadcast along its axis (an open mesh)
+    axes = [[np.array(sorted(v), dtype=np.int64).reshape([-1 if k == j else 1 for k in range(d)]) for v in vs[j]]
+            for j in range(d)]
     for i in np.flatnonzero(counts == 0):
-        allowed[np.ix_(*[sorted(vs[j][q[i, j]]) for j in range(len(dom))])] = False
+        allowed[tuple(axes[j][q[i, j]] for j in range(d))] = False
     codes = np.argwhere(allowed).astype(np.int64)
     nz = np.flatnonzero(counts > 0)
     member = [workload.membership(j).astype(bool) for j in range(len(dom))]

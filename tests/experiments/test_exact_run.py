@@ -183,7 +183,7 @@ def test_a_commercial_file_without_errors_reproduces_the_perfect_files_results()
 
 def test_zero_variability_and_agreement_by_the_bureaus_block_size_bins():
     from experiments.exact_eval import by_block_size
-    from experiments.report import by_size_table
+    from experiments.report import bureau_table
 
     dom = _dom()
     # block 0: 3 persons (bin 1-9), reconstructed right; block 1: 12 persons (bin 10-49), half of them
@@ -200,5 +200,18 @@ def test_zero_variability_and_agreement_by_the_bureaus_block_size_bins():
     assert (small["blocks"], small["blocks_zero_variability"], small["persons"], small["persons_zero_variability"]) == (1, 1, 3, 3)
     assert small["agree_exact_age_persons"] == 3 and mid["agree_exact_age_persons"] == 6
     assert mid["blocks_zero_variability"] == 0 and mid["persons"] == 12
-    headers, table = by_size_table([{"exact": {"tables": {"by_block_size": rows}}}])
-    assert table[0][2] == "100.0% (99.5%)" and table[1][5] == "50.0% (47.1%)"
+    reid = pd.DataFrame([
+        {"method": "exact", "attacker_file": "perfect", "group": "all", "putative": 10, "confirmed": 8},
+        {"method": "exact", "attacker_file": "perfect", "group": "all", "putative": 10, "confirmed": 7},  # 2nd unit
+        {"method": "modal", "attacker_file": "commercial", "group": "vulnerable", "putative": 4, "confirmed": 1},
+        {"method": "rap_rank", "attacker_file": "perfect", "group": "all", "putative": 5, "confirmed": 5}])
+    headers, table = bureau_table([{"exact": {"tables": {"by_block_size": rows}}}], reid)
+    got = {(r[0], r[1]): (r[2], r[3]) for r in table}
+    assert got[("zero variability, % of blocks", "blocks of 1-9 persons")] == ("100.0% (1 of 1)", "99.5%")
+    assert got[("agreement, exact age", "blocks of 10-49 persons")] == ("50.0%", "47.1%")
+    assert got[("zero variability, % of persons", "all blocks")] == ("20.0% (3 of 15)", "28.7%")
+    assert got[("agreement, exact age", "all blocks")] == ("60.0%", "48.5%")  # (3 + 6) of 15
+    assert got[("reidentification precision, perfect attacker file", "exact, all persons")] == ("75.0% (15 of 20)", "77.9%")
+    assert got[("reidentification precision, commercial attacker file", "modal, the vulnerable group")] == (
+        "25.0% (1 of 4)", "3.3%")
+    assert not any("rap_rank" in r[1] for r in table)  # no Bureau counterpart: left to the reid table

@@ -1,4 +1,5 @@
-"""Sweeps: every (unit × method × seed) task once; a rerun skips finished tasks; SIGKILL loses none."""
+"""Sweeps: every (unit × method × seed) task once; a rerun skips finished tasks; SIGKILL loses none; the exact
+attack over every tract of a state, pooled."""
 
 import json
 import os
@@ -11,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments.config import load_config
-from experiments.sweep import sweep
+from experiments.config import ConfigError, load_config
+from experiments.sweep import plan_tasks, sweep
 
 OVERRIDES = ["target.units=2", "target.with_block=[false]", "attack.init=[random]", "attack.runs=2",
              "attack.steps=20", "attack.rows=40", "sweep.seeds=[0,1]", "sweep.num_cpus=2", "grid_points=10"]
@@ -35,41 +36,76 @@ def _ray_stop():
         subprocess.run([str(ray_cli), "stop", "--force"], capture_output=True, timeout=60)
 
 
-def test_ray_sweep_killed_with_sigkill_loses_no_finished_task_and_recomputes_none(tmp_path, root):
+#: the exact attack over every tract of a small state (compact tracts of 6-10 blocks: seconds each)
+EXACT_STATE = ["data.population.shape=compact", "data.population.counties_per_state=2",
+               "data.population.tracts_per_county=4", "data.population.blocks_per_tract=[6,10]",
+               "attack.exact_time_limit=20"]
+
+
+def test_an_exact_sweep_attacks_every_tract_and_pools_them_beside_the_bureau(tmp_path, root):
+    from experiments.report import pooled_by_size
+
+    cfg = load_config(root / "configs" / "census" / "exact_state.yaml", EXACT_STATE[:3] + ["data.population.tracts_per_county=2"] + EXACT_STATE[4:])
+    first = sweep(cfg, tmp_path, "local", progress=False)
+    run_dir = Path(first["run_dir"])
+    markers = [json.loads(p.read_text()) for p in sorted((run_dir / "tasks").glob("*.json"))]
+    assert first["tasks_total"] == 4 and {m["task"]["method"] for m in markers} == {"exact"}  # a task per tract
+    units = pd.read_parquet(run_dir / "exact_units.parquet")
+    assert sorted(units["unit"]) == sorted(m["task"]["unit"] for m in markers) and (units["status"] == "solved").all()
+    assert first["exact"]["solved"] == 4 and first["exact"]["median_seconds_per_unit"] > 0
+    # the pooled table is the sum of the tracts' own rows, bin by bin
+    pooled = pooled_by_size(json.loads((run_dir / "exact_units.json").read_text()))
+    for key in ("blocks", "blocks_zero_variability", "persons", "agree_binned_age_persons"):
+        want = sum(r[key] for m in markers for r in m["unit_facts"]["exact"]["sf1"]["by_block_size"])
+        assert pooled["all"][key] == want
+    assert pooled["all"]["persons"] == units["persons"].sum()
+    reid = pd.read_parquet(run_dir / "reid.parquet")
+    assert set(reid["unit"]) == set(units["unit"]) and set(reid["attacker_file"]) == {"perfect", "commercial"}
+    report = (run_dir / "sweep_report.md").read_text()
+    assert "the Bureau's (2010)" in report and "zero variability, % of blocks | all blocks" in report
+    again = sweep(cfg, tmp_path, "local", progress=False)
+    assert again["tasks_run"] == 0 and again["exact"] == first["exact"]
+    with pytest.raises(ConfigError, match="not tasks of this config"):
+        plan_tasks(cfg.model_copy(update={"sweep": cfg.sweep.model_copy(update={"methods": ["exact", "nope"]})}))
+
+
+def test_ray_exact_sweep_killed_with_sigkill_loses_no_finished_tract_and_recomputes_none(tmp_path, root):
     pytest.importorskip("ray")
-    cmd = [sys.executable, "-m", "experiments.cli", "sweep", str(root / "configs" / "tiny.yaml"),
-           "--backend", "ray", "--out", str(tmp_path), "--no-progress"]
-    for o in OVERRIDES + ["attack.steps=150"]:
+    cmd = [sys.executable, "-m", "experiments.cli", "sweep", str(root / "configs" / "census" / "exact_state.yaml"),
+           "--backend", "ray", "--out", str(tmp_path), "--no-progress", "--set", "sweep.num_cpus=2"]
+    for o in EXACT_STATE:
         cmd += ["--set", o]
+    total = 8  # tracts, one exact task each
     proc = subprocess.Popen(cmd, cwd=root, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     tasks = None
     deadline = time.time() + 240
     try:
         while time.time() < deadline:
-            found = list(tmp_path.glob("tiny/*/tasks/*.json"))
+            found = list(tmp_path.glob("census_exact_state/*/tasks/*.json"))
             if found:
                 tasks = found[0].parent
                 break
             if proc.poll() is not None:
                 pytest.fail(f"sweep ended before any task finished: {proc.stderr.read().decode()[-2000:]}")
-            time.sleep(0.2)
+            time.sleep(0.1)
         assert tasks is not None, "no task finished in time"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         _ray_stop()
     finished = {p.name: p.stat().st_mtime_ns for p in tasks.glob("*.json")}
-    assert 1 <= len(finished) < TASKS
+    assert 1 <= len(finished) < total
     out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
     _ray_stop()
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
-    assert summary["tasks_total"] == TASKS
-    assert summary["tasks_skipped"] >= len(finished) and summary["tasks_run"] + summary["tasks_skipped"] == TASKS
-    for name, mtime in finished.items():  # finished tasks were not recomputed
+    assert summary["tasks_total"] == total and summary["exact"]["units"] == total
+    assert summary["tasks_skipped"] >= len(finished) and summary["tasks_run"] + summary["tasks_skipped"] == total
+    for name, mtime in finished.items():  # finished tracts were not recomputed
         assert (tasks / name).stat().st_mtime_ns == mtime
-    assert len(list(tasks.glob("*.json"))) == TASKS
+    assert len(list(tasks.glob("*.json"))) == total
     assert not list(tasks.glob(".*"))  # temp files of tasks cut short are cleared by the rerun
+    assert len(pd.read_parquet(tasks.parent / "exact_units.parquet")) == total
 
 
 def test_a_sweep_task_gives_the_same_curves_as_the_full_run(tmp_path, root):
