@@ -89,8 +89,10 @@ def agreement(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, rec_
 
 def by_block_size(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, blocks: dict) -> list[dict]:
     """Per Bureau block-size bin (a block's size: its persons in D, the tabulated population), the
-    solved blocks, those with zero solution variability and their persons, and the persons of D the
-    reconstruction agrees with on exact age and on exact or 38-bin age (:func:`agreement`, counts)."""
+    solved blocks, those with zero solution variability on all the tables and their persons, the
+    Bureau's solution variability where measured (blocks and persons with solvar 0, and the records
+    that can differ at most: Σ N_b solvar_b / 100), and the persons of D the reconstruction agrees
+    with on exact age and on exact or 38-bin age (:func:`agreement`, counts)."""
     if "BLOCK" not in domain:
         return []
     jb = domain.index("BLOCK")
@@ -105,12 +107,18 @@ def by_block_size(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, 
             continue
         zero = [b for b in sel if blocks.get(b, {}).get("zero_variability") is True]
         undecided = [b for b in sel if b in blocks and blocks[b].get("zero_variability") is None]
+        solvar = {b: blocks[b]["solvar"] for b in sel if blocks.get(b, {}).get("solvar") is not None}
         t_in, r_in = np.isin(t_block, sel), np.isin(r_block, sel)
         a = agreement(domain, np.asarray(truth_keys)[t_in], np.asarray(rec_keys)[r_in]) or {}
         persons = int(t_in.sum())
         out.append({"size": label, "blocks": len(sel), "blocks_zero_variability": len(zero),
                     "blocks_undecided": len(undecided),
                     "persons": persons, "persons_zero_variability": int(sum(size_of[b] for b in zero)),
+                    "blocks_solvar": len(solvar), "blocks_solvar_zero": sum(v == 0 for v in solvar.values()),
+                    "persons_solvar": int(sum(size_of[b] for b in solvar)),
+                    "persons_solvar_zero": int(sum(size_of[b] for b, v in solvar.items() if v == 0)),
+                    # Σ N_b solvar_b / 100: records that can differ, at most (the numerator of cumsolvar)
+                    "solvar_records": float(sum(size_of[b] * v / 100 for b, v in solvar.items())),
                     "agree_exact_age_persons": int(round(a.get("agree_exact_age", 0.0) * persons)),
                     "agree_binned_age_persons": int(round(a.get("agree_binned_age", 0.0) * persons))})
     return out
@@ -222,7 +230,13 @@ def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: in
     if getattr(cfg, "reidentification", None) is not None:
         rc = cfg.reidentification
         methods = {k: D.domain.decode(v) for k, v in recon.items() if k in (names[0], *rankings)}
-        zero = {b for b, f in zv_blocks.items() if f["zero_variability"] is True} if zv_blocks else None
+        zero = None
+        if zv_blocks and all(f.get("solvar") is not None for f in zv_blocks.values()):
+            zero = {b for b, f in zv_blocks.items() if f["solvar"] == 0}  # the Bureau's: solvar 0
+        elif zv_blocks:
+            zero = {b for b, f in zv_blocks.items() if f["zero_variability"] is True}
+        facts["vulnerable_zero_blocks"] = ("solvar 0 (the Bureau's block relaxation)" if zero is not None and all(
+            f.get("solvar") is not None for f in zv_blocks.values()) else "zero variability on all the tables")
         df = reidentification(D.domain, D.codes, methods, rng, rc, zero)
         if df is not None:
             reid = df.to_dict("records")

@@ -65,7 +65,8 @@ BUREAU_BY_SIZE = {
 BUREAU_OVERALL = (69.4, 28.7, 48.5, 95.2)
 
 _BY_SIZE_KEYS = ("blocks", "blocks_zero_variability", "persons", "persons_zero_variability", "agree_exact_age_persons",
-                 "agree_binned_age_persons")
+                 "agree_binned_age_persons", "blocks_solvar", "blocks_solvar_zero", "persons_solvar",
+                 "persons_solvar_zero", "solvar_records")
 
 
 def pooled_by_size(units: list[dict]) -> dict[str, dict]:
@@ -78,7 +79,7 @@ def pooled_by_size(units: list[dict]) -> dict[str, dict]:
             for r in f.get("by_block_size", []):
                 a = acc.setdefault(r["size"], dict.fromkeys(_BY_SIZE_KEYS, 0))
                 for k in a:
-                    a[k] += r[k]
+                    a[k] += r.get(k, 0)
     if not acc:
         return {}
     out = {label: acc[label] for label in BUREAU_BY_SIZE if label in acc}
@@ -102,10 +103,22 @@ def bureau_table(units: list[dict], reid: pd.DataFrame | None) -> tuple[list, li
         ref = BUREAU_OVERALL if label == "all" else BUREAU_BY_SIZE[label]
         where = f"blocks of {label} persons" if label != "all" else "all blocks"
         n = a["persons"]
-        rows += [["zero variability, % of blocks", where, f"{_pct_of(a['blocks_zero_variability'], a['blocks'])} "
-                  f"({a['blocks_zero_variability']} of {a['blocks']})", f"{ref[0]}%"],
-                 ["zero variability, % of persons", where, f"{_pct_of(a['persons_zero_variability'], n)} "
-                  f"({a['persons_zero_variability']} of {n})", f"{ref[1]}%"],
+        if a["blocks_solvar"]:  # the Bureau's measure: solvar 0 on its block relaxation (SUPP Table 7)
+            rows += [["zero solution variability (solvar 0), % of blocks", where,
+                      f"{_pct_of(a['blocks_solvar_zero'], a['blocks_solvar'])} ({a['blocks_solvar_zero']} of "
+                      f"{a['blocks_solvar']})", f"{ref[0]}%"],
+                     ["zero solution variability (solvar 0), % of persons", where,
+                      f"{_pct_of(a['persons_solvar_zero'], a['persons_solvar'])} ({a['persons_solvar_zero']} of "
+                      f"{a['persons_solvar']})", f"{ref[1]}%"],
+                     ["records that can differ, at most (cumulative solvar)", where,
+                      _pct_of(a["solvar_records"], a["persons_solvar"]), "10.0%" if label == "all" else "—"]]
+        rows += [["zero variability on all the tables, % of blocks" if a["blocks_solvar"] else
+                  "zero variability, % of blocks", where,
+                  f"{_pct_of(a['blocks_zero_variability'], a['blocks'])} ({a['blocks_zero_variability']} of "
+                  f"{a['blocks']})", "—" if a["blocks_solvar"] else f"{ref[0]}%"],
+                 ["zero variability on all the tables, % of persons" if a["blocks_solvar"] else
+                  "zero variability, % of persons", where, f"{_pct_of(a['persons_zero_variability'], n)} "
+                  f"({a['persons_zero_variability']} of {n})", "—" if a["blocks_solvar"] else f"{ref[1]}%"],
                  ["agreement, exact age", where, _pct_of(a["agree_exact_age_persons"], n), f"{ref[2]}%"],
                  ["agreement, 38-bin age", where, _pct_of(a["agree_binned_age_persons"], n), f"{ref[3]}%"]]
     if reid is not None and len(reid):
@@ -272,13 +285,19 @@ def bureau_section(doc: Doc, units: list[dict], reid: pd.DataFrame | None) -> No
     if table is None:
         return
     doc.p("Beside the Census Bureau's 2010 figures, in one table. By the Bureau's block-size bins (a block's size: "
-          "its persons in D, the population the tables count), all units pooled: zero solution variability as % of "
-          "blocks and of persons (SUPP Table 7) and the exact attack's agreement with D (SUPP Table 8: its "
-          "reconstruction against the HDF, the file the tables were computed from). Zero variability is on the 38 age "
-          "bins, as the Bureau's (where a unit's 38-bin check was not run, on single years, the stricter condition); "
-          "a block left undecided by the time limit counts as not zero. Then reidentification precision, confirmed "
-          "of putative (HDSR Tables 5 and 6 Panel B), for the exact attack and the modal and proportional guessers.")
-    doc.table(*table)
+          "its persons in D, the population the tables count), all units pooled. *Solution variability* is the "
+          "Bureau's (supplement, Eqs. 4.6 and 4.10): the share of a block's records that can differ from the "
+          "reconstruction, on the 38 age bins, maximised by an integer program over the block's own tables with the "
+          "tract's tables as upper bounds on the block alone (a relaxation, so an upper bound); blocks with solvar 0 as "
+          "% of blocks and of persons are SUPP Table 7's figures, and the persons-weighted mean is its cumulative "
+          "solvar (HDSR Table 2: 10.0%). *Zero variability on all the tables* is ours: every dataset consistent with "
+          "all of the tract's tables has the block's counts (certified on the full tables; a block left undecided by "
+          "the time limit counts as not zero); it holds for every solvar-0 block and more. Agreement is the exact "
+          "attack's with D (SUPP Table 8: the reconstruction against the HDF, the file the tables were computed "
+          "from). Then reidentification precision, confirmed of putative (HDSR Tables 5 and 6 Panel B), for the exact "
+          "attack and the modal and proportional guessers; the vulnerable group's blocks are those of solvar 0, as "
+          "the Bureau's.")
+    doc.table(*table, numeric={2, 3})
 
 
 def _exact_section(doc: Doc, run_dir: Path, units: list[dict]) -> None:
@@ -304,6 +323,9 @@ def _exact_section(doc: Doc, run_dir: Path, units: list[dict]) -> None:
                 und = f.get("coarse_blocks_undecided", 0)
                 zv38 = (f"{f['coarse_blocks_zero_variability']} of {f['coarse_blocks']}"
                         + (f" ({und} undecided at the time limit)" if und else ""))
+                if "solvar_blocks" in f:
+                    zv38 += (f"; solvar 0: {f['solvar_blocks_zero']} of {f['solvar_blocks']}, cumulative solvar "
+                             f"{f['cumsolvar']:.1f}%" + ("" if f.get("solvar_complete") else " (cut by the time limit)"))
             else:
                 zv38 = "not measured"
             rows.append([u["unit"], label, "solved" + ("" if f.get("certification_complete") else
@@ -393,12 +415,15 @@ def write_sweep_report(run_dir: str | Path) -> Path:
                  if near else ""))
         reid_path = run_dir / "reid.parquet"
         bureau_section(doc, units, pd.read_parquet(reid_path) if reid_path.exists() else None)
-        doc.p(f"Per {cfg.target.level}: zero-variability blocks on the Bureau's 38 age bins, and seconds.")
-        doc.table([cfg.target.level, "seed", "persons", "blocks", "status", "zero-variability blocks",
-                   "decided in time", "seconds (exact attack)", "seconds (task)"],
-                  [[r["unit"], r["seed"], r["persons"], r["blocks"], r["status"], r["blocks_zero_variability"],
+        doc.p(f"Per {cfg.target.level}: blocks of solvar 0 (the Bureau's measure) and of zero variability on all the "
+              "tables, on the Bureau's 38 age bins; cumulative solvar (the records that can differ, at most); seconds.")
+        doc.table([cfg.target.level, "seed", "persons", "blocks", "status", "solvar 0 blocks", "cumulative solvar",
+                   "zero variability on all tables", "decided in time", "seconds (exact attack)", "seconds (task)"],
+                  [[r["unit"], r["seed"], r["persons"], r["blocks"], r["status"],
+                    "" if pd.isna(r.get("solvar_blocks_zero")) else int(r["solvar_blocks_zero"]),
+                    "" if pd.isna(r.get("cumsolvar")) else f"{r['cumsolvar']:.1f}%", r["blocks_zero_variability"],
                     "yes" if r["zero_variability_complete"] else "no",
                     f"{r['seconds_exact']:.1f}" if pd.notna(r["seconds_exact"]) else "",
-                    f"{r['seconds_task']:.1f}"] for _, r in e.iterrows()], numeric={2, 3, 5, 7, 8})
+                    f"{r['seconds_task']:.1f}"] for _, r in e.iterrows()], numeric={2, 3, 5, 6, 7, 9, 10})
     md, _ = doc.write(run_dir, "sweep_report", cfg.name)
     return md

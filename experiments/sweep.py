@@ -166,6 +166,7 @@ def pool_exact(run_dir: Path, markers: list[dict]) -> dict:
                          "blocks_zero_variability": e.get("coarse_blocks_zero_variability",
                                                           e.get("blocks_zero_variability")),
                          "zero_variability_complete": e.get("coarse_complete", e.get("certification_complete")),
+                         "solvar_blocks_zero": e.get("solvar_blocks_zero"), "cumsolvar": e.get("cumsolvar"),
                          "certification_complete": e.get("certification_complete"),
                          "seconds_exact": m["seconds"].get(f"exact_{label}"), "seconds_task": m["wall_seconds"]})
         agree += [dict(x, unit=f["unit"], seed=seed) for x in f.get("agreement", [])]

@@ -158,10 +158,15 @@ class ExactResult:
     certification_complete: bool = False
     blocks: dict = field(default_factory=dict)
     #: per block, zero solution variability on the coarse schema (``coarsen``: True, False, or None
-    #: when the time limit left it undecided); empty when no coarse schema was asked for
+    #: when the time limit left it undecided) on all the tables, and the Bureau's solution
+    #: variability ("solvar", percent, on its block relaxation: :func:`block_solution_variability`);
+    #: empty when no coarse schema was asked for
     blocks_coarse: dict = field(default_factory=dict)
     coarse_complete: bool = False
     seconds_coarse: float = 0.0
+    #: every block's Bureau solution variability measured (in ``blocks_coarse``: "solvar", percent)
+    solvar_complete: bool = False
+    seconds_solvar: float = 0.0
     seconds_solve: float = 0.0
     seconds_certify: float = 0.0
     integer_solves: int = 0
@@ -203,6 +208,14 @@ class ExactResult:
                        coarse_persons_in_zero_variability_blocks=sum(b["persons"] for b in bc
                                                                      if b["zero_variability"] is True),
                        seconds_coarse=round(self.seconds_coarse, 3))
+            measured = [b for b in bc if b.get("solvar") is not None]
+            if measured:
+                n = sum(b["persons"] for b in measured)
+                out.update(solvar_complete=self.solvar_complete, solvar_blocks=len(measured),
+                           solvar_blocks_zero=sum(b["solvar"] == 0 for b in measured),
+                           solvar_persons_in_zero_blocks=sum(b["persons"] for b in measured if b["solvar"] == 0),
+                           cumsolvar=round(sum(b["persons"] * b["solvar"] for b in measured) / n, 3) if n else 0.0,
+                           seconds_solvar=round(self.seconds_solvar, 3))
         return out
 
 
@@ -353,6 +366,99 @@ def certify(solver: ExactSolver, variables: np.ndarray, values: np.ndarray) -> t
     return levels, True
 
 
+def _coarse_groups(model: CountModel, coarsen: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Each variable's block, and its coarse cell (a group id: the variable's row with each attribute
+    of ``coarsen`` mapped to its group, e.g. single-year age to the Bureau's 38 bins)."""
+    names = list(model.domain.names)
+    codes = model.codes.copy()
+    for attr, groups in coarsen.items():
+        if attr in names:
+            j = names.index(attr)
+            codes[:, j] = np.asarray(groups)[codes[:, j]]
+    block = codes[:, names.index("BLOCK")] if "BLOCK" in names else np.zeros(len(codes), np.int64)
+    _, gid = np.unique(codes, axis=0, return_inverse=True)
+    return block, gid.ravel()
+
+
+def block_solution_variability(model: CountModel, x: np.ndarray, coarsen: dict[str, np.ndarray],
+                               deadline: float, block_time_limit: float = 30.0) -> tuple[dict, bool]:
+    """The Census Bureau's solution variability of each block (HDSR 2025 supplement, Eqs. 4.6, 4.9,
+    4.10): solvar(b) = 100 × max L1(Hist(x_b), Hist(y_b)) / (2 N_b) over every y_b of the block's
+    relaxed problem, on the coarse schema (``coarsen``: the Bureau's 38 age bins): the block's own
+    tables as equalities, the tables spanning several blocks (tract tables) as ≤ with the block's
+    variables only. It is the share of the block's records that can differ from ``x``, an upper
+    bound for the full tables, whose feasible set the relaxation contains (x_b is feasible in it).
+
+    With the block total fixed (N_b), L1 = 2 (N_b − Σ_g min(y_g, x_g)), so the integer program
+    minimises Σ_g m_g over the cells g of x_b's support with m_g = min(y_g, x_g) (one binary each:
+    m_g ≥ y_g − N_b w_g, m_g ≥ x_g w_g). A block whose program the time limit cuts gets the bound
+    its dual bound gives (still an upper bound on solvar; ``exact`` False). Returns ({block:
+    {"solvar": percent or None (no time left), "exact": bool, "persons": N_b}}, complete)."""
+    hs = _highs()
+    block, gid = _coarse_groups(model, coarsen)
+    A = model.A.tocsc()
+    Ar = model.A.tocsr()
+    nz_rows = np.repeat(np.arange(Ar.shape[0]), np.diff(Ar.indptr))
+    b_of = block[Ar.indices]
+    lo = np.full(Ar.shape[0], np.iinfo(np.int64).max)
+    hi = np.full(Ar.shape[0], np.iinfo(np.int64).min)
+    np.minimum.at(lo, nz_rows, b_of)
+    np.maximum.at(hi, nz_rows, b_of)
+    own = lo == hi  # a row all of whose variables are in one block: that block's own table cell
+    out, complete = {}, True
+    for b in np.unique(block[x > 0]).tolist():
+        cols = np.flatnonzero(block == b)
+        n_b = int(x[cols].sum())
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            out[b] = {"solvar": None, "exact": False, "persons": n_b}
+            complete = False
+            continue
+        sub = A[:, cols].tocsr()
+        rows = np.flatnonzero(np.diff(sub.indptr) > 0)
+        sub = sub[rows]
+        row_lo = np.where(own[rows], model.rhs[rows], -hs.kHighsInf)
+        row_hi = model.rhs[rows]
+        # the coarse cells of x_b's support, and the helper columns m_g (continuous) and w_g (binary)
+        g_local, g_of_col = np.unique(gid[cols], return_inverse=True)
+        xg = np.bincount(g_of_col, weights=x[cols], minlength=len(g_local))
+        supp = np.flatnonzero(xg > 0)
+        k, nv = len(supp), len(cols)
+        # y_g − m_g − N_b w_g ≤ 0  and  x_g w_g − m_g ≤ 0, for each support cell g
+        r1_rows = np.concatenate([np.searchsorted(supp, g_of_col[np.isin(g_of_col, supp)]), np.arange(k), np.arange(k)])
+        r1_cols = np.concatenate([np.flatnonzero(np.isin(g_of_col, supp)), nv + np.arange(k), nv + k + np.arange(k)])
+        r1_vals = np.concatenate([np.ones(int(np.isin(g_of_col, supp).sum())), -np.ones(k), -np.full(k, float(n_b))])
+        r2_rows = np.concatenate([np.arange(k), np.arange(k)])
+        r2_cols = np.concatenate([nv + k + np.arange(k), nv + np.arange(k)])
+        r2_vals = np.concatenate([xg[supp], -np.ones(k)])
+        link = sp.csr_matrix((np.concatenate([r1_vals, r2_vals]),
+                              (np.concatenate([r1_rows, k + r2_rows]), np.concatenate([r1_cols, r2_cols]))),
+                             shape=(2 * k, nv + 2 * k))
+        M = sp.vstack([sp.hstack([sub, sp.csr_matrix((len(rows), 2 * k))]), link], format="csc")
+        cost = np.concatenate([np.zeros(nv), np.ones(k), np.zeros(k)])
+        upper = np.concatenate([np.full(nv, hs.kHighsInf), np.full(k, hs.kHighsInf), np.ones(k)])
+        lp = highs_lp(hs, M, cost, np.zeros(nv + 2 * k), upper, np.concatenate([row_lo, np.full(2 * k, -hs.kHighsInf)]),
+                      np.concatenate([row_hi, np.zeros(2 * k)]))
+        lp.integrality_ = ([hs.HighsVarType.kInteger] * nv + [hs.HighsVarType.kContinuous] * k
+                           + [hs.HighsVarType.kInteger] * k)
+        h = highs_instance(hs, lp)
+        h.setOptionValue("time_limit", float(min(left, block_time_limit)))
+        h.run()
+        st = h.getModelStatus()
+        if st == hs.HighsModelStatus.kOptimal:
+            kept, exact = float(h.getInfo().objective_function_value), True
+        else:  # cut by the clock: the dual bound still bounds the minimum from below
+            kept, exact = float(h.getInfo().mip_dual_bound), False
+            if not np.isfinite(kept):
+                kept = 0.0
+            complete = False
+        differ = min(max(n_b - kept, 0.0), float(n_b))
+        if differ < 0.5:  # integral counts: less than one record is none
+            differ = 0.0
+        out[b] = {"solvar": 100.0 * differ / n_b if n_b else 0.0, "exact": exact, "persons": n_b}
+    return out, complete
+
+
 def coarse_block_variability(solver: ExactSolver, model: CountModel, x: np.ndarray,
                              coarsen: dict[str, np.ndarray]) -> tuple[dict, bool]:
     """Which blocks have zero solution variability on a coarser schema (each attribute of
@@ -365,16 +471,7 @@ def coarse_block_variability(solver: ExactSolver, model: CountModel, x: np.ndarr
     way (an integral LP optimum, or an integer program's solution) shows at once every block whose
     coarse counts it changes, so most blocks of a large tract are settled by a few solves.
     Returns ({block: {"zero_variability": True | False | None (undecided), "persons"}}, complete)."""
-    names = list(model.domain.names)
-    codes = model.codes.copy()
-    for attr, groups in coarsen.items():
-        if attr in names:
-            j = names.index(attr)
-            codes[:, j] = np.asarray(groups)[codes[:, j]]
-    jb = names.index("BLOCK") if "BLOCK" in names else None
-    block = codes[:, jb] if jb is not None else np.zeros(len(x), np.int64)
-    _, gid = np.unique(codes, axis=0, return_inverse=True)
-    gid = gid.ravel()
+    block, gid = _coarse_groups(model, coarsen)
     ng = int(gid.max()) + 1 if len(gid) else 0
     xg = np.bincount(gid, weights=x, minlength=ng)
     g_block = np.zeros(ng, np.int64)
@@ -519,9 +616,15 @@ def reconstruct_exact(workload, counts: np.ndarray, time_limit: float = 300.0, c
             status, f"not solved within {time_limit:g} s")
         return ExactResult(text, model, seconds_solve=t1 - t0, integer_solves=solver.integer_solves), solver
     res = ExactResult("solved", model, counts=x, seconds_solve=t1 - t0)
-    if coarsen:  # first, as it is the Bureau's measure and cheaper than every row's certificate
+    if coarsen:  # first, as they are the Bureau's measures and cheaper than every row's certificate
         res.blocks_coarse, res.coarse_complete = coarse_block_variability(solver, model, x, coarsen)
         res.seconds_coarse = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        solvar, res.solvar_complete = block_solution_variability(model, x, coarsen, solver.deadline)
+        for b, f in solvar.items():
+            res.blocks_coarse.setdefault(b, {"zero_variability": None, "persons": f["persons"]}).update(
+                solvar=f["solvar"], solvar_exact=f["exact"])
+        res.seconds_solvar = time.perf_counter() - t1
         t1 = time.perf_counter()
     if certify_support:
         on = np.flatnonzero(x > 0)

@@ -215,3 +215,13 @@ def test_zero_variability_and_agreement_by_the_bureaus_block_size_bins():
     assert got[("reidentification precision, commercial attacker file", "modal, the vulnerable group")] == (
         "25.0% (1 of 4)", "3.3%")
     assert not any("rap_rank" in r[1] for r in table)  # no Bureau counterpart: left to the reid table
+    # with the Bureau's solution variability measured: block 0 solvar 0, block 1 solvar 25% (3 of 12 records)
+    rows = by_block_size(dom, truth, rec, {0: {"zero_variability": True, "solvar": 0.0},
+                                           1: {"zero_variability": True, "solvar": 25.0}})
+    assert (rows[1]["blocks_solvar_zero"], rows[1]["persons_solvar"], rows[1]["solvar_records"]) == (0, 12, 3.0)
+    got = {(r[0], r[1]): (r[2], r[3]) for r in bureau_table([{"exact": {"tables": {"by_block_size": rows}}}], None)[1]}
+    assert got[("zero solution variability (solvar 0), % of blocks", "all blocks")] == ("50.0% (1 of 2)", "69.4%")
+    assert got[("zero solution variability (solvar 0), % of persons", "blocks of 10-49 persons")] == (
+        "0.0% (0 of 12)", "71.6%")
+    assert got[("records that can differ, at most (cumulative solvar)", "all blocks")] == ("20.0%", "10.0%")  # 3 of 15
+    assert got[("zero variability on all the tables, % of blocks", "all blocks")] == ("100.0% (2 of 2)", "—")

@@ -55,14 +55,14 @@ def test_an_exact_sweep_attacks_every_tract_and_pools_them_beside_the_bureau(tmp
     assert first["exact"]["solved"] == 4 and first["exact"]["median_seconds_per_unit"] > 0
     # the pooled table is the sum of the tracts' own rows, bin by bin
     pooled = pooled_by_size(json.loads((run_dir / "exact_units.json").read_text()))
-    for key in ("blocks", "blocks_zero_variability", "persons", "agree_binned_age_persons"):
+    for key in ("blocks", "blocks_zero_variability", "blocks_solvar_zero", "persons", "agree_binned_age_persons"):
         want = sum(r[key] for m in markers for r in m["unit_facts"]["exact"]["sf1"]["by_block_size"])
         assert pooled["all"][key] == want
     assert pooled["all"]["persons"] == units["persons"].sum()
     reid = pd.read_parquet(run_dir / "reid.parquet")
     assert set(reid["unit"]) == set(units["unit"]) and set(reid["attacker_file"]) == {"perfect", "commercial"}
     report = (run_dir / "sweep_report.md").read_text()
-    assert "the Bureau's (2010)" in report and "zero variability, % of blocks | all blocks" in report
+    assert "the Bureau's (2010)" in report and "zero solution variability (solvar 0), % of blocks | all blocks" in report
     again = sweep(cfg, tmp_path, "local", progress=False)
     assert again["tasks_run"] == 0 and again["exact"] == first["exact"]
     with pytest.raises(ConfigError, match="not tasks of this config"):

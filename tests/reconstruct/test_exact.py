@@ -166,6 +166,49 @@ def test_coarse_zero_variability_agrees_with_brute_force(seed):
         assert info["zero_variability"] is (len(seen[b]) == 1), (b, seen[b])
         assert info["persons"] == int(x[codes[:, 0] == b].sum())
     assert set(res.blocks_coarse) == {b for b in range(2) if (codes[:, 0][x > 0] == b).any()}
+    # every table here is a block's own, so the Bureau's relaxation is exact: solvar is the most records
+    # any consistent dataset changes in the block, found by brute force
+    xg = np.bincount(group, weights=x, minlength=8)
+    assert res.solvar_complete
+    for b, info in res.blocks_coarse.items():
+        most = max(np.maximum(xg[4 * b:4 * b + 4] - np.array(g), 0).sum() for g in seen[b])
+        assert info["solvar_exact"] and info["solvar"] == pytest.approx(100 * most / info["persons"]), (b, seen[b])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_bureaus_solution_variability_bounds_every_consistent_dataset_with_tract_tables(seed):
+    """With tables over the whole unit (the tract's), solvar is computed on the Bureau's relaxation (the
+    block's own tables, the tract's as upper bounds on the block alone): it bounds the records any
+    brute-forced consistent dataset changes, and solvar 0 implies zero variability on all the tables."""
+    rng = np.random.default_rng(200 + seed)
+    dom = Domain((Attribute.range("BLOCK", 2), Attribute.range("A", 3), Attribute.range("B", 2)))
+    cells = [Cell("T", 1, "c", (), "block")] + [Cell("A", a + 1, "c", (("A", frozenset({a})),), "block")
+                                                 for a in range(3)]
+    cells += [Cell("TB", b + 1, "c", (("B", frozenset({b})),), "tract") for b in range(2)]  # over the unit
+    if seed % 2:
+        cells += [Cell("TAB", b + 1, "c", (("A", frozenset({0, 1})), ("B", frozenset({b}))), "tract")
+                  for b in range(2)]
+    w = CensusWorkload.build(dom, cells)
+    n = int(rng.integers(3, 6))
+    D = Dataset(dom, np.stack([rng.integers(0, s, n) for s in dom.sizes], axis=1))
+    counts = w.counts(D)
+    coarse = np.array([0, 0, 1])
+    res, _ = reconstruct_exact(w, counts, time_limit=30, certify_support=False, coarsen={"A": coarse})
+    assert res.solved and res.solvar_complete
+    codes = dom.decode(np.arange(dom.total_size))
+    group = codes[:, 0] * 4 + coarse[codes[:, 1]] * 2 + codes[:, 2]
+    x = np.zeros(dom.total_size, np.int64)
+    keys, c = res.rows()
+    x[keys] = c
+    xg = np.bincount(group, weights=x, minlength=8)
+    for y in _consistent_datasets(w, counts, n):
+        yg = np.bincount(group, weights=y, minlength=8)
+        for b, info in res.blocks_coarse.items():
+            differ = np.maximum(xg[4 * b:4 * b + 4] - yg[4 * b:4 * b + 4], 0).sum()
+            assert 100 * differ / info["persons"] <= info["solvar"] + 1e-9
+    for info in res.blocks_coarse.values():
+        if info["solvar"] == 0:
+            assert info["zero_variability"] is True
 
 
 def test_least_deviation_reaches_the_lp_optimum_over_the_whole_domain_and_fits_consistent_tables():
