@@ -380,6 +380,19 @@ def _coarse_groups(model: CountModel, coarsen: dict[str, np.ndarray]) -> tuple[n
     return block, gid.ravel()
 
 
+def _own_rows(A: sp.spmatrix, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which rows (cells) of ``A`` have all their variables in one block (that block's own table
+    cells), and each row's lowest block."""
+    A = sp.csr_matrix(A)
+    nz_rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    b_of = block[A.indices]
+    lo = np.full(A.shape[0], np.iinfo(np.int64).max)
+    hi = np.full(A.shape[0], np.iinfo(np.int64).min)
+    np.minimum.at(lo, nz_rows, b_of)
+    np.maximum.at(hi, nz_rows, b_of)
+    return lo == hi, lo
+
+
 def block_solution_variability(model: CountModel, x: np.ndarray, coarsen: dict[str, np.ndarray],
                                deadline: float, block_time_limit: float = 30.0) -> tuple[dict, bool]:
     """The Census Bureau's solution variability of each block (HDSR 2025 supplement, Eqs. 4.6, 4.9,
@@ -397,14 +410,7 @@ def block_solution_variability(model: CountModel, x: np.ndarray, coarsen: dict[s
     hs = _highs()
     block, gid = _coarse_groups(model, coarsen)
     A = model.A.tocsc()
-    Ar = model.A.tocsr()
-    nz_rows = np.repeat(np.arange(Ar.shape[0]), np.diff(Ar.indptr))
-    b_of = block[Ar.indices]
-    lo = np.full(Ar.shape[0], np.iinfo(np.int64).max)
-    hi = np.full(Ar.shape[0], np.iinfo(np.int64).min)
-    np.minimum.at(lo, nz_rows, b_of)
-    np.maximum.at(hi, nz_rows, b_of)
-    own = lo == hi  # a row all of whose variables are in one block: that block's own table cell
+    own, _ = _own_rows(model.A, block)
     out, complete = {}, True
     for b in np.unique(block[x > 0]).tolist():
         cols = np.flatnonzero(block == b)
@@ -546,13 +552,7 @@ class _BlockLPs:
     def __init__(self, solver: ExactSolver, model: CountModel, block: np.ndarray):
         self.solver, self.hs = solver, solver.hs
         A = model.A.tocsr()
-        nz_rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
-        b_of = block[A.indices]
-        lo = np.full(A.shape[0], np.iinfo(np.int64).max)
-        hi = np.full(A.shape[0], np.iinfo(np.int64).min)
-        np.minimum.at(lo, nz_rows, b_of)
-        np.maximum.at(hi, nz_rows, b_of)
-        own = lo == hi
+        own, lo = _own_rows(A, block)
         self.A, self.rhs, self.block = A, model.rhs, block
         self.rows_of = pd.Series(np.flatnonzero(own)).groupby(lo[own]).apply(np.asarray).to_dict()
         self.cache: dict = {}

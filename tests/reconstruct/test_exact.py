@@ -132,6 +132,24 @@ def test_certified_rows_are_in_every_brute_forced_consistent_dataset(seed):
     assert np.array_equal(got >= 1, always >= 1)  # and every row in all of them is found
 
 
+def _solve_coarse(w, rng):
+    """A random D of 3-5 persons over ``w``'s domain (BLOCK, A of 3 values, B of 2), its tables solved
+    with A's values 0 and 1 one coarse group: (result, counts, persons, each type's coarse cell
+    (block × 4 + group × 2 + B), the solution as counts per type)."""
+    dom = w.domain
+    n = int(rng.integers(3, 6))
+    D = Dataset(dom, np.stack([rng.integers(0, s, n) for s in dom.sizes], axis=1))
+    counts = w.counts(D)
+    coarse = np.array([0, 0, 1])
+    res, _ = reconstruct_exact(w, counts, time_limit=30, certify_support=False, coarsen={"A": coarse})
+    assert res.solved
+    codes = dom.decode(np.arange(dom.total_size))
+    x = np.zeros(dom.total_size, np.int64)
+    keys, c = res.rows()
+    x[keys] = c
+    return res, counts, n, codes[:, 0] * 4 + coarse[codes[:, 1]] * 2 + codes[:, 2], x
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_coarse_zero_variability_agrees_with_brute_force(seed):
     """A block has zero variability on the coarse schema (A's values 0 and 1 one group) exactly when
@@ -146,22 +164,14 @@ def test_coarse_zero_variability_agrees_with_brute_force(seed):
     if seed % 4 >= 2:
         tables.append(("A2", [{"A": {2}, "B": {0}}]))
     w = _workload(dom, tables)
-    n = int(rng.integers(3, 6))
-    D = Dataset(dom, np.stack([rng.integers(0, s, n) for s in dom.sizes], axis=1))
-    counts = w.counts(D)
-    coarse = np.array([0, 0, 1])
-    res, _ = reconstruct_exact(w, counts, time_limit=30, certify_support=False, coarsen={"A": coarse})
-    assert res.solved and res.coarse_complete
+    res, counts, n, group, x = _solve_coarse(w, rng)
+    assert res.coarse_complete
     codes = dom.decode(np.arange(dom.total_size))
-    group = codes[:, 0] * 4 + coarse[codes[:, 1]] * 2 + codes[:, 2]
     seen = {}
-    for x in _consistent_datasets(w, counts, n):
-        g = np.bincount(group, weights=x, minlength=8)
+    for y in _consistent_datasets(w, counts, n):
+        g = np.bincount(group, weights=y, minlength=8)
         for b in range(2):
             seen.setdefault(b, set()).add(tuple(g[4 * b:4 * b + 4]))
-    x = np.zeros(dom.total_size, np.int64)
-    keys, c = res.rows()
-    x[keys] = c
     for b, info in res.blocks_coarse.items():
         assert info["zero_variability"] is (len(seen[b]) == 1), (b, seen[b])
         assert info["persons"] == int(x[codes[:, 0] == b].sum())
@@ -189,17 +199,8 @@ def test_the_bureaus_solution_variability_bounds_every_consistent_dataset_with_t
         cells += [Cell("TAB", b + 1, "c", (("A", frozenset({0, 1})), ("B", frozenset({b}))), "tract")
                   for b in range(2)]
     w = CensusWorkload.build(dom, cells)
-    n = int(rng.integers(3, 6))
-    D = Dataset(dom, np.stack([rng.integers(0, s, n) for s in dom.sizes], axis=1))
-    counts = w.counts(D)
-    coarse = np.array([0, 0, 1])
-    res, _ = reconstruct_exact(w, counts, time_limit=30, certify_support=False, coarsen={"A": coarse})
-    assert res.solved and res.solvar_complete
-    codes = dom.decode(np.arange(dom.total_size))
-    group = codes[:, 0] * 4 + coarse[codes[:, 1]] * 2 + codes[:, 2]
-    x = np.zeros(dom.total_size, np.int64)
-    keys, c = res.rows()
-    x[keys] = c
+    res, counts, n, group, x = _solve_coarse(w, rng)
+    assert res.solvar_complete
     xg = np.bincount(group, weights=x, minlength=8)
     for y in _consistent_datasets(w, counts, n):
         yg = np.bincount(group, weights=y, minlength=8)
