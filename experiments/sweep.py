@@ -168,6 +168,8 @@ def pool_exact(run_dir: Path, markers: list[dict]) -> dict:
                          "zero_variability_complete": e.get("coarse_complete", e.get("certification_complete")),
                          "solvar_blocks_zero": e.get("solvar_blocks_zero"), "cumsolvar": e.get("cumsolvar"),
                          "certification_complete": e.get("certification_complete"),
+                         "seconds_solve": e.get("seconds_solve"), "seconds_solvar": e.get("seconds_solvar"),
+                         "seconds_zero_variability": e.get("seconds_coarse"), "seconds_certify": e.get("seconds_certify"),
                          "seconds_exact": m["seconds"].get(f"exact_{label}"), "seconds_task": m["wall_seconds"]})
         agree += [dict(x, unit=f["unit"], seed=seed) for x in f.get("agreement", [])]
         reid += [dict(x, unit=f["unit"], seed=seed) for x in f.get("reidentification", [])]
@@ -182,7 +184,10 @@ def pool_exact(run_dir: Path, markers: list[dict]) -> dict:
     if len(table):
         out["median_seconds_per_unit"] = float(table["seconds_task"].median())
         near = table.iloc[int((table["persons"] - AVERAGE_TRACT_2010).abs().argmin())]
+        measures = sum(float(near[k]) for k in ("seconds_solve", "seconds_solvar", "seconds_zero_variability")
+                       if pd.notna(near[k]))
         out["nearest_average_2010_tract"] = {"unit": near["unit"], "persons": int(near["persons"]),
                                              "blocks": None if pd.isna(near["blocks"]) else int(near["blocks"]),
-                                             "seconds": float(near["seconds_task"])}
+                                             "seconds": float(near["seconds_task"]),
+                                             "seconds_bureau_measures": round(measures, 3)}
     return out
