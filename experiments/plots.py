@@ -211,3 +211,35 @@ def plot_population(stats, out_base: Path, title: str = "") -> list[Path]:
     if title:
         fig.suptitle(title, fontsize=10)
     return save_figure(fig, out_base)
+
+
+def plot_bureau(pooled: dict[str, dict], bureau_by_size: dict[str, tuple], out_base: Path, title: str = "") -> list[Path]:
+    """The exact attack beside the Census Bureau's 2010 figures, by its block-size bins: blocks of
+    solution variability 0 (of zero variability on all the tables where solvar was not measured),
+    and agreement on exact and on 38-bin age. ``pooled``: :func:`experiments.report.pooled_by_size`;
+    ``bureau_by_size``: per bin (zero variability % of blocks, % of persons, agreement exact,
+    agreement 38-bin)."""
+    labels = [b for b in pooled if b != "all"]
+    x = np.arange(len(labels))
+
+    def pct(num, den):
+        return [100 * pooled[b][num] / pooled[b][den] if pooled[b][den] else np.nan for b in labels]
+
+    solvar = all(pooled[b]["blocks_solvar"] for b in labels)
+    zero = pct("blocks_solvar_zero", "blocks_solvar") if solvar else pct("blocks_zero_variability", "blocks")
+    panels = [("solution variability 0, % of blocks" if solvar else "zero variability, % of blocks", zero, 0),
+              ("agreement on exact age, % of persons", pct("agree_exact_age_persons", "persons"), 2),
+              ("agreement on 38-bin age, % of persons", pct("agree_binned_age_persons", "persons"), 3)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
+    for ax, (label, ours, j) in zip(axes, panels):
+        ax.plot(x, [bureau_by_size[b][j] for b in labels], "s", color="#999999", label="Census Bureau, 2010")
+        ax.plot(x, ours, "o-", color="#cc3300", label="exact attack, here")
+        ax.set_xticks(x, labels, rotation=45, fontsize=8)
+        ax.set_xlabel("persons per block")
+        ax.set_title(label, fontsize=9)
+        ax.set_ylim(0, 102)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return save_figure(fig, out_base)

@@ -279,11 +279,18 @@ def _strength_section(doc: Doc, run_dir: Path) -> None:
     doc.table(headers, rows, numeric=numeric)
 
 
-def bureau_section(doc: Doc, units: list[dict], reid: pd.DataFrame | None) -> None:
-    """The paragraph and the one table of ours beside the Bureau's (:func:`bureau_table`)."""
+def bureau_section(doc: Doc, units: list[dict], reid: pd.DataFrame | None, run_dir: Path | None = None) -> None:
+    """The paragraph and the one table of ours beside the Bureau's (:func:`bureau_table`), and, with
+    ``run_dir``, its plot by block size (``bureau.png`` there)."""
     table = bureau_table(units, reid)
     if table is None:
         return
+    pooled = pooled_by_size(units)
+    if run_dir is not None and len(pooled) > 1:
+        from experiments.plots import plot_bureau
+
+        plot_bureau(pooled, BUREAU_BY_SIZE, run_dir / "bureau", "the exact attack beside the Census Bureau's 2010 figures")
+        doc.img(run_dir / "bureau.png", "the exact attack beside the Bureau's figures, by block size")
     doc.p("Beside the Census Bureau's 2010 figures, in one table. By the Bureau's block-size bins (a block's size: "
           "its persons in D, the population the tables count), all units pooled. *Solution variability* is the "
           "Bureau's (supplement, Eqs. 4.6 and 4.10): the share of a block's records that can differ from the "
@@ -348,7 +355,7 @@ def _exact_section(doc: Doc, run_dir: Path, units: list[dict]) -> None:
                "persons in them", "zero-variability blocks (single-year age)", "certified", "persons solved",
                "solve s", "certify s"], rows, numeric={5, 8, 9, 10})
     reid_path = run_dir / "reid.parquet"
-    bureau_section(doc, units, pd.read_parquet(reid_path) if reid_path.exists() else None)
+    bureau_section(doc, units, pd.read_parquet(reid_path) if reid_path.exists() else None, run_dir)
     if proven:
         doc.p("Generate-then-Verify on RAP-Rank's own rows: how many of its top u are provable (in every consistent "
               "dataset), and how many provable rows it ranks below u.")
@@ -417,7 +424,7 @@ def write_sweep_report(run_dir: str | Path) -> Path:
                  f"attack.exact_time_limit ({cfg.attack.exact_time_limit:g} s)."
                  if near else ""))
         reid_path = run_dir / "reid.parquet"
-        bureau_section(doc, units, pd.read_parquet(reid_path) if reid_path.exists() else None)
+        bureau_section(doc, units, pd.read_parquet(reid_path) if reid_path.exists() else None, run_dir)
         doc.p(f"Per {cfg.target.level}: blocks of solvar 0 (the Bureau's measure) and of zero variability on all the "
               "tables, on the Bureau's 38 age bins; cumulative solvar (the records that can differ, at most); seconds.")
         def sec(r, k):

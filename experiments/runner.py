@@ -346,7 +346,8 @@ def replot(run_dir: str | Path) -> list[Path]:
     if kind == "sweep":
         from experiments.config import ConfigError
 
-        raise ConfigError(f"{run_dir} holds a sweep, which has no plots; censusrecon report writes its report")
+        raise ConfigError(f"{run_dir} holds a sweep: censusrecon report draws its plot (bureau.png, with exact tasks) "
+                          "and writes its report")
     release = kind == "release"
     cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
     if release:

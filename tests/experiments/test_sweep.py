@@ -63,6 +63,7 @@ def test_an_exact_sweep_attacks_every_tract_and_pools_them_beside_the_bureau(tmp
     assert set(reid["unit"]) == set(units["unit"]) and set(reid["attacker_file"]) == {"perfect", "commercial"}
     report = (run_dir / "sweep_report.md").read_text()
     assert "the Bureau's (2010)" in report and "zero solution variability (solvar 0), % of blocks | all blocks" in report
+    assert (run_dir / "bureau.png").stat().st_size > 0 and "bureau.png" in report
     again = sweep(cfg, tmp_path, "local", progress=False)
     assert again["tasks_run"] == 0 and again["exact"] == first["exact"]
     with pytest.raises(ConfigError, match="not tasks of this config"):
