@@ -233,10 +233,10 @@ def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: in
         zero = None
         if zv_blocks and all(f.get("solvar") is not None for f in zv_blocks.values()):
             zero = {b for b, f in zv_blocks.items() if f["solvar"] == 0}  # the Bureau's: solvar 0
+            facts["vulnerable_zero_blocks"] = "solvar 0 (the Bureau's block relaxation)"
         elif zv_blocks:
             zero = {b for b, f in zv_blocks.items() if f["zero_variability"] is True}
-        facts["vulnerable_zero_blocks"] = ("solvar 0 (the Bureau's block relaxation)" if zero is not None and all(
-            f.get("solvar") is not None for f in zv_blocks.values()) else "zero variability on all the tables")
+            facts["vulnerable_zero_blocks"] = "zero variability on all the tables"
         df = reidentification(D.domain, D.codes, methods, rng, rc, zero)
         if df is not None:
             reid = df.to_dict("records")

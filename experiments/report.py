@@ -17,8 +17,19 @@ from experiments.doc import Doc
 from experiments.results import results_kind
 
 
-def _pct(a: float, b: float) -> str:
-    return f"{100 * a / b:.0f}%" if b > 0 else "n/a"
+def _pct(a: float, b: float, digits: int = 0) -> str:
+    return f"{100 * a / b:.{digits}f}%" if b > 0 else "n/a"
+
+
+def _share(x: float, n: float) -> str:
+    """"x of n" as a percentage to one decimal, with the counts: "12.5% (1 of 8)"."""
+    return f"{_pct(x, n, 1)} ({int(x)} of {int(n)})"
+
+
+def _bureau_precision(method: str, attacker_file: str, group: str) -> float | None:
+    """The Bureau's precision for a method (any exact-attack method counts as its reconstruction),
+    attacker file and group; None where it published none."""
+    return BUREAU_REID.get((attacker_file, group), {}).get("exact" if method.startswith("exact") else method)
 
 
 def unguessable_sentence(df: pd.DataFrame, variant, around: str | None) -> list[str]:
@@ -87,10 +98,6 @@ def pooled_by_size(units: list[dict]) -> dict[str, dict]:
     return out
 
 
-def _pct_of(x, n) -> str:
-    return f"{100 * x / n:.1f}%" if n else "n/a"
-
-
 def bureau_table(units: list[dict], reid: pd.DataFrame | None) -> tuple[list, list] | None:
     """One table, ours beside the Bureau's 2010 figures: zero solution variability (% of blocks and
     of persons) and agreement (exact and 38-bin age) by the Bureau's block-size bins and overall,
@@ -102,36 +109,31 @@ def bureau_table(units: list[dict], reid: pd.DataFrame | None) -> tuple[list, li
     for label, a in pooled.items():
         ref = BUREAU_OVERALL if label == "all" else BUREAU_BY_SIZE[label]
         where = f"blocks of {label} persons" if label != "all" else "all blocks"
-        n = a["persons"]
-        if a["blocks_solvar"]:  # the Bureau's measure: solvar 0 on its block relaxation (SUPP Table 7)
+        n, solvar = a["persons"], bool(a["blocks_solvar"])
+        if solvar:  # the Bureau's measure: solvar 0 on its block relaxation (SUPP Table 7)
             rows += [["zero solution variability (solvar 0), % of blocks", where,
-                      f"{_pct_of(a['blocks_solvar_zero'], a['blocks_solvar'])} ({a['blocks_solvar_zero']} of "
-                      f"{a['blocks_solvar']})", f"{ref[0]}%"],
+                      _share(a["blocks_solvar_zero"], a["blocks_solvar"]), f"{ref[0]}%"],
                      ["zero solution variability (solvar 0), % of persons", where,
-                      f"{_pct_of(a['persons_solvar_zero'], a['persons_solvar'])} ({a['persons_solvar_zero']} of "
-                      f"{a['persons_solvar']})", f"{ref[1]}%"],
+                      _share(a["persons_solvar_zero"], a["persons_solvar"]), f"{ref[1]}%"],
                      ["records that can differ, at most (cumulative solvar)", where,
-                      _pct_of(a["solvar_records"], a["persons_solvar"]), "10.0%" if label == "all" else "—"]]
-        rows += [["zero variability on all the tables, % of blocks" if a["blocks_solvar"] else
-                  "zero variability, % of blocks", where,
-                  f"{_pct_of(a['blocks_zero_variability'], a['blocks'])} ({a['blocks_zero_variability']} of "
-                  f"{a['blocks']})", "—" if a["blocks_solvar"] else f"{ref[0]}%"],
-                 ["zero variability on all the tables, % of persons" if a["blocks_solvar"] else
-                  "zero variability, % of persons", where, f"{_pct_of(a['persons_zero_variability'], n)} "
-                  f"({a['persons_zero_variability']} of {n})", "—" if a["blocks_solvar"] else f"{ref[1]}%"],
-                 ["agreement, exact age", where, _pct_of(a["agree_exact_age_persons"], n), f"{ref[2]}%"],
-                 ["agreement, 38-bin age", where, _pct_of(a["agree_binned_age_persons"], n), f"{ref[3]}%"]]
+                      _pct(a["solvar_records"], a["persons_solvar"], 1), "10.0%" if label == "all" else "—"]]
+        # ours: zero variability on all the tables (compared with Table 7 only where solvar was not measured)
+        zv = "zero variability on all the tables" if solvar else "zero variability"
+        rows += [[f"{zv}, % of blocks", where, _share(a["blocks_zero_variability"], a["blocks"]),
+                  "—" if solvar else f"{ref[0]}%"],
+                 [f"{zv}, % of persons", where, _share(a["persons_zero_variability"], n),
+                  "—" if solvar else f"{ref[1]}%"],
+                 ["agreement, exact age", where, _pct(a["agree_exact_age_persons"], n, 1), f"{ref[2]}%"],
+                 ["agreement, 38-bin age", where, _pct(a["agree_binned_age_persons"], n, 1), f"{ref[3]}%"]]
     if reid is not None and len(reid):
         g = reid.groupby(["method", "attacker_file", "group"], sort=False)[["putative", "confirmed"]].sum()
         for (m, f, grp), x in g.iterrows():
-            kind = "exact" if m.startswith("exact") else m
-            ref = BUREAU_REID.get((f, grp), {}).get(kind)
+            ref = _bureau_precision(m, f, grp)
             if ref is None:  # RAP-Rank and the baselines have no Bureau counterpart: the reid table lists them
                 continue
             who = "the vulnerable group" if grp == "vulnerable" else "all persons"
             rows.append([f"reidentification precision, {f} attacker file", f"{m}, {who}",
-                         f"{_pct_of(x['confirmed'], x['putative'])} ({int(x['confirmed'])} of {int(x['putative'])})",
-                         f"{100 * ref:.1f}%"])
+                         _share(x["confirmed"], x["putative"]), f"{100 * ref:.1f}%"])
     if not rows:
         return None
     return ["measure", "where", "ours", "the Bureau's (2010)"], rows
@@ -144,10 +146,9 @@ def reid_table(reid: pd.DataFrame) -> tuple[list, list]:
                                                                          "confirmed"]].sum()
     rows = []
     for (m, f, grp), x in g.iterrows():
-        ref = BUREAU_REID.get((f, grp), {}).get("exact" if m.startswith("exact") else m)
+        ref = _bureau_precision(m, f, grp)
         rows.append([m, f, grp, int(x["attacker_records"]), int(x["putative"]), int(x["confirmed"]),
-                     f"{100 * x['confirmed'] / x['putative']:.1f}%" if x["putative"] else "n/a",
-                     "" if ref is None else f"{100 * ref:.1f}%"])
+                     _pct(x["confirmed"], x["putative"], 1), "" if ref is None else f"{100 * ref:.1f}%"])
     return (["method", "attacker file", "group", "attacker records", "putative", "confirmed", "precision",
              "the Bureau's precision"], rows)
 

@@ -431,9 +431,10 @@ def block_solution_variability(model: CountModel, x: np.ndarray, coarsen: dict[s
         supp = np.flatnonzero(xg > 0)
         k, nv = len(supp), len(cols)
         # y_g − m_g − N_b w_g ≤ 0  and  x_g w_g − m_g ≤ 0, for each support cell g
-        r1_rows = np.concatenate([np.searchsorted(supp, g_of_col[np.isin(g_of_col, supp)]), np.arange(k), np.arange(k)])
-        r1_cols = np.concatenate([np.flatnonzero(np.isin(g_of_col, supp)), nv + np.arange(k), nv + k + np.arange(k)])
-        r1_vals = np.concatenate([np.ones(int(np.isin(g_of_col, supp).sum())), -np.ones(k), -np.full(k, float(n_b))])
+        in_supp = np.flatnonzero(xg[g_of_col] > 0)  # the block's columns in a support cell
+        r1_rows = np.concatenate([np.searchsorted(supp, g_of_col[in_supp]), np.arange(k), np.arange(k)])
+        r1_cols = np.concatenate([in_supp, nv + np.arange(k), nv + k + np.arange(k)])
+        r1_vals = np.concatenate([np.ones(len(in_supp)), -np.ones(k), -np.full(k, float(n_b))])
         r2_rows = np.concatenate([np.arange(k), np.arange(k)])
         r2_cols = np.concatenate([nv + k + np.arange(k), nv + np.arange(k)])
         r2_vals = np.concatenate([xg[supp], -np.ones(k)])
