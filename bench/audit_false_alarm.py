@@ -37,7 +37,7 @@ def clopper_pearson(failed: int, n: int) -> tuple[float, float]:
 
 
 #: the files whose code decides an audit's outcome (the log's name carries their hash)
-AUDIT_CODE = ("synth/audit.py", "experiments/release/audit.py", "experiments/release/publish.py")
+AUDIT_CODE = ("synth/audit.py", "synth/keyed.py", "experiments/release/audit.py", "experiments/release/publish.py")
 _WORKER: dict = {}
 
 
@@ -46,8 +46,7 @@ def _init_worker(base) -> None:
 
 
 def _audit_one(seed: int) -> dict:
-    cfg = _WORKER["base"].model_copy(update={"seed": seed})
-    bad = [r for r in audit_release(cfg, _WORKER["pop"]) if not r.passed]
+    bad = [r for r in audit_release(_WORKER["base"], _WORKER["pop"], seed=seed) if not r.passed]
     reasons = sorted({k for r in bad for k in (list(r.failed_checks()) or ["bound"])})
     return {"seed": seed, "failed": bool(bad), "reasons": reasons}
 
@@ -58,18 +57,20 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20_000, help="release.audit.runs of each audit")
     ap.add_argument("--mechanisms", default="laplace_tables")
     ap.add_argument("--config", default="configs/release_tiny.yaml")
+    ap.add_argument("--set", action="append", default=[], help="config overrides (e.g. release.topdown.accounting=zcdp)")
     ap.add_argument("--log", default=None, help="JSON-lines log of each audit (default under results/bench/)")
     ap.add_argument("--jobs", type=int, default=1, help="audits run at once, one process each (default 1)")
     args = ap.parse_args()
     base = load_config(args.config, ["target.units=1", f"release.audit.runs={args.runs}",
-                                     f"release.mechanisms=[{args.mechanisms}]"])
+                                     f"release.mechanisms=[{args.mechanisms}]"] + list(args.set))
     # the log is per version of the audit's code: a resumed run never mixes audits of two versions
     import hashlib
 
     root = Path(__file__).resolve().parents[1]
     code = hashlib.sha256(b"".join((root / f).read_bytes() for f in AUDIT_CODE)).hexdigest()[:10]
+    sets = hashlib.sha256("|".join(args.set).encode()).hexdigest()[:6] if args.set else "default"
     log = Path(args.log or f"results/bench/audit_false_alarm_{base.name}_{args.mechanisms.replace(',', '+')}"
-                           f"_{args.runs}_{code}.jsonl")
+                           f"_{args.runs}_{sets}_{code}.jsonl")
     log.parent.mkdir(parents=True, exist_ok=True)
     done: dict[int, dict] = {}
     if log.exists():
@@ -109,7 +110,7 @@ def main() -> None:
     lo, hi = clopper_pearson(failed, n)
     out = {"audits": n, "failed": failed, "rate": failed / n, "ci95": [round(lo, 4), round(hi, 4)],
            "target": base.release.audit.false_alarm, "reasons": reasons, "runs_per_audit": args.runs,
-           "epsilons": base.release.epsilons, "mechanisms": args.mechanisms, "config": args.config,
+           "epsilons": base.release.epsilons, "mechanisms": args.mechanisms, "config": args.config, "set": args.set,
            "log": str(log), "seconds_this_run": round(time.perf_counter() - t0, 1)}
     print(f"{failed} of {n} audits of correct mechanisms failed: {100 * failed / n:.2f}% "
           f"(95% interval {100 * lo:.2f}% to {100 * hi:.2f}%; target at most {100 * out['target']:g}%)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 
 from microdata.errors import CensusReconError
 
@@ -56,10 +57,15 @@ def _parser() -> argparse.ArgumentParser:
                     "the release, compare with the attack on the exact tables and with the baselines, audit the "
                     "publishing code and write report.md/.html in OUT/<name>/<config-hash>/release/."))
     au = sub.add_parser("audit", help="audit the publishing code of every mechanism at the config's ε values",
-                        description="Release worst-case neighbouring datasets through the publishing code many times "
-                                    "and certify a lower bound on each mechanism's ε at every ε of the config, with "
-                                    "named checks; exits with status 2 if any bound exceeds its ε or a check fails.")
+                        description="Release neighbours of every released unit's own data through the calls that "
+                                    "publish, many times, and certify a lower bound on each mechanism's ε at every ε "
+                                    "of the config, with named checks over whole releases (scale per node, table and "
+                                    "band of counts, shape, tail, independence, OpenDP's accounting, replay over many "
+                                    "pairs); exits with status 2 if any bound exceeds its ε or a check fails. The "
+                                    "audit's seed is fresh unless given, and printed.")
     _add_config(au, out=False, progress=False)
+    au.add_argument("--seed", type=int, default=None, help="the audit's noise key (default: release.audit.seed, else "
+                    "fresh); a re-run under another seed is another audit, never a replacement for a failed one")
     au.add_argument("--json", action="store_true", help="print one JSON object per (mechanism, ε) instead of a table")
     qs = sub.add_parser("queries", help="what a config publishes, per target unit, without attacking",
                         description="Print, per target unit, its blocks, distinct queries and cells per table.")
@@ -256,7 +262,8 @@ def _audit(args) -> None:
     cfg = load_config(args.config, args.overrides)
     if cfg.release is None:
         raise ConfigError(f"{args.config} has no 'release' section: nothing to audit")
-    results = audit_release(cfg, progress=not args.json and sys.stderr.isatty())
+    t0 = time.perf_counter()
+    results = audit_release(cfg, progress=not args.json and sys.stderr.isatty(), seed=args.seed)
     if args.json:
         for r in results:
             print(json.dumps(r.as_dict()))
@@ -266,6 +273,10 @@ def _audit(args) -> None:
             flag = "" if r.epsilon_lower_bound <= r.declared_epsilon else "   EXCEEDS THE DECLARED ε"
             print(f"{r.mechanism:<22}{r.declared_epsilon:>12g}{r.epsilon_lower_bound:>14.3f}   {r.runs:>7}   "
                   + r.checks_summary() + flag)
+        if results:
+            d = results[0].details
+            print(f"audit seed {d['audit_seed']} ({d['audit_seed_source']}); units audited: "
+                  f"{', '.join(d['audited_units'])}; {time.perf_counter() - t0:.0f} s")
     if not all(r.passed for r in results):
         raise ConfigError("the audit failed: a mechanism's audited ε exceeds its declared ε or a check failed "
                           "(see above); do not publish with it")

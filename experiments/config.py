@@ -356,6 +356,16 @@ class AuditConfig(_Strict):
     confidence: float = Field(0.95, gt=0.5, lt=1, description="the least confidence of every statistical check")
     false_alarm: float = Field(0.01, gt=0, lt=0.5, description="the chance that an audit of correct mechanisms "
                                "fails: every check runs at 1 - false_alarm / (the audit's number of checks)")
+    seed: int | None = Field(None, description="the audit's noise key; unset: a fresh one each audit, recorded in "
+                             "audit.json (a re-run under another seed is a new audit, recorded as such)")
+    whole_releases: int = Field(100, ge=20, description="whole releases of every audited unit (TopDown: of its "
+                                "production tree) for the checks over the whole output: noise scale per node, table "
+                                "and band of true counts, shape and far tail, independence across cells and releases")
+    replay_pairs: int = Field(50, ge=1, description="neighbouring pairs of the real data (persons moved between "
+                              "blocks and areas, types changed, added or removed) for the post-processing replay")
+    replay_draws: int = Field(2, ge=1, description="recorded releases each replay pair is replayed with")
+    units: Literal["all"] | int = Field("all", description="the units audited: all released units, or this many: the "
+                                        "largest and the rest by a hash of their ids (data-independent)")
 
 
 class TopDownConfig(_Strict):

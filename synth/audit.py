@@ -162,6 +162,16 @@ def audit_outputs(y1: np.ndarray, y2: np.ndarray, reference: np.ndarray, directi
     score_down = bounds(down1, down2, half)  # "z ≤ t at j outputs" is likelier under D
     best = max(((score_up, +1), (score_down, -1)), key=lambda s: np.max(s[0]))
     score, sign = best
+    proj = _projection_event(z1[:half], z2[:half], bounds, half) if y1.shape[1] > 1 else None
+    if proj is not None and proj[0] > np.max(score):  # a linear combination separates them better
+        _, w, t_p, sign_p = proj
+        p1, p2 = z1[half:] @ w, z2[half:] @ w
+        a_hits, b_hits = ((p2 >= t_p).sum(), (p1 >= t_p).sum()) if sign_p > 0 else ((p1 <= t_p).sum(), (p2 <= t_p).sum())
+        eps = float(bounds(np.array([a_hits]), np.array([b_hits]), runs - half)[0])
+        what = (f"a linear combination of the {y1.shape[1]} outputs (discriminant fitted on the selection half) "
+                f"{'≥' if sign_p > 0 else '≤'} {t_p:.4g} (towards {'D′' if sign_p > 0 else 'D'})")
+        return AuditResult(name, declared_epsilon, max(0.0, eps) if np.isfinite(eps) else 0.0, runs, confidence, what,
+                           dict(checks or {}), dict(details or {}))
     if not np.isfinite(np.max(score)):
         return AuditResult(name, declared_epsilon, 0.0, runs, confidence, "none", dict(checks or {}), dict(details or {}))
     ti, ji = np.unravel_index(np.argmax(score), score.shape)
@@ -174,6 +184,29 @@ def audit_outputs(y1: np.ndarray, y2: np.ndarray, reference: np.ndarray, directi
     what = f"at least {j} of {y1.shape[1]} outputs {'≥' if sign > 0 else '≤'} reference {t:+d} (towards {'D′' if sign > 0 else 'D'})"
     return AuditResult(name, declared_epsilon, max(0.0, eps) if np.isfinite(eps) else 0.0, runs, confidence, what,
                        dict(checks or {}), dict(details or {}))
+
+
+def _projection_event(z1: np.ndarray, z2: np.ndarray, bounds, n: int):
+    """DP-Sniper-style events on the selection half: Fisher's discriminant w = S⁻¹(μ₂ − μ₁) of the two
+    neighbours' outputs (S their pooled covariance, with a small ridge), and the threshold on w·z whose
+    event separates them most (its lower bound on ε). Correlated noise (a difference of outputs with no
+    noise in it) shows here where events on single outputs cannot. Returns (score, w, t, sign) or None."""
+    z1, z2 = np.asarray(z1, dtype=np.float64), np.asarray(z2, dtype=np.float64)
+    d = z2.mean(0) - z1.mean(0)
+    if not np.any(d):
+        return None
+    cov = (np.cov(z1, rowvar=False) + np.cov(z2, rowvar=False)) / 2
+    cov = np.atleast_2d(cov)
+    ridge = 1e-9 * max(float(np.trace(cov)) / len(cov), 1e-12)
+    w = np.linalg.solve(cov + ridge * np.eye(len(cov)), d)
+    p1, p2 = z1 @ w, z2 @ w
+    ts = np.unique(np.quantile(np.concatenate([p1, p2]), THRESHOLD_QUANTILES))
+    up = bounds(np.array([(p2 >= t).sum() for t in ts]), np.array([(p1 >= t).sum() for t in ts]), n)
+    down = bounds(np.array([(p1 <= t).sum() for t in ts]), np.array([(p2 <= t).sum() for t in ts]), n)
+    i_up, i_down = int(np.argmax(up)), int(np.argmax(down))
+    if up[i_up] >= down[i_down]:
+        return float(up[i_up]), w, float(ts[i_up]), +1
+    return float(down[i_down]), w, float(ts[i_down]), -1
 
 
 def audit(release: Callable[[np.ndarray, int], np.ndarray], d: np.ndarray, d2: np.ndarray, declared_epsilon: float,
@@ -207,10 +240,12 @@ class ReplayNoise:
         self.values = np.asarray(values, dtype=np.int64)
 
     def add(self, counts: np.ndarray, scale: float) -> np.ndarray:
-        if np.shape(counts) != self.values.shape:
-            raise PrivacyError(f"replayed release has shape {self.values.shape}, the counts {np.shape(counts)}: "
+        if np.size(counts) != self.values.size:
+            raise PrivacyError(f"replayed release has {self.values.size} cells, the counts {np.size(counts)}: "
                                "the shape of the release depends on the data")
-        return self.values.copy()
+        return self.values.reshape(np.shape(counts)).copy()
+
+    add_gaussian = add
 
     def sample(self, scale: float, size: int) -> np.ndarray:
         raise PrivacyError("the replay backend only replays a release")
@@ -249,10 +284,10 @@ class ReplaySequence:
             raise PrivacyError("the release draws more noisy arrays for one dataset than for its neighbour")
         v = self.values[self.i]
         self.i += 1
-        if np.shape(counts) != v.shape:
-            raise PrivacyError(f"replayed measurement has shape {v.shape}, the counts {np.shape(counts)}: "
+        if np.size(counts) != v.size:
+            raise PrivacyError(f"replayed measurement has {v.size} cells, the counts {np.size(counts)}: "
                                "the shape of the release depends on the data")
-        return v.copy()
+        return v.reshape(np.shape(counts)).copy()
 
     add_gaussian = add
 
@@ -399,3 +434,127 @@ def _normal_quantile(p: float) -> float:
     from scipy.stats import norm
 
     return float(norm.ppf(p))
+
+
+# ---- checks over whole releases: the noise's scale by group, its shape and tail, its independence ----------------
+
+
+@dataclass
+class NoiseGroups:
+    """Sums of |x|, x² and counts of noise draws per named group (a level and query's node, a table, a band of
+    true counts), accumulated release by release, and a capped sample of the draws for the shape test."""
+
+    sums: dict = field(default_factory=dict)
+    sample: list = field(default_factory=list)
+    sampled: int = 0
+    tail: dict = field(default_factory=dict)  # per family key: all |x| of the pooled draws' far tail, by threshold
+
+    def add(self, group, noise: np.ndarray) -> None:
+        x = np.asarray(noise, dtype=np.float64).ravel()
+        if not x.size:
+            return
+        n, a, q = self.sums.get(group, (0, 0.0, 0.0))
+        self.sums[group] = (n + x.size, a + float(np.abs(x).sum()), q + float((x * x).sum()))
+
+    def keep(self, noise: np.ndarray, limit: int, rng: np.random.Generator) -> None:
+        x = np.asarray(noise, dtype=np.int64).ravel()
+        room = limit - self.sampled
+        if room <= 0 or not x.size:
+            return
+        take = x if x.size <= room else rng.choice(x, room, replace=False)
+        self.sample.append(take)
+        self.sampled += take.size
+
+
+def laplace_scale_upper_stats(n: int, sum_abs: float, sum_sq: float, confidence: float) -> float:
+    """:func:`laplace_scale_upper` from a group's sums (n draws, Σ|x|, Σx²)."""
+    if n < 2:
+        return math.inf
+    m = sum_abs / n
+    var = max(sum_sq / n - m * m, 0.0) * n / (n - 1)
+    m_hi = m + _normal_quantile(confidence) * math.sqrt(var / n)
+    if m_hi <= 0:
+        return 0.0
+    r = (math.sqrt(1.0 + m_hi * m_hi) - 1.0) / m_hi
+    return -1.0 / math.log(r) if 0 < r < 1 else math.inf
+
+
+def gaussian_sigma_upper_stats(n: int, sum_sq: float, confidence: float) -> float:
+    """An upper confidence bound on σ from a group's n draws and Σx² (mean known to be 0: chi-square with n
+    degrees of freedom)."""
+    from scipy.stats import chi2
+
+    if n < 2:
+        return math.inf
+    return math.sqrt(sum_sq / chi2.ppf(1 - confidence, n))
+
+
+def tail_pvalue(noise: np.ndarray, gaussian: bool, expected: float = 30.0) -> float:
+    """p-value of too few draws in the far tail: the threshold k where the fitted law (discrete Laplace or
+    Gaussian, fitted as the shape tests fit it) expects ``expected`` draws with |x| ≥ k, and the Poisson
+    chance of seeing at most the observed number there. Noise cut off short of its tail (a truncated
+    Gaussian, a clipped Laplace) has none there, however many draws the chi-square's bins pool."""
+    from scipy.stats import norm, poisson
+
+    x = np.asarray(noise, dtype=np.float64).ravel()
+    n = x.size
+    if n < 1000:
+        return 1.0
+    if gaussian:
+        s = math.sqrt(float((x * x).mean()))
+        if s == 0:
+            return 1.0
+        k = math.ceil(s * norm.isf(expected / (2 * n)))
+        p_tail = 2 * norm.sf((k - 0.5) / s)
+    else:
+        m = float(np.abs(x).mean())
+        if m == 0:
+            return 1.0
+        r = (math.sqrt(1 + m * m) - 1) / m
+        k = max(1, math.ceil(math.log(expected * (1 + r) / (2 * n)) / math.log(r)))
+        p_tail = 2 * r**k / (1 + r)
+    seen = int((np.abs(x) >= k).sum())
+    return float(poisson.cdf(seen, n * p_tail))
+
+
+def _ranks(x: np.ndarray, axis: int) -> np.ndarray:
+    """Ranks along ``axis``, centred and scaled to unit norm (Spearman's correlation is then a dot product)."""
+    r = np.argsort(np.argsort(x + 1e-9 * np.random.default_rng(0).random(x.shape), axis=axis), axis=axis).astype(np.float64)
+    r -= r.mean(axis=axis, keepdims=True)
+    return r / np.sqrt((r * r).sum(axis=axis, keepdims=True))
+
+
+def independence_pvalue(noise: np.ndarray, chunk: int = 2048) -> tuple[float, str]:
+    """Whether noise columns are independent: ``noise`` (releases × columns); Spearman's rank correlation of
+    every pair of columns over the releases, z = ρ·√(R − 1) ≈ N(0, 1) under independence (ranks are bounded,
+    so its tails are no heavier than the normal's), and of every pair of consecutive releases over the
+    columns likewise. Returns the Bonferroni p-value of the largest |z| and where it is. Broadcast noise (one
+    draw reused for several cells, nodes or releases) has ρ = 1."""
+    from scipy.stats import norm
+
+    x = np.asarray(noise, dtype=np.float64)
+    R, C = x.shape
+    best, where, tests = 0.0, "nothing tested", 0
+    if R >= 10 and C >= 2:
+        s = _ranks(x, 0)
+        cols = np.arange(C)
+        for a0 in range(0, C, chunk):
+            rows = cols[a0:a0 + chunk]
+            r = s[:, rows].T @ s  # (chunk × C) rank correlations
+            r[cols[None, :] <= rows[:, None]] = 0.0  # each pair once
+            i, j = np.unravel_index(np.argmax(np.abs(r)), r.shape)
+            z = abs(float(r[i, j])) * math.sqrt(R - 1)
+            if z > best:
+                best, where = z, f"columns {int(rows[i])} and {int(j)}"
+        tests += C * (C - 1) // 2
+    if C >= 10 and R >= 2:
+        s = _ranks(x, 1)
+        r = (s[:-1] * s[1:]).sum(1)
+        z = np.abs(r) * math.sqrt(C - 1)
+        k = int(np.argmax(z))
+        if z[k] > best:
+            best, where = float(z[k]), f"releases {k} and {k + 1}"
+        tests += R - 1
+    if not tests:
+        return 1.0, "not enough draws"
+    return float(min(1.0, 2 * norm.sf(best) * tests)), where

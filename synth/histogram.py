@@ -10,7 +10,8 @@ import numpy as np
 from microdata.dataset import Dataset
 from synth.mechanism import (Mechanism, PrivacyError, Relation, check_counts, check_epsilon, histogram_sensitivity,
                              parse_relation)
-from synth.noise import SimulationNoise, noise_scale
+from synth.keyed import noisy, releases_of
+from synth.noise import noise_scale
 
 #: Largest domain noised cell by cell; beyond it the simulation backend noises empty cells sparsely.
 DENSE_LIMIT = 2_000_000
@@ -81,24 +82,26 @@ def perturbed_histogram(data: Dataset, epsilon: float, backend, relation: Relati
     if m <= dense_limit:
         full = np.zeros(m, dtype=np.int64)
         full[keys] = counts
+        batch = noisy(backend, full, scale, releases=releases_of(runs))  # a single release: a batch of one
         if runs is not None:
-            return np.maximum(backend.add(np.broadcast_to(full, (int(runs), m)), scale), 0), mech
-        noisy = backend.add(full, scale)
-        pos = np.flatnonzero(noisy > 0)
-        return SparseHistogram(pos.astype(np.int64), noisy[pos], m), mech
-    if not isinstance(backend, SimulationNoise):
+            return np.maximum(batch, 0), mech
+        pos = np.flatnonzero(batch[0] > 0)
+        return SparseHistogram(pos.astype(np.int64), batch[0][pos], m), mech
+    if backend.for_publication:
         raise PrivacyError(f"domain of {m} cells is too large to noise densely with {backend.name}; "
                            f"limit {dense_limit} (use fewer attributes or the smoothed histogram)")
-    rng = rng or backend._rng
+    if rng is None:
+        raise PrivacyError("the large-domain path draws its empty cells from rng: give one")
     if runs is not None:
-        return [_sparse_release(keys, counts, m, scale, epsilon, backend, rng) for _ in range(int(runs))], mech
-    return _sparse_release(keys, counts, m, scale, epsilon, backend, rng), mech
+        return [_sparse_release(keys, counts, m, scale, epsilon, backend, rng, [r])
+                for r in releases_of(runs)], mech
+    return _sparse_release(keys, counts, m, scale, epsilon, backend, rng, None), mech
 
 
-def _sparse_release(keys, counts, m: int, scale: float, epsilon: float, backend, rng) -> SparseHistogram:
+def _sparse_release(keys, counts, m: int, scale: float, epsilon: float, backend, rng, release) -> SparseHistogram:
     """One perturbed histogram over a domain too large to list: occupied cells get discrete
     Laplace noise; of the empty cells, those whose noise would be positive are drawn directly."""
-    noisy = backend.add(counts, scale)
+    noisy_occupied = noisy(backend, counts, scale, releases=release)[0]
     r = math.exp(-1.0 / scale)
     n_empty = m - len(keys)
     n_pos = int(rng.binomial(n_empty, r / (1.0 + r)))
@@ -112,7 +115,7 @@ def _sparse_release(keys, counts, m: int, scale: float, epsilon: float, backend,
     extra = rng.permutation(extra)[:n_pos]
     extra_vals = rng.geometric(1.0 - r, size=n_pos).astype(np.int64)  # P(j) = (1-r) r^(j-1), j >= 1
     all_keys = np.concatenate([keys, extra])
-    all_vals = np.concatenate([noisy, extra_vals])
+    all_vals = np.concatenate([noisy_occupied, extra_vals])
     keep = all_vals > 0
     order = np.argsort(all_keys[keep])
     return SparseHistogram(all_keys[keep][order], all_vals[keep][order], m)

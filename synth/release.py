@@ -12,6 +12,7 @@ from microdata.marginals import Workload, marginal_counts
 from reconstruct.queries import plan_for
 from reconstruct.rap import RAPSettings, run_rap
 from synth.mechanism import Mechanism, PrivacyError, Relation, marginal_sensitivity, parse_relation
+from synth.keyed import noisy, releases_of
 from synth.noise import noise_scale
 
 
@@ -47,16 +48,10 @@ class NoisyTables:
         return np.concatenate(out)
 
 
-def _noised(backend, exact: np.ndarray, scale: float, runs: int | None) -> np.ndarray:
-    """``exact`` plus discrete Laplace noise, once or ``runs`` times independently (one row each)."""
-    if runs is None:
-        return backend.add(exact, scale)
-    return backend.add(np.broadcast_to(exact, (int(runs), exact.size)), scale)
-
-
 def laplace_tables(data: Dataset, workload, epsilon: float, backend,
                    relation: Relation | str = Relation.REPLACE_ONE, levels: int = 1,
-                   declared_total: bool = False, runs: int | None = None) -> tuple[NoisyTables, Mechanism]:
+                   declared_total: bool = False, runs=None, cells: np.ndarray | None = None
+                   ) -> tuple[NoisyTables, Mechanism]:
     """Discrete Laplace noise on every cell of every table of ``workload``.
 
     Privacy unit: one person. Relation: as given; the L1 sensitivity of all the tables
@@ -69,8 +64,9 @@ def laplace_tables(data: Dataset, workload, epsilon: float, backend,
     The total n reaches the output only as the relation allows: under replace-one it is
     public (every neighbour has the same n); under add/remove it is estimated from the noisy
     tables, unless ``declared_total`` (the agency declares the unit's total an invariant and
-    publishes it exactly; the ledger says so). ``runs`` releases that many times at once
-    (for the auditor: the same code path, one row of counts per release).
+    publishes it exactly; the ledger says so). ``runs`` releases that many times at once, or the
+    listed release numbers (the auditor's: the same code path, one row of counts per release; a
+    single release is the batch of the backend's one release).
     """
     relation = parse_relation(relation)
     if isinstance(workload, Workload):
@@ -86,7 +82,12 @@ def laplace_tables(data: Dataset, workload, epsilon: float, backend,
                                   + (", twice (the person leaves theirs and enters another's)"
                                      if relation is Relation.REPLACE_ONE else "")}
     scale, backend_epsilon = noise_scale(delta_l1, epsilon, backend)
-    noisy = _noised(backend, exact, scale, runs)
+    if cells is not None:
+        if runs is None:
+            raise PrivacyError("cells are drawn for a batch of releases (the auditor's), not for one release")
+        exact = exact[np.asarray(cells, dtype=np.int64)]
+    batch = noisy(backend, exact, scale, releases=releases_of(runs), cells=cells)  # a single release: a batch of one
+    noisy_counts = batch[0] if runs is None else batch
     if backend_epsilon is not None:
         details["backend_epsilon"] = backend_epsilon
     if runs is not None:
@@ -96,13 +97,13 @@ def laplace_tables(data: Dataset, workload, epsilon: float, backend,
     elif declared_total:
         total, source = len(data), TOTAL_DECLARED
     else:
-        total, source = estimate_total(workload, noisy), TOTAL_ESTIMATED
+        total, source = estimate_total(workload, noisy_counts), TOTAL_ESTIMATED
     if isinstance(workload, Workload):  # each table's share of ε: its own sensitivity over the scale
         details["epsilon_per_table"] = {"×".join(m): marginal_sensitivity(workload.domain, [m], relation, levels) / scale
                                         for m in workload.marginals}
     details["total"] = source
     mech = Mechanism("laplace_tables", relation, delta_l1, epsilon, scale, details=details)
-    return NoisyTables(workload, noisy, total, source), mech
+    return NoisyTables(workload, noisy_counts, total, source), mech
 
 
 def _census_sensitivity(per_person: int, relation: Relation, levels: int) -> int:

@@ -19,6 +19,7 @@ from fractions import Fraction
 import numpy as np
 import scipy.sparse as sp
 
+from synth.keyed import noisy, releases_of
 from synth.mechanism import Mechanism, PrivacyError, Relation, parse_relation
 
 #: The 2020 production weights of the person-file budget per geographic level (out of 4099),
@@ -256,14 +257,20 @@ class Measurements:
 
 
 def measure(tree: Tree, epsilon: float, backend, relation: Relation | str, strategy: Strategy,
-            shares: dict | None = None, runs: int | None = None, invariants: tuple[str, ...] = (),
-            accounting: str = "pure", delta: float = 1e-10) -> tuple[Measurements, Mechanism]:
+            shares: dict | None = None, runs=None, invariants: tuple[str, ...] = (),
+            accounting: str = "pure", delta: float = 1e-10, cells: dict | None = None) -> tuple[Measurements, Mechanism]:
     """The private step: noise on the int64 detailed histograms and table counts of every node,
     through ``backend``, at each (level, query)'s scale from :func:`budgets`: discrete Laplace under
     pure ε-DP (the levels and queries compose to ε), or the discrete Gaussian under zero-concentrated
     DP as 2020 production ran it (their ρ add up to the ρ that converts to (ε, δ)). The ``root_total``
     invariant publishes the root's person count exactly (declared, not in ε; allowed only under
-    replace-one, where n is the same for neighbours)."""
+    replace-one, where n is the same for neighbours).
+
+    Each (level, query) is one stream of the backend's key schedule (stream 2·level + query), its
+    cells numbered node by node. ``runs`` measures that many releases at once, or the listed release
+    numbers (a single release is the batch of the backend's one release: one path). ``cells`` maps
+    (level index, query name) to flat cell numbers to draw only those (the auditor's pairs: with a
+    keyed backend, the same values as the whole release's cells); the others are then empty."""
     relation = parse_relation(relation)
     tree.shape.check()
     if "root_total" in invariants and relation is not Relation.REPLACE_ONE:
@@ -275,12 +282,17 @@ def measure(tree: Tree, epsilon: float, backend, relation: Relation | str, strat
     if gaussian and not hasattr(backend, "add_gaussian"):
         raise PrivacyError(f"the {backend.name} backend has no discrete Gaussian sampler")
     detailed, tables = [], []
-    for lv, hist in zip(tree.levels, tree.hist):
-        for query, exact in (("detailed", hist), ("tables", strategy.tabulate(hist))):
+    releases = releases_of(runs)
+    for li, (lv, hist) in enumerate(zip(tree.levels, tree.hist)):
+        for qi, query in enumerate(QUERIES):
+            exact = hist if query == "detailed" else strategy.tabulate(hist)
             b = next(x for x in bud if x.level == lv and x.query == query)
-            counts = exact if runs is None else np.broadcast_to(exact, (int(runs), *exact.shape))
-            noisy = backend.add_gaussian(counts, b.scale) if gaussian else backend.add(counts, b.scale)
-            (detailed if query == "detailed" else tables).append(noisy)
+            idx = None if cells is None else np.asarray(cells.get((li, query), []), dtype=np.int64)
+            flat = exact.ravel() if idx is None else exact.ravel()[idx]
+            out = noisy(backend, flat, b.scale, stream=2 * li + qi, releases=releases, cells=idx, gaussian=gaussian)
+            if idx is None:
+                out = out.reshape(len(out), *exact.shape)
+            (detailed if query == "detailed" else tables).append(out[0] if runs is None else out)
     root_total = int(tree.hist[0][0].sum()) if "root_total" in invariants else None
     what = "rho" if gaussian else "epsilon"
     per_level = {lv: {"share": str(level_shares(tree.levels, shares)[lv]),

@@ -7,26 +7,27 @@ import dataclasses
 import logging
 import math
 import sys
-from dataclasses import dataclass
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from experiments.config import ConfigError, ExperimentConfig
-from experiments.problem import (_stable, build_workload, load_population, prepare_unit, private_half, select_units,
-                                 unit_key)
+from experiments.problem import (_stable, build_workload, load_population, occupied_units, prepare_unit, private_half,
+                                 select_units, unit_key)
 from microdata.dataset import Dataset
 from microdata.domain import Attribute, Domain
 from microdata.geography import FROM_ROWS, Geography
 from experiments.metrics import lookup
 from microdata.marginals import Workload
 from synth.release import workload_counts
-from synth.audit import (AuditResult, RecordingNoise, ReplayNoise, ReplaySequence, audit_outputs,
-                         clipped_upper_excess, gaussian_shape_pvalue, gaussian_sigma_upper, geometric_scale_upper,
-                         geometric_shape_pvalue, laplace_scale_upper, laplace_shape_pvalue)
+from synth.audit import (AuditResult, NoiseGroups, ReplayNoise, ReplaySequence, audit_outputs, clipped_upper_excess,
+                         gaussian_shape_pvalue, gaussian_sigma_upper_stats, geometric_scale_upper,
+                         geometric_shape_pvalue, independence_pvalue, laplace_scale_upper, laplace_scale_upper_stats,
+                         laplace_shape_pvalue, tail_pvalue)
 from synth.histogram import SparseHistogram
 from synth.mechanism import PrivacyError, Relation, parse_relation
-from synth.noise import OpenDPNoise, SimulationNoise
+from synth.keyed import KeyedNoise
+from synth.noise import OpenDPNoise
 
 log = logging.getLogger(__name__)
 
@@ -42,86 +43,118 @@ SPARSE_RUNS = 20_000
 CHUNK_VALUES = 20_000_000
 
 
-def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, unit: str | None = None,
-                  progress: bool = False) -> list[AuditResult]:
-    """Audit every configured mechanism at every audited ε of the config, through
-    :func:`experiments.release.publish`, the function evaluate-release attacks and an agency
-    publishes through.
+def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, units: list[str] | None = None,
+                  progress: bool = False, seed: int | None = None) -> list[AuditResult]:
+    """Audit every configured mechanism at every audited ε of the config through the functions that publish
+    (:func:`experiments.release.publish.publish`, :func:`experiments.release.topdown.publish_topdown`), on
+    the real units' private data.
 
-    Each audit releases two worst-case neighbouring datasets ``runs`` times each and certifies a
-    Clopper–Pearson lower bound on ε (:func:`synth.audit.audit_outputs`), beside named checks: the
-    block list does not depend on the persons; the release's shape does not depend on the data;
-    what is published after the noise depends on the data only through the noisy counts (so no
-    n, no block list leaks past the noise); and, for the Laplace tables, the noise really added
-    is as large as the declared ε needs. Tables are audited over the unit's attack domain with
-    at most two of its public blocks; histograms over a domain of at most 64 cells made of the
-    smallest attack attributes, the large-domain path included (by lowering its dense limit).
+    Laplace tables (and the synthetic file fitted to them) are audited on every audited unit's own D, and
+    TopDown on its production tree (every level and node): neighbours of the real data under the declared
+    relation (a person moved between blocks of different areas or units, a person's type changed to the
+    rarest and to the commonest, the type in most cells, added and removed), each pair drawn ``runs``
+    times on the cells it touches by the same code and key schedule as a whole release; whole releases
+    for the scale per node, table and band of true counts, the shape and far tail, and independence;
+    the replay of recorded releases over many pairs; the structure checks. The histograms are audited
+    on small worst-case domains (their sensitivity does not depend on the data). ``seed`` keys the
+    audit's noise (default ``release.audit.seed``, else fresh), recorded in every result.
     """
+    import secrets
+
     r = cfg.release
     if r is None:
         raise ConfigError("this config has no 'release' section: nothing to audit")
     pop = load_population(cfg) if pop is None else pop
-    unit = select_units(pop, cfg)[0] if unit is None else unit
+    if seed is None:
+        seed, seed_source = (r.audit.seed, "given") if r.audit.seed is not None else (secrets.randbits(31), "fresh")
+    else:
+        seed_source = "given"
+    if units is None:
+        units = audited_units(cfg, pop, occupied_units(pop, cfg, select_units(pop, cfg))[0])
     eps_list = r.audited_epsilons()
     mechanisms = r.dp_mechanisms  # swapping is not DP: there is no ε to audit
-    cfg = _family_level(cfg, len(eps_list) * len(cfg.target.with_block), mechanisms)
-    jobs = [(wb, eps, m) for wb in cfg.target.with_block for eps in eps_list for m in mechanisms]
-    bar = tqdm(total=len(jobs), desc="audits", disable=not (progress and sys.stderr.isatty()))
+    per_unit = [m for m in mechanisms if m in ("laplace_tables", "synthetic")]
+    cfg = _family_level(cfg, len(eps_list) * len(cfg.target.with_block), mechanisms, len(units))
+    jobs = len(cfg.target.with_block) * len(eps_list) * len(mechanisms)
+    bar = tqdm(total=jobs, desc="audits", disable=not (progress and sys.stderr.isatty()))
     out = []
+    common = {"audit_seed": seed, "audit_seed_source": seed_source, "audited_units": list(units)}
     for wb in cfg.target.with_block:
-        frame, areas = _frame(cfg, pop, unit, wb)
-        blocks_check = _block_list_check(cfg, pop, unit) if wb else None
-        workload = build_workload(cfg, cfg.queries[0], frame, areas)
-        pair = _worst_pair(frame, workload, parse_relation(r.relation))
+        blocks_check = _block_list_check(cfg, pop, units[0]) if wb else None
+        frame, _ = _frame(cfg, pop, units[0], wb)
         small = _histogram_pair(frame, parse_relation(r.relation))
         smallest = _histogram_pair(frame, parse_relation(r.relation), cells=SMOOTHED_CELLS)
-        tables_result, topdown = {}, {}  # TopDown: its neighbours and structure check, shared by every ε
+        tables = {}
         for eps in eps_list:
+            if per_unit:
+                tables[eps] = [_audit_tables_unit(cfg, pop, u, wb, eps, seed) for u in units]
             for mech in mechanisms:
-                if mech == "laplace_tables" or (mech == "synthetic" and eps not in tables_result):
-                    tables_result[eps] = _audit_tables(cfg, eps, workload, pair)
                 if mech in ("laplace_tables", "synthetic"):
-                    res = tables_result[eps]
-                    checks = dict(res.checks)
-                    if mech == "synthetic":
-                        checks.update(_synthetic_checks(cfg, eps, workload, pair))
-                    details = dict(res.details, audited_as="laplace_tables; the fit is post-processing of them"
-                                   if mech == "synthetic" else "the published noisy counts")
-                    res = AuditResult(mech, eps, res.epsilon_lower_bound, res.runs, res.confidence, res.event,
-                                      checks, details)
+                    res = _combine_units(mech, eps, tables[eps], cfg)
                 elif mech == "perturbed_histogram":
-                    res = _audit_perturbed(cfg, eps, small)
+                    res = _audit_perturbed(cfg, eps, small, seed)
                 elif mech == "topdown":
-                    if not topdown:  # one pair and one structure check for every ε
-                        pair_td = _topdown_pair(cfg, pop, unit, wb)
-                        topdown.update(pair=pair_td,
-                                       structure=_topdown_structure(cfg, pop, unit, wb, pair_td.td.nodes))
-                    res = _audit_topdown(cfg, eps, topdown["pair"], topdown["structure"])
+                    res = _combine_units("topdown", eps, [_audit_topdown_root(cfg, pop, root_units, wb, eps, seed)
+                                                          for root_units in _roots(cfg, pop, units, wb)], cfg)
                 else:
-                    res = _audit_smoothed(cfg, eps, smallest)
+                    res = _audit_smoothed(cfg, eps, smallest, seed)
                 if blocks_check is not None:
                     res.checks["block_list"] = blocks_check
-                res.details.update(with_block=wb, unit_of_public_inputs=unit)
+                res.details.update(with_block=wb, **common)
                 out.append(res)
                 bar.update()
     bar.close()
     return out
 
 
+def audited_units(cfg: ExperimentConfig, pop: Dataset, units: list[str]) -> list[str]:
+    """The units an audit checks: all of them, or ``release.audit.units`` of them, the one with the most
+    persons and the rest in the order of a hash of their ids (so the sample does not depend on the data
+    beyond the largest unit, which the audit always includes)."""
+    k = cfg.release.audit.units
+    if k == "all" or k >= len(units):
+        return list(units)
+    sizes = {u: int(pop.geography.mask(cfg.target.level, u).sum()) for u in units}
+    largest = max(units, key=lambda u: (sizes[u], u))
+    rest = sorted((u for u in units if u != largest), key=lambda u: _stable("audit-sample", u))
+    return [largest] + rest[:k - 1]
+
+
+def _combine_units(mech: str, eps: float, results: list, cfg: ExperimentConfig) -> AuditResult:
+    """One result for a mechanism at one ε from its audits per unit (or root): the largest bound, every
+    unit's failed checks, details per unit."""
+    if mech == "synthetic":
+        results = [x["synthetic"] for x in results]
+    elif mech == "laplace_tables":
+        results = [x["laplace_tables"] for x in results]
+    worst = max(results, key=lambda x: x.epsilon_lower_bound)
+    checks = {}
+    for res in results:
+        for k, v in res.checks.items():
+            if v != "pass" and not str(v).startswith(("declared", "not run")):
+                unit = res.details.get("unit") or res.details.get("root")
+                checks[k] = f"{v} [{unit}]" if k not in checks or checks[k] == "pass" else checks[k]
+            else:
+                checks.setdefault(k, v)
+    details = {"per_unit": {str(x.details.get("unit") or x.details.get("root")): x.as_dict() for x in results},
+               "event_unit": str(worst.details.get("unit") or worst.details.get("root"))}
+    return AuditResult(mech, eps, worst.epsilon_lower_bound, worst.runs, worst.confidence, worst.event, checks, details)
+
+
 #: Statistical tests per audit result, by mechanism: the certified bound, the noise scale and the
 #: noise shape (tables, TopDown, the perturbed histogram); the bound alone (the smoothed histogram,
 #: which adds no noise to counts).
-TESTS = {"laplace_tables": 3, "topdown": 3, "perturbed_histogram": 3, "smoothed_histogram": 1}
+TESTS = {"laplace_tables": 6, "topdown": 6, "perturbed_histogram": 3, "smoothed_histogram": 1}
 
 
-def _family_level(cfg: ExperimentConfig, results: int, mechanisms: list[str]) -> ExperimentConfig:
+def _family_level(cfg: ExperimentConfig, results: int, mechanisms: list[str], units: int = 1) -> ExperimentConfig:
     """The config every check of one audit runs at: each statistical test at confidence
     1 − false_alarm / K, K the tests of the whole audit (every ε, variant and mechanism; synthetic
     shares the tables' tests), so that an audit of correct mechanisms fails with probability at most
     ``release.audit.false_alarm`` (Bonferroni); never below ``release.audit.confidence``."""
     a = cfg.release.audit
     kinds = {("laplace_tables" if m == "synthetic" else m) for m in mechanisms}
-    tests = results * sum(TESTS[m] for m in kinds)
+    tests = results * sum(TESTS[m] * (units if m in ("laplace_tables", "topdown") else 1) for m in kinds)
     level = max(a.confidence, 1 - a.false_alarm / max(tests, 1))
     audit = a.model_copy(update={"confidence": level})
     return cfg.model_copy(update={"release": cfg.release.model_copy(update={"audit": audit})})
@@ -225,10 +258,12 @@ def _histogram_pair(frame: Domain, relation: Relation, cells: int = HISTOGRAM_CE
 # ---- the audits ---------------------------------------------------------------------------------
 
 
-def _noise(cfg: ExperimentConfig, *parts):
+def _noise(cfg: ExperimentConfig, seed: int, *parts):
+    """The audit's noise: OpenDP's (what publishes with it), or the keyed simulation noise publishing uses,
+    under the audit's own key."""
     if cfg.release.backend == "opendp":
         return OpenDPNoise()
-    return SimulationNoise(np.random.default_rng(_stable("audit-noise", cfg.seed, *parts)))
+    return KeyedNoise(_stable("audit-noise", seed, *parts))
 
 
 def _publish(cfg, mech, eps, D, workload, backend, rng, **kw):
@@ -240,35 +275,50 @@ def _publish(cfg, mech, eps, D, workload, backend, rng, **kw):
 def _structure_check(cfg, mech, eps, workload, D, D2, **kw) -> str:
     rng = np.random.default_rng(0)
     try:
-        s1 = _publish(cfg, mech, eps, D, workload, _noise(cfg, "structure", 1), rng, **kw).structure
-        s2 = _publish(cfg, mech, eps, D2, workload, _noise(cfg, "structure", 2), rng, **kw).structure
+        s1 = _publish(cfg, mech, eps, D, workload, _noise(cfg, 0, "structure", 1), rng, **kw).structure
+        s2 = _publish(cfg, mech, eps, D2, workload, _noise(cfg, 0, "structure", 2), rng, **kw).structure
     except PrivacyError as e:
         return f"fail: {e}"
     return "pass" if s1 == s2 else "fail: the shape of the release differs between neighbours"
 
 
 def _replay_check(cfg, mech, eps, workload, D, D2, **kw) -> str:
-    """Release D once; replay the same noisy counts for D and D′: what follows the noise must agree."""
-    rng = np.random.default_rng(0)
-    tables_kw = {k: v for k, v in kw.items() if k != "key"}
+    """Release D; replay the same noisy counts for D and D′: what follows the noise must agree (a small
+    domain's pair, over ``release.audit.replay_draws`` recorded releases)."""
     source = "laplace_tables" if mech == "synthetic" else mech  # the synthetic rows are fitted to these counts
-    first = _publish(cfg, source, eps, D, workload, _noise(cfg, "replay"), rng, **tables_kw)
-    if isinstance(first.output, SparseHistogram):
-        values = np.zeros(first.output.domain_size, dtype=np.int64)
-        values[first.output.keys] = first.output.counts
-    else:
-        values = first.output.counts
-    try:
-        p1 = _publish(cfg, mech, eps, D, workload, ReplayNoise(values), np.random.default_rng(1), **kw)
-        p2 = _publish(cfg, mech, eps, D2, workload, ReplayNoise(values), np.random.default_rng(1), **kw)
-    except PrivacyError as e:
-        return f"fail: {e}"
-    same = np.array_equal(p1.answers, p2.answers) and (
-        not isinstance(p1.output, Dataset) or np.array_equal(p1.output.codes, p2.output.codes))
-    t1, t2 = getattr(p1.output, "total", None), getattr(p2.output, "total", None)
-    if not same or t1 != t2:
-        return ("fail: with the same noisy counts, the neighbours' releases differ "
-                f"(totals {t1} and {t2}): the release reads the data beyond its noisy counts")
+    tables_kw = {k: v for k, v in kw.items() if k != "key"}
+    values = []
+    for i in range(cfg.release.audit.replay_draws):
+        first = _publish(cfg, source, eps, D, workload, _noise(cfg, i, "replay"), np.random.default_rng(0), **tables_kw)
+        if isinstance(first.output, SparseHistogram):
+            v = np.zeros(first.output.domain_size, dtype=np.int64)
+            v[first.output.keys] = first.output.counts
+        else:
+            v = first.output.counts
+        values.append(v)
+    return _replay_pairs(cfg, mech, eps, workload, D, [("the audit's pair", D2)], values, **kw)
+
+
+def _replay_pairs(cfg, mech, eps, workload, D, pairs: list, values: list, **kw) -> str:
+    """For each recorded release ``values`` (noisy counts), publish D and every neighbour of ``pairs``
+    replaying them: answers, rows and totals must be identical (the release reads the data only through
+    its noisy counts)."""
+    for v in values:
+        try:
+            p1 = _publish(cfg, mech, eps, D, workload, ReplayNoise(v), np.random.default_rng(1), **kw)
+        except PrivacyError as e:
+            return f"fail: {e}"
+        for what, D2 in pairs:
+            try:
+                p2 = _publish(cfg, mech, eps, D2, workload, ReplayNoise(v), np.random.default_rng(1), **kw)
+            except PrivacyError as e:
+                return f"fail: {e} ({what})"
+            same = np.array_equal(p1.answers, p2.answers) and (
+                not isinstance(p1.output, Dataset) or np.array_equal(p1.output.codes, p2.output.codes))
+            t1, t2 = getattr(p1.output, "total", None), getattr(p2.output, "total", None)
+            if not same or t1 != t2:
+                return ("fail: with the same noisy counts, the neighbours' releases differ "
+                        f"(totals {t1} and {t2}; {what}): the release reads the data beyond its noisy counts")
     return "pass"
 
 
@@ -280,39 +330,6 @@ def _batches(runs: int, values_per_run: int):
         n = min(chunk, runs - done)
         yield n
         done += n
-
-
-def _audit_tables(cfg: ExperimentConfig, eps: float, workload, pair) -> AuditResult:
-    a = cfg.release.audit
-    D, D2 = pair
-    c1, c2 = workload_counts(D, workload), workload_counts(D2, workload)
-    idx = np.flatnonzero(c2 - c1)
-    ys = {0: [], 1: []}
-    for which, data in ((0, D), (1, D2)):
-        backend = _noise(cfg, "tables", eps, which)
-        for n in _batches(a.runs, workload.num_queries):
-            pub = _publish(cfg, "laplace_tables", eps, data, workload, backend, np.random.default_rng(0), runs=n)
-            ys[which].append(pub.output.counts[:, idx])
-    y1, y2 = np.concatenate(ys[0]), np.concatenate(ys[1])
-    res = audit_outputs(y1, y2, c1[idx], (c2 - c1)[idx], eps, "laplace_tables", a.confidence)
-    distance = int(np.abs(c2 - c1).sum())
-    noise = np.concatenate([y1 - c1[idx], y2 - c2[idx]])  # (2 runs × differing cells)
-    eps_noise, worst = noise_epsilon(noise, np.abs(c2 - c1)[idx], a.confidence)
-    p_shape = laplace_shape_pvalue(noise)
-    checks = {
-        "structure": _structure_check(cfg, "laplace_tables", eps, workload, D, D2),
-        "post_processing": _replay_check(cfg, "laplace_tables", eps, workload, D, D2),
-        "noise_scale": "pass" if eps_noise <= eps else
-        f"fail: the noise added gives ε ≥ {eps_noise:.4g} for this pair (each differing cell's distance over an upper "
-        f"bound on its own noise scale, summed; smallest {worst:.4g}), whose counts are {distance} apart "
-        "(assumes discrete Laplace noise, which noise_shape checks)",
-        "noise_shape": "pass" if p_shape >= 1 - a.confidence else
-        f"fail: the noise added is not discrete Laplace (chi-square over its whole range, p = {p_shape:.2g} < "
-        f"{1 - a.confidence:.2g})",
-    }
-    return AuditResult("laplace_tables", eps, res.epsilon_lower_bound, a.runs, a.confidence, res.event, checks,
-                       {"differing_cells": int(idx.size), "pair_l1_distance": distance,
-                        "epsilon_from_noise_scale": round(eps_noise, 6), "noise_shape_p_value": p_shape})
 
 
 def noise_epsilon(noise: np.ndarray, distance: np.ndarray, confidence: float) -> tuple[float, float]:
@@ -328,20 +345,11 @@ def noise_epsilon(noise: np.ndarray, distance: np.ndarray, confidence: float) ->
     return eps, float(scales.min())
 
 
-def _synthetic_checks(cfg: ExperimentConfig, eps: float, workload, pair) -> dict:
-    """The synthetic release's own checks: its shape, and that its rows follow from the noisy
-    tables alone (the same tables, the same fit, the same rows, n included)."""
-    D, D2 = pair
-    key = unit_key(cfg, "audit-fit", eps)
-    return {"synthetic_structure": _structure_check(cfg, "synthetic", eps, workload, D, D2, key=key),
-            "synthetic_post_processing": _replay_check(cfg, "synthetic", eps, workload, D, D2, key=key)}
-
-
 def _histogram_workload(D: Dataset) -> Workload:
     return Workload(D.domain, tuple((a,) for a in D.domain.names))
 
 
-def _audit_perturbed(cfg: ExperimentConfig, eps: float, small) -> AuditResult:
+def _audit_perturbed(cfg: ExperimentConfig, eps: float, small, seed: int) -> AuditResult:
     """Both paths of the perturbed histogram: dense (every cell noised) and the large-domain one
     (empty cells' positive noise drawn directly), the latter by lowering the dense limit below
     the small domain's size; the larger of the two bounds is reported."""
@@ -355,10 +363,10 @@ def _audit_perturbed(cfg: ExperimentConfig, eps: float, small) -> AuditResult:
     for path, limit, runs in (("dense", D.domain.total_size, a.runs), ("large-domain", 1, min(a.runs, SPARSE_RUNS))):
         ys = []
         for which, data in ((0, D), (1, D2)):
-            backend = _noise(cfg, "hist", eps, path, which)
-            if path == "large-domain" and not isinstance(backend, SimulationNoise):
+            backend = _noise(cfg, seed, "hist", eps, path, which)
+            if path == "large-domain" and backend.for_publication:
                 break
-            rng = np.random.default_rng(_stable("audit-hist", cfg.seed, eps, path, which))
+            rng = np.random.default_rng(_stable("audit-hist", seed, eps, path, which))
             out = _publish(cfg, "perturbed_histogram", eps, data, w, backend, rng, runs=runs, dense_limit=limit).output
             if isinstance(out, list):
                 out = np.stack([lookup(h.keys, h.counts, keys, missing=0) for h in out])
@@ -398,7 +406,7 @@ def _audit_perturbed(cfg: ExperimentConfig, eps: float, small) -> AuditResult:
                        f"{path} path: {best.event}", checks, details)
 
 
-def _audit_smoothed(cfg: ExperimentConfig, eps: float, small) -> AuditResult:
+def _audit_smoothed(cfg: ExperimentConfig, eps: float, small, seed: int) -> AuditResult:
     """The smoothed histogram's worst case: a person alone in their cell moves to an empty one,
     in a dataset of two persons released as two draws (k = n), where the whole privacy loss is
     reached by an event of reasonable probability (both draws in the cell the person moved to)."""
@@ -409,7 +417,7 @@ def _audit_smoothed(cfg: ExperimentConfig, eps: float, small) -> AuditResult:
     w = _histogram_workload(D)
     ys = []
     for which, data in ((0, D), (1, D2)):
-        rng = np.random.default_rng(_stable("audit-smooth", cfg.seed, eps, which))
+        rng = np.random.default_rng(_stable("audit-smooth", seed, eps, which))
         draws = _publish(cfg, "smoothed_histogram", eps, data, w, None, rng, runs=a.runs).output
         ys.append(np.stack([(draws == ka).sum(axis=1), (draws == kb).sum(axis=1)], axis=1))
     res = audit_outputs(ys[0], ys[1], np.zeros(2, np.int64), np.array([-1, 1]), eps, "smoothed_histogram",
@@ -417,226 +425,6 @@ def _audit_smoothed(cfg: ExperimentConfig, eps: float, small) -> AuditResult:
     checks = {"structure": _structure_check(cfg, "smoothed_histogram", eps, w, D, D2)}
     return AuditResult("smoothed_histogram", eps, res.epsilon_lower_bound, a.runs, a.confidence, res.event, checks,
                        {"histogram_cells": D.domain.total_size, "draws": len(D)})
-
-
-@dataclass
-class _TopDownPair:
-    """Neighbouring inputs of one TopDown release, placed in the real tree: ``td`` holds D (every unit's
-    private half), ``td2`` D′; ``path`` the nodes whose histograms differ, per level."""
-
-    td: object
-    td2: object
-    path: list[np.ndarray]
-    types: np.ndarray
-    what: str
-    sensitivity: dict  # per query, the most one person moves it, found by this audit from the tables
-    common: tuple = ()  # the pair for the replay check: the unit's commonest types
-
-
-def _topdown_pair(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool) -> _TopDownPair:
-    """The real tree of ``unit``'s root through the production functions, and its worst-case neighbour
-    under the declared relation: add/remove adds, to the unit's first block, the person type that lies
-    in the most table cells; replace-one replaces one of the unit's persons by the type whose table
-    cells differ most from theirs, in the last block of another unit (or block) of the tree. The
-    worst case is found from the published tables' own matrix, not from the release's sensitivity."""
-    from experiments.release.topdown import person_types, topdown_root, topdown_tree
-
-    td = topdown_root(cfg, pop, unit, wb)
-    real = {u: private_half(pop, cfg, u, wb) for u in td.nodes}
-    halves = dict(real)
-    a_mat = td.strategy.tables.tocsc()
-    per_type = np.diff(a_mat.indptr)  # table cells of each person type, counted by this audit
-    a = int(np.argmax(per_type))
-    relation = parse_relation(cfg.release.relation)
-    person = list(td.person_domain.names)
-    code_a = td.person_domain.decode(np.array([a]))[0]
-
-    def with_row(D: Dataset, code: np.ndarray, block: int | None) -> Dataset:
-        row = np.zeros((1, len(D.domain)), dtype=np.int64)
-        for j, name in enumerate(person):
-            row[0, D.domain.index(name)] = code[j]
-        if block is not None:
-            row[0, D.domain.index("BLOCK")] = block
-        return Dataset(D.domain, np.vstack([D.codes, row]))
-
-    halves2 = dict(halves)
-    if relation is Relation.ADD_REMOVE:
-        halves2[unit] = with_row(halves[unit], code_a, 0 if wb else None)
-        what = f"one person of the type in most cells ({per_type[a]}) added to {unit}" + (", block 0" if wb else "")
-    else:
-        others = [u for u in td.nodes if u != unit]
-        shared = np.asarray((a_mat.T @ a_mat[:, a]).todense()).ravel()  # cells type t shares with type a
-        diff = per_type + per_type[a] - 2 * shared  # |A_t − A_a|₁ for 0/1 columns
-        b = int(np.argmax(diff))
-        code_b = td.person_domain.decode(np.array([b]))[0]
-        halves[unit] = with_row(halves[unit], code_a, 0 if wb else None)
-        target = others[-1] if others else unit
-        last = (len(td.nodes[target][2]) - 1) if wb else None
-        halves2 = dict(halves)
-        halves2[unit] = with_row(halves[unit].take(np.arange(len(halves[unit]) - 1)), code_b, None) \
-            if target == unit and not wb else halves[unit].take(np.arange(len(halves[unit]) - 1))
-        if target != unit or wb:
-            halves2[target] = with_row(halves2[target], code_b, last)
-        what = (f"one person of the type in most cells ({per_type[a]}) in {unit} replaced by the type differing in "
-                f"most cells ({int(diff[b])}), in {target}" + (f", block {last}" if wb else ""))
-    tree1 = topdown_tree(cfg, td.shape, td.nodes, halves, td.strategy, td.person_domain)
-    tree2 = topdown_tree(cfg, td.shape, td.nodes, halves2, td.strategy, td.person_domain)
-    td1, td2 = dataclasses.replace(td, tree=tree1), dataclasses.replace(td, tree=tree2)
-    path = [np.flatnonzero((h1 != h2).any(axis=1)) for h1, h2 in zip(tree1.hist, tree2.hist)]
-    types = np.flatnonzero((tree1.hist[-1] != tree2.hist[-1]).any(axis=0))
-    if a not in types:
-        types = np.union1d(types, [a])
-    mult = 2 if relation is Relation.REPLACE_ONE else 1
-    # the replay's pair: one person of the unit's commonest type removed, or made the second commonest
-    # (a change the estimates show, where a rare type's may be rounded away)
-    D = real[unit]
-    types_u = person_types(D, td.person_domain)
-    common = (td1, td2)
-    if len(D):
-        order = np.argsort(-np.bincount(types_u, minlength=td.strategy.types), kind="stable")
-        row = int(np.flatnonzero(types_u == order[0])[0])
-        changed = dict(real)
-        if relation is Relation.ADD_REMOVE:
-            changed[unit] = D.take(np.setdiff1d(np.arange(len(D)), [row]))
-        else:
-            codes = D.codes.copy()
-            other = td.person_domain.decode(order[1:2])[0]
-            for j, name in enumerate(person):
-                codes[row, D.domain.index(name)] = other[j]
-            changed[unit] = Dataset(D.domain, codes)
-        common = tuple(dataclasses.replace(td, tree=topdown_tree(cfg, td.shape, td.nodes, h, td.strategy,
-                                                                 td.person_domain)) for h in (real, changed))
-    return _TopDownPair(td1, td2, path, types, what, {"detailed": mult, "tables": mult * int(per_type.max())},
-                        common)
-
-
-def _restrict(td, path: list[np.ndarray], types: np.ndarray):
-    """The tree cut to the nodes of ``path`` and the person types ``types`` (where the neighbours
-    differ): the release measures every node and every cell with independent noise at scales that do
-    not depend on which nodes and types there are, so the noise on these is what the full release
-    draws for them; the tables keep every cell (the types' cells are the ones that differ)."""
-    from synth.topdown import Tree, TreeShape
-
-    shape = td.shape
-    ids, parent, hist = [], [], []
-    for lv, keep in enumerate(path):
-        ids.append(shape.ids[lv][keep])
-        if lv == 0:
-            parent.append(np.array([-1]))
-        else:
-            pos = {int(n): i for i, n in enumerate(path[lv - 1])}
-            parent.append(np.array([pos[int(p)] for p in shape.parent[lv][keep]], dtype=np.int64))
-        hist.append(td.tree.hist[lv][np.ix_(keep, types)])
-    strategy = dataclasses.replace(td.strategy, tables=td.strategy.tables[:, types])
-    return dataclasses.replace(td, tree=Tree(TreeShape(list(shape.levels), ids, parent), hist), strategy=strategy)
-
-
-def _audit_topdown(cfg: ExperimentConfig, eps: float, pair: _TopDownPair, structure: str) -> AuditResult:
-    """TopDown through the functions evaluate-release publishes with, on neighbours in the real tree.
-
-    - The private step (every node's detailed histogram and tables, noised) is released ``runs`` times
-      on the nodes where D and D′ differ, certifying a lower bound on ε; and, per level and query, the
-      noise really added bounds the ε it spends for this pair (the pair's distance over an upper
-      bound on the noise scale); their sum must not exceed ε (Bonferroni over the terms).
-    - Replay: D and D′ released with the same noisy measurements must publish the same MDF and
-      tables (the estimation reads nothing but the measurements and the public shape).
-    - Structure: neighbours that empty a block and a whole unit publish a tree of the same shape.
-    """
-    from experiments.release.topdown import publish_topdown
-
-    a = cfg.release.audit
-    t1, t2 = _restrict(pair.td, pair.path, pair.types), _restrict(pair.td2, pair.path, pair.types)
-    if t1.strategy.cells_per_person() != pair.td.strategy.cells_per_person():
-        raise PrivacyError("the audit's person types do not include the one in most table cells")
-    h1, h2 = t1.tree.hist, t2.tree.hist
-    exact1 = [(h, t1.strategy.tabulate(h)) for h in h1]
-    exact2 = [(h, t2.strategy.tabulate(h)) for h in h2]
-    coords = [[np.flatnonzero((e1[q] != e2[q]).ravel()) for q in range(2)] for e1, e2 in zip(exact1, exact2)]
-    root_total = "root_total" in cfg.release.invariants
-    size = sum(e[q].size for e in exact1 for q in range(2))
-    ys = {0: [], 1: []}
-    for which, td in ((0, t1), (1, t2)):
-        backend = _noise(cfg, "topdown", eps, which)
-        for n in _batches(a.runs, size):
-            meas = publish_topdown(cfg, td, eps, backend, runs=n).measurements
-            parts = []
-            for lv in range(len(h1)):
-                for q, arr in enumerate((meas.detailed[lv], meas.tables[lv])):
-                    parts.append(arr.reshape(n, -1)[:, coords[lv][q]])
-            ys[which].append(np.concatenate(parts, axis=1))
-    y1, y2 = np.concatenate(ys[0]), np.concatenate(ys[1])
-    ref1 = np.concatenate([exact1[lv][q].ravel()[coords[lv][q]] for lv in range(len(h1)) for q in range(2)])
-    ref2 = np.concatenate([exact2[lv][q].ravel()[coords[lv][q]] for lv in range(len(h1)) for q in range(2)])
-    res = audit_outputs(y1, y2, ref1, ref2 - ref1, eps, "topdown", a.confidence)
-    terms = [(lv, q) for lv in range(len(h1)) for q in range(2) if coords[lv][q].size]
-    level_conf = 1 - (1 - a.confidence) / max(len(terms), 1)
-    checks, details, col, spent = {}, {"neighbours": pair.what, "noise_per_level": {}}, 0, 0.0
-    gaussian = cfg.release.topdown.accounting == "zcdp"
-    what = "ρ" if gaussian else "ε"
-    shapes = {}
-    budget = eps
-    if gaussian:  # the ρ whose zCDP converts to (ε, δ): ε = ρ + 2√(ρ ln(1/δ)), solved here independently
-        ln = math.log(1 / cfg.release.topdown.delta)
-        budget = (math.sqrt(ln + eps) - math.sqrt(ln)) ** 2
-    for lv in range(len(h1)):
-        for q, query in enumerate(("detailed", "tables")):
-            k = coords[lv][q].size
-            if not k:
-                continue
-            cells = np.concatenate([y1[:, col:col + k] - ref1[col:col + k], y2[:, col:col + k] - ref2[col:col + k]])
-            noise = cells.ravel()
-            col += k
-            delta = pair.sensitivity[query]  # L1, and the squared L2 (0/1 cells): the same number
-            # each cell's scale bounded from its own draws, the smallest taken: one table noised for a
-            # larger ε shows even among many (Bonferroni over every cell of every term)
-            cell_conf = 1 - (1 - level_conf) / k
-            bound = gaussian_sigma_upper if gaussian else laplace_scale_upper
-            scale_hi = min(bound(cells[:, j], cell_conf) for j in range(k))
-            if gaussian:
-                e = delta / (2 * scale_hi**2) if scale_hi > 0 else float("inf")
-            else:
-                e = delta / scale_hi if scale_hi > 0 else float("inf")
-            spent += e
-            p = gaussian_shape_pvalue(noise) if gaussian else laplace_shape_pvalue(noise)
-            shapes[f"{t1.shape.levels[lv]}/{query}"] = p
-            details["noise_per_level"][f"{t1.shape.levels[lv]}/{query}"] = {
-                "differing_cells": k, "sensitivity": delta, "scale_upper": round(scale_hi, 6),
-                f"{what}_at_least": round(e, 6), "shape_p_value": p}
-    checks["noise_scale"] = ("pass" if spent <= budget else
-                             f"fail: the noise added at the levels spends {what} ≥ {spent:.4g} (each level and "
-                             f"query's sensitivity over its noise scale, summed), over the declared {budget:.4g} "
-                             f"(assumes discrete {'Gaussian' if gaussian else 'Laplace'} noise; per level in the "
-                             "details)")
-    details["rho_from_noise_scale" if gaussian else "epsilon_from_noise_scale"] = round(spent, 6)
-    worst = min(shapes, key=shapes.get)
-    checks["noise_shape"] = ("pass" if shapes[worst] >= (1 - a.confidence) / len(shapes) else
-                             f"fail: the noise added at {worst} is not discrete {'Gaussian' if gaussian else 'Laplace'}"
-                             f" (chi-square over its whole range, p = {shapes[worst]:.2g})")
-    if root_total:
-        details["not_audited"] = "the root's total: a declared invariant under replace-one (release.invariants)"
-    checks["post_processing"] = _topdown_replay(cfg, eps, pair)
-    checks["structure"] = structure
-    return AuditResult("topdown", eps, res.epsilon_lower_bound, a.runs, a.confidence, res.event, checks, details)
-
-
-def _topdown_replay(cfg: ExperimentConfig, eps: float, pair: _TopDownPair) -> str:
-    """Release D, record its noisy measurements, release D and D′ replaying them: the estimates (the
-    MDF) must be identical. The pair: one person of the unit's commonest type changed (a change the
-    estimates show, where the worst case's rare types may be rounded away before any leak is seen)."""
-    from experiments.release.topdown import publish_topdown
-
-    d1, d2 = pair.common
-    rec = RecordingNoise(_noise(cfg, "topdown-replay", eps))
-    publish_topdown(cfg, d1, eps, rec)
-    try:
-        e1 = publish_topdown(cfg, d1, eps, ReplaySequence(rec.values)).estimates
-        e2 = publish_topdown(cfg, d2, eps, ReplaySequence(rec.values)).estimates
-    except PrivacyError as e:
-        return f"fail: {e}"
-    if len(e1) != len(e2) or any(not np.array_equal(x, y) for x, y in zip(e1, e2)):
-        return ("fail: with the same noisy measurements, the neighbours' MDFs differ: the estimation reads the "
-                "data beyond its measurements")
-    return "pass"
 
 
 def _topdown_structure(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool, nodes: dict) -> str:
@@ -671,7 +459,7 @@ def _topdown_structure(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool,
             people = Dataset(sub.domain, sub.codes, g)
             try:
                 t = topdown_root(cfg, people, unit, wb)
-                meas = publish_topdown(cfg, t, min(cfg.release.epsilons), _noise(cfg, "structure", what),
+                meas = publish_topdown(cfg, t, min(cfg.release.epsilons), _noise(cfg, 0, "structure", what),
                                        runs=1).measurements
             except (PrivacyError, ConfigError) as e:
                 return f"fail: the neighbour that empties {what} could not be released ({e})"
@@ -708,3 +496,613 @@ def _block_list_check(cfg: ExperimentConfig, pop: Dataset, unit: str) -> str:
         return "pass"
     source = geo.catalogue.source if geo.catalogue is not None else FROM_ROWS
     return f"fail: the block list changes when a block's only resident is replaced (block list: {source})"
+
+
+# ---- the real instance: neighbours of a unit's own data, whole releases, the cells a pair touches -----------------
+
+
+def _types_of(D: Dataset) -> tuple[Domain, np.ndarray]:
+    """The person domain (every attribute but BLOCK) and each row's type in it."""
+    names = [a for a in D.domain.names if a != "BLOCK"]
+    dom = D.domain.project(names)
+    return dom, dom.encode(D.project(names).codes) if len(D) else np.zeros(0, np.int64)
+
+
+def _with_type(D: Dataset, row: int, dom: Domain, t: int) -> Dataset:
+    codes = D.codes.copy()
+    code = dom.decode(np.array([t]))[0]
+    for j, name in enumerate(dom.names):
+        codes[row, D.domain.index(name)] = code[j]
+    return Dataset(D.domain, codes)
+
+
+def _add_row(D: Dataset, dom: Domain, t: int, block: int | None) -> Dataset:
+    row = np.zeros((1, len(D.domain)), dtype=np.int64)
+    code = dom.decode(np.array([t]))[0]
+    for j, name in enumerate(dom.names):
+        row[0, D.domain.index(name)] = code[j]
+    if block is not None:
+        row[0, D.domain.index("BLOCK")] = block
+    return Dataset(D.domain, np.vstack([D.codes, row]))
+
+
+def _drop_row(D: Dataset, row: int) -> Dataset:
+    return D.take(np.setdiff1d(np.arange(len(D)), [row]))
+
+
+def _other_area_block(D: Dataset, areas: dict | None, block: int) -> int:
+    """A block of another area (the tracts of a county) than ``block``'s where one exists, else the next block."""
+    n = D.domain.size("BLOCK")
+    finest = areas[list(areas)[-1]] if areas else []
+    area_of = {b: i for i, (_, members) in enumerate(finest) for b in members}
+    other = [b for b in range(n) if b != block and area_of.get(b) != area_of.get(block)]
+    return other[-1] if other else (block + 1) % n
+
+
+def _real_pairs(D: Dataset, workload, relation: Relation, areas: dict | None) -> list[tuple[str, Dataset]]:
+    """Neighbours of the real D under ``relation``: replace-one moves a real person to a block of another
+    area, changes a person of the commonest type to the rarest and one of the rarest present type to the
+    commonest, and replaces a person by the type whose cells differ most from theirs; add/remove adds the
+    type in most cells and removes a real person (of the commonest type)."""
+    dom, types = _types_of(D)
+    counts = np.bincount(types, minlength=dom.total_size) if len(D) else np.zeros(dom.total_size, np.int64)
+    common, rare = int(np.argmax(counts)), int(np.argmin(counts))
+    has_block = "BLOCK" in D.domain
+    pairs = []
+    all_types = _person_types(D.domain, 0 if has_block else None)
+    per_type = np.concatenate([_cells_of(workload, all_types[i:i + 2000]).sum(axis=1)
+                               for i in range(0, len(all_types), 2000)])
+    if relation is Relation.ADD_REMOVE:
+        t_most = int(dom.encode(all_types[int(np.argmax(per_type))][[D.domain.index(a) for a in dom.names]][None, :])[0])
+        pairs.append((f"a person of the type in most cells ({int(per_type.max())}) added", _add_row(D, dom, t_most,
+                                                                                                   0 if has_block else None)))
+        if len(D):
+            row = int(np.flatnonzero(types == common)[0])
+            pairs.append(("a person of the commonest type removed", _drop_row(D, row)))
+        return pairs
+    if not len(D):
+        return pairs
+    row_c = int(np.flatnonzero(types == common)[0])
+    pairs.append(("a person of the commonest type changed to the rarest", _with_type(D, row_c, dom, rare)))
+    present = np.flatnonzero(counts > 0)
+    rarest_present = int(present[np.argmin(counts[present])])
+    row_r = int(np.flatnonzero(types == rarest_present)[0])
+    if rarest_present != common:
+        pairs.append(("a person of the rarest type changed to the commonest", _with_type(D, row_r, dom, common)))
+    if has_block:
+        codes = D.codes.copy()
+        jb = D.domain.index("BLOCK")
+        codes[row_c, jb] = _other_area_block(D, areas, int(codes[row_c, jb]))
+        pairs.append(("a person moved to a block of another area", Dataset(D.domain, codes)))
+    cells_a = _cells_of(workload, D.codes[row_c][None, :])[0]
+    cand = all_types.copy()
+    if has_block:
+        cand[:, D.domain.index("BLOCK")] = _other_area_block(D, areas, int(D.codes[row_c, D.domain.index("BLOCK")]))
+    diff = np.concatenate([(_cells_of(workload, cand[i:i + 2000]) != cells_a[None, :]).sum(axis=1)
+                           for i in range(0, len(cand), 2000)])
+    b = cand[int(np.argmax(diff))]
+    codes = D.codes.copy()
+    codes[row_c] = b
+    pairs.append((f"a person replaced by the type differing in most cells ({int(diff.max())})", Dataset(D.domain, codes)))
+    return pairs
+
+
+def _replay_neighbours(D: Dataset, relation: Relation, areas: dict | None, k: int,
+                       rng: np.random.Generator) -> list[tuple[str, Dataset]]:
+    """``k`` neighbours of the real D for the replay: in turn a random person moved to a random other block
+    (of another area every other time), changed to a random other type, and (add/remove) removed or a
+    random type added."""
+    dom, _ = _types_of(D)
+    has_block = "BLOCK" in D.domain
+    out = []
+    for i in range(k):
+        kind = i % 3
+        if not len(D):
+            t = int(rng.integers(dom.total_size))
+            out.append(("a person added", _add_row(D, dom, t, 0 if has_block else None)))
+            continue
+        row = int(rng.integers(len(D)))
+        if relation is Relation.ADD_REMOVE and kind == 2:
+            out.append((f"person {row} removed", _drop_row(D, row)))
+        elif relation is Relation.ADD_REMOVE and kind == 1:
+            t = int(rng.integers(dom.total_size))
+            blk = int(rng.integers(D.domain.size("BLOCK"))) if has_block else None
+            out.append((f"a person of type {t} added", _add_row(D, dom, t, blk)))
+        elif kind == 0 and has_block and D.domain.size("BLOCK") > 1:
+            codes = D.codes.copy()
+            jb = D.domain.index("BLOCK")
+            cur = int(codes[row, jb])
+            codes[row, jb] = (_other_area_block(D, areas, cur) if i % 2 else
+                              int((cur + 1 + rng.integers(D.domain.size("BLOCK") - 1)) % D.domain.size("BLOCK")))
+            out.append((f"person {row} moved from block {cur} to {int(codes[row, jb])}", Dataset(D.domain, codes)))
+        else:
+            t = int(rng.integers(dom.total_size))
+            out.append((f"person {row} changed to type {t}", _with_type(D, row, dom, t)))
+    return out
+
+
+def _bands(exact: np.ndarray) -> np.ndarray:
+    """Each cell's band of true counts (0, 1–2, 3–9, 10–49, 50+): a scale that depends on the data shows
+    as one band noised less than the others."""
+    return np.digitize(np.asarray(exact), [1, 3, 10, 50])
+
+
+def _whole_checks(cfg: ExperimentConfig, eps: float, groups: dict, shape_sample: np.ndarray, tail_draws: list,
+                  indep: np.ndarray, sensitivity: dict, gaussian: bool, budget: float) -> tuple[dict, dict]:
+    """The checks over whole releases. ``groups``: (measurement, group) -> (n, Σ|x|, Σx²) of the noise;
+    ``sensitivity``: measurement -> the most one person moves its cells (L1; for 0/1 cells also the squared
+    L2), found by the audit. Each measurement's noise is bounded above by its least-noised group (a node,
+    a table, a band of true counts), so ε (ρ) from noise = Σ Δ / t (Δ / 2σ²) must not exceed ``budget``."""
+    a = cfg.release.audit
+    level = 1 - (1 - a.confidence) / max(len(groups), 1)
+    per_meas: dict = {}
+    for (meas, group), (n, sa, sq) in groups.items():
+        t = gaussian_sigma_upper_stats(n, sq, level) if gaussian else laplace_scale_upper_stats(n, sa, sq, level)
+        if meas not in per_meas or t < per_meas[meas][0]:
+            per_meas[meas] = (t, group)
+    spent, details = 0.0, {}
+    for meas, (t, group) in per_meas.items():
+        d = sensitivity[meas]
+        e = (d / (2 * t * t) if gaussian else d / t) if t > 0 else math.inf
+        spent += e
+        details[str(meas)] = {"sensitivity": d, "least_noised_group": str(group), "scale_upper": round(t, 6),
+                              ("rho" if gaussian else "epsilon") + "_at_least": round(e, 6)}
+    what = "ρ" if gaussian else "ε"
+    checks = {"noise_scale": "pass" if spent <= budget else
+              f"fail: the noise added spends {what} ≥ {spent:.4g} (each measurement's sensitivity over an upper bound "
+              f"on the noise of its least-noised node, table or band of true counts, summed), over the declared "
+              f"{budget:.4g} (assumes discrete {'Gaussian' if gaussian else 'Laplace'} noise, which noise_shape checks)"}
+    p_shape = gaussian_shape_pvalue(shape_sample) if gaussian else laplace_shape_pvalue(shape_sample)
+    p_tail = min((tail_pvalue(x, gaussian) for x in tail_draws), default=1.0)
+    family = "Gaussian" if gaussian else "Laplace"
+    checks["noise_shape"] = ("pass" if p_shape >= 1 - a.confidence else
+                             f"fail: the noise added is not discrete {family} (chi-square over its whole range, "
+                             f"p = {p_shape:.2g})")
+    checks["noise_tail"] = ("pass" if p_tail >= 1 - a.confidence else
+                            f"fail: the noise added has too few draws in its far tail for discrete {family} noise "
+                            f"(p = {p_tail:.2g}): it is cut off (truncated or clipped)")
+    p_ind, where = independence_pvalue(indep)
+    checks["noise_independence"] = ("pass" if p_ind >= 1 - a.confidence else
+                                    f"fail: the noise is not independent across cells, nodes or releases ({where}: "
+                                    f"p = {p_ind:.2g}); correlated or reused noise")
+    info = {("rho" if gaussian else "epsilon") + "_from_noise_scale": round(spent, 6), "per_measurement": details,
+            "noise_shape_p_value": p_shape, "noise_tail_p_value": p_tail, "independence_p_value": p_ind,
+            "whole_releases": a.whole_releases}
+    return checks, info
+
+
+#: Most noise columns the independence check correlates pairwise (every pair of them).
+INDEPENDENCE_COLUMNS = 4000
+
+
+def _independence_columns(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The columns the independence check correlates: all of them up to :data:`INDEPENDENCE_COLUMNS`, else
+    that many: every column sharing its cell label with another (a table cell of two blocks), then at
+    random."""
+    c = len(labels)
+    if c <= INDEPENDENCE_COLUMNS:
+        return np.arange(c)
+    _, inv, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    shared = np.flatnonzero(counts[inv] > 1)
+    pick = shared if shared.size <= INDEPENDENCE_COLUMNS // 2 else rng.choice(shared, INDEPENDENCE_COLUMNS // 2,
+                                                                                replace=False)
+    rest = np.setdiff1d(np.arange(c), pick)
+    more = rng.choice(rest, min(rest.size, INDEPENDENCE_COLUMNS - pick.size), replace=False)
+    return np.sort(np.concatenate([pick, more]))
+
+
+def _audit_tables_unit(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool, eps: float, seed: int) -> dict:
+    """Laplace tables (and the synthetic file fitted to them) of one unit, on its own D: the bound over the
+    real pairs, the whole-release checks, the replay over many pairs, the structure."""
+    from synth.release import _census_sensitivity
+
+    a = cfg.release.audit
+    relation = parse_relation(cfg.release.relation)
+    prob = prepare_unit(pop, cfg, unit, wb, pad_blocks=False)
+    D, areas = prob.private, prob.areas
+    workload = build_workload(cfg, cfg.queries[0], D.domain, areas)
+    exact = workload_counts(D, workload)
+    pairs = _real_pairs(D, workload, relation, areas)
+    pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
+    rng0 = np.random.default_rng(0)
+    backend = _noise(cfg, seed, "tables", unit, wb, eps)
+    bounds = []
+    for i, (what, D2) in enumerate(pairs):
+        c2 = workload_counts(D2, workload)
+        idx = np.flatnonzero(c2 - exact)
+        if not idx.size:
+            continue
+        r1 = range(2 * i * a.runs, (2 * i + 1) * a.runs)
+        r2 = range((2 * i + 1) * a.runs, (2 * i + 2) * a.runs)
+        y1 = _publish(cfg, "laplace_tables", eps, D, workload, backend, rng0, runs=r1, cells=idx).output.counts
+        y2 = _publish(cfg, "laplace_tables", eps, D2, workload, backend, rng0, runs=r2, cells=idx).output.counts
+        res = audit_outputs(y1, y2, exact[idx], (c2 - exact)[idx], eps, "laplace_tables", pair_conf)
+        bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
+    # whole releases of the real D, each the very call that publishes one (a single release), numbered after
+    # every pair's releases under the audit's key
+    start = 2 * len(pairs) * a.runs
+    whole = np.stack([_publish(cfg, "laplace_tables", eps, D, workload, _keyed_release(backend, start + r), rng0
+                               ).output.counts for r in range(a.whole_releases)])
+    noise = whole - exact[None, :]
+    if isinstance(workload, Workload):
+        cuts = workload.offsets()
+        table = np.repeat(np.arange(len(workload.marginals)), np.diff(cuts)).astype(str)
+        place = np.full(exact.size, "unit")
+        cell_label = np.concatenate([np.arange(n) for n in np.diff(cuts)]).astype(str)
+    else:
+        table = np.array([f"{t}@{lv}" for t, lv in zip(workload.tables(), workload.levels())])
+        place = np.array([lab.split("@", 1)[1] if "@" in lab else "unit" for lab in workload.labels])
+        cell_label = np.array([lab.split("@", 1)[0] for lab in workload.labels])
+    groups = NoiseGroups()
+    band = _bands(exact)
+    for key in (table, np.char.add("band ", band.astype(str))):
+        for g in np.unique(key):
+            groups.add(("tables", str(g)), noise[:, key == g])
+    for p in np.unique(place):  # per block (and area): a scale that depends on the node shows
+        groups.add(("tables", f"place {p}"), noise[:, place == p])
+    rng = np.random.default_rng(_stable("audit-sample", seed, unit))
+    groups.keep(noise, 2_000_000, rng)
+    all_types = _person_types(D.domain, 0 if "BLOCK" in D.domain else None)
+    per_person = int(max(_cells_of(workload, all_types[i:i + 2000]).sum(axis=1).max()
+                         for i in range(0, len(all_types), 2000)))
+    delta = _census_sensitivity(per_person, relation, 1)
+    cols = _independence_columns(cell_label, rng)
+    checks, info = _whole_checks(cfg, eps, groups.sums, np.concatenate(groups.sample), [noise], noise[:, cols],
+                                 {"tables": delta}, False, eps)
+    # the replay: recorded whole releases, many neighbours of the real data
+    neighbours = _replay_neighbours(D, relation, areas, a.replay_pairs, rng)
+    values = [whole[i] for i in range(min(a.replay_draws, len(whole)))]
+    checks["post_processing"] = _replay_pairs(cfg, "laplace_tables", eps, workload, D, neighbours, values)
+    record = _publish(cfg, "laplace_tables", eps, D, workload, _keyed_release(backend, start), rng0).record
+    checks["accounting"], acc = _tables_accounting(record, eps)
+    info.update(acc)
+    checks["structure"] = _structure_check(cfg, "laplace_tables", eps, workload, D, pairs[0][1]) if pairs else "not run"
+    best = max(bounds, default=(0.0, "none", 0))
+    details = dict(info, unit=unit, neighbours=[w for w, _ in pairs], differing_cells=[b[2] for b in bounds],
+                   bound_per_pair={w: round(b[0], 6) for (w, _), b in zip(pairs, bounds)}, replay_pairs=len(neighbours),
+                   replay_draws=len(values), audited_on="the unit's own D (its private half), every cell")
+    out = {"laplace_tables": AuditResult("laplace_tables", eps, best[0], a.runs, a.confidence, best[1], dict(checks),
+                                         dict(details, audited_as="the published noisy counts"))}
+    if "synthetic" in cfg.release.mechanisms:
+        key = unit_key(cfg, "fit", unit, eps)  # the key the published fit uses (public: unit and ε)
+        fits = neighbours[:SYNTHETIC_REPLAY_FITS]
+        syn = dict(checks)
+        syn["synthetic_structure"] = (_structure_check(cfg, "synthetic", eps, workload, D, pairs[0][1], key=key)
+                                      if pairs else "not run")
+        syn["synthetic_post_processing"] = _replay_pairs(cfg, "synthetic", eps, workload, D, fits, values[:1], key=key)
+        out["synthetic"] = AuditResult("synthetic", eps, best[0], a.runs, a.confidence, best[1], syn,
+                                       dict(details, audited_as="laplace_tables; the fit is post-processing of them",
+                                            synthetic_replay_fits=len(fits)))
+    return out
+
+
+#: Neighbours whose synthetic files are fitted again in the replay (each fit is a RAP run; every replay pair
+#: of the tables checks the fit's inputs, the published noisy counts and their total).
+SYNTHETIC_REPLAY_FITS = 5
+
+
+def _keyed_release(backend, release: int):
+    """The backend that draws release ``release`` of the audit's key as a single release (OpenDP's: itself)."""
+    return KeyedNoise(backend.seed, release) if getattr(backend, "keyed", False) else backend
+
+
+def _as_batch(m):
+    """One release's measurements with a leading runs axis of one (what the replay records)."""
+    return dataclasses.replace(m, detailed=[x[None] for x in m.detailed], tables=[x[None] for x in m.tables])
+
+
+def _roots(cfg: ExperimentConfig, pop: Dataset, units: list[str], wb: bool) -> list[list[str]]:
+    """The audited units grouped by the root of their TopDown release (one production tree each)."""
+    from experiments.release.topdown import topdown_shape
+
+    by_root: dict = {}
+    for u in units:
+        by_root.setdefault(topdown_shape(cfg, pop, u, wb)[0], []).append(u)
+    return list(by_root.values())
+
+
+def _tree_change(halves: dict, unit: str, change) -> dict:
+    out = dict(halves)
+    out[unit] = change(halves[unit])
+    return out
+
+
+def _topdown_pairs(td, real: dict, unit: str, relation: Relation, wb: bool) -> list[tuple[str, dict]]:
+    """Neighbours of the real tree's halves: replace-one moves a person of ``unit`` (of its commonest type)
+    to the last block of another unit, changes a person of the commonest type to the tree's rarest type
+    and one of the rarest present type to the commonest, and replaces a person by the type whose table
+    cells differ most from the type in most cells; add/remove adds the type in most cells and removes a
+    person of the commonest type."""
+    dom = td.person_domain
+    a_mat = td.strategy.tables.tocsc()
+    per_type = np.diff(a_mat.indptr)
+    most = int(np.argmax(per_type))
+    counts = td.tree.hist[0][0]
+    D = real[unit]
+    _, types = _types_of(D)
+    pairs = []
+    if relation is Relation.ADD_REMOVE:
+        pairs.append((f"a person of the type in most cells ({int(per_type[most])}) added to {unit}",
+                      _tree_change(real, unit, lambda d: _add_row(d, dom, most, 0 if wb else None))))
+        if len(D):
+            row = int(np.argmax(np.bincount(types, minlength=dom.total_size)[types]))
+            pairs.append((f"a person of {unit}'s commonest type removed", _tree_change(real, unit, lambda d: _drop_row(d, row))))
+        return pairs
+    if not len(D):
+        return pairs
+    local = np.bincount(types, minlength=dom.total_size)
+    row_c = int(np.flatnonzero(types == int(np.argmax(local)))[0])
+    rare, common = int(np.argmin(counts)), int(np.argmax(counts))
+    pairs.append((f"a person of {unit}'s commonest type changed to the tree's rarest",
+                  _tree_change(real, unit, lambda d: _with_type(d, row_c, dom, rare))))
+    present = np.flatnonzero(local > 0)
+    rp = int(present[np.argmin(local[present])])
+    row_r = int(np.flatnonzero(types == rp)[0])
+    pairs.append((f"a person of {unit}'s rarest type changed to the tree's commonest",
+                  _tree_change(real, unit, lambda d: _with_type(d, row_r, dom, common))))
+    others = [u for u in td.nodes if u != unit]
+    shared = np.asarray((a_mat.T @ a_mat[:, most]).todense()).ravel()
+    b = int(np.argmax(per_type + per_type[most] - 2 * shared))
+    if others:
+        target = others[-1]
+        last = (len(td.nodes[target][2]) - 1) if wb else None
+        moved = _tree_change(real, unit, lambda d: _drop_row(d, row_c))
+        keep_type = int(types[row_c])
+        moved = _tree_change(moved, target, lambda d: _add_row(d, dom, keep_type, last))
+        pairs.append((f"a person moved from {unit} to {target}" + (f", block {last}" if wb else ""), moved))
+        worst = _tree_change(real, unit, lambda d: _with_type(d, row_c, dom, most))
+        worst2 = _tree_change(_tree_change(worst, unit, lambda d: _drop_row(d, row_c)), target,
+                              lambda d: _add_row(d, dom, b, last))
+        pairs.append((f"a person of the type in most cells ({int(per_type[most])}) in {unit} replaced by the type "
+                      f"differing most ({int((per_type + per_type[most] - 2 * shared)[b])} cells) in {target}", worst2))
+    return pairs
+
+
+def _tree_neighbours(td, real: dict, relation: Relation, k: int, rng: np.random.Generator) -> list[tuple[str, dict]]:
+    """``k`` random neighbours of the real tree for the replay: a person of a random unit moved to a random
+    block of another unit, changed to a random type, removed or a random type added."""
+    dom = td.person_domain
+    units = [u for u in td.nodes if len(real[u])]
+    out = []
+    for i in range(k):
+        u = units[int(rng.integers(len(units)))] if units else next(iter(td.nodes))
+        D = real[u]
+        kind = i % 3
+        if not len(D) or (relation is Relation.ADD_REMOVE and kind == 1):
+            t = int(rng.integers(dom.total_size))
+            nb = len(td.nodes[u][2])
+            blk = int(rng.integers(nb)) if nb else None
+            out.append((f"a person of type {t} added to {u}", _tree_change(real, u, lambda d: _add_row(d, dom, t, blk))))
+            continue
+        row = int(rng.integers(len(D)))
+        if relation is Relation.ADD_REMOVE and kind == 2:
+            out.append((f"person {row} of {u} removed", _tree_change(real, u, lambda d: _drop_row(d, row))))
+        elif kind == 0 and relation is Relation.REPLACE_ONE and len(td.nodes) > 1:
+            v = [x for x in td.nodes if x != u][int(rng.integers(len(td.nodes) - 1))]
+            nb = len(td.nodes[v][2])
+            blk = int(rng.integers(nb)) if nb else None
+            t = int(_types_of(D)[1][row])
+            moved = _tree_change(_tree_change(real, u, lambda d: _drop_row(d, row)), v, lambda d: _add_row(d, dom, t, blk))
+            out.append((f"person {row} moved from {u} to {v}", moved))
+        else:
+            t = int(rng.integers(dom.total_size))
+            out.append((f"person {row} of {u} changed to type {t}", _tree_change(real, u, lambda d: _with_type(d, row, dom, t))))
+    return out
+
+
+def _tables_accounting(record, eps: float) -> tuple[str, dict]:
+    """The Laplace tables' one measurement through :func:`_opendp_accounting` (its scale and L1 sensitivity)."""
+    from fractions import Fraction
+
+    from synth.topdown import Budget
+
+    b = Budget("unit", "tables", Fraction(repr(float(eps))), int(record.sensitivity), float(record.scale))
+    return _opendp_accounting([b], False, eps)
+
+
+def _opendp_accounting(budgets, gaussian: bool, total) -> tuple[str, dict]:
+    """Every measurement's privacy map from OpenDP beside our exact figure: pure ε, the discrete Laplace map
+    at the measurement's scale and L1 sensitivity; zCDP, the discrete Gaussian map at unit L2 distance
+    times the squared L2 sensitivity (the map is quadratic in the distance). Their sum must not exceed the
+    budget and each must agree with ours."""
+    try:
+        import opendp.prelude as dp
+    except ImportError:
+        return "not run: OpenDP is not installed (pip install 'censusrecon[dp]')", {}
+    dp.enable_features("contrib")
+    dom = dp.vector_domain(dp.atom_domain(T="i64"))
+    ours, theirs = 0.0, 0.0
+    for b in budgets:
+        if not b.sensitivity:
+            continue
+        if gaussian:
+            m = dp.m.make_gaussian(dom, dp.l2_distance(T="i64"), scale=float(b.scale))
+            v = float(m.map(1)) * b.sensitivity
+        else:
+            m = dp.m.make_laplace(dom, dp.l1_distance(T="i64"), scale=float(b.scale))
+            v = float(m.map(int(b.sensitivity)))
+        theirs += v
+        ours += float(b.spent())
+    what = "ρ" if gaussian else "ε"
+    info = {f"opendp_{'rho' if gaussian else 'epsilon'}": theirs, f"exact_{'rho' if gaussian else 'epsilon'}": ours}
+    if theirs > float(total) * (1 + 1e-9):
+        return f"fail: OpenDP's privacy maps add up to {what} = {theirs:.6g}, over the budget {float(total):.6g}", info
+    if abs(theirs - ours) > 1e-6 * max(ours, 1e-12):
+        return f"fail: OpenDP's maps give {what} = {theirs:.6g}, our exact sum {ours:.6g}", info
+    return "pass", info
+
+
+def _audit_topdown_root(cfg: ExperimentConfig, pop: Dataset, units: list[str], wb: bool, eps: float,
+                        seed: int) -> AuditResult:
+    """TopDown on its production tree (every level, every node), on the real data of every unit under the
+    root: the bound over real pairs (the cells they touch, drawn by the publishing function with the
+    production key schedule), the whole-release checks, the OpenDP accounting, the replay over many pairs
+    and draws, the structure."""
+    from experiments.release.topdown import publish_topdown, topdown_root, topdown_tree
+    from synth.topdown import QUERIES, rho_for
+
+    a = cfg.release.audit
+    relation = parse_relation(cfg.release.relation)
+    gaussian = cfg.release.topdown.accounting == "zcdp"
+    td = topdown_root(cfg, pop, units[0], wb)
+    real = {u: private_half(pop, cfg, u, wb) for u in td.nodes}
+    n_levels = len(td.shape.levels)
+
+    def tree_of(halves):
+        return dataclasses.replace(td, tree=topdown_tree(cfg, td.shape, td.nodes, halves, td.strategy, td.person_domain))
+
+    def exact_of(t):
+        return {(li, q): (h if q == "detailed" else t.strategy.tabulate(h)) for li, h in enumerate(t.tree.hist)
+                for q in QUERIES}
+
+    exact = exact_of(td)
+    backend = _noise(cfg, seed, "topdown", td.root, wb, eps)
+    pairs = _topdown_pairs(td, real, units[0], relation, wb)
+    pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
+    bounds = []
+    for i, (what, halves2) in enumerate(pairs):
+        t2 = tree_of(halves2)
+        e2 = exact_of(t2)
+        cells = {k: np.flatnonzero((e2[k] != exact[k]).ravel()) for k in exact}
+        keys = [k for k in exact if cells[k].size]
+        if not keys:
+            continue
+        r1 = range(2 * i * a.runs, (2 * i + 1) * a.runs)
+        r2 = range((2 * i + 1) * a.runs, (2 * i + 2) * a.runs)
+        ys = []
+        for tree, rr in ((td, r1), (t2, r2)):
+            m = publish_topdown(cfg, tree, eps, backend, runs=rr, cells=cells).measurements
+            ys.append(np.concatenate([(m.detailed if q == "detailed" else m.tables)[li] for li, q in keys], axis=1))
+        ref1 = np.concatenate([exact[k].ravel()[cells[k]] for k in keys])
+        ref2 = np.concatenate([e2[k].ravel()[cells[k]] for k in keys])
+        res = audit_outputs(ys[0], ys[1], ref1, ref2 - ref1, eps, "topdown", pair_conf)
+        bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(ref1.size), what))
+    # whole production releases
+    start = 2 * len(pairs) * a.runs
+    groups = NoiseGroups()
+    rng = np.random.default_rng(_stable("audit-sample", seed, td.root))
+    samples: dict = {k: [] for k in exact}
+    tails: dict = {}
+    pick = {}
+    for (li, q), ex in exact.items():
+        nodes = ex.shape[0]
+        cs = rng.choice(ex.shape[1], size=min(300, ex.shape[1]), replace=False)
+        ns = sorted({0, min(1, nodes - 1), nodes - 1})
+        pick[(li, q)] = (np.array([n * ex.shape[1] + c for n in ns for c in cs]), np.array([f"{q}:{c}" for n in ns for c in cs]))
+    indep, recorded = [], []
+    for r in range(a.whole_releases):
+        # the single-release call that publishes (its estimation run only for the releases the replay uses)
+        m = publish_topdown(cfg, td, eps, _keyed_release(backend, start + r), estimate=r < a.replay_draws).measurements
+        row = []
+        for (li, q), ex in exact.items():
+            y = (m.detailed if q == "detailed" else m.tables)[li]
+            x = y - ex
+            for node in range(ex.shape[0]):
+                groups.add(((li, q), f"node {td.shape.ids[li][node]}"), x[node])
+            band = _bands(ex)
+            for bnd in np.unique(band):
+                groups.add(((li, q), f"band {bnd}"), x[band == bnd])
+            if sum(len(v) for v in samples[(li, q)]) < 1_000_000:
+                flat = x.ravel()
+                samples[(li, q)].append(flat if flat.size <= 200_000 else flat[rng.integers(0, flat.size, 200_000)])
+            tails.setdefault((li, q), []).append(_tail_stats(x, gaussian))
+            row.append(x.ravel()[pick[(li, q)][0]])
+        m = _as_batch(m)
+        indep.append(np.concatenate(row))
+        if r < a.replay_draws:
+            recorded.append(m)
+    mult = 2 if relation is Relation.REPLACE_ONE else 1
+    per_type = int(np.diff(td.strategy.tables.tocsc().indptr).max())
+    sens = {(li, q): mult * (1 if q == "detailed" else per_type) for li in range(n_levels) for q in QUERIES}
+    budget = float(rho_for(eps, cfg.release.topdown.delta)) / 0.999999 if gaussian else eps
+    shape_p = {k: (gaussian_shape_pvalue(np.concatenate(v)) if gaussian else laplace_shape_pvalue(np.concatenate(v)))
+               for k, v in samples.items()}
+    tail_p = {k: _tail_from_stats(v, gaussian) for k, v in tails.items()}
+    checks, info = _whole_checks(cfg, eps, groups.sums, np.zeros(0, np.int64), [], np.array(indep), sens, gaussian,
+                                 budget)
+    nm = len(exact)
+    worst_s, worst_t = min(shape_p, key=shape_p.get), min(tail_p, key=tail_p.get)
+    lvl = lambda k: f"{td.shape.levels[k[0]]}/{k[1]}"  # noqa: E731
+    family = "Gaussian" if gaussian else "Laplace"
+    checks["noise_shape"] = ("pass" if shape_p[worst_s] >= (1 - a.confidence) / nm else
+                             f"fail: the noise added at {lvl(worst_s)} is not discrete {family} (chi-square over its "
+                             f"whole range, p = {shape_p[worst_s]:.2g})")
+    checks["noise_tail"] = ("pass" if tail_p[worst_t] >= (1 - a.confidence) / nm else
+                            f"fail: the noise added at {lvl(worst_t)} has too few draws in its far tail for discrete "
+                            f"{family} noise (p = {tail_p[worst_t]:.2g}): it is cut off")
+    info.update(noise_shape_p_value={lvl(k): v for k, v in shape_p.items()},
+                noise_tail_p_value={lvl(k): v for k, v in tail_p.items()})
+    # accounting by the library
+    meas = recorded[0]
+    checks["accounting"], acc = _opendp_accounting(meas.budgets, gaussian, budget)
+    info.update(acc)
+    # replay: recorded releases, many neighbours of the real tree
+    checks["post_processing"] = _topdown_replay(cfg, eps, td, real, relation, recorded, tree_of, rng)
+    checks["structure"] = _topdown_structure(cfg, pop, units[0], wb, td.nodes)
+    if "root_total" in cfg.release.invariants:
+        info["not_audited"] = "the root's total: a declared invariant under replace-one (release.invariants)"
+    best = max(bounds, default=(0.0, "none", 0, ""))
+    info.update(root=td.root, tree_nodes=[len(i) for i in td.shape.ids], neighbours=[w for w, _ in pairs],
+                bound_per_pair={b[3]: round(b[0], 6) for b in bounds}, audited_on="the production tree, every level "
+                "and node, on the real private halves of every unit under the root")
+    return AuditResult("topdown", eps, best[0], a.runs, a.confidence, best[1], checks, info)
+
+
+def _topdown_replay(cfg: ExperimentConfig, eps: float, td, real: dict, relation: Relation, recorded: list, tree_of,
+                    rng: np.random.Generator) -> str:
+    """Each recorded release's measurements replayed for the real tree and for many neighbours of it: the
+    estimates (the MDF) must be identical."""
+    from experiments.release.topdown import publish_topdown
+
+    a = cfg.release.audit
+    neighbours = _tree_neighbours(td, real, relation, a.replay_pairs, rng)
+    for m in recorded:
+        values = []
+        for li in range(len(m.detailed)):
+            values += [m.detailed[li][0], m.tables[li][0]]
+        try:
+            e1 = publish_topdown(cfg, td, eps, ReplaySequence(values)).estimates
+        except PrivacyError as e:
+            return f"fail: {e}"
+        for what, halves2 in neighbours:
+            try:
+                e2 = publish_topdown(cfg, tree_of(halves2), eps, ReplaySequence(values)).estimates
+            except PrivacyError as e:
+                return f"fail: {e} ({what})"
+            if len(e1) != len(e2) or any(not np.array_equal(x, y) for x, y in zip(e1, e2)):
+                return ("fail: with the same noisy measurements, the neighbours' MDFs differ "
+                        f"({what}): the estimation reads the data beyond its measurements")
+    return "pass"
+
+
+def _tail_stats(x: np.ndarray, gaussian: bool) -> tuple:
+    """One release's noise of one measurement for the far-tail test: (n, Σ|x|, Σx², the |x| of its largest
+    draws): enough to count, after all releases, the draws beyond the threshold the fitted law sets."""
+    a = np.abs(np.asarray(x, dtype=np.int64)).ravel()
+    top = np.sort(a)[-200:] if a.size > 200 else np.sort(a)
+    return a.size, float(a.sum()), float((a.astype(np.float64) ** 2).sum()), top
+
+
+def _tail_from_stats(stats: list, gaussian: bool, expected: float = 30.0) -> float:
+    """:func:`synth.audit.tail_pvalue` over releases summarised by :func:`_tail_stats` (each keeps its 200
+    largest |x|, more than the threshold's expected count per release)."""
+    from scipy.stats import norm, poisson
+
+    n = sum(s[0] for s in stats)
+    if n < 1000:
+        return 1.0
+    if gaussian:
+        sd = math.sqrt(sum(s[2] for s in stats) / n)
+        if sd == 0:
+            return 1.0
+        k = math.ceil(sd * norm.isf(expected / (2 * n)))
+        p = 2 * norm.sf((k - 0.5) / sd)
+    else:
+        m = sum(s[1] for s in stats) / n
+        if m == 0:
+            return 1.0
+        r = (math.sqrt(1 + m * m) - 1) / m
+        k = max(1, math.ceil(math.log(expected * (1 + r) / (2 * n)) / math.log(r)))
+        p = 2 * r**k / (1 + r)
+    seen = sum(int((s[3] >= k).sum()) for s in stats)
+    return float(poisson.cdf(seen, n * p))

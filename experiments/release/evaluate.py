@@ -22,8 +22,8 @@ from experiments.problem import (_stable, attributes, baseline_curves, build_pri
                                  unit_key)
 from experiments.progress import UnitProgress
 from experiments.release.audit import audit_release
-from experiments.release.publish import (Published, _backend, _fit_note, check_block_list, own_invariants, publish,
-                                         publish_swapping)
+from experiments.release.publish import (Published, _backend, _fit_note, check_block_list, neighbours_of,
+                                         own_invariants, publish, publish_swapping)
 from experiments.release.report import plot_release, release_persons, unit_selection, write_report
 from experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
 from experiments.results import code_fingerprint, jax_info, versions, write_json, write_parquet, write_yaml
@@ -125,7 +125,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     df = pd.concat(curves, ignore_index=True)
     util = pd.DataFrame(utility)
     lift = lift_table(df)
-    audits = audit_release(cfg, pop, units[0], progress=progress)
+    audits = audit_release(cfg, pop, progress=progress)
     risks, risk_note = measure_risks(cfg, micro)
     write_json(run_dir / "risks.json", {"note": risk_note})
     if len(risks):
@@ -266,8 +266,10 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
                     extra_td = {}
                 if getattr(backend, "contrib", False):
                     extra.update(opendp_version=backend.version, opendp_contrib=True)
+                protects, exact = neighbours_of(cfg, mech)
                 ledger.record(pub.record, backend.name, pub.for_publication, publication_note=pub.publication_note,
-                              invariants=own_invariants(cfg, mech, wb), **extra, **extra_td)
+                              invariants=own_invariants(cfg, mech, wb), neighbours=protects, published_exactly=exact,
+                              **extra, **extra_td)
             if pub.rows is not None:
                 micro.append(_micro_rows(pub.rows, unit, wb, "release", mech, setting))
             rows = table_utility(pub.counts, exact_counts, w) + totals_utility(pub.counts, exact_counts, w)

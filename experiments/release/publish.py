@@ -16,20 +16,21 @@ from microdata.geography import FROM_ROWS
 from microdata.marginals import Workload, marginal_counts
 from synth.histogram import DENSE_LIMIT, SparseHistogram, perturbed_histogram, smoothed_histogram
 from synth.mechanism import Mechanism, Relation, parse_relation
-from synth.noise import SimulationNoise, make_backend
+from synth.keyed import KeyedNoise
+from synth.noise import make_backend
 from synth.release import TOTAL_PUBLIC_BY_RELATION, fit_synthetic, laplace_tables, workload_counts
 from synth.swapping import NOT_DP, swap_records
 
 log = logging.getLogger(__name__)
 
-log = logging.getLogger(__name__)
-
 
 def _backend(cfg: ExperimentConfig, *parts):
+    """The noise of one release: OpenDP's (publication), or counter-based simulation noise keyed by the
+    experiment's seed and the release (:class:`synth.keyed.KeyedNoise`, the auditor's key schedule)."""
     r = cfg.release
     if r.backend == "opendp":
         return make_backend("opendp")
-    return SimulationNoise(np.random.default_rng(_stable("noise", cfg.seed, *parts)))
+    return KeyedNoise(_stable("noise", cfg.seed, *parts))
 
 
 @dataclass
@@ -62,23 +63,25 @@ def _fit_note(backend, mechanism: str) -> tuple[bool, str]:
 
 
 def publish(cfg: ExperimentConfig, mechanism: str, epsilon: float, D: Dataset, workload, backend,
-            rng: np.random.Generator, key=None, runs: int | None = None,
-            dense_limit: int = DENSE_LIMIT) -> Published:
+            rng: np.random.Generator, key=None, runs=None, dense_limit: int = DENSE_LIMIT,
+            cells: np.ndarray | None = None) -> Published:
     """Release D's tables by ``mechanism`` at ``epsilon``: the one code path evaluate-release
     attacks, the auditor audits and an agency would publish through.
 
     D's domain (attributes, BLOCK from the public block list) and the workload are public
     inputs. The true n of D reaches the release only where the neighbouring relation makes it
     public (replace-one) or the agency declared it (``release.invariants: [unit_total]``);
-    otherwise totals come from the noisy tables. ``runs`` releases that many times at once (the
-    auditor's batches; additive mechanisms only).
+    otherwise totals come from the noisy tables. ``runs`` releases that many times at once, or the
+    listed release numbers (the auditor's batches; additive mechanisms only), through the same code
+    as one release (a batch of one); ``cells`` draws only those table cells (the auditor's pairs:
+    with a keyed backend, equal to the same cells of the whole release).
     """
     r = cfg.release
     declared_total = "unit_total" in r.invariants
     ok, note = _fit_note(backend, mechanism)
     if mechanism in ("laplace_tables", "synthetic"):
         tables, rec = laplace_tables(D, workload, epsilon, backend, r.relation, declared_total=declared_total,
-                                     runs=runs)
+                                     runs=runs, cells=cells)
         structure = ("tables", _labels(workload))
         if mechanism == "laplace_tables" or runs is not None:
             answers = tables.answers() if runs is None else None
@@ -153,6 +156,34 @@ def own_invariants(cfg: ExperimentConfig, mechanism: str, with_block: bool) -> l
             "unit_total": mechanism in ("laplace_tables", "synthetic"),
             "occupied_blocks": with_block}
     return [i for i in cfg.release.invariants if uses.get(i, True)]
+
+
+def neighbours_of(cfg: ExperimentConfig, mechanism: str) -> tuple[str, str]:
+    """What one mechanism's ε protects: the dataset whose neighbours it is DP for, and what it publishes
+    exactly (by the relation or declared), so that releases compared side by side say how they differ.
+
+    >>> from experiments.config import parse_config
+    >>> neighbours_of(parse_config({"name": "x", "release": {"relation": "replace_one"}}), "laplace_tables")[1]
+    "the unit's n (replace_one: the same for every neighbour)"
+    """
+    r = cfg.release
+    replace = parse_relation(r.relation) is Relation.REPLACE_ONE
+    level = cfg.target.level
+    if mechanism == "topdown":
+        what = (f"every person under the {r.topdown.root} around the unit (the release's root): one person "
+                + ("replaced anywhere in it, moving between its units" if replace else "added or removed"))
+        exact = [f"the {r.topdown.root}'s n" + (" (replace_one: the same for every neighbour)" if replace else "")]
+        if not replace and "root_total" in r.invariants:
+            exact = [f"the {r.topdown.root}'s n (declared invariant)"]
+        if not replace and "root_total" not in r.invariants:
+            exact = []
+    else:
+        what = f"the persons of one {level}: one person " + ("replaced within it" if replace else "added or removed")
+        exact = (["the unit's n (replace_one: the same for every neighbour)"] if replace else
+                 ["the unit's n (declared invariant)"] if "unit_total" in r.invariants and
+                 mechanism in ("laplace_tables", "synthetic") else [])
+    exact += [i for i in own_invariants(cfg, mechanism, True) if i not in ("unit_total", "root_total")]
+    return what, "; ".join(exact) or "nothing"
 
 
 def check_block_list(cfg: ExperimentConfig, pop: Dataset, unit: str) -> None:

@@ -134,15 +134,18 @@ class TopDownRelease:
 
 
 def publish_topdown(cfg: ExperimentConfig, td: TopDownRoot, epsilon: float, backend,
-                    runs: int | None = None) -> TopDownRelease:
+                    runs=None, cells: dict | None = None, estimate: bool = True) -> TopDownRelease:
     """TopDown over ``td``'s tree: the noisy measurements of every node (the private step), then the
     top-down estimation from the measurements and the tree's public shape alone (post-processing).
-    ``runs`` measures that many times at once and estimates nothing (the auditor's batches)."""
+    ``runs`` (a count or release numbers) measures that many releases at once and estimates nothing
+    (the auditor's batches, through the same code: a single release is the batch of one); ``cells``
+    draws only those cells of each (level, query) (:func:`synth.topdown.measure`). ``estimate=False``
+    stops after the measurements (the auditor's whole releases beyond those it replays)."""
     r = cfg.release
     meas, mech = topdown_measure(td.tree, epsilon, backend, r.relation, td.strategy, r.topdown.shares, runs=runs,
                                  invariants=tuple(i for i in r.invariants if i == "root_total"),
-                                 accounting=r.topdown.accounting, delta=r.topdown.delta)
-    if runs is not None:
+                                 accounting=r.topdown.accounting, delta=r.topdown.delta, cells=cells)
+    if runs is not None or not estimate:
         return TopDownRelease(meas, mech)
     est = topdown_estimate(td.shape, meas, td.strategy, r.topdown.solver)
     check_consistent(td.shape, est)

@@ -1,10 +1,7 @@
 """The auditor tests the code that publishes: each bug this project must never ship is caught when
 injected, the unmodified mechanisms pass, and no release depends on what it does not account for."""
 
-import dataclasses
 import json
-import math
-from fractions import Fraction
 
 import pandas as pd
 
@@ -91,7 +88,8 @@ def test_audit_cli_audits_every_epsilon_of_the_config_and_says_which_checks_ran(
     for o in objs:
         assert o["passed"] and 0 <= o["epsilon_lower_bound"] <= o["declared_epsilon"]
     lap = [o for o in objs if o["mechanism"] == "laplace_tables"][0]
-    assert set(lap["checks"]) == {"structure", "post_processing", "noise_scale", "noise_shape"}
+    assert set(lap["checks"]) == {"structure", "post_processing", "noise_scale", "noise_shape", "noise_tail",
+                                  "noise_independence", "accounting"}
     assert main(["audit", cfg, "--json", "--set", "release.audit.runs=20000", "--set", "release.epsilons=[0.5, 1, 2.0]",
                  "--set", "release.audit.epsilons=extremes", "--set", "release.mechanisms=[laplace_tables]"]) == 0
     eps = [json.loads(line)["declared_epsilon"] for line in capsys.readouterr().out.strip().splitlines()]
@@ -205,31 +203,22 @@ def test_a_data_derived_block_list_is_refused_unless_declared(root, tmp_path, mo
 
 
 UNIT = "01001000100"
-AGENCY = ["release.epsilons=[2.0]", "release.audit.runs=20000", "release.mechanisms=[topdown]",
-          'target.unit_ids=["01001000100"]']
+AGENCY = ["release.epsilons=[2.0]", "release.audit.runs=5000", "release.mechanisms=[topdown]",
+          'target.unit_ids=["01001000100"]', "release.audit.whole_releases=20", "release.audit.replay_pairs=5",
+          "release.audit.replay_draws=1"]
 
 
 @pytest.mark.parametrize("accounting", ["pure", "zcdp"])
-def test_topdown_passes_the_audit_on_its_production_path(root, accounting, monkeypatch):
-    import synth.topdown
-
-    cfg = load_config(root / "configs" / "release_agency.yaml", AGENCY + [f"release.topdown.accounting={accounting}"]
-                      + (["release.audit.runs=10000"] if accounting == "zcdp" else []))
+def test_topdown_passes_the_audit_on_its_production_path(root, accounting):
+    cfg = load_config(root / "configs" / "release_agency.yaml", AGENCY + [f"release.topdown.accounting={accounting}"])
     ok = audit_release(cfg, load_population(cfg))
     assert [r.mechanism for r in ok] == ["topdown"] and not _failures(ok), _failures(ok)
-    assert set(ok[0].checks) >= {"noise_scale", "post_processing", "structure"}
-    assert set(ok[0].details["noise_per_level"]) == {f"{lv}/{q}" for lv in ("county", "tract", "block")
-                                                      for q in ("detailed", "tables")}
-    assert "declared invariant" in ok[0].details["not_audited"]
-    if accounting == "zcdp":  # and the discrete Gaussian measured with 25% too small a σ at the block level is caught
-        budgets = synth.topdown.budgets
-
-        def block_cut(*a, **k):
-            return [dataclasses.replace(b, scale=0.75 * b.scale) if b.level == "block" else b for b in budgets(*a, **k)]
-
-        monkeypatch.setattr(synth.topdown, "budgets", block_cut)
-        bad = _failures(audit_release(cfg, load_population(cfg)))
-        assert bad["topdown"][1]["noise_scale"].startswith("fail: the noise added at the levels spends ρ"), bad
+    assert set(ok[0].checks) >= {"noise_scale", "noise_shape", "noise_tail", "noise_independence", "accounting",
+                                 "post_processing", "structure"}
+    root_audit = ok[0].details["per_unit"]["01001"]
+    assert root_audit["tree_nodes"] == [1, 4, 112]  # the production tree, every node
+    assert len(root_audit["per_measurement"]) == 6  # county, tract, block × detailed, tables
+    assert "declared invariant" in root_audit["not_audited"]
 
 
 def test_swapping_is_not_audited_and_its_ledger_entry_says_it_is_not_dp(root, tmp_path):
@@ -238,6 +227,8 @@ def test_swapping_is_not_audited_and_its_ledger_entry_says_it_is_not_dp(root, tm
     cfg = load_config(root / "configs" / "release_agency.yaml",
                       ['target.unit_ids=["01001000100"]', "release.epsilons=[2.0]", "release.swap_rates=[0.2]",
                        "release.audit.runs=3000", "attack.runs=2", "attack.steps=20", "grid_points=10",
+                       "release.audit.whole_releases=20", "release.audit.replay_pairs=3", "release.audit.replay_draws=1",
+                       "release.audit.units=1",
                        "release.mechanisms=[laplace_tables, topdown, swapping, synthetic]"])
     run = evaluate_release(cfg, tmp_path, progress=False)
     ledger = json.loads((run / "ledger.json").read_text())
@@ -278,133 +269,3 @@ def test_every_mechanism_of_the_demo_and_agency_configs_passes_its_audit_at_ever
     for name in ("release_demo.yaml", "release_agency.yaml"):
         results = audit_release(load_config(root / "configs" / name))
         assert results and not _failures(results), (name, _failures(results))
-
-
-def _leaky_estimate(real):
-    """Publish as usual, then re-estimate with the root's true histogram in place of its noisy one."""
-    def publish_topdown(cfg, td, eps, backend, runs=None):
-        rel = real(cfg, td, eps, backend, runs)
-        if runs is None:
-            import synth.topdown
-
-            meas = dataclasses.replace(rel.measurements, detailed=[td.tree.hist[0]] + rel.measurements.detailed[1:])
-            rel.estimates = synth.topdown.estimate(td.shape, meas, td.strategy)
-        return rel
-    return publish_topdown
-
-
-def _topdown_bugs():
-    import microdata.geography
-    import synth.topdown
-
-    within = microdata.geography.Geography.units_within
-    shares, budgets = synth.topdown.level_shares, synth.topdown.budgets
-
-    def from_rows(self, level, unit, finer):  # the tree's nodes filtered by who lives there
-        ids, src = within(self, level, unit, finer)
-        present = set(self.units(finer).tolist())
-        return [i for i in ids if i in present], src
-
-    def block_cut(*a, **k):
-        return [dataclasses.replace(b, scale=0.75 * b.scale) if b.level == "block" else b for b in budgets(*a, **k)]
-
-    return {
-        "the tree taken from the persons": ({(microdata.geography.Geography, "units_within"): from_rows}, "structure"),
-        "shares not renormalised": ({(synth.topdown, "level_shares"): lambda lv, sh=None: {
-            k: v * Fraction(3, 2) for k, v in shares(lv, sh).items()},
-            (synth.topdown, "check_spent"): lambda b, e: None}, "noise_scale"),
-        "the estimation reading the true counts": (
-            {(experiments.release.topdown, "publish_topdown"): _leaky_estimate(experiments.release.topdown.publish_topdown)},
-            "post_processing"),
-        "a table dropped from the sensitivity": ({(synth.topdown.Strategy, "cells_per_person"): lambda self: int(
-            np.asarray(self.tables[1:].sum(axis=0)).max())}, "noise_scale"),  # P1 (the total) left out
-        "one level with 25% too little noise": ({(synth.topdown, "budgets"): block_cut}, "noise_scale"),
-    }
-
-
-TOPDOWN_BUGS = ["the tree taken from the persons", "shares not renormalised", "the estimation reading the true counts",
-                "a table dropped from the sensitivity", "one level with 25% too little noise"]
-
-
-@pytest.mark.parametrize("bug", TOPDOWN_BUGS)
-def test_topdown_audit_runs_the_production_path_and_catches_each_injected_bug(bug, root, monkeypatch):
-    cfg = load_config(root / "configs" / "release_agency.yaml", AGENCY + ["release.audit.runs=10000"])
-    pop = load_population(cfg)
-    patches, check = _topdown_bugs()[bug]
-    if bug == "a table dropped from the sensitivity":  # the bug really lowers the release's sensitivity
-        import synth.topdown
-
-        real = synth.topdown.Strategy.cells_per_person
-    for (owner, name), fake in patches.items():
-        monkeypatch.setattr(owner, name, fake)
-    if bug == "a table dropped from the sensitivity":
-        td = experiments.release.topdown.topdown_root(cfg, pop, "01001000100", True)
-        assert td.strategy.cells_per_person() < real(td.strategy)
-    bad = _failures(audit_release(cfg, pop))
-    assert "topdown" in bad and bad["topdown"][1][check].startswith("fail"), bad
-
-
-def _uniform_like(real):
-    """Bounded uniform noise with the mean |x| of discrete Laplace at the scale asked for (ε = ∞)."""
-    def sample(self, scale, size):
-        r = math.exp(-1 / scale)
-        a = max(1, round(4 * r / (1 - r * r)))  # uniform on {-a..a} has mean |x| about a / 2
-        return self._rng.integers(-a, a + 1, size)
-    return sample
-
-
-def _clipped(real):
-    """Discrete Laplace clipped at ±8 scales (ε = ∞: a count 9 scales out tells D from D′)."""
-    def sample(self, scale, size):
-        return np.clip(real(self, scale, size), -math.ceil(8 * scale), math.ceil(8 * scale))
-    return sample
-
-
-def _one_table_at_2_epsilon(real_add, real_sample, cells, width):
-    """The first table's ``cells`` noised at half the scale (2ε), in every call adding ``width`` cells."""
-    def add(self, counts, scale):
-        out = real_add(self, counts, scale)
-        if np.shape(counts)[-1] != width:
-            return out
-        noise = out - counts
-        noise[..., :cells] = real_sample(self, scale / 2, noise[..., :cells].size).reshape(noise[..., :cells].shape)
-        return counts + noise
-    return add
-
-
-@pytest.mark.parametrize("mechanism", ["laplace_tables", "topdown"])
-@pytest.mark.parametrize("bug", ["uniform noise of the same mean |x|", "Laplace noise clipped at 8 scales",
-                                 "noise at 2ε in one table of many"])
-def test_noise_of_the_wrong_shape_or_one_table_under_noised_is_caught(mechanism, bug, root, monkeypatch):
-    Sim = synth.noise.SimulationNoise
-    if mechanism == "laplace_tables":
-        cfg = _cfg(root, "release.mechanisms=[laplace_tables]")
-        pop = load_population(cfg)
-        D = prepare_unit(pop, cfg, select_units(pop, cfg)[0], False, pad_blocks=False).private
-        w = build_workload(cfg, cfg.queries[0], D.domain)
-        first, width = w.sizes[0], w.num_queries
-    else:
-        cfg = load_config(root / "configs" / "release_agency.yaml", AGENCY + ["release.audit.runs=10000"])
-        pop = load_population(cfg)
-        first, width = 1, experiments.release.topdown.topdown_root(cfg, pop, UNIT, True).strategy.tables.shape[0]
-    if bug.startswith("uniform"):
-        monkeypatch.setattr(Sim, "sample", _uniform_like(Sim.sample))
-    elif bug.startswith("Laplace"):
-        monkeypatch.setattr(Sim, "sample", _clipped(Sim.sample))
-    else:
-        monkeypatch.setattr(Sim, "add", _one_table_at_2_epsilon(Sim.add, Sim.sample, first, width))
-    bad = _failures(audit_release(cfg, pop))
-    check = "noise_scale" if bug.startswith("noise at 2ε") else "noise_shape"
-    assert mechanism in bad and bad[mechanism][1][check].startswith("fail"), bad
-
-
-@pytest.mark.parametrize("bug", ["uniform noise of the same mean |x|", "Laplace noise clipped at 8 scales"])
-def test_the_perturbed_histograms_noise_of_the_wrong_shape_is_caught(bug, root, monkeypatch):
-    """The perturbed histogram clips its noisy counts at zero, so its noise is checked on the side the
-    clip never touches (geometric excesses): ε = ∞ noise of the wrong shape fails noise_shape."""
-    Sim = synth.noise.SimulationNoise
-    cfg = _cfg(root, "release.mechanisms=[perturbed_histogram]", "release.audit.runs=200000")
-    pop = load_population(cfg)
-    monkeypatch.setattr(Sim, "sample", (_uniform_like if bug.startswith("uniform") else _clipped)(Sim.sample))
-    bad = _failures(audit_release(cfg, pop))
-    assert "perturbed_histogram" in bad and bad["perturbed_histogram"][1]["noise_shape"].startswith("fail"), bad
