@@ -409,5 +409,8 @@ class CensusWorkload:
         """The most released queries one person lies in: the L1 sensitivity of the census
         counts under add/remove. Exact (the maximum of the summed counts over every person
         type), not the sum of each table's own maximum, which takes maxima from different
-        persons (99 cells for the full SF1 set where the true figure is 42)."""
-        return int(self.cells_per_person().max())
+        persons (99 cells for the full SF1 set where the true figure is 42). Computed once per
+        workload (it is a pure function of the frozen workload)."""
+        if "_max_cells_per_person" not in self.__dict__:
+            self.__dict__["_max_cells_per_person"] = int(self.cells_per_person().max())
+        return self.__dict__["_max_cells_per_person"]

@@ -84,17 +84,17 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, units: list
         frame, _ = _frame(cfg, pop, units[0], wb)
         small = _histogram_pair(frame, parse_relation(r.relation))
         smallest = _histogram_pair(frame, parse_relation(r.relation), cells=SMOOTHED_CELLS)
-        tables = {}
+        tables, cache = {}, {}  # the real instances, shared by every ε
         for eps in eps_list:
             if per_unit:
-                tables[eps] = [_audit_tables_unit(cfg, pop, u, wb, eps, seed) for u in units]
+                tables[eps] = [_audit_tables_unit(cfg, pop, u, wb, eps, seed, cache) for u in units]
             for mech in mechanisms:
                 if mech in ("laplace_tables", "synthetic"):
                     res = _combine_units(mech, eps, tables[eps], cfg)
                 elif mech == "perturbed_histogram":
                     res = _audit_perturbed(cfg, eps, small, seed)
                 elif mech == "topdown":
-                    res = _combine_units("topdown", eps, [_audit_topdown_root(cfg, pop, root_units, wb, eps, seed)
+                    res = _combine_units("topdown", eps, [_audit_topdown_root(cfg, pop, root_units, wb, eps, seed, cache)
                                                           for root_units in _roots(cfg, pop, units, wb)], cfg)
                 else:
                     res = _audit_smoothed(cfg, eps, smallest, seed)
@@ -539,11 +539,12 @@ def _other_area_block(D: Dataset, areas: dict | None, block: int) -> int:
     return other[-1] if other else (block + 1) % n
 
 
-def _real_pairs(D: Dataset, workload, relation: Relation, areas: dict | None) -> list[tuple[str, Dataset]]:
+def _real_pairs(D: Dataset, workload, relation: Relation, areas: dict | None) -> tuple[list, np.ndarray]:
     """Neighbours of the real D under ``relation``: replace-one moves a real person to a block of another
     area, changes a person of the commonest type to the rarest and one of the rarest present type to the
     commonest, and replaces a person by the type whose cells differ most from theirs; add/remove adds the
-    type in most cells and removes a real person (of the commonest type)."""
+    type in most cells and removes a real person (of the commonest type). Also returns the released cells
+    of every person type (in the first block), counted from the workload's cells."""
     dom, types = _types_of(D)
     counts = np.bincount(types, minlength=dom.total_size) if len(D) else np.zeros(dom.total_size, np.int64)
     common, rare = int(np.argmax(counts)), int(np.argmin(counts))
@@ -559,9 +560,9 @@ def _real_pairs(D: Dataset, workload, relation: Relation, areas: dict | None) ->
         if len(D):
             row = int(np.flatnonzero(types == common)[0])
             pairs.append(("a person of the commonest type removed", _drop_row(D, row)))
-        return pairs
+        return pairs, per_type
     if not len(D):
-        return pairs
+        return pairs, per_type
     row_c = int(np.flatnonzero(types == common)[0])
     pairs.append(("a person of the commonest type changed to the rarest", _with_type(D, row_c, dom, rare)))
     present = np.flatnonzero(counts > 0)
@@ -584,7 +585,7 @@ def _real_pairs(D: Dataset, workload, relation: Relation, areas: dict | None) ->
     codes = D.codes.copy()
     codes[row_c] = b
     pairs.append((f"a person replaced by the type differing in most cells ({int(diff.max())})", Dataset(D.domain, codes)))
-    return pairs
+    return pairs, per_type
 
 
 def _replay_neighbours(D: Dataset, relation: Relation, areas: dict | None, k: int,
@@ -691,24 +692,37 @@ def _independence_columns(labels: np.ndarray, rng: np.random.Generator) -> np.nd
     return np.sort(np.concatenate([pick, more]))
 
 
-def _audit_tables_unit(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool, eps: float, seed: int) -> dict:
+def _unit_instance(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool, cache: dict) -> tuple:
+    """A unit's real instance, the same at every ε of one audit: D, its areas, the published workload, D's
+    exact counts, the real pairs with their counts, and the most cells one person lies in (found by this
+    audit from the workload's cells, independently of the release's sensitivity)."""
+    key = (unit, wb)
+    if key not in cache:
+        prob = prepare_unit(pop, cfg, unit, wb, pad_blocks=False)
+        D, areas = prob.private, prob.areas
+        workload = build_workload(cfg, cfg.queries[0], D.domain, areas)
+        exact = workload_counts(D, workload)
+        pairs, per_type = _real_pairs(D, workload, parse_relation(cfg.release.relation), areas)
+        cache[key] = (D, areas, workload, exact, pairs, [workload_counts(D2, workload) for _, D2 in pairs],
+                      int(per_type.max()))
+    return cache[key]
+
+
+def _audit_tables_unit(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool, eps: float, seed: int,
+                       cache: dict) -> dict:
     """Laplace tables (and the synthetic file fitted to them) of one unit, on its own D: the bound over the
     real pairs, the whole-release checks, the replay over many pairs, the structure."""
     from synth.release import _census_sensitivity
 
     a = cfg.release.audit
     relation = parse_relation(cfg.release.relation)
-    prob = prepare_unit(pop, cfg, unit, wb, pad_blocks=False)
-    D, areas = prob.private, prob.areas
-    workload = build_workload(cfg, cfg.queries[0], D.domain, areas)
-    exact = workload_counts(D, workload)
-    pairs = _real_pairs(D, workload, relation, areas)
+    D, areas, workload, exact, pairs, pair_counts, per_person = _unit_instance(cfg, pop, unit, wb, cache)
     pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
     rng0 = np.random.default_rng(0)
     backend = _noise(cfg, seed, "tables", unit, wb, eps)
     bounds = []
     for i, (what, D2) in enumerate(pairs):
-        c2 = workload_counts(D2, workload)
+        c2 = pair_counts[i]
         idx = np.flatnonzero(c2 - exact)
         if not idx.size:
             continue
@@ -742,9 +756,6 @@ def _audit_tables_unit(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool,
         groups.add(("tables", f"place {p}"), noise[:, place == p])
     rng = np.random.default_rng(_stable("audit-sample", seed, unit))
     groups.keep(noise, 2_000_000, rng)
-    all_types = _person_types(D.domain, 0 if "BLOCK" in D.domain else None)
-    per_person = int(max(_cells_of(workload, all_types[i:i + 2000]).sum(axis=1).max()
-                         for i in range(0, len(all_types), 2000)))
     delta = _census_sensitivity(per_person, relation, 1)
     cols = _independence_columns(cell_label, rng)
     checks, info = _whole_checks(cfg, eps, groups.sums, np.concatenate(groups.sample), [noise], noise[:, cols],
@@ -933,7 +944,7 @@ def _opendp_accounting(budgets, gaussian: bool, total) -> tuple[str, dict]:
 
 
 def _audit_topdown_root(cfg: ExperimentConfig, pop: Dataset, units: list[str], wb: bool, eps: float,
-                        seed: int) -> AuditResult:
+                        seed: int, cache: dict) -> AuditResult:
     """TopDown on its production tree (every level, every node), on the real data of every unit under the
     root: the bound over real pairs (the cells they touch, drawn by the publishing function with the
     production key schedule), the whole-release checks, the OpenDP accounting, the replay over many pairs
@@ -944,8 +955,12 @@ def _audit_topdown_root(cfg: ExperimentConfig, pop: Dataset, units: list[str], w
     a = cfg.release.audit
     relation = parse_relation(cfg.release.relation)
     gaussian = cfg.release.topdown.accounting == "zcdp"
-    td = topdown_root(cfg, pop, units[0], wb)
-    real = {u: private_half(pop, cfg, u, wb) for u in td.nodes}
+    key = ("topdown", units[0], wb)
+    if key not in cache:  # the real tree, its pairs and replay neighbours: the same at every ε
+        td = topdown_root(cfg, pop, units[0], wb)
+        real = {u: private_half(pop, cfg, u, wb) for u in td.nodes}
+        cache[key] = {"td": td, "real": real}
+    td, real = cache[key]["td"], cache[key]["real"]
     n_levels = len(td.shape.levels)
 
     def tree_of(halves):
@@ -955,14 +970,19 @@ def _audit_topdown_root(cfg: ExperimentConfig, pop: Dataset, units: list[str], w
         return {(li, q): (h if q == "detailed" else t.strategy.tabulate(h)) for li, h in enumerate(t.tree.hist)
                 for q in QUERIES}
 
-    exact = exact_of(td)
+    if "pairs" not in cache[key]:
+        cache[key]["exact"] = exact_of(td)
+        cache[key]["pairs"] = [(what, tree_of(h)) for what, h in _topdown_pairs(td, real, units[0], relation, wb)]
+        cache[key]["pair_exact"] = [exact_of(t2) for _, t2 in cache[key]["pairs"]]
+        rng_n = np.random.default_rng(_stable("audit-replay", seed, td.root))
+        cache[key]["neighbours"] = [(what, tree_of(h)) for what, h in
+                                    _tree_neighbours(td, real, relation, a.replay_pairs, rng_n)]
+    exact, pairs = cache[key]["exact"], cache[key]["pairs"]
     backend = _noise(cfg, seed, "topdown", td.root, wb, eps)
-    pairs = _topdown_pairs(td, real, units[0], relation, wb)
     pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
     bounds = []
-    for i, (what, halves2) in enumerate(pairs):
-        t2 = tree_of(halves2)
-        e2 = exact_of(t2)
+    for i, (what, t2) in enumerate(pairs):
+        e2 = cache[key]["pair_exact"][i]
         cells = {k: np.flatnonzero((e2[k] != exact[k]).ravel()) for k in exact}
         keys = [k for k in exact if cells[k].size]
         if not keys:
@@ -1037,8 +1057,10 @@ def _audit_topdown_root(cfg: ExperimentConfig, pop: Dataset, units: list[str], w
     checks["accounting"], acc = _opendp_accounting(meas.budgets, gaussian, budget)
     info.update(acc)
     # replay: recorded releases, many neighbours of the real tree
-    checks["post_processing"] = _topdown_replay(cfg, eps, td, real, relation, recorded, tree_of, rng)
-    checks["structure"] = _topdown_structure(cfg, pop, units[0], wb, td.nodes)
+    checks["post_processing"] = _topdown_replay(cfg, eps, td, cache[key]["neighbours"], recorded)
+    if "structure" not in cache[key]:  # releases at the smallest ε of the grid: one check for every ε
+        cache[key]["structure"] = _topdown_structure(cfg, pop, units[0], wb, td.nodes)
+    checks["structure"] = cache[key]["structure"]
     if "root_total" in cfg.release.invariants:
         info["not_audited"] = "the root's total: a declared invariant under replace-one (release.invariants)"
     best = max(bounds, default=(0.0, "none", 0, ""))
@@ -1048,14 +1070,11 @@ def _audit_topdown_root(cfg: ExperimentConfig, pop: Dataset, units: list[str], w
     return AuditResult("topdown", eps, best[0], a.runs, a.confidence, best[1], checks, info)
 
 
-def _topdown_replay(cfg: ExperimentConfig, eps: float, td, real: dict, relation: Relation, recorded: list, tree_of,
-                    rng: np.random.Generator) -> str:
-    """Each recorded release's measurements replayed for the real tree and for many neighbours of it: the
-    estimates (the MDF) must be identical."""
+def _topdown_replay(cfg: ExperimentConfig, eps: float, td, neighbours: list, recorded: list) -> str:
+    """Each recorded release's measurements replayed for the real tree and for many neighbours of it
+    (``neighbours``: (what, tree)): the estimates (the MDF) must be identical."""
     from experiments.release.topdown import publish_topdown
 
-    a = cfg.release.audit
-    neighbours = _tree_neighbours(td, real, relation, a.replay_pairs, rng)
     for m in recorded:
         values = []
         for li in range(len(m.detailed)):
@@ -1064,9 +1083,9 @@ def _topdown_replay(cfg: ExperimentConfig, eps: float, td, real: dict, relation:
             e1 = publish_topdown(cfg, td, eps, ReplaySequence(values)).estimates
         except PrivacyError as e:
             return f"fail: {e}"
-        for what, halves2 in neighbours:
+        for what, tree2 in neighbours:
             try:
-                e2 = publish_topdown(cfg, tree_of(halves2), eps, ReplaySequence(values)).estimates
+                e2 = publish_topdown(cfg, tree2, eps, ReplaySequence(values)).estimates
             except PrivacyError as e:
                 return f"fail: {e} ({what})"
             if len(e1) != len(e2) or any(not np.array_equal(x, y) for x, y in zip(e1, e2)):

@@ -542,10 +542,9 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     doc.ul([f"The total n of each unit: {n_note or 'not used'}."]
            + ([f"The published block list: {blocks}."] if blocks else [])
            + [f"Declared invariants (published exactly): {', '.join(r.invariants) if r.invariants else 'none'}."])
-    from experiments.release.publish import neighbours_of
-
     dp_mechs = [m for m in r.mechanisms if m != "swapping"]
-    rel_rows = [[m, *neighbours_of(cfg, m)] for m in dp_mechs]
+    rel_rows = [[m, e["neighbours"], e.get("published_exactly", "")] for m in dp_mechs
+                for e in [next((x for x in entries if x["mechanism"] == m and x.get("neighbours")), None)] if e]
     if rel_rows:
         doc.p(f"What each ε protects (relation {r.relation}): the neighbouring datasets and what is published exactly.")
         doc.table(["mechanism", "neighbouring datasets", "published exactly"], rel_rows, numeric=set())

@@ -342,3 +342,34 @@ def test_audit_seeds_are_fresh_and_recorded(root, tiny_pop):
     assert a[0].details["audit_seed_source"] == "fresh" and a[0].details["audit_seed"] != b[0].details["audit_seed"]
     given = audit_release(cfg, tiny_pop, seed=123)
     assert given[0].details["audit_seed"] == 123 and given[0].details["audit_seed_source"] == "given"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", list(TABLE_BUGS))
+def test_each_tables_bug_fails_the_audit_at_the_shipped_settings(bug, root, monkeypatch):
+    """Slow: ``censusrecon audit configs/release_tiny.yaml`` as shipped (every ε, its runs, every unit)."""
+    over, patches, caught = TABLE_BUGS[bug]
+    mechs = [o for o in over if o.startswith("release.mechanisms")] or ["release.mechanisms=[laplace_tables]"]
+    rest = [o for o in over if not o.startswith("release.mechanisms") and not o.startswith("release.audit.runs")]
+    cfg = load_config(root / "configs" / "release_tiny.yaml", mechs + rest)
+    pop = load_population(cfg)
+    _patch(monkeypatch, patches, bug)
+    bad = _failures(audit_release(cfg, pop))
+    for mech, check in caught.items():
+        assert mech in bad and check in bad[mech], (bug, bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", list(TOPDOWN_BUGS))
+def test_each_topdown_bug_fails_the_audit_at_the_shipped_settings(bug, root, monkeypatch):
+    """Slow (minutes each): ``censusrecon audit configs/release_agency.yaml`` as shipped, TopDown alone."""
+    over, patches, check = TOPDOWN_BUGS[bug]
+    cfg = load_config(root / "configs" / "release_agency.yaml", ["release.mechanisms=[topdown]"] + over)
+    pop = load_population(cfg)
+    if bug.startswith("block-level"):
+        from experiments.release.topdown import topdown_root
+
+        _broadcast_block_detailed.width = topdown_root(cfg, pop, "01001000100", True).strategy.types
+    _patch(monkeypatch, patches, bug)
+    bad = _failures(audit_release(cfg, pop))
+    assert "topdown" in bad and check in bad["topdown"], (bug, bad)
