@@ -466,10 +466,42 @@ class NoiseGroups:
         self.sampled += take.size
 
 
+#: Up to this many draws the scale bound is exact (below); beyond, the normal approximation is accurate.
+EXACT_SCALE_DRAWS = 20_000
+
+
+def laplace_scale_upper_exact(n: int, total: int, confidence: float) -> float:
+    """An exact upper confidence bound on the discrete Laplace scale t from n draws whose |x| add up to
+    ``total``: S = Σ|x| is K + NB(K, 1 − r) with K ~ Binomial(n, 2r/(1 + r)) the draws off zero (each |x|
+    ≥ 1 is 1 plus a geometric count), r = e^{−1/t}; P_r(S ≤ total) falls as r grows, and the bound is the r
+    where it reaches 1 − confidence. A normal bound on a small group's skewed |x| is too optimistic at the
+    audit's levels (it failed correct audits); this one is not."""
+    from scipy.stats import binom, nbinom
+
+    alpha = 1 - confidence
+    k = np.arange(0, min(n, int(total)) + 1)
+
+    def p_le(r: float) -> float:
+        w = binom.pmf(k, n, 2 * r / (1 + r))
+        c = np.where(k == 0, 1.0, nbinom.cdf(int(total) - k, np.maximum(k, 1), 1 - r))
+        return float((w * c).sum())
+
+    lo, hi = 1e-12, 1 - 1e-12
+    if p_le(hi) >= alpha:
+        return math.inf
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if p_le(mid) >= alpha else (lo, mid)
+    return -1.0 / math.log(hi)
+
+
 def laplace_scale_upper_stats(n: int, sum_abs: float, sum_sq: float, confidence: float) -> float:
-    """:func:`laplace_scale_upper` from a group's sums (n draws, Σ|x|, Σx²)."""
+    """:func:`laplace_scale_upper` from a group's sums (n draws, Σ|x|, Σx²): exact for up to
+    :data:`EXACT_SCALE_DRAWS` draws (:func:`laplace_scale_upper_exact`), the normal bound beyond."""
     if n < 2:
         return math.inf
+    if n <= EXACT_SCALE_DRAWS:
+        return laplace_scale_upper_exact(int(n), int(round(sum_abs)), confidence)
     m = sum_abs / n
     var = max(sum_sq / n - m * m, 0.0) * n / (n - 1)
     m_hi = m + _normal_quantile(confidence) * math.sqrt(var / n)
@@ -524,6 +556,32 @@ def _ranks(x: np.ndarray, axis: int) -> np.ndarray:
     return r / np.sqrt((r * r).sum(axis=axis, keepdims=True))
 
 
+def _duplicate_pvalue(x: np.ndarray) -> tuple[float, str]:
+    """Columns (and releases) whose noise is identical in every draw: independent discrete noise coincides
+    in one draw with probability at most its largest point mass p₀ = (1 − r)/(1 + r) (of the discrete
+    Laplace with the column's mean |x|; a Gaussian of that mean |x| is less peaked), so in all R draws with
+    at most p₀^R; Bonferroni over every pair. Returns that p-value for the likeliest duplicate found."""
+    R, C = x.shape
+    best, where = 1.0, "no identical columns or releases"
+    for axis, n_items, n_draws, what in ((1, C, R, "columns"), (0, R, C, "releases")):
+        if n_items < 2 or n_draws < 2:
+            continue
+        items = x.T if axis == 1 else x
+        seen: dict = {}
+        for i, row in enumerate(np.ascontiguousarray(items)):
+            seen.setdefault(row.tobytes(), []).append(i)
+        for group in seen.values():
+            if len(group) < 2:
+                continue
+            m = float(np.abs(items[group[0]]).mean())
+            r = (math.sqrt(1 + m * m) - 1) / m if m > 0 else 0.0
+            p0 = (1 - r) / (1 + r) if m > 0 else 1.0
+            p = min(1.0, p0**n_draws * n_items * (n_items - 1) / 2)
+            if p < best:
+                best, where = p, f"{what} {group[0]} and {group[1]} identical in all {n_draws} draws"
+    return best, where
+
+
 def independence_pvalue(noise: np.ndarray, chunk: int = 2048) -> tuple[float, str]:
     """Whether noise columns are independent: ``noise`` (releases × columns); Spearman's rank correlation of
     every pair of columns over the releases, z = ρ·√(R − 1) ≈ N(0, 1) under independence (ranks are bounded,
@@ -555,6 +613,9 @@ def independence_pvalue(noise: np.ndarray, chunk: int = 2048) -> tuple[float, st
         if z[k] > best:
             best, where = float(z[k]), f"releases {k} and {k + 1}"
         tests += R - 1
+    p_dup, dup_where = _duplicate_pvalue(x)
+    if p_dup < 2 * norm.sf(best) * max(tests, 1):
+        return float(min(1.0, 2 * p_dup)), dup_where
     if not tests:
         return 1.0, "not enough draws"
     return float(min(1.0, 2 * norm.sf(best) * tests)), where

@@ -622,10 +622,17 @@ def _replay_neighbours(D: Dataset, relation: Relation, areas: dict | None, k: in
     return out
 
 
-def _bands(exact: np.ndarray) -> np.ndarray:
-    """Each cell's band of true counts (0, 1–2, 3–9, 10–49, 50+): a scale that depends on the data shows
-    as one band noised less than the others."""
-    return np.digitize(np.asarray(exact), [1, 3, 10, 50])
+#: Lower ends of the bands of true counts whose noise is bounded apart (nested: "at least b" and "0").
+BANDS = (1, 3, 10, 50)
+#: The fewest draws of a group whose noise bounds a measurement's scale (its cells are in larger groups too).
+MIN_GROUP_DRAWS = 200
+
+
+def _band_groups(exact: np.ndarray) -> dict:
+    """Cells by their true counts: none, and at least 1, 3, 10, 50 (nested, so each band has as many draws
+    as it can): a scale that depends on the data shows as one band noised less than the others."""
+    x = np.asarray(exact)
+    return {"band 0": x == 0, **{f"band ≥ {b}": x >= b for b in BANDS}}
 
 
 def _whole_checks(cfg: ExperimentConfig, eps: float, groups: dict, shape_sample: np.ndarray, tail_draws: list,
@@ -638,6 +645,9 @@ def _whole_checks(cfg: ExperimentConfig, eps: float, groups: dict, shape_sample:
     level = 1 - (1 - a.confidence) / max(len(groups), 1)
     per_meas: dict = {}
     for (meas, group), (n, sa, sq) in groups.items():
+        if n < MIN_GROUP_DRAWS and any(m == meas and k[1] != group and v[0] >= MIN_GROUP_DRAWS
+                                       for k, v in groups.items() for m in [k[0]]):
+            continue  # too few draws for a trustworthy bound; its cells are in larger groups
         t = gaussian_sigma_upper_stats(n, sq, level) if gaussian else laplace_scale_upper_stats(n, sa, sq, level)
         if meas not in per_meas or t < per_meas[meas][0]:
             per_meas[meas] = (t, group)
@@ -748,10 +758,10 @@ def _audit_tables_unit(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool,
         place = np.array([lab.split("@", 1)[1] if "@" in lab else "unit" for lab in workload.labels])
         cell_label = np.array([lab.split("@", 1)[0] for lab in workload.labels])
     groups = NoiseGroups()
-    band = _bands(exact)
-    for key in (table, np.char.add("band ", band.astype(str))):
-        for g in np.unique(key):
-            groups.add(("tables", str(g)), noise[:, key == g])
+    for g in np.unique(table):
+        groups.add(("tables", str(g)), noise[:, table == g])
+    for g, sel in _band_groups(exact).items():
+        groups.add(("tables", g), noise[:, sel])
     for p in np.unique(place):  # per block (and area): a scale that depends on the node shows
         groups.add(("tables", f"place {p}"), noise[:, place == p])
     rng = np.random.default_rng(_stable("audit-sample", seed, unit))
@@ -1010,6 +1020,7 @@ def _audit_topdown_root(cfg: ExperimentConfig, pop: Dataset, units: list[str], w
         ns = sorted({0, min(1, nodes - 1), nodes - 1})
         pick[(li, q)] = (np.array([n * ex.shape[1] + c for n in ns for c in cs]), np.array([f"{q}:{c}" for n in ns for c in cs]))
     indep, recorded = [], []
+    bands = {k: _band_groups(ex) for k, ex in exact.items()}
     for r in range(a.whole_releases):
         # the single-release call that publishes (its estimation run only for the releases the replay uses)
         m = publish_topdown(cfg, td, eps, _keyed_release(backend, start + r), estimate=r < a.replay_draws).measurements
@@ -1019,9 +1030,8 @@ def _audit_topdown_root(cfg: ExperimentConfig, pop: Dataset, units: list[str], w
             x = y - ex
             for node in range(ex.shape[0]):
                 groups.add(((li, q), f"node {td.shape.ids[li][node]}"), x[node])
-            band = _bands(ex)
-            for bnd in np.unique(band):
-                groups.add(((li, q), f"band {bnd}"), x[band == bnd])
+            for g, sel in bands[(li, q)].items():
+                groups.add(((li, q), g), x[sel])
             if sum(len(v) for v in samples[(li, q)]) < 1_000_000:
                 flat = x.ravel()
                 samples[(li, q)].append(flat if flat.size <= 200_000 else flat[rng.integers(0, flat.size, 200_000)])
