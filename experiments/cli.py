@@ -264,6 +264,12 @@ def _audit(args) -> None:
         raise ConfigError(f"{args.config} has no 'release' section: nothing to audit")
     t0 = time.perf_counter()
     results = audit_release(cfg, progress=not args.json and sys.stderr.isatty(), seed=args.seed)
+    from experiments.release.audit import record_audit
+    from experiments.release.evaluate import release_dir
+    from experiments.results import code_fingerprint
+
+    history = release_dir("results", cfg) / "audit_history.jsonl"
+    earlier = record_audit(history, results, code_fingerprint())
     if args.json:
         for r in results:
             print(json.dumps(r.as_dict()))
@@ -276,7 +282,10 @@ def _audit(args) -> None:
         if results:
             d = results[0].details
             print(f"audit seed {d['audit_seed']} ({d['audit_seed_source']}); units audited: "
-                  f"{', '.join(d['audited_units'])}; {time.perf_counter() - t0:.0f} s")
+                  f"{', '.join(d['audited_units'])}; {time.perf_counter() - t0:.0f} s; recorded in {history}")
+    for e in earlier:
+        print(f"EARLIER AUDIT FAILED ({e['when']}, seed {e['seed']}): {'; '.join(e['failed'])}; a later audit under "
+              "another seed does not replace it", file=sys.stderr)
     if not all(r.passed for r in results):
         raise ConfigError("the audit failed: a mechanism's audited ε exceeds its declared ε or a check failed "
                           "(see above); do not publish with it")

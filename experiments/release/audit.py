@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 import math
 import sys
 
@@ -105,6 +106,28 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, units: list
                 bar.update()
     bar.close()
     return out
+
+
+def record_audit(history: Path, results: list[AuditResult], code: str) -> list[dict]:
+    """Append one audit to ``history`` (JSON lines: when, seed, code, passed, what failed) and return the
+    earlier audits of the same code that failed: a re-run under another seed is recorded beside a failed
+    one, never in its place."""
+    import datetime as _dt
+    import json
+
+    earlier = []
+    if history.exists():
+        earlier = [json.loads(x) for x in history.read_text().splitlines() if x.strip()]
+    d = results[0].details if results else {}
+    entry = {"when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "code": code,
+             "seed": d.get("audit_seed"), "seed_source": d.get("audit_seed_source"),
+             "passed": all(r.passed for r in results),
+             "failed": sorted({f"{r.mechanism} ε={r.declared_epsilon:g}: " + ", ".join(r.failed_checks() or ["bound"])
+                               for r in results if not r.passed})}
+    history.parent.mkdir(parents=True, exist_ok=True)
+    with history.open("a") as fh:
+        fh.write(json.dumps(entry) + "\n")
+    return [e for e in earlier if not e["passed"] and e.get("code") == code]
 
 
 def audited_units(cfg: ExperimentConfig, pop: Dataset, units: list[str]) -> list[str]:

@@ -21,7 +21,7 @@ from experiments.problem import (_stable, attributes, baseline_curves, build_pri
                                  load_population, occupied_units, prepare_unit, rap_settings, select_units,
                                  unit_key)
 from experiments.progress import UnitProgress
-from experiments.release.audit import audit_release
+from experiments.release.audit import audit_release, record_audit
 from experiments.release.publish import (Published, _backend, _fit_note, check_block_list, neighbours_of,
                                          own_invariants, publish, publish_swapping)
 from experiments.release.report import plot_release, release_persons, unit_selection, write_report
@@ -144,6 +144,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                                          "empty_units": empty,  # listed, named, nobody there: not attacked
                                          "total_epsilon_per_unit": {u: ledger.total_epsilon(unit=u) for u in units}})
     write_json(run_dir / "audit.json", [a.as_dict() for a in audits])
+    earlier_failures = record_audit(run_dir / "audit_history.jsonl", audits, fingerprint)
     write_parquet(run_dir / "persons.parquet", release_persons(df))
     for kind, name in (("status", "exact_attack"), ("agreement", "agreement"), ("reidentification", "reidentification"),
                        ("strength", "strength")):
@@ -156,6 +157,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
         "units": units, "facts": facts, "seconds_total": round(time.perf_counter() - t_start, 2),
     })
     plot_release(df, util, run_dir, cfg)
+    facts["earlier_audit_failures"] = earlier_failures
     write_report(cfg, run_dir, df, util, audits, ledger, facts)
     return run_dir
 

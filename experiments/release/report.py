@@ -563,6 +563,9 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
           "shared across cells, nodes or releases), `accounting` (OpenDP's privacy maps agree with ours and stay "
           "within the budget); `post_processing` (recorded releases replayed for many neighbours publish the same), "
           "`structure`, `block_list`. The audit's seed is in `audit.json`.")
+    for e in facts.get("earlier_audit_failures") or []:
+        doc.p(f"**An earlier audit of this code failed** ({e['when']}, seed {e['seed']}): {'; '.join(e['failed'])}. "
+              "A later audit under another seed does not replace it (`audit_history.jsonl`).")
     doc.table(["mechanism", "declared ε", "audited ε lower bound", "runs", "checks"],
               [[a.mechanism, f"{a.declared_epsilon:g}",
                 f"{a.epsilon_lower_bound:.3f}" + ("" if a.epsilon_lower_bound <= a.declared_epsilon else " **EXCEEDS**"),

@@ -373,3 +373,37 @@ def test_each_topdown_bug_fails_the_audit_at_the_shipped_settings(bug, root, mon
     _patch(monkeypatch, patches, bug)
     bad = _failures(audit_release(cfg, pop))
     assert "topdown" in bad and check in bad["topdown"], (bug, bad)
+
+
+def _truncated_at_5_sigma(self, releases, stream, cells, sigma):
+    return np.clip(_gaussian(self, releases, stream, cells, sigma), -math.floor(5 * sigma), math.floor(5 * sigma))
+
+
+@pytest.mark.slow
+def test_the_discrete_gaussian_truncated_at_5_sigma_fails_on_the_production_tree(root, monkeypatch):
+    """Slow (minutes): the reviewers' truncation, which passed the earlier audit even at 50,000 runs: beyond 5σ
+    the discrete Gaussian puts 6 draws in 10 million, so it shows only over whole production releases (100
+    of them hold 330 million block-level draws, 190 of them beyond 5σ)."""
+    cfg = load_config(root / "configs" / "release_agency.yaml",
+                      AGENCY + ["release.topdown.accounting=zcdp", "release.audit.whole_releases=100",
+                                "release.audit.replay_pairs=2", "release.audit.replay_draws=1"])
+    pop = load_population(cfg)
+    monkeypatch.setattr(KeyedNoise, "gaussian", _truncated_at_5_sigma)
+    bad = _failures(audit_release(cfg, pop))
+    assert "topdown" in bad and "noise_tail" in bad["topdown"], bad
+
+
+def test_a_rerun_under_another_seed_is_recorded_beside_a_failed_audit_never_in_its_place(tmp_path):
+    from experiments.release.audit import record_audit
+    from synth.audit import AuditResult
+
+    def result(passed_bound, seed):
+        return [AuditResult("laplace_tables", 1.0, passed_bound, 100, 0.95, "e", {"noise_scale": "pass"},
+                            {"audit_seed": seed, "audit_seed_source": "fresh"})]
+
+    history = tmp_path / "audit_history.jsonl"
+    assert record_audit(history, result(1.5, 1), "code-a") == []  # a failure (bound over ε), nothing earlier
+    earlier = record_audit(history, result(0.2, 2), "code-a")  # re-run under another seed: passes
+    assert len(earlier) == 1 and earlier[0]["seed"] == 1 and "laplace_tables ε=1: bound" in earlier[0]["failed"]
+    assert record_audit(history, result(0.2, 3), "code-b") == []  # other code: its own history
+    assert len(history.read_text().splitlines()) == 3
