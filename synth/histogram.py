@@ -92,16 +92,15 @@ def perturbed_histogram(data: Dataset, epsilon: float, backend, relation: Relati
                            f"limit {dense_limit} (use fewer attributes or the smoothed histogram)")
     if rng is None:
         raise PrivacyError("the large-domain path draws its empty cells from rng: give one")
+    occupied = noisy(backend, counts, scale, releases=releases_of(runs))  # every release's at once: one path
     if runs is not None:
-        return [_sparse_release(keys, counts, m, scale, epsilon, backend, rng, [r])
-                for r in releases_of(runs)], mech
-    return _sparse_release(keys, counts, m, scale, epsilon, backend, rng, None), mech
+        return [_sparse_release(keys, row, m, scale, epsilon, rng) for row in occupied], mech
+    return _sparse_release(keys, occupied[0], m, scale, epsilon, rng), mech
 
 
-def _sparse_release(keys, counts, m: int, scale: float, epsilon: float, backend, rng, release) -> SparseHistogram:
-    """One perturbed histogram over a domain too large to list: occupied cells get discrete
-    Laplace noise; of the empty cells, those whose noise would be positive are drawn directly."""
-    noisy_occupied = noisy(backend, counts, scale, releases=release)[0]
+def _sparse_release(keys, noisy_occupied, m: int, scale: float, epsilon: float, rng) -> SparseHistogram:
+    """One perturbed histogram over a domain too large to list: the occupied cells' noisy counts
+    ``noisy_occupied``; of the empty cells, those whose noise would be positive are drawn directly."""
     r = math.exp(-1.0 / scale)
     n_empty = m - len(keys)
     n_pos = int(rng.binomial(n_empty, r / (1.0 + r)))
