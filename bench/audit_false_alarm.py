@@ -11,8 +11,15 @@ killed run resumes where it stopped when started again with the same arguments a
 code (the log's name carries a hash of it); a progress bar shows audits done and failures so far.
 ``--jobs 2`` runs two audits at once. The last line printed is one JSON object.
 
-    python bench/audit_false_alarm.py --audits 400 --jobs 2   # about 35 minutes on 2 CPU cores
+    python bench/audit_false_alarm.py --audits 500 --jobs 2   # Laplace tables: about 17 minutes on 2 CPU cores
     python bench/audit_false_alarm.py --audits 50      # a quicker, wider interval
+    python bench/audit_false_alarm.py --audits 500 --mechanisms smoothed_histogram
+    python bench/audit_false_alarm.py --audits 200 --jobs 2 --mechanisms perturbed_histogram
+    # TopDown on release_tiny's county tree (its exact replay, free of statistical error, cut short):
+    python bench/audit_false_alarm.py --audits 200 --jobs 2 --mechanisms topdown --runs 10000 \
+        --set "target.with_block=[true]" --set release.topdown.root=county \
+        --set "queries={kind: tables, tables: [P1, P12]}" --set release.audit.replay_pairs=2 \
+        --set release.audit.replay_draws=1 [--set release.topdown.accounting=zcdp]
 """
 
 from __future__ import annotations
