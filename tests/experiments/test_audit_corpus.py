@@ -284,6 +284,9 @@ AGENCY = ["release.epsilons=[2.0]", "release.mechanisms=[topdown]", "release.aud
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(reason="not caught yet (measured 2026-12-02: 50 random pairs x 2 draws on the production tree "
+                          "showed no MDF difference); the replay needs pairs aimed at near-ties (issue 35)",
+                   strict=False)
 @pytest.mark.parametrize("what", ["totals", "ties"])
 def test_rounding_that_reads_the_truth_fails_the_replay_on_the_production_tree(what, root, monkeypatch):
     """Slow (minutes): on the agency config's production tree (112 blocks), where the reviewers found one move in
