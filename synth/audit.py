@@ -521,32 +521,41 @@ def gaussian_sigma_upper_stats(n: int, sum_sq: float, confidence: float) -> floa
     return math.sqrt(sum_sq / chi2.ppf(1 - confidence, n))
 
 
+def tail_threshold(n: int, mean_abs: float, mean_sq: float, gaussian: bool, expected: float = 30.0
+                   ) -> tuple[int, float] | None:
+    """The far-tail point k where the law fitted to n draws (discrete Laplace from their mean |x|, or
+    Gaussian from their mean x², as the shape tests fit them) expects ``expected`` draws with |x| ≥ k,
+    and that law's P(|X| ≥ k); None when the draws are too few or all zero."""
+    from scipy.stats import norm
+
+    if n < 1000:
+        return None
+    if gaussian:
+        s = math.sqrt(mean_sq)
+        if s == 0:
+            return None
+        k = math.ceil(s * norm.isf(expected / (2 * n)))
+        return k, 2 * norm.sf((k - 0.5) / s)
+    if mean_abs == 0:
+        return None
+    r = (math.sqrt(1 + mean_abs * mean_abs) - 1) / mean_abs
+    k = max(1, math.ceil(math.log(expected * (1 + r) / (2 * n)) / math.log(r)))
+    return k, 2 * r**k / (1 + r)
+
+
 def tail_pvalue(noise: np.ndarray, gaussian: bool, expected: float = 30.0) -> float:
-    """p-value of too few draws in the far tail: the threshold k where the fitted law (discrete Laplace or
-    Gaussian, fitted as the shape tests fit it) expects ``expected`` draws with |x| ≥ k, and the Poisson
-    chance of seeing at most the observed number there. Noise cut off short of its tail (a truncated
-    Gaussian, a clipped Laplace) has none there, however many draws the chi-square's bins pool."""
-    from scipy.stats import norm, poisson
+    """p-value of too few draws in the far tail: the Poisson chance of seeing at most the observed number
+    of draws beyond :func:`tail_threshold`. Noise cut off short of its tail (a truncated Gaussian, a
+    clipped Laplace) has none there, however many draws the chi-square's bins pool."""
+    from scipy.stats import poisson
 
     x = np.asarray(noise, dtype=np.float64).ravel()
-    n = x.size
-    if n < 1000:
+    t = tail_threshold(x.size, float(np.abs(x).mean()) if x.size else 0.0,
+                       float((x * x).mean()) if x.size else 0.0, gaussian, expected)
+    if t is None:
         return 1.0
-    if gaussian:
-        s = math.sqrt(float((x * x).mean()))
-        if s == 0:
-            return 1.0
-        k = math.ceil(s * norm.isf(expected / (2 * n)))
-        p_tail = 2 * norm.sf((k - 0.5) / s)
-    else:
-        m = float(np.abs(x).mean())
-        if m == 0:
-            return 1.0
-        r = (math.sqrt(1 + m * m) - 1) / m
-        k = max(1, math.ceil(math.log(expected * (1 + r) / (2 * n)) / math.log(r)))
-        p_tail = 2 * r**k / (1 + r)
-    seen = int((np.abs(x) >= k).sum())
-    return float(poisson.cdf(seen, n * p_tail))
+    k, p_tail = t
+    return float(poisson.cdf(int((np.abs(x) >= k).sum()), x.size * p_tail))
 
 
 def _ranks(x: np.ndarray, axis: int) -> np.ndarray:

@@ -24,7 +24,7 @@ from synth.release import workload_counts
 from synth.audit import (AuditResult, NoiseGroups, ReplayNoise, ReplaySequence, audit_outputs, clipped_upper_excess,
                          gaussian_shape_pvalue, gaussian_sigma_upper_stats, geometric_scale_upper,
                          geometric_shape_pvalue, independence_pvalue, laplace_scale_upper, laplace_scale_upper_stats,
-                         laplace_shape_pvalue, tail_pvalue)
+                         laplace_shape_pvalue, tail_pvalue, tail_threshold)
 from synth.histogram import SparseHistogram
 from synth.mechanism import PrivacyError, Relation, parse_relation
 from synth.keyed import KeyedNoise
@@ -830,11 +830,6 @@ def _keyed_release(backend, release: int):
     return KeyedNoise(backend.seed, release) if getattr(backend, "keyed", False) else backend
 
 
-def _as_batch(m):
-    """One release's measurements with a leading runs axis of one (what the replay records)."""
-    return dataclasses.replace(m, detailed=[x[None] for x in m.detailed], tables=[x[None] for x in m.tables])
-
-
 def _roots(cfg: ExperimentConfig, pop: Dataset, units: list[str], wb: bool) -> list[list[str]]:
     """The audited units grouped by the root of their TopDown release (one production tree each)."""
     from experiments.release.topdown import topdown_shape
@@ -945,27 +940,20 @@ def _tables_accounting(record, eps: float) -> tuple[str, dict]:
 
 
 def _opendp_accounting(budgets, gaussian: bool, total) -> tuple[str, dict]:
-    """Every measurement's privacy map from OpenDP beside our exact figure: pure ε, the discrete Laplace map
-    at the measurement's scale and L1 sensitivity; zCDP, the discrete Gaussian map at unit L2 distance
-    times the squared L2 sensitivity (the map is quadratic in the distance). Their sum must not exceed the
-    budget and each must agree with ours."""
+    """Every measurement's privacy map from OpenDP (:class:`synth.noise.OpenDPNoise`'s) beside our exact
+    figure: pure ε, the discrete Laplace map at the measurement's scale and L1 sensitivity; zCDP, the
+    discrete Gaussian map at unit L2 distance times the squared L2 sensitivity (the map is quadratic in
+    the distance). Their sum must not exceed the budget and each must agree with ours."""
     try:
-        import opendp.prelude as dp
-    except ImportError:
+        lib = OpenDPNoise()
+    except PrivacyError:
         return "not run: OpenDP is not installed (pip install 'censusrecon[dp]')", {}
-    dp.enable_features("contrib")
-    dom = dp.vector_domain(dp.atom_domain(T="i64"))
     ours, theirs = 0.0, 0.0
     for b in budgets:
         if not b.sensitivity:
             continue
-        if gaussian:
-            m = dp.m.make_gaussian(dom, dp.l2_distance(T="i64"), scale=float(b.scale))
-            v = float(m.map(1)) * b.sensitivity
-        else:
-            m = dp.m.make_laplace(dom, dp.l1_distance(T="i64"), scale=float(b.scale))
-            v = float(m.map(int(b.sensitivity)))
-        theirs += v
+        theirs += (lib.gaussian_rho_map(b.scale, 1) * b.sensitivity if gaussian
+                   else lib.privacy_map(b.scale, int(b.sensitivity)))
         ours += float(b.spent())
     what = "ρ" if gaussian else "ε"
     info = {f"opendp_{'rho' if gaussian else 'epsilon'}": theirs, f"exact_{'rho' if gaussian else 'epsilon'}": ours}
@@ -1060,7 +1048,6 @@ def _audit_topdown_root(cfg: ExperimentConfig, pop: Dataset, units: list[str], w
                 samples[(li, q)].append(flat if flat.size <= 200_000 else flat[rng.integers(0, flat.size, 200_000)])
             tails.setdefault((li, q), []).append(_tail_stats(x, gaussian))
             row.append(x.ravel()[pick[(li, q)][0]])
-        m = _as_batch(m)
         indep.append(np.concatenate(row))
         if r < a.replay_draws:
             recorded.append(m)
@@ -1111,7 +1098,7 @@ def _topdown_replay(cfg: ExperimentConfig, eps: float, td, neighbours: list, rec
     for m in recorded:
         values = []
         for li in range(len(m.detailed)):
-            values += [m.detailed[li][0], m.tables[li][0]]
+            values += [m.detailed[li], m.tables[li]]
         try:
             e1 = publish_topdown(cfg, td, eps, ReplaySequence(values)).estimates
         except PrivacyError as e:
@@ -1138,23 +1125,12 @@ def _tail_stats(x: np.ndarray, gaussian: bool) -> tuple:
 def _tail_from_stats(stats: list, gaussian: bool, expected: float = 30.0) -> float:
     """:func:`synth.audit.tail_pvalue` over releases summarised by :func:`_tail_stats` (each keeps its 200
     largest |x|, more than the threshold's expected count per release)."""
-    from scipy.stats import norm, poisson
+    from scipy.stats import poisson
 
     n = sum(s[0] for s in stats)
-    if n < 1000:
+    t = tail_threshold(n, sum(s[1] for s in stats) / max(n, 1), sum(s[2] for s in stats) / max(n, 1), gaussian,
+                       expected)
+    if t is None:
         return 1.0
-    if gaussian:
-        sd = math.sqrt(sum(s[2] for s in stats) / n)
-        if sd == 0:
-            return 1.0
-        k = math.ceil(sd * norm.isf(expected / (2 * n)))
-        p = 2 * norm.sf((k - 0.5) / sd)
-    else:
-        m = sum(s[1] for s in stats) / n
-        if m == 0:
-            return 1.0
-        r = (math.sqrt(1 + m * m) - 1) / m
-        k = max(1, math.ceil(math.log(expected * (1 + r) / (2 * n)) / math.log(r)))
-        p = 2 * r**k / (1 + r)
-    seen = sum(int((s[3] >= k).sum()) for s in stats)
-    return float(poisson.cdf(seen, n * p))
+    k, p_tail = t
+    return float(poisson.cdf(sum(int((s[3] >= k).sum()) for s in stats), n * p_tail))
