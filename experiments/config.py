@@ -365,6 +365,11 @@ class AuditConfig(_Strict):
     replay_pairs: int = Field(50, ge=1, description="neighbouring pairs of the real data (persons moved between "
                               "blocks and areas, types changed, added or removed) for the post-processing replay")
     replay_draws: int = Field(2, ge=1, description="recorded releases each replay pair is replayed with")
+    replay_far: int = Field(3, ge=0, description="datasets far from the real data (as many persons per unit; under "
+                            "TopDown as many under the root, spread over its units at random; every attribute and "
+                            "block drawn at random) also replayed: post-processing may read nothing "
+                            "but the measurements and the public facts, so any data must give the same output; a "
+                            "tie broken or a rounding steered by the true counts shows at once")
     units: Literal["all"] | int = Field("all", description="the units audited: all released units, or this many: the "
                                         "largest and the rest by a hash of their ids (data-independent)")
 

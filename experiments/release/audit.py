@@ -319,7 +319,8 @@ def _replay_check(cfg, mech, eps, workload, D, D2, **kw) -> str:
         else:
             v = first.output.counts
         values.append(v)
-    return _replay_pairs(cfg, mech, eps, workload, D, [("the audit's pair", D2)], values, **kw)
+    far = _far_datasets(D, cfg.release.audit.replay_far, np.random.default_rng(_stable("audit-far", len(D), mech)))
+    return _replay_pairs(cfg, mech, eps, workload, D, [("the audit's pair", D2)] + far, values, **kw)
 
 
 def _replay_pairs(cfg, mech, eps, workload, D, pairs: list, values: list, **kw) -> str:
@@ -645,6 +646,23 @@ def _replay_neighbours(D: Dataset, relation: Relation, areas: dict | None, k: in
     return out
 
 
+def _far_datasets(D: Dataset, k: int, rng: np.random.Generator, blocks: int | None = None,
+                  n: int | None = None) -> list[tuple[str, Dataset]]:
+    """``k`` datasets far from D for the replay: ``n`` persons (default D's: n, and so every total an
+    invariant may publish, stays), each attribute of each person drawn uniformly from its domain
+    (BLOCK from the first ``blocks`` codes when given: the unit's own blocks). Post-processing reads
+    only the measurements and public facts, so these must give D's output from D's measurements too."""
+    n = len(D) if n is None else n
+    out = []
+    for i in range(k):
+        codes = np.empty((n, len(D.domain)), dtype=np.int64)
+        for j, name in enumerate(D.domain.names):
+            size = blocks if name == "BLOCK" and blocks else D.domain.size(name)
+            codes[:, j] = rng.integers(0, max(size, 1), n)
+        out.append((f"a dataset far from the real one ({i + 1}: {n} persons drawn at random)", Dataset(D.domain, codes)))
+    return out
+
+
 #: Lower ends of the bands of true counts whose noise is bounded apart (nested: "at least b" and "0").
 BANDS = (1, 3, 10, 50)
 #: The fewest draws of a group whose noise bounds a measurement's scale (its cells are in larger groups too).
@@ -794,7 +812,8 @@ def _audit_tables_unit(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool,
     checks, info = _whole_checks(cfg, eps, groups.sums, np.concatenate(groups.sample), [noise], noise[:, cols],
                                  {"tables": delta}, False, eps)
     # the replay: recorded whole releases, many neighbours of the real data
-    neighbours = _replay_neighbours(D, relation, areas, a.replay_pairs, rng)
+    far = _far_datasets(D, a.replay_far, rng)
+    neighbours = _replay_neighbours(D, relation, areas, a.replay_pairs, rng) + far
     values = [whole[i] for i in range(min(a.replay_draws, len(whole)))]
     checks["post_processing"] = _replay_pairs(cfg, "laplace_tables", eps, workload, D, neighbours, values)
     record = _publish(cfg, "laplace_tables", eps, D, workload, _keyed_release(backend, start), rng0).record
@@ -809,7 +828,7 @@ def _audit_tables_unit(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool,
                                          dict(details, audited_as="the published noisy counts"))}
     if "synthetic" in cfg.release.mechanisms:
         key = unit_key(cfg, "fit", unit, eps)  # the key the published fit uses (public: unit and ε)
-        fits = neighbours[:SYNTHETIC_REPLAY_FITS]
+        fits = far[:1] + neighbours[:SYNTHETIC_REPLAY_FITS - min(len(far), 1)]
         syn = dict(checks)
         syn["synthetic_structure"] = (_structure_check(cfg, "synthetic", eps, workload, D, pairs[0][1], key=key)
                                       if pairs else "not run")
@@ -998,6 +1017,13 @@ def _audit_topdown_root(cfg: ExperimentConfig, pop: Dataset, units: list[str], w
         rng_n = np.random.default_rng(_stable("audit-replay", seed, td.root))
         cache[key]["neighbours"] = [(what, tree_of(h)) for what, h in
                                     _tree_neighbours(td, real, relation, a.replay_pairs, rng_n)]
+        names, total = list(real), sum(len(D) for D in real.values())
+        for i in range(a.replay_far):  # whole trees far from the real one, the root's total kept (all else random)
+            sizes = rng_n.multinomial(total, np.full(len(names), 1 / len(names)))
+            far = {u: _far_datasets(real[u], 1, rng_n, blocks=len(td.nodes[u][2]), n=int(m))[0][1]
+                   for u, m in zip(names, sizes)}
+            cache[key]["neighbours"].append((f"a tree far from the real one ({i + 1}: its {total} persons drawn at "
+                                             "random into its units and blocks)", tree_of(far)))
     exact, pairs = cache[key]["exact"], cache[key]["pairs"]
     backend = _noise(cfg, seed, "topdown", td.root, wb, eps)
     pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
