@@ -7,6 +7,7 @@ import os
 import platform
 import sys
 import tempfile
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
@@ -118,3 +119,28 @@ def results_kind(run_dir: str | Path) -> str:
     raise ConfigError(f"{run_dir} is not a finished results directory{hint}: it has no match_rate.parquet "
                       "(censusrecon run), release_eval.parquet (censusrecon evaluate-release) or sweep.json (censusrecon "
                       "sweep)")
+
+
+@contextmanager
+def nothing_half_made(run_dir: str | Path):
+    """Around a command that writes ``run_dir``: if it fails (or is interrupted), the folders it
+    created are removed when they hold nothing finished (only the config copy, temporary files and
+    empty folders); finished work is kept, and said on stderr, for a rerun of the same command to
+    resume from. A directory that existed before is never touched."""
+    import shutil
+
+    run_dir = Path(run_dir)
+    made = [p for p in [run_dir, *run_dir.parents] if not p.exists()]  # what this command creates
+    try:
+        yield
+    except BaseException:
+        if run_dir.exists():
+            finished = [f for f in run_dir.rglob("*") if f.is_file() and f.name != "config.yaml"
+                        and not f.name.endswith(".tmp")]
+            if not finished and made:
+                shutil.rmtree(made[-1], ignore_errors=True)
+            elif finished:
+                print(f"censusrecon: {len(finished)} finished file(s) kept in {run_dir}: rerun the same command to "
+                      "resume from them", file=sys.stderr)
+        raise
+
