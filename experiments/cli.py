@@ -10,6 +10,16 @@ import time
 from microdata.errors import CensusReconError
 
 
+#: exit statuses (the CLI's epilog and the docs' reference say them): 0 done and, for a release
+#: evaluation, decided; 1 unexpected error; 2 bad input (config, files, arguments); 3 a release
+#: evaluation that did not decide; 4 an audit failed (do not publish); 130 interrupted
+EXIT_UNDECIDED = 3
+EXIT_AUDIT_FAILED = 4
+EXIT_STATUSES = ("exit status: 0 done (evaluate-release: every verdict decided); 1 unexpected error; 2 bad input "
+                 "(config, file, argument); 3 evaluate-release undecided (cannot decide, or no setting shown safe "
+                 "nor unsafe: the terminal says what would decide it); 4 an audit failed: do not publish; "
+                 "130 interrupted (rerun to resume)")
+
 _CONFIG_HELP = "a YAML experiment config (see configs/; every file there says which command runs it)"
 _SET_HELP = ("override a config key with a YAML value, e.g. --set attack.runs=10 or --set 'target.with_block=[true]' "
              "(repeatable; any change gives a new config hash, hence a new results directory)")
@@ -37,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
                     "what anyone could guess, and does a DP release fix that? Reconstructs census microdata from "
                     "published statistics (RAP-Rank), compares with baselines that never saw them, and evaluates "
                     "and audits differentially private releases.",
-        epilog="Run 'censusrecon COMMAND --help' for a command's arguments.")
+        epilog="Run 'censusrecon COMMAND --help' for a command's arguments. " + EXIT_STATUSES)
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details and show tracebacks")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_config(sub.add_parser(
@@ -61,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
                                     "publish, many times, and certify a lower bound on each mechanism's ε at every ε "
                                     "of the config, with named checks over whole releases (scale per node, table and "
                                     "band of counts, shape, tail, independence, OpenDP's accounting, replay over many "
-                                    "pairs); exits with status 2 if any bound exceeds its ε or a check fails. The "
+                                    "pairs); exits with status 4 if any bound exceeds its ε or a check fails. The "
                                     "audit's seed is fresh unless given, and printed.")
     _add_config(au, out=False, progress=False)
     au.add_argument("--seed", type=int, default=None, help="the audit's noise key (default: release.audit.seed, else "
@@ -105,6 +115,8 @@ def _parser() -> argparse.ArgumentParser:
                                     "an agency's own column names and codes, for configs/agency/example.yaml.")
     ex.add_argument("out_dir", nargs="?", default="inputs/agency", help="where to write them (default: inputs/agency)")
     ex.add_argument("--seed", type=int, default=0, help="population seed (default: 0)")
+    ex.add_argument("--force", action="store_true", help="replace persons.csv and blocks.csv if they exist (without "
+                    "it, an existing file stops the command and nothing is written)")
     return p
 
 
@@ -115,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     from reconstruct.rap import use_cpu_cores_as_devices
 
     use_cpu_cores_as_devices()  # before any JAX computation: every core runs RAP runs at once
-    from experiments.results import results_dir
+    from pathlib import Path
+
+    from experiments.results import nothing_half_made, results_dir
 
     try:
         if getattr(args, "out", None) is not None and args.command in ("run", "evaluate-release", "sweep"):
@@ -125,26 +139,29 @@ def main(argv: list[str] | None = None) -> int:
             from experiments.runner import run_experiment
 
             cfg = load_config(args.config, args.overrides)
-            run_dir = run_experiment(cfg, args.out, progress=not args.no_progress)
+            with nothing_half_made(Path(args.out) / cfg.name / cfg.digest()):
+                run_dir = run_experiment(cfg, args.out, progress=not args.no_progress)
             print(f"results: {run_dir}")
             print(f"  {run_dir / 'match_rate.parquet'}")
             print(f"  {run_dir / 'match_rate.png'}")
             _print_summary(run_dir)
         elif args.command == "evaluate-release":
             from experiments.config import load_config
-            from experiments.release.evaluate import evaluate_release
+            from experiments.release.evaluate import evaluate_release, release_dir
 
-            run_dir = evaluate_release(load_config(args.config, args.overrides), args.out,
-                                       progress=not args.no_progress)
-            _print_release_summary(run_dir)
+            cfg = load_config(args.config, args.overrides)
+            with nothing_half_made(release_dir(args.out, cfg)):
+                run_dir = evaluate_release(cfg, args.out, progress=not args.no_progress)
+            return _print_release_summary(run_dir, cfg)
         elif args.command == "sweep":
             import json
 
             from experiments.config import load_config
             from experiments.sweep import sweep
 
-            summary = sweep(load_config(args.config, args.overrides), args.out, args.backend, args.address,
-                            progress=not args.no_progress)
+            cfg = load_config(args.config, args.overrides)
+            with nothing_half_made(Path(args.out) / cfg.name / cfg.digest()):
+                summary = sweep(cfg, args.out, args.backend, args.address, progress=not args.no_progress)
             print(json.dumps(summary))
         elif args.command == "queries":
             _queries(args)
@@ -155,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
 
             print(write_run_report(results_dir(args.run_dir, args.out, args.overrides)))
         elif args.command == "audit":
-            _audit(args)
+            return _audit(args)
         elif args.command == "plot":
             from experiments.runner import replot
 
@@ -164,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "example-data":
             from microdata.example import write_agency_example
 
-            for path in write_agency_example(args.out_dir, seed=args.seed):
+            for path in write_agency_example(args.out_dir, seed=args.seed, force=args.force):
                 print(path)
     except CensusReconError as e:
         print(f"censusrecon: error: {e}", file=sys.stderr)
@@ -253,7 +270,7 @@ def _describe_population(args) -> int:
     return 2 if args.check and any(s.within is False for s in stats) else 0
 
 
-def _audit(args) -> None:
+def _audit(args) -> int:
     import json
 
     from experiments.config import ConfigError, load_config
@@ -287,49 +304,55 @@ def _audit(args) -> None:
         print(f"EARLIER AUDIT FAILED ({e['when']}, seed {e['seed']}): {'; '.join(e['failed'])}; a later audit under "
               "another seed does not replace it", file=sys.stderr)
     if not all(r.passed for r in results):
-        raise ConfigError("the audit failed: a mechanism's audited ε exceeds its declared ε or a check failed "
-                          "(see above); do not publish with it")
+        print("censusrecon: the audit failed: a mechanism's audited ε exceeds its declared ε or a check failed "
+              f"(see above); do not publish with it (exit status {EXIT_AUDIT_FAILED})", file=sys.stderr)
+        return EXIT_AUDIT_FAILED
+    return 0
 
 
-def _print_release_summary(run_dir) -> None:
-    """The answer of a release evaluation on the terminal: per mechanism the verdict (largest safe
-    setting, persons reconstructed there against the best guess, table error), any audit failure,
-    the report's paths. Raises (exit status 2) when an audit check failed."""
+def _print_release_summary(run_dir, cfg) -> int:
+    """The answer of a release evaluation on the terminal: per mechanism the verdict (shown safe up
+    to a setting against the tolerance, or not, with what would decide it), persons reconstructed
+    there against the best guess, the table error, any audit failure, the report's paths. Returns the
+    exit status: :data:`EXIT_AUDIT_FAILED` when an audit check failed, :data:`EXIT_UNDECIDED` when a
+    mechanism's verdict is undecided (cannot decide, or no setting shown safe nor unsafe), else 0."""
     import pandas as pd
 
-    from experiments.config import ConfigError
     from experiments.metrics import variant_label
-    from experiments.release.report import (STATUS_WORDS, difference_words, exact_row, load_audits, persons_words,
-                                            release_strength, setting_label, strength_sentence,
+    from experiments.release.report import (STATUS_WORDS, difference_words, exact_row, limit_words, load_audits,
+                                            persons_words, release_strength, setting_label, strength_sentence,
                                             summarise_release_persons, verdict_rows)
 
+    tol = cfg.release.tolerance
     per_unit = pd.read_parquet(run_dir / "persons.parquet")
     util = pd.read_parquet(run_dir / "utility.parquet")
-    persons = summarise_release_persons(per_unit)
+    persons = summarise_release_persons(per_unit, tol)
     variants = list(dict.fromkeys(per_unit["variant"].tolist()))
+    undecided = False
     print(f"results: {run_dir}")
     for v in variants:
-        print(f"\nverdict ({variant_label(v, variants)}, {per_unit.loc[per_unit['variant'] == v, 'unit'].nunique()} units):")
-        rows = verdict_rows(persons, util, v)
+        print(f"\nverdict ({variant_label(v, variants)}, {per_unit.loc[per_unit['variant'] == v, 'unit'].nunique()} "
+              f"units; tolerance {tol.words()}: safe means the upper 95% limit of the excess is below it):")
         strength = release_strength(run_dir, v)
+        rows = verdict_rows(persons, util, v, strength, tol)
         e = exact_row(persons, v)
         if e is not None:
             print(f"  {'exact tables':<20} best attack ({e['best_attacks']}) {persons_words(e)}; best guess "
                   f"({e['best_baselines']}) {int(e['baseline_persons'])}; {difference_words(e)}")
         if rows and rows[0]["status"] == "cannot_decide":
-            print("  CANNOT DECIDE: even on the exact tables the best attack is not beyond the best guess without the "
-                  "release\n  (too few units, too weak an attack, or tables that protect by themselves); no safe "
-                  "setting is named.")
+            print(f"  {STATUS_WORDS['cannot_decide']}\n  without the release (too few units, too weak an attack, or "
+                  f"tables that protect by themselves); no setting is called safe.\n  {rows[0]['plan']}")
+            undecided = True
             continue
         for r in rows:
             x = r["x"]
-            if x is None:
-                print(f"  {r['mechanism']:<20} {STATUS_WORDS[r['status']]}")
-                continue
-            err = f"; table error {r['table_error']:.2f} persons per cell" if "table_error" in r else ""
+            undecided |= not r["decided"]
+            err = f"; table error {r['table_error']:.2f} persons per published cell" if "table_error" in r else ""
             print(f"  {r['mechanism']:<20} {STATUS_WORDS[r['status']]} {setting_label(r['mechanism'], x['setting'])}:\n"
                   f"  {'':<20} best attack ({x['best_attacks']}) {persons_words(x)}; best guess ({x['best_baselines']}) "
-                  f"{int(x['baseline_persons'])}; {difference_words(x)}{err}")
+                  f"{int(x['baseline_persons'])}; {difference_words(x)};\n  {'':<20} {limit_words(x, tol.words())}{err}")
+            if r["plan"]:
+                print(f"  {'':<20} {r['plan']}")
             said = strength_sentence(strength, r)
             if said:
                 print(f"  {'':<20} strength:{said.replace('**', '')}")
@@ -342,9 +365,15 @@ def _print_release_summary(run_dir) -> None:
                         if c.startswith(("declared", "not run"))})
     if unchecked:
         print("not audited: " + "; ".join(unchecked))
-    print(f"\nreport: {run_dir / 'report.md'}\n        {run_dir / 'report.html'}")
+    print(f"\nreport: {run_dir / 'report.html'}\n        {run_dir / 'report.md'}")
     if failed:
-        raise ConfigError("the audit of the publishing code failed (see above); do not publish with it")
+        print("censusrecon: the audit of the publishing code failed (see above); do not publish with it "
+              f"(exit status {EXIT_AUDIT_FAILED})", file=sys.stderr)
+        return EXIT_AUDIT_FAILED
+    if undecided:
+        print(f"censusrecon: undecided: see what would decide it above (exit status {EXIT_UNDECIDED})", file=sys.stderr)
+        return EXIT_UNDECIDED
+    return 0
 
 
 def _print_summary(run_dir) -> None:

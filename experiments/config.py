@@ -347,6 +347,38 @@ class BaselinesConfig(_Strict):
         return v
 
 
+class ToleranceConfig(_Strict):
+    """What the publication board accepts: persons reconstructed by the best attack beyond the best
+    guess without the release, per unit. A setting is called safe only when the one-sided upper 95%
+    limit of that excess across units is below the tolerance (an equivalence test); give one of the
+    two forms."""
+
+    share_of_unique: float | None = Field(
+        0.01, gt=0, le=1, description="the tolerance as a share of each unit's persons unique in D (default 1%: "
+        "a unit of 500 persons unique in D tolerates 5 more persons reconstructed than the best guess finds)")
+    per_unit: float | None = Field(None, gt=0, description="the tolerance in persons per unit, the same for every "
+                                                           "unit (replaces the default share_of_unique)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _per_unit_replaces_the_default(cls, data):
+        if isinstance(data, dict) and data.get("per_unit") is not None and "share_of_unique" not in data:
+            data = {**data, "share_of_unique": None}
+        return data
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.share_of_unique is None) == (self.per_unit is None):
+            raise ValueError("release.tolerance takes exactly one of share_of_unique and per_unit")
+        return self
+
+    def words(self) -> str:
+        """'1% of persons unique in D' or '2 persons per unit'."""
+        if self.per_unit is not None:
+            return f"{self.per_unit:g} person{'s' if self.per_unit != 1 else ''} per unit"
+        return f"{100 * self.share_of_unique:g}% of persons unique in D"
+
+
 class AuditConfig(_Strict):
     """The empirical ε audit of every mechanism, run on the code that publishes."""
 
@@ -407,6 +439,8 @@ class ReleaseConfig(_Strict):
         "ledger): unit_total = each unit's person count; occupied_blocks = a block list taken from the persons, for "
         "data that has no public one; root_total = the TopDown root's total (a state total in 2020)")
     audit: AuditConfig = AuditConfig()
+    tolerance: ToleranceConfig = Field(ToleranceConfig(), description="what the board accepts: extra persons "
+                                       "reconstructed beyond the best guess; safe means shown below it")
     risks: bool = Field(True, description="measure singling-out, linkability and attribute-inference risk of every "
                                           "microdata file a release publishes, with anonymeter (make risk-env)")
 

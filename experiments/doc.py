@@ -79,7 +79,8 @@ class Doc:
                f"<style>{_CSS}</style></head><body>"]
         for b in self.blocks:
             if b[0] == "h":
-                out.append(f"<h{b[1]}>{_inline(b[2])}</h{b[1]}>")
+                slug = re.sub(r"[^a-z0-9]+", "-", b[2].lower()).strip("-")
+                out.append(f"<h{b[1]} id='{slug}'>{_inline(b[2])}</h{b[1]}>")
             elif b[0] == "p":
                 out.append(f"<p>{_inline(b[1])}</p>")
             elif b[0] == "ul":

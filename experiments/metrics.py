@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -246,6 +248,62 @@ def add_interval(out: pd.DataFrame, std: str = "difference_std", mean: str = "di
     out = out.assign(difference_sem=sem, ci_low=out[mean] - half, ci_high=out[mean] + half)
     out["beyond_spread"] = out["ci_low"] > 0
     return out.drop(columns=std)
+
+
+#: the power a plan aims at: the chance that the suggested number of units decides, were the observed
+#: mean and spread the truth
+PLAN_POWER = 0.8
+#: plans beyond this many units are said as "more than"
+PLAN_MAX_UNITS = 100_000
+
+
+def upper_limit(mean: float, sd: float, n: int, confidence: float = CONFIDENCE) -> float:
+    """One-sided upper ``confidence`` Student t limit of a mean over ``n`` units with standard
+    deviation ``sd`` (inf for fewer than two units: no spread to go by).
+
+    >>> round(upper_limit(1.0, 1.0, 3), 4)  # t(0.95, 2) = 2.9200
+    2.6859
+    """
+    from scipy.stats import t as student
+
+    if n < 2 or not np.isfinite(sd):
+        return math.inf
+    return float(mean + student.ppf(confidence, n - 1) * sd / math.sqrt(n))
+
+
+def units_to_decide(mean: float, sd: float, confidence: float, power: float = PLAN_POWER) -> int | None:
+    """The fewest units at which a one-sided t test at ``confidence`` shows a mean of ``mean`` (> 0,
+    the distance to the bound to be cleared) with ``power``, if the units' standard deviation were
+    ``sd``: the smallest n whose noncentral t (n − 1 degrees, noncentrality mean·√n/sd) exceeds the
+    critical value with that chance. None when no number of units can (mean ≤ 0); PLAN_MAX_UNITS + 1
+    when more than PLAN_MAX_UNITS would be needed. An estimate: the observed spread is taken as the truth.
+
+    >>> units_to_decide(1.0, 1.0, 0.95)  # a mean one sd from the bound: 8 units (normal approximation 6.2)
+    8
+    >>> units_to_decide(-1.0, 1.0, 0.95) is None, units_to_decide(1.0, 0.0, 0.95)
+    (True, 2)
+    """
+    from scipy.stats import nct
+    from scipy.stats import t as student
+
+    if not mean > 0:
+        return None
+    if not sd > 0:
+        return 2
+
+    def powered(n: int) -> bool:
+        return nct.sf(student.ppf(confidence, n - 1), n - 1, mean * math.sqrt(n) / sd) >= power
+
+    hi = 2
+    while not powered(hi):
+        if hi > PLAN_MAX_UNITS:
+            return PLAN_MAX_UNITS + 1
+        hi *= 2
+    lo = max(2, hi // 2)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if powered(mid) else (mid + 1, hi)
+    return hi
 
 
 def summarise_persons(per_unit: pd.DataFrame) -> pd.DataFrame:

@@ -50,7 +50,8 @@ CONFIG = str(ROOT / "configs" / "agency" / "example.yaml")
 
 # %%
 inputs = OUT / "inputs" / "agency"
-assert censusrecon(["example-data", str(inputs)]) == 0
+# (--force: this notebook's own scratch folder; without it an existing persons.csv is never replaced)
+assert censusrecon(["example-data", str(inputs), "--force"]) == 0
 persons, blocks = inputs / "persons.csv", inputs / "blocks.csv"
 print(pd.read_csv(persons, dtype=str).head().to_string())
 print(f"{len(pd.read_csv(persons))} persons; {len(pd.read_csv(blocks))} blocks in the public list")
@@ -101,10 +102,11 @@ print(persons_df[["unit", "method", "persons_reconstructed", "n_unique", "best_b
 # %% [markdown]
 # ## 5. Would a DP release fix it, and at what cost?
 # Each ε is released through the same code an agency would publish with, attacked, and audited.
-# The command prints the verdict: per mechanism the largest ε at which the best attack does no
-# better than the best guess beyond the spread (or that the evaluation cannot decide), persons as
-# "x of N", the table error there, any audit failure, and where the reports are.
+# The command prints the verdict: per mechanism the largest ε shown safe (the upper 95% limit of
+# the persons reconstructed beyond the best guess below `release.tolerance`), or that none is or
+# that the evaluation cannot decide, with what would decide it; persons as "x of N", the table
+# error per published cell, any audit failure, and where the reports are.
 
 # %%
 status = censusrecon(["evaluate-release", CONFIG, "--out", str(OUT), "--no-progress", *sets])
-print("exit status", status, "(2: an audit check failed, do not publish)")
+print("exit status", status, "(0: decided; 3: undecided, see what would decide it; 4: an audit check failed, do not publish)")

@@ -200,6 +200,11 @@ def table_utility(published: np.ndarray, exact: np.ndarray, workload) -> list[di
     return out
 
 
+#: the rows of :func:`totals_utility`: not published tables but figures derived from them (sums of
+#: cells already counted), left out of the table error and shown on their own
+DERIVED_ROWS = ("block totals", "unit total")
+
+
 def totals_utility(published: np.ndarray, exact: np.ndarray, workload) -> list[dict]:
     """Block and unit totals as an agency checks them: mean absolute error of each block's total and
     of the unit's, and the share of blocks whose total is off by more than 5 persons. Totals are the

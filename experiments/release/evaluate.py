@@ -34,8 +34,8 @@ from reconstruct.margins import margins_attack
 from reconstruct.queries import plan_for
 from reconstruct.rap import rap_rank
 from synth.mechanism import Ledger, PrivacyError, Relation, parse_relation
-from synth.release import (TOTAL_DECLARED, TOTAL_PUBLIC_BY_RELATION, table_utility, total_queries, totals_utility,
-                           workload_counts)
+from synth.release import (DERIVED_ROWS, TOTAL_DECLARED, TOTAL_PUBLIC_BY_RELATION, table_utility, total_queries,
+                           totals_utility, workload_counts)
 from synth.swapping import NOT_DP
 
 log = logging.getLogger(__name__)
@@ -277,8 +277,8 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
             rows = table_utility(pub.counts, exact_counts, w) + totals_utility(pub.counts, exact_counts, w)
             utility += [dict(row, epsilon=setting if mech != "swapping" else np.nan, setting=setting, mechanism=mech,
                              unit=unit, variant=wb) for row in rows]
-            tables_only = [row for row in rows if row["table"] not in ("block totals", "unit total")]
-            err = float(np.mean([row["mae_per_cell"] for row in tables_only]))
+            tables_only = [row for row in rows if row["table"] not in DERIVED_ROWS]  # each published cell once
+            err = sum(row["mae_per_cell"] * row["cells"] for row in tables_only) / sum(row["cells"] for row in tables_only)
             eps_col = setting if mech != "swapping" else np.nan
             cols = dict(epsilon=eps_col, setting=setting, mechanism=mech, utility_error=err, **common)
             curves.append(attack(pub.answers, f"{mech}-{setting}", mech, setting).assign(method="rap_rank", **cols))

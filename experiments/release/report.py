@@ -14,9 +14,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.doc import Doc  # noqa: E402
-from experiments.metrics import (CONFIDENCE, SATURATION_SHARE, add_interval, average_curves, best_baselines,  # noqa: E402
-                                 saturation, saturation_words, strength_sequence, strength_table, variant_label)
+from experiments.metrics import (CONFIDENCE, PLAN_MAX_UNITS, PLAN_POWER, SATURATION_SHARE, add_interval,  # noqa: E402
+                                 average_curves, best_baselines, saturation, saturation_words, strength_sequence,
+                                 strength_table, units_to_decide, upper_limit, variant_label)
 from experiments.plots import save_figure  # noqa: E402
+from synth.release import DERIVED_ROWS  # noqa: E402
 
 #: The best attack on a unit's release: the attack (RAP-Rank, the exact attack, the trivial
 #: one-way-margins attack) that reconstructs the most persons there.
@@ -53,26 +55,67 @@ def _names(values: pd.Series) -> str:
     return ", ".join(f"{name} ({n} unit{'s' if n > 1 else ''})" for name, n in counts.items())
 
 
-def summarise_release_persons(per_unit: pd.DataFrame) -> pd.DataFrame:
+def summarise_release_persons(per_unit: pd.DataFrame, tolerance=None) -> pd.DataFrame:
     """Across units, per variant, mechanism, attack and setting: persons reconstructed and found by
     the best baselines (sums), the denominators (persons in D, unique in D), the mean difference
-    per unit with its t interval (``beyond_spread`` when the interval lies above 0), and which
-    attacks and baselines were the best."""
+    per unit with its two-sided t interval (``beyond_spread`` when it lies above 0), and which
+    attacks and baselines were the best.
+
+    Against ``tolerance`` (a :class:`~experiments.config.ToleranceConfig`, default its default) each
+    unit tolerates t_u persons (``per_unit``, or ``share_of_unique`` × its persons unique in D):
+    ``tolerance`` is their mean, ``excess_upper`` / ``excess_lower`` the one-sided upper / lower
+    :data:`CONFIDENCE` limits of the mean difference, taken as mean t + the limit of the mean of
+    (difference − t_u), and ``margin_mean`` / ``margin_std`` that mean and its spread (for plans)."""
+    from experiments.config import ToleranceConfig
+
+    tol = tolerance or ToleranceConfig()
+    if tol.per_unit is not None:
+        allowed = pd.Series(float(tol.per_unit), index=per_unit.index)
+    elif "n_unique" in per_unit:
+        allowed = tol.share_of_unique * per_unit["n_unique"].astype(np.float64)
+    else:
+        from experiments.config import ConfigError
+
+        raise ConfigError("release.tolerance.share_of_unique needs the persons unique in D of each unit, which "
+                          "these results do not have; give release.tolerance.per_unit instead")
+    per_unit = per_unit.assign(_allowed=allowed, _margin=per_unit["difference"] - allowed)
     g = per_unit.groupby(["variant", "mechanism", "attack", "setting"], sort=False, dropna=False)
     agg = dict(units=("unit", "nunique"), persons=("persons_reconstructed", "sum"),
                baseline_persons=("baseline_persons", "sum"), persons_in_d=("n_rows", "sum"),
                difference_mean=("difference", "mean"), difference_std=("difference", "std"),
-               best_baselines=("best_baseline", _names), best_attacks=("best_attack", _names))
+               best_baselines=("best_baseline", _names), best_attacks=("best_attack", _names),
+               tolerance=("_allowed", "mean"), margin_mean=("_margin", "mean"), margin_std=("_margin", "std"))
     if "n_unique" in per_unit:
         agg["unique_in_d"] = ("n_unique", "sum")
-    return add_interval(g.agg(**agg).reset_index())
+    out = add_interval(g.agg(**agg).reset_index())
+    up = [upper_limit(m, sd, n) for m, sd, n in zip(out["margin_mean"], out["margin_std"], out["units"])]
+    low = [-upper_limit(-m, sd, n) for m, sd, n in zip(out["margin_mean"], out["margin_std"], out["units"])]
+    return out.assign(excess_upper=out["tolerance"] + np.array(up), excess_lower=out["tolerance"] + np.array(low))
 
 
-def utility_summary(util: pd.DataFrame) -> pd.DataFrame:
-    """Per variant, mechanism and ε: mean absolute error per cell and share of cells off by more than
-    10%, averaged over tables and units (each table weighs the same)."""
-    return util.groupby(["variant", "mechanism", "setting"], sort=False).agg(
-        mae_per_cell=("mae_per_cell", "mean"), share_off_10pct=("share_off_10pct", "mean")).reset_index()
+def published_rows(util: pd.DataFrame) -> pd.DataFrame:
+    """The error table's rows of the tables as declared (one per table and level), without the derived
+    block and unit totals."""
+    return util[~util["table"].isin(DERIVED_ROWS)]
+
+
+def utility_summary(util: pd.DataFrame, by=("variant", "mechanism", "setting")) -> pd.DataFrame:
+    """Per variant, mechanism and ε: the table error, the mean absolute error per published cell
+    (``mae_per_cell``, persons) and the share of cells off by more than 10% of their true count, over
+    every published cell of the declared tables and every unit, each cell weighing the same (the
+    derived block and unit totals left out: their cells are already counted). ``cells``: published
+    cells summed over units.
+
+    >>> u = pd.DataFrame({"variant": 0, "mechanism": "m", "setting": 1.0, "table": ["A", "B", "unit total"],
+    ...                   "cells": [3, 1, 1], "mae_per_cell": [1.0, 5.0, 17.0], "share_off_10pct": [0.0, 1.0, 1.0]})
+    >>> utility_summary(u)[["mae_per_cell", "share_off_10pct", "cells"]].values.tolist()
+    [[2.0, 0.25, 4.0]]
+    """
+    rows = published_rows(util)
+    rows = rows.assign(abs_error=rows["mae_per_cell"] * rows["cells"], off=rows["share_off_10pct"] * rows["cells"])
+    g = rows.groupby(list(by), sort=False)[["abs_error", "off", "cells"]].sum().reset_index()
+    return g.assign(mae_per_cell=g["abs_error"] / g["cells"], share_off_10pct=g["off"] / g["cells"]).drop(
+        columns=["abs_error", "off"])
 
 
 def setting_label(mechanism: str, value: float) -> str:
@@ -98,11 +141,13 @@ def difference_words(x) -> str:
 
 #: What each verdict status means, for the report and the terminal.
 STATUS_WORDS = {
-    "safe": "largest safe setting",
-    "none_safe": "no setting evaluated protects; least protective",
-    "top_within": "no largest safe setting named (try larger ε or a stronger attack); within the spread up to",
-    "cannot_decide": "cannot decide: the attack on the exact tables is not beyond the best guess",
+    "safe": "shown safe up to",
+    "none_safe": "not safe at any setting evaluated: shown above the tolerance even at",
+    "not_shown_safe": "NOT SHOWN SAFE at any setting evaluated; at the most protective,",
+    "cannot_decide": "CANNOT DECIDE: the attack is not beyond the best guess even on the exact tables",
 }
+#: statuses that decide (the board can act on them); the others end `evaluate-release` with exit status 3
+DECIDED = ("safe", "none_safe")
 
 
 def exact_row(persons: pd.DataFrame, variant):
@@ -111,15 +156,78 @@ def exact_row(persons: pd.DataFrame, variant):
     return e.iloc[0] if len(e) else None
 
 
-def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant) -> list[dict]:
-    """The verdict per mechanism, as data: its ``status`` (a key of :data:`STATUS_WORDS`), the
-    setting named safe (or None), the best attack's and the best guess's figures there, the table
-    error there, and the paragraph that says it.
+def limit_words(x, tol_words: str) -> str:
+    """'upper 95% limit +3.1 per unit, against 5.0 tolerated (1% of persons unique in D)'."""
+    up = x["excess_upper"]
+    return (f"upper {CONFIDENCE:.0%} limit {'+∞ (one unit: no spread)' if not np.isfinite(up) else f'{up:+.1f}'} "
+            f"per unit, against {x['tolerance']:.1f} tolerated ({tol_words})")
 
-    A setting is safe when the best attack's advantage over the best guess without the release is
-    not beyond the spread (its t interval over units reaches 0). The evaluation decides only when
-    the exact tables are beyond the spread; it names a largest safe ε (for swapping, a smallest
-    swap rate) only when a less protective setting it evaluated is beyond the spread."""
+
+def _units_plan(need: int | None, have: int) -> str:
+    if need is None:
+        return ""
+    if need > PLAN_MAX_UNITS:
+        return f"more than {PLAN_MAX_UNITS:,} units"
+    return f"about {need} units ({have} evaluated; `target.units: all` evaluates every unit of the file)"
+
+
+def decision_plan(status: str, x, exact, strength: dict | None, mechanism: str) -> str:
+    """What would decide an undecided verdict, as an estimate: the units needed for the most
+    protective setting to be shown safe (``not_shown_safe``) or for the attack on the exact tables to
+    be shown beyond the best guess (``cannot_decide``), at :data:`PLAN_POWER` were the observed mean
+    and spread the truth (:func:`~experiments.metrics.units_to_decide`), and whether a stronger
+    attack would help (the strength table: not saturated on the exact tables)."""
+    by_k = (strength or {}).get("by_k", pd.DataFrame())
+    ex_k = by_k[by_k["mechanism"] == "exact"] if len(by_k) else by_k
+    weak = len(ex_k) and not bool(ex_k.iloc[0]["saturated"])
+    stronger = ("a stronger attack: RAP-Rank had not saturated on the exact tables (doubling K from "
+                f"{ex_k.iloc[0]['half']} to {ex_k.iloc[0]['runs']} added {ex_k.iloc[0]['gain']:+d} persons); "
+                "raise attack.runs (K) and attack.steps (T)") if weak else ""
+    parts = []
+    if status == "cannot_decide":
+        sd = float(exact["difference_sem"]) * math.sqrt(exact["units"])  # the spread over units
+        need = units_to_decide(float(exact["difference_mean"]), sd, 0.5 + CONFIDENCE / 2)
+        if need is not None:
+            parts.append(_units_plan(need, int(exact["units"])) + " would show the attack on the exact tables beyond "
+                         "the best guess")
+        else:
+            parts.append("no number of units: on the exact tables the attack finds no more persons than the best "
+                         "guess" + ("" if weak else ", and it had saturated: at this attack's strength the tables "
+                                    "protect by themselves"))
+    elif status == "not_shown_safe":
+        need = units_to_decide(-float(x["margin_mean"]), float(x["margin_std"]), CONFIDENCE)
+        where = setting_label(mechanism, x["setting"])
+        if need is not None:
+            parts.append(_units_plan(need, int(x["units"])) + f" would show {where} safe, were its excess "
+                         f"({x['difference_mean']:+.1f} per unit) and spread what this evaluation saw")
+        else:
+            parts.append(f"no number of units shows {where} safe: its excess ({x['difference_mean']:+.1f} per unit) is "
+                         f"not below the tolerance ({x['tolerance']:.1f}); evaluate "
+                         f"{'larger swap rates' if mechanism == 'swapping' else 'smaller ε'} or accept a larger "
+                         "tolerance")
+    if stronger:
+        parts.append(stronger)
+    return ("To decide (an estimate, at " + f"{PLAN_POWER:.0%} power): " + "; or ".join(parts) + ".") if parts else ""
+
+
+def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant, strength: dict | None = None,
+                 tolerance=None) -> list[dict]:
+    """The verdict per mechanism, as data: its ``status`` (a key of :data:`STATUS_WORDS`; ``decided``
+    when in :data:`DECIDED`), the setting named safe (or None), the row of figures it rests on (``x``),
+    the table error there, ``plan`` (what would decide it, when undecided) and the paragraph that
+    says it.
+
+    Safe is shown, not presumed: a setting is safe only when the one-sided upper :data:`CONFIDENCE`
+    limit of the best attack's excess over the best guess (persons per unit) is below the tolerance
+    (``persons`` summarised with it, :func:`summarise_release_persons`). The settings are tested in a
+    fixed sequence from the most protective (smallest ε, largest swap rate), each at that level, and
+    the sequence stops at the first not shown safe, so the chance of calling any unsafe setting safe
+    stays at most 1 − CONFIDENCE over the whole grid. The evaluation decides only when the attack on
+    the exact tables is beyond the best guess (its two-sided interval above 0): an attack that finds
+    no one on unprotected tables shows nothing about protected ones."""
+    from experiments.config import ToleranceConfig
+
+    tol_words = (tolerance or ToleranceConfig()).words()
     p = persons[(persons["variant"] == variant) & (persons["attack"] == BEST_ATTACK)]
     u = utility_summary(util[util["variant"] == variant]) if len(util) else pd.DataFrame()
     e = exact_row(persons, variant)
@@ -132,32 +240,24 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant) -> list[dic
     out = []
     for mech in dict.fromkeys(p.loc[np.isfinite(p["setting"]), "mechanism"]):
         swap = mech == "swapping"
-        rows = p[p["mechanism"] == mech].sort_values("setting", ascending=not swap)  # least protective last
-        what = "smallest swap rate" if swap else "largest ε"
+        rows = p[p["mechanism"] == mech].sort_values("setting", ascending=not swap)  # most protective first
         note = " Swapping is not differentially private: no ε bounds what other attacks could learn." if swap else ""
-        grid = ", ".join(setting_label(mech, v) for v in rows["setting"])
-        safe = rows[~rows["beyond_spread"]]
-        row = {"mechanism": mech, "status": None, "setting": None, "x": None}
+        shown = rows["excess_upper"] < rows["tolerance"]
+        first_fail = int(np.argmin(shown.to_numpy())) if not shown.all() else len(rows)
+        safe = rows.iloc[:first_fail]
+        row = {"mechanism": mech, "status": None, "setting": None, "x": None, "plan": ""}
+        seq = ("Settings are tested from the most protective, each at " f"{CONFIDENCE:.0%}, stopping at the first not "
+               "shown safe, so the chance of calling any unsafe setting of the grid safe is at most "
+               f"{1 - CONFIDENCE:.0%}.")
         if not decidable:
-            row["status"] = "cannot_decide"
+            row.update(status="cannot_decide", x=rows.iloc[0])
+            row["plan"] = decision_plan("cannot_decide", rows.iloc[0], e, strength, mech) if e is not None else (
+                "To decide: evaluate the exact tables too (they are the yardstick of the attack's power).")
             text = (f"**{mech}**: this evaluation cannot tell a protected release from an unprotected one: even on the "
                     "exact tables the best attack is not beyond the best guess without the release (too few units, "
-                    "too weak an attack, or tables that protect by themselves), so no safe setting is named.")
-        elif not rows["beyond_spread"].iloc[-1]:
-            row.update(status="top_within", x=rows.iloc[-1])
-            beyond = rows[rows["beyond_spread"]]
-            text = (f"**{mech}**: at {'every setting' if not len(beyond) else 'the least protective setting'} evaluated "
-                    f"({grid if not len(beyond) else setting_label(mech, rows['setting'].iloc[-1])}) the best attack is "
-                    "within the spread of the best guess without the release, so this evaluation names no "
-                    f"{what}: the grid stops before the attack succeeds. Evaluate {'smaller swap rates' if swap else 'larger ε'} "
-                    "or a stronger attack (more runs K, steps T) to find where protection ends."
-                    + (f" Beyond the spread at {', '.join(setting_label(mech, v) for v in beyond['setting'])}."
-                       if len(beyond) else ""))
-        elif not len(safe):
-            row.update(status="none_safe", x=rows.iloc[-1])
-            text = (f"**{mech}**: at every setting evaluated ({grid}) the best attack reconstructs more persons than the "
-                    "best guess without the release, beyond the spread: none of them protects them.")
-        else:
+                    "too weak an attack, or tables that protect by themselves), so no setting is called safe. "
+                    + row["plan"])
+        elif len(safe):
             x = safe.iloc[-1]
             row.update(status="safe", setting=float(x["setting"]), x=x)
             err = u[(u["mechanism"] == mech) & (u["setting"] == x["setting"])] if len(u) else u
@@ -166,13 +266,33 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant) -> list[dic
             err_text = (f"; there, each published cell is off by {err['mae_per_cell'].iloc[0]:.2f} persons on "
                         f"average and {100 * err['share_off_10pct'].iloc[0]:.0f}% of cells are off by more than "
                         "10%" if len(err) else "")
-            later = rows.iloc[list(rows.index).index(x.name) + 1:]
-            text = (f"**{mech}**: the {what} evaluated at which the best attack does no better than the best guess "
-                    f"without the release beyond the spread is **{setting_label(mech, x['setting'])}**: the best "
-                    f"attack ({x['best_attacks']}) reconstructs {persons_words(x)}, the best guess "
-                    f"({x['best_baselines']}) {int(x['baseline_persons'])}; difference {difference_words(x)}{err_text}. "
-                    f"At {', '.join(setting_label(mech, v) for v in later['setting'])} the attack reconstructs more "
-                    "persons than the best guess beyond the spread.")
+            later = rows.iloc[first_fail:]
+            after = ("Every setting evaluated is shown safe: the grid stops before protection ends; evaluate "
+                     f"{'smaller swap rates' if swap else 'larger ε'} to find where it does." if not len(later) else
+                     f"At {setting_label(mech, later['setting'].iloc[0])} it is not shown safe ("
+                     + limit_words(later.iloc[0], tol_words) + ").")
+            text = (f"**{mech}**: shown safe up to **{setting_label(mech, x['setting'])}** at the tolerance of "
+                    f"{tol_words}: there the best attack ({x['best_attacks']}) reconstructs {persons_words(x)}, the "
+                    f"best guess ({x['best_baselines']}) {int(x['baseline_persons'])}; difference "
+                    f"{difference_words(x)}, {limit_words(x, tol_words)}{err_text}. {after} {seq}")
+        else:
+            x = rows.iloc[0]
+            where = setting_label(mech, x["setting"])
+            if x["excess_lower"] > x["tolerance"]:
+                row.update(status="none_safe", x=x)
+                text = (f"**{mech}**: not safe at any setting evaluated: even at the most protective, {where}, the best "
+                        f"attack reconstructs {persons_words(x)} against {int(x['baseline_persons'])} by the best guess, "
+                        f"{difference_words(x)}; lower {CONFIDENCE:.0%} limit {x['excess_lower']:+.1f} per unit, above "
+                        f"the {x['tolerance']:.1f} tolerated ({tol_words}).")
+            else:
+                row.update(status="not_shown_safe", x=x)
+                row["plan"] = decision_plan("not_shown_safe", x, e, strength, mech)
+                text = (f"**{mech}**: no setting is shown safe at the tolerance of {tol_words}: at the most protective, "
+                        f"{where}, the best attack reconstructs {persons_words(x)} against "
+                        f"{int(x['baseline_persons'])} by the best guess, {difference_words(x)}, "
+                        f"{limit_words(x, tol_words)}. Not shown safe is not shown unsafe: the evaluation cannot "
+                        f"exclude an excess above the tolerance. {row['plan']} {seq}")
+        row["decided"] = row["status"] in DECIDED
         row["text"] = text + note + tail
         out.append(row)
     return out
@@ -245,11 +365,6 @@ def _release_strength_section(doc: Doc, strength: dict) -> None:
                                      "**more steps reconstruct more**: the attack had not converged at the configured T."))
 
 
-def verdicts(persons: pd.DataFrame, util: pd.DataFrame, variant) -> list[str]:
-    """One paragraph per mechanism (see :func:`verdict_rows`)."""
-    return [r["text"] for r in verdict_rows(persons, util, variant)]
-
-
 # ---- plots -------------------------------------------------------------------------------------
 
 
@@ -310,7 +425,7 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
     if len(ex):
         ax.plot([0], [ex["persons"].iloc[0] / ex["units"].iloc[0]], "*", ms=14, color="black", label="exact tables")
     ax.set_xscale("symlog", linthresh=0.1)
-    ax.set_xlabel("table error: mean absolute error per published cell (persons)")
+    ax.set_xlabel("table error: mean absolute error per published cell of the declared tables (persons)")
     ax.set_ylabel("persons reconstructed per unit by the best attack")
     ax.set_title("who is reconstructed, against what the tables lose")
     ax.grid(alpha=0.3, which="both")
@@ -447,9 +562,11 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     r = cfg.release
     run_dir = Path(run_dir)
     entries = ledger["entries"] if isinstance(ledger, dict) else ledger.entries
-    persons = summarise_release_persons(release_persons(df))
+    persons = summarise_release_persons(release_persons(df), r.tolerance)
     variants = list(dict.fromkeys(df["variant"].tolist()))
     doc = Doc().h(1, f"Release evaluation: {cfg.name}")
+    _decision_section(doc, cfg, run_dir, persons, util, variants, audits, entries)
+    doc.h(2, "What ran")
     doc.p(f"Config hash `{cfg.digest()}`. " + _data_words(cfg, facts))
     doc.p(f"Published workload: {cfg.queries[0].describe()}. Privacy unit: one person. Neighbouring relation: "
           f"**{r.relation}** ({'n is fixed and public' if r.relation == 'replace_one' else 'one person added or removed'}). "
@@ -506,20 +623,27 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
         _bureau_section(doc, run_dir, cfg, v)
         doc.h(3, "Verdict")
         strength = release_strength(run_dir, v)
-        for row in verdict_rows(persons, util, v):
+        for row in verdict_rows(persons, util, v, strength, r.tolerance):
             doc.p(row["text"] + strength_sentence(strength, row))
         _release_strength_section(doc, strength)
         u = util[util["variant"] == v]
         doc.h(3, "Error of each published table")
-        doc.p("Mean absolute error per cell, in persons, and the share of cells off by more than 10% of their true "
-              "count (an empty cell is off as soon as anything but 0 is published there), per table and level, "
-              "averaged over units.")
-        g = u.groupby(["mechanism", "setting", "table", "level"], sort=False).agg(
-            mae=("mae_per_cell", "mean"), off=("share_off_10pct", "mean"), cells=("cells", "mean")).reset_index()
+        doc.p("Mean absolute error per published cell, in persons, and the share of cells off by more than 10% of "
+              "their true count (an empty cell is off as soon as anything but 0 is published there), per table and "
+              "level over every unit's cells; \"all tables\" weighs every published cell the same (the table error "
+              "of the verdict and the plot). The block and unit totals derived from the tables are shown below, "
+              "not counted again.")
+        nu = max(int(u["unit"].nunique()), 1) if "unit" in u else 1
+        g = pd.concat([utility_summary(u, ("mechanism", "setting", "table", "level")),
+                       utility_summary(u, ("mechanism", "setting")).assign(table="all tables", level="")])
+        order = {k: i for i, k in enumerate(dict.fromkeys(zip(u["mechanism"], u["setting"])))}
+        g = g.assign(_o=[order.get(k, 0) for k in zip(g["mechanism"], g["setting"])]).sort_values("_o", kind="stable")
         doc.table(["mechanism", "setting", "table", "level", "cells per unit", "mean abs. error per cell",
                    "cells off > 10%"],
-                  [[x["mechanism"], setting_label(x["mechanism"], x["setting"]), x["table"], x["level"],
-                    f"{x['cells']:.0f}", f"{x['mae']:.2f}", f"{100 * x['off']:.0f}%"] for _, x in g.iterrows()],
+                  [[x["mechanism"], setting_label(x["mechanism"], x["setting"]),
+                    f"**{x['table']}**" if x["table"] == "all tables" else x["table"], x["level"],
+                    f"{x['cells'] / nu:.0f}", f"{x['mae_per_cell']:.2f}", f"{100 * x['share_off_10pct']:.0f}%"]
+                   for _, x in g.iterrows()],
                   numeric={4, 5, 6})
         if "share_off_5_persons" in u and u["share_off_5_persons"].notna().any():
             bt = u[u["table"] == "block totals"].groupby(["mechanism", "setting"], sort=False).agg(
@@ -581,6 +705,57 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
                                                  " A public choice: no person decides which units are released."))
     md, _ = doc.write(run_dir, "report", f"Release evaluation: {cfg.name}")
     return md
+
+
+#: the verdict's status in the decision table, a few words
+DECISION_WORDS = {"safe": "shown safe up to", "none_safe": "not safe at any setting", "not_shown_safe":
+                  "not shown safe", "cannot_decide": "cannot decide"}
+
+
+def _decision_section(doc: Doc, cfg, run_dir: Path, persons: pd.DataFrame, util: pd.DataFrame, variants: list,
+                      audits, entries) -> None:
+    """The decision, first: per mechanism the verdict against the tolerance, the figures it rests on,
+    the audit and whether the backend is fit for publication; what would decide an undecided verdict;
+    the audit's outcome in one line."""
+    tol = cfg.release.tolerance
+    doc.h(2, "Decision")
+    failed = [a for a in audits if not a.passed]
+    if failed:
+        doc.p("Audit of the publishing code: **FAILED: do not publish with this code.** " + "; ".join(
+            f"{a.mechanism} at ε = {a.declared_epsilon:g}: {a.checks_summary()}" for a in failed))
+    elif audits:
+        seed = audits[0].details.get("audit_seed")
+        doc.p("Audit of the publishing code: **passed** for every audited mechanism and ε"
+              + (f" (seed {seed})" if seed is not None else "") + "; details below.")
+    else:
+        doc.p("Audit of the publishing code: **not run**.")
+    for v in variants:
+        rows = verdict_rows(persons, util, v, release_strength(run_dir, v), tol)
+        units = int(persons.loc[persons["variant"] == v, "units"].max()) if len(persons) else 0
+        doc.p(f"{variant_label(v, variants).capitalize()}, {units} units. Tolerance: **{tol.words()}** reconstructed "
+              "beyond the best guess without the release; a setting is safe only when the upper 95% limit of that "
+              "excess is below it (the settings tested from the most protective, stopping at the first not shown safe).")
+        table = []
+        for r in rows:
+            x = r["x"]
+            mine = [a for a in audits if a.mechanism == r["mechanism"]]
+            audit = ("not DP: not audited" if r["mechanism"] == "swapping" else "not run" if not mine else
+                     "passed at ε = " + ", ".join(f"{a.declared_epsilon:g}" for a in mine) if all(a.passed for a in mine)
+                     else "**FAILED**")
+            entry = next((e for e in entries if e["mechanism"] == r["mechanism"]), None)
+            fit = "" if entry is None else ("yes" if entry["for_publication"] else "no")
+            where = setting_label(r["mechanism"], x["setting"]) if x is not None else ""
+            verdict = f"**{DECISION_WORDS[r['status']]}" + (f" {where}**" if r["status"] == "safe" else "**")
+            table.append([r["mechanism"], verdict, where,
+                          f"{int(x['persons'])} / {int(x['baseline_persons'])}" if x is not None else "",
+                          (f"{x['excess_upper']:+.1f} / {x['tolerance']:.1f}" if np.isfinite(x["excess_upper"]) else
+                           f"+∞ / {x['tolerance']:.1f}") if x is not None else "",
+                          f"{r['table_error']:.2f}" if "table_error" in r else "", audit, fit])
+        doc.table(["mechanism", "verdict", "at", "persons reconstructed: best attack / best guess",
+                   "excess per unit: upper 95% limit / tolerated", "table error per cell", "audit",
+                   "fit for publication"], table, numeric={3, 4, 5})
+        plans = [f"**{r['mechanism']}**: {r['plan']}" for r in rows if r["plan"]]
+        doc.ul(plans)
 
 
 def _risk_section(doc: Doc, run_dir: Path, variants: list) -> None:

@@ -3,11 +3,12 @@
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from experiments.cli import main
-from experiments.config import ConfigError, load_config, parse_config
+from experiments.config import ConfigError, ToleranceConfig, load_config, parse_config
 from experiments.release.evaluate import evaluate_release, lift_table
 
 
@@ -112,23 +113,68 @@ def test_release_persons_and_verdict_on_hand_made_numbers():
     assert s.loc[("laplace_tables", 8.0), "beyond_spread"] and s.loc[("exact", math.inf), "beyond_spread"]
     util = pd.DataFrame([dict(variant=False, mechanism="laplace_tables", setting=1.0, table="T", level="block",
                               cells=4, mae_per_cell=2.5, share_off_10pct=0.5)])
-    (v,) = verdict_rows(summarise_release_persons(per), util, False)
-    assert v["status"] == "safe" and v["setting"] == 1.0 and v["table_error"] == 2.5
+    # ε = 1: differences 1, 0, 2, one-sided upper 95% limit 1 + t(0.95, 2) / √3 = 2.686 < 3 tolerated
+    tol = ToleranceConfig(per_unit=3)
+    (v,) = verdict_rows(summarise_release_persons(per, tol), util, False, tolerance=tol)
+    assert v["status"] == "safe" and v["setting"] == 1.0 and v["table_error"] == 2.5 and v["decided"]
     text = v["text"]
-    assert "**ε = 1**" in text and "2.50 persons" in text and "50% of cells" in text and "At ε = 8 the attack" in text
+    assert "**ε = 1**" in text and "2.50 persons" in text and "50% of cells" in text and "At ε = 8 it is not shown" in text
+    assert "upper 95% limit +2.7 per unit, against 3.0 tolerated (3 persons per unit)" in text
     assert "36 of 60 persons unique in D (150 persons in D)" in text and "holdout" in text
 
 
-def test_verdict_says_when_it_cannot_decide_and_never_names_the_top_of_the_grid():
+def test_not_significant_is_not_safe_when_the_upper_limit_exceeds_the_tolerance():
+    """ε = 1's excess (+1 per unit, interval −1.5 to +3.5) is not significantly above the best guess, but
+    its upper limit 2.686 exceeds 2 tolerated: not shown safe, with the units that would decide."""
     from experiments.release.report import release_persons, summarise_release_persons, verdict_rows
 
-    util = pd.DataFrame(columns=["variant", "mechanism", "setting", "mae_per_cell", "share_off_10pct"])
-    # the exact tables no better than the holdout: nothing can be told apart, no safe ε
+    per = release_persons(_hand_made([40, 45, 42], [30, 33, 32]))
+    tol = ToleranceConfig(per_unit=2)
+    s = summarise_release_persons(per, tol)
+    one = s[(s.setting == 1.0) & (s.attack == "best attack")].iloc[0]
+    assert not one.beyond_spread and one.excess_upper == pytest.approx(1 + 2.919986 / 3 ** 0.5, abs=1e-5)
+    (v,) = verdict_rows(s, pd.DataFrame(), False, tolerance=tol)
+    assert v["status"] == "not_shown_safe" and v["setting"] is None and not v["decided"]
+    # margin −1 per unit, sd 1: 8 units give 80% power (experiments.metrics.units_to_decide)
+    assert "about 8 units (3 evaluated" in v["plan"] and "would show ε = 1 safe" in v["plan"]
+    # the default tolerance, 1% of the 20 persons unique in D per unit (0.2): the excess itself is above it
+    (v,) = verdict_rows(summarise_release_persons(per), pd.DataFrame(), False)
+    assert v["status"] == "not_shown_safe" and "no number of units shows ε = 1 safe" in v["plan"]
+    assert "smaller ε" in v["plan"]
+
+
+def test_a_later_setting_is_never_called_safe_after_one_that_is_not():
+    """The fixed sequence stops at ε = 1 (not shown safe): ε = 8, whose excess is exactly 0, is not named."""
+    from experiments.release.report import release_persons, summarise_release_persons, verdict_rows
+
+    per = release_persons(_hand_made([40, 45, 42], [10, 12, 11]))
+    tol = ToleranceConfig(per_unit=2)
+    s = summarise_release_persons(per, tol)
+    assert s[(s.setting == 8.0) & (s.attack == "best attack")].excess_upper.iloc[0] < 2
+    (v,) = verdict_rows(s, pd.DataFrame(), False, tolerance=tol)
+    assert v["status"] == "not_shown_safe" and v["setting"] is None
+
+
+def test_verdict_says_when_it_cannot_decide_and_when_no_setting_is_safe():
+    from experiments.release.report import release_persons, summarise_release_persons, verdict_rows
+
+    util = pd.DataFrame(columns=["variant", "mechanism", "setting", "table", "cells", "mae_per_cell",
+                                 "share_off_10pct"])
+    # the exact tables no better than the holdout: nothing can be told apart, no safe ε, and more units will not help
     (v,) = verdict_rows(summarise_release_persons(release_persons(_hand_made([10, 12, 11], [30, 33, 32]))), util, False)
     assert v["status"] == "cannot_decide" and v["setting"] is None and "cannot tell" in v["text"]
-    # every ε within the spread: say so and suggest a larger ε, name none
-    (v,) = verdict_rows(summarise_release_persons(release_persons(_hand_made([40, 45, 42], [10, 13, 11]))), util, False)
-    assert v["status"] == "top_within" and v["setting"] is None and "larger ε" in v["text"]
+    assert not v["decided"] and "no number of units" in v["plan"]
+    # the exact tables beyond the best guess by a little and noisily: the units that would show it
+    (v,) = verdict_rows(summarise_release_persons(release_persons(_hand_made([11, 12, 14], [30, 33, 32]))), util, False)
+    assert v["status"] == "cannot_decide" and "units" in v["plan"] and "would show the attack on the exact" in v["plan"]
+    # ε = 8 alone, far above the tolerance: not safe at any setting, decided
+    per = release_persons(_hand_made([40, 45, 42], [30, 33, 32]))
+    (v,) = verdict_rows(summarise_release_persons(per[per.setting != 1.0]), util, False)
+    assert v["status"] == "none_safe" and v["decided"] and "lower 95% limit" in v["text"]
+    # every ε shown safe: say that the grid stops too early
+    tol = ToleranceConfig(per_unit=30)
+    (v,) = verdict_rows(summarise_release_persons(per, tol), util, False, tolerance=tol)
+    assert v["status"] == "safe" and v["setting"] == 8.0 and "larger ε" in v["text"]
 
 
 def test_evaluate_release_prints_the_answer_and_fails_on_a_failed_audit(release_run, tmp_path, root, capsys,
@@ -146,14 +192,16 @@ def test_evaluate_release_prints_the_answer_and_fails_on_a_failed_audit(release_
     per.to_parquet(run / "persons.parquet")
     monkeypatch.setattr(release, "evaluate_release", lambda cfg, out, progress: run)
     cfg = str(root / "configs" / "release_tiny.yaml")
-    assert main(["evaluate-release", cfg, "--no-progress"]) == 0
-    out = capsys.readouterr().out
-    assert "CANNOT DECIDE" in out and "no safe setting is named" in out and "AUDIT FAILED" not in out
+    assert main(["evaluate-release", cfg, "--no-progress"]) == 3  # undecided
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "CANNOT DECIDE" in out and "no setting is called safe" in out and "AUDIT FAILED" not in out
+    assert "To decide (an estimate" in out and "exit status 3" in captured.err
     assert "persons unique in D" in out and str(run / "report.html") in out
     audits = json.loads((run / "audit.json").read_text())
     audits[0].update(passed=False, checks={"noise_scale": "fail: ε ≥ 8.007"})
     (run / "audit.json").write_text(json.dumps(audits))
-    assert main(["evaluate-release", cfg, "--no-progress"]) == 2
+    assert main(["evaluate-release", cfg, "--no-progress"]) == 4
     captured = capsys.readouterr()
     assert f"AUDIT FAILED: {audits[0]['mechanism']}" in captured.out and "noise_scale: fail" in captured.out
     assert "do not publish" in captured.err
@@ -232,3 +280,66 @@ def test_units_chosen_by_their_size_are_recorded_as_outside_epsilon(release_run,
     named = load_config(root / "configs" / "release_agency.yaml")  # its units are named: a public choice
     assert unit_selection(named) == {"data_dependent": False,
                                      "how": "named in the config: " + ", ".join(named.target.unit_ids)}
+
+
+def _chromium():
+    import os
+    import shutil
+
+    return os.environ.get("CENSUSRECON_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(not _chromium(), reason="no Chromium (make test installs Debian's where it may: make browser)")
+def test_the_decision_is_on_the_first_screen_of_the_report(release_run):
+    """In a real headless browser at 1280x800: the decision (each mechanism's verdict against the tolerance,
+    the audit's outcome, fit for publication) is on the first screen, before the methods."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto((release_run / "report.html").as_uri())
+
+            def bottom(locator):
+                box = locator.first.bounding_box()
+                assert box is not None
+                return box["y"] + box["height"]
+            assert bottom(page.locator("#decision")) < 800
+            assert bottom(page.get_by_text("Audit of the publishing code:")) <= 800
+            table = page.locator("#decision ~ table").first
+            assert "fit for publication" in table.inner_text()
+            for mech in ("laplace_tables", "perturbed_histogram"):
+                assert bottom(table.locator("tr", has_text=mech)) <= 800, mech
+            assert page.locator("#what-ran").first.bounding_box()["y"] > bottom(page.locator("#decision"))
+        finally:
+            browser.close()
+
+
+def test_the_table_error_printed_is_the_cell_weighted_error_of_the_published_tables(root, capsys):
+    """Recomputed from a published release cell by cell (every cell of the declared tables once, no derived
+    totals): the figure the verdict and the terminal print."""
+    from experiments.problem import build_workload, prepare_unit, select_units
+    from experiments.release.publish import publish
+    from experiments.release.report import utility_summary
+    from synth.keyed import KeyedNoise
+    from synth.release import table_utility, totals_utility, workload_counts
+
+    cfg = load_config(root / "configs" / "release_tiny.yaml", ["target.with_block=[true]"])
+    from experiments.problem import load_population
+
+    pop = load_population(cfg)
+    rows, cells, errs = [], 0, 0.0
+    for unit in select_units(pop, cfg)[:2]:
+        D = prepare_unit(pop, cfg, unit, True, pad_blocks=False).private
+        w = build_workload(cfg, cfg.queries[0], D.domain)
+        pub = publish(cfg, "laplace_tables", 1.0, D, w, KeyedNoise(3), np.random.default_rng(0))
+        exact = workload_counts(D, w)
+        errs += float(np.abs(pub.counts - exact).sum())
+        cells += exact.size
+        rows += [dict(r, variant=True, mechanism="laplace_tables", setting=1.0, unit=unit)
+                 for r in table_utility(pub.counts, exact, w) + totals_utility(pub.counts, exact, w)]
+        rows.append(dict(table="unit total", level="unit", cells=1, mae_per_cell=17.0, share_off_10pct=1.0,
+                         variant=True, mechanism="laplace_tables", setting=1.0, unit=unit))  # derived: left out
+    got = utility_summary(pd.DataFrame(rows)).iloc[0]
+    assert got.cells == cells and got.mae_per_cell == pytest.approx(errs / cells, rel=1e-12)

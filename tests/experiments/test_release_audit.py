@@ -99,8 +99,9 @@ def test_audit_cli_audits_every_epsilon_of_the_config_and_says_which_checks_ran(
 def test_a_failed_audit_exits_non_zero(root, capsys, monkeypatch):
     monkeypatch.setattr(synth.noise, "laplace_scale", lambda d, e: 0.5 * _scale(d, e))
     assert main(["audit", str(root / "configs" / "release_tiny.yaml"), "--set", "release.audit.runs=20000",
-                 "--set", "release.epsilons=[1.0]", "--set", "release.mechanisms=[laplace_tables]"]) == 2
-    assert "FAILED noise_scale" in capsys.readouterr().out
+                 "--set", "release.epsilons=[1.0]", "--set", "release.mechanisms=[laplace_tables]"]) == 4
+    captured = capsys.readouterr()
+    assert "FAILED noise_scale" in captured.out and "do not publish" in captured.err and "exit status 4" in captured.err
 
 
 def _one_person_block_population(root):

@@ -137,3 +137,45 @@ def test_tables_per_tract_inside_a_county_target_are_published_per_tract(agency_
     for r in rows:
         assert r["cells_per_table"]["SEX_COUNTY"] == 2 and r["cells_per_table"]["P1"] == r["num_blocks"]
         assert r["cells_per_table"]["SEX_TRACT"] == 2 * 3
+
+
+def test_example_data_never_replaces_a_users_file(tmp_path, capsys):
+    """A folder already holding the user's persons.csv: the command stops, both files stay byte for
+    byte, and nothing else is written; --force replaces them."""
+    d = tmp_path / "mydir"
+    d.mkdir()
+    mine = b"id,age\n1,40\n"
+    (d / "persons.csv").write_bytes(mine)
+    err = _one_line_error(capsys, ["example-data", str(d)])
+    assert "persons.csv exists" in err and "--force" in err and "nothing was written" in err
+    assert (d / "persons.csv").read_bytes() == mine and sorted(p.name for p in d.iterdir()) == ["persons.csv"]
+    assert main(["example-data", str(d), "--force"]) == 0
+    assert (d / "persons.csv").read_bytes() != mine and (d / "blocks.csv").exists()
+
+
+def test_a_failed_run_leaves_nothing_behind_and_keeps_finished_work(tmp_path, capsys, monkeypatch):
+    """A run or release evaluation that fails before finishing anything leaves no folder; one that had
+    finished files keeps them and says where (a rerun resumes from them)."""
+    import experiments.release.evaluate as release
+    import experiments.runner as runner
+
+    def boom(*a, **k):
+        raise RuntimeError("disk on fire")
+
+    out = tmp_path / "results"
+    monkeypatch.setattr(runner, "code_fingerprint", boom)
+    assert main(["run", str(ROOT / "configs" / "tiny.yaml"), "--out", str(out), "--no-progress"]) == 1
+    monkeypatch.setattr(release, "Ledger", boom)
+    assert main(["evaluate-release", str(ROOT / "configs" / "release_tiny.yaml"), "--out", str(out),
+                 "--no-progress"]) == 1
+    assert list(out.iterdir()) == []
+    capsys.readouterr()
+    # finished work is kept and named
+    from experiments.results import nothing_half_made
+
+    kept = out / "x" / "y"
+    with pytest.raises(RuntimeError), nothing_half_made(kept):
+        (kept / "units").mkdir(parents=True)
+        (kept / "units" / "a.parquet").write_text("done")
+        boom()
+    assert (kept / "units" / "a.parquet").exists() and "1 finished file(s) kept" in capsys.readouterr().err
