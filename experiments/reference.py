@@ -10,7 +10,9 @@ from pydantic import BaseModel
 
 
 def _escape(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """A table cell's text: pipes escaped, one line, and angle brackets as entities (``OUT/<name>/``
+    is text, not an HTML tag for the Markdown renderer to swallow)."""
+    return str(text).replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def cli_reference() -> str:
@@ -18,11 +20,11 @@ def cli_reference() -> str:
     from experiments.cli import _parser
 
     parser = _parser()
-    out = [f"`censusrecon` — {parser.description}", ""]
+    out = [f"`censusrecon` — {_escape(parser.description)}", "", _escape(parser.epilog or ""), ""]
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     helps = {c.dest: c.help for c in sub._choices_actions}
     for name, p in sub.choices.items():
-        out += [f"## censusrecon {name}", "", p.description or helps.get(name, ""), "", "```",
+        out += [f"## censusrecon {name}", "", _escape(p.description or helps.get(name, "")), "", "```",
                 p.format_usage().replace("usage: ", "").strip(), "```", "",
                 "| argument | meaning |", "|---|---|"]
         for a in p._actions:
@@ -67,6 +69,12 @@ def _model(annotation):
     return None
 
 
+def _summary(model) -> str:
+    """A section's meaning: the first sentence of its class docstring."""
+    doc = " ".join((model.__doc__ or "").split())
+    return doc.split(". ")[0].rstrip(".") + "." if doc else ""
+
+
 def config_reference() -> str:
     """Markdown: every config key (dotted), its type, default and meaning, section by section."""
     from experiments.config import ExperimentConfig
@@ -79,9 +87,10 @@ def config_reference() -> str:
             key = f"{prefix}{name}"
             default = "required" if field.is_required() else repr(
                 field.get_default(call_default_factory=True)) if not _model(field.annotation) else "see below"
-            rows.append(f"| `{key}` | {_escape(_type_words(field.annotation))} | {_escape(default)} | "
-                        f"{_escape(field.description or '')} |")
             sub = _model(field.annotation)
+            meaning = field.description or (_summary(sub) if sub is not None else "")
+            rows.append(f"| `{key}` | {_escape(_type_words(field.annotation))} | {_escape(default)} | "
+                        f"{_escape(meaning)} |")
             if sub is not None and sub not in seen:
                 subs.append((sub, key))
         doc = (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")

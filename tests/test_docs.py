@@ -23,8 +23,28 @@ def test_the_documentation_site_builds_strictly(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     reference = (tmp_path / "site" / "reference" / "index.html").read_text()
     assert "censusrecon evaluate-release" in reference and "release.epsilons" in reference  # generated, filled in
+    assert "OUT/&lt;name&gt;/&lt;config-hash&gt;/" in reference and "OUT///" not in reference  # not swallowed as tags
     home = (tmp_path / "site" / "index.html").read_text()
     assert "Three things people do with it" in home  # the README is the home page
+    api = (tmp_path / "site" / "api" / "index.html").read_text()  # generated from the docstrings
+    for name in ("reconstruct.rap.rap_rank", "experiments.release.evaluate.evaluate_release",
+                 "experiments.release.audit.audit_release", "microdata.population.embedded_population"):
+        assert f'id="{name}"' in api, name
+
+
+def test_every_config_key_and_argument_has_a_meaning():
+    """The generated reference has no empty meaning: every config key (sections by their docstring) and
+    every command's argument says what it does."""
+    from experiments.reference import cli_reference, config_reference
+
+    def empty_meanings(text):
+        rows = [re.split(r"(?<!\\)\|", line.strip())[1:-1] for line in text.splitlines() if line.startswith("| `")]
+        return len(rows), [cells[0].strip() for cells in rows if not cells[-1].strip()]
+
+    assert empty_meanings("| `a` | int | 1 | the a |\n| `b` | int | 2 |  |\n| `c\\|d` | x |  |") == (3, ["`b`", "`c\\|d`"])
+    for text in (config_reference(), cli_reference()):
+        n, empty = empty_meanings(text)
+        assert n > 20 and not empty, empty
 
 
 def readme_commands() -> list[str]:
