@@ -170,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "report":
             from experiments.report import write_run_report
 
-            print(write_run_report(results_dir(args.run_dir, args.out, args.overrides)))
+            md = write_run_report(results_dir(args.run_dir, args.out, args.overrides))
+            print(md.with_suffix(".html"))
+            print(md)
         elif args.command == "audit":
             return _audit(args)
         elif args.command == "plot":
@@ -233,6 +235,8 @@ def _queries(args) -> None:
     for row in unit_queries(cfg):
         if args.json:
             print(json.dumps(row))
+        elif row["empty"]:
+            print(f"{row['unit']}: listed, but nobody lives there: every table is zero; reported as empty, not attacked")
         else:
             tables = ", ".join(f"{k} {v}" for k, v in row["cells_per_table"].items())
             blocks = (f"{row['num_blocks']} blocks ({row['occupied_blocks']} occupied), " if row["num_blocks"] else "")
@@ -319,8 +323,9 @@ def _print_release_summary(run_dir, cfg) -> int:
     import pandas as pd
 
     from experiments.metrics import variant_label
-    from experiments.release.report import (STATUS_WORDS, difference_words, exact_row, limit_words, load_audits,
-                                            persons_words, release_strength, setting_label, strength_sentence,
+    from experiments.metrics import difference_words
+    from experiments.release.report import (STATUS_WORDS, exact_row, limit_words, load_audits, persons_words,
+                                            release_strength, setting_label, strength_sentence,
                                             summarise_release_persons, verdict_rows)
 
     tol = cfg.release.tolerance
@@ -381,7 +386,8 @@ def _print_summary(run_dir) -> None:
 
     from experiments.metrics import (average_curves, persons_reconstructed, saturation, saturation_words,
                                      summarise_persons, variant_label)
-    from experiments.release.report import difference_words, persons_words
+    from experiments.metrics import difference_words
+    from experiments.release.report import persons_words
 
     df = pd.read_parquet(run_dir / "match_rate.parquet")
     curves = average_curves(df, 10, by=["variant", "method"])
@@ -396,8 +402,9 @@ def _print_summary(run_dir) -> None:
         for m in table.index:
             if (v, m) in persons.index:
                 p = persons.loc[(v, m)]
-                print(f"  {m}: {persons_words(p)} reconstructed, "
-                      f"best baselines {int(p['baseline_persons'])}; difference {difference_words(p)}")
+                best = f" ({p['best_baselines']})" if "best_baselines" in p else ""
+                print(f"  {m}: {persons_words(p)} reconstructed, best guess without the statistics{best} "
+                      f"{int(p['baseline_persons'])}; difference {difference_words(p)}")
         if (run_dir / "strength.parquet").exists():
             st = pd.read_parquet(run_dir / "strength.parquet")
             for _, r in saturation(st[st["variant"] == v], ["method"]).iterrows():

@@ -306,6 +306,22 @@ def units_to_decide(mean: float, sd: float, confidence: float, power: float = PL
     return hi
 
 
+def difference_words(x) -> str:
+    """'+5.2 per unit (95% interval −1.0 to +11.4, 4 units)'."""
+    if not np.isfinite(x["ci_low"]):
+        return f"{x['difference_mean']:+.1f} per unit (1 unit: no interval)"
+    return (f"{x['difference_mean']:+.1f} per unit ({CONFIDENCE:.0%} interval {x['ci_low']:+.1f} to "
+            f"{x['ci_high']:+.1f}, {int(x['units'])} units)")
+
+
+def unit_names(values: pd.Series) -> str:
+    """'holdout' when every unit agrees, else 'holdout (3 units), county (1)'."""
+    counts = values.value_counts()
+    if len(counts) == 1:
+        return str(counts.index[0])
+    return ", ".join(f"{name} ({n} unit{'s' if n > 1 else ''})" for name, n in counts.items())
+
+
 def summarise_persons(per_unit: pd.DataFrame) -> pd.DataFrame:
     """Across units: total persons reconstructed by each attack and by the best baselines, the
     persons of D and those unique in D (the denominators), and the mean difference per unit with
@@ -316,6 +332,8 @@ def summarise_persons(per_unit: pd.DataFrame) -> pd.DataFrame:
                difference_mean=("difference", "mean"), difference_std=("difference", "std"))
     if "n_unique" in per_unit:
         agg["unique_in_d"] = ("n_unique", "sum")
+    if "best_baseline" in per_unit:
+        agg["best_baselines"] = ("best_baseline", unit_names)
     return add_interval(g.agg(**agg).reset_index())
 
 

@@ -19,6 +19,7 @@ from experiments.config import DATA_PATH_KEYS, ConfigError, ExperimentConfig
 from experiments.metrics import lookup, match_rate_curve
 from microdata.dataset import Dataset
 from microdata.domain import Attribute
+from microdata.geography import plural
 from microdata.marginals import Workload, answer
 from microdata.sources import source
 from reconstruct.queries import EXACT_CHUNK, exact_counts
@@ -121,7 +122,7 @@ def select_units(pop: Dataset, cfg: ExperimentConfig) -> list[str]:
         known = set(ids.tolist())
         unknown = [u for u in cfg.target.unit_ids if u not in known and not geo.listed(level, u)]
         if unknown:
-            raise ConfigError(f"target.unit_ids {unknown} are neither {level}s of the data nor in its public unit list "
+            raise ConfigError(f"target.unit_ids {unknown} are neither {plural(level)} of the data nor in its public unit list "
                               f"(e.g. {ids[:3].tolist()})")
         return list(cfg.target.unit_ids)
     size_words = (f"between {cfg.target.min_rows} and {cfg.target.max_rows} persons" if cfg.target.max_rows
@@ -130,8 +131,8 @@ def select_units(pop: Dataset, cfg: ExperimentConfig) -> list[str]:
         raise ConfigError(f"no {level} has {size_words}")
     wanted = eligible.size if cfg.target.units == "all" else cfg.target.units
     if wanted > eligible.size:
-        raise ConfigError(f"target.units asks for {wanted} {level}s, but the data has only {eligible.size} with "
-                          f"{size_words} (of {ids.size} {level}s); ask for at most {eligible.size}, or units: all")
+        raise ConfigError(f"target.units asks for {wanted} {plural(level)}, but the data has only {eligible.size} with "
+                          f"{size_words} (of {ids.size} {plural(level)}); ask for at most {eligible.size}, or units: all")
     rng = np.random.default_rng(_stable("units", cfg.seed))
     by_parent_level = geo.coarser(level)[-2] if len(geo.coarser(level)) > 1 else "national"  # the state
     if cfg.target.selection == "size_quantiles":  # units spread evenly over the size distribution
@@ -166,7 +167,7 @@ def occupied_units(pop: Dataset, cfg: ExperimentConfig, units: list[str]) -> tup
     occupied = [u for u in units if u in present]
     empty = [u for u in units if u not in present]
     if not occupied:
-        raise ConfigError(f"nobody lives in any of the {cfg.target.level}s named in target.unit_ids ({', '.join(empty)}): "
+        raise ConfigError(f"nobody lives in any of the {plural(cfg.target.level)} named in target.unit_ids ({', '.join(empty)}): "
                           "there is nothing to reconstruct")
     if empty:
         log.warning("%s %s listed but nobody lives there: reported as empty, not attacked (nothing to reconstruct)",

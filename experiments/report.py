@@ -10,11 +10,11 @@ import pandas as pd
 import yaml
 
 from experiments.config import parse_config
-from experiments.metrics import (OUTSIDE_COLUMNS, SATURATION_SHARE, at_u, average_curves, band_kind, is_attack,
-                                 lift_by_baseline, persons_reconstructed, saturation, strength_table,
-                                 summarise_persons, variant_label)
+from experiments.metrics import (CONFIDENCE, OUTSIDE_COLUMNS, SATURATION_SHARE, at_u, average_curves, band_kind,
+                                 difference_words, is_attack, lift_by_baseline, persons_reconstructed, saturation,
+                                 strength_table, summarise_persons, variant_label)
 from experiments.doc import Doc
-from experiments.results import results_kind
+from experiments.results import results_kind, time_words
 
 
 def _pct(a: float, b: float, digits: int = 0) -> str:
@@ -172,21 +172,22 @@ def write_run_report(run_dir: str | Path) -> Path:
     variants = list(dict.fromkeys(df["variant"].tolist()))
     doc = Doc().h(1, cfg.name)
     doc.p(f"Config hash `{manifest['config_hash']}`, code `{manifest.get('code_fingerprint', '?')}`, "
-          f"JAX {manifest['versions'].get('jax')} on {manifest['jax']['backend']}; {manifest['seconds_total']:.0f} s.")
+          f"JAX {manifest['versions'].get('jax')} on {manifest['jax']['backend']}; {time_words(manifest)}.")
 
     # ---- the answer first: who is reconstructed, and could anyone have guessed them ----------
     summary = summarise_persons(persons_reconstructed(df))
     doc.h(2, "Who is reconstructed")
     doc.p("A person is *reconstructed* when their exact row is unique in D (no one else in D shares it) and the "
           "method ranks it among its top u candidates. The best baseline of a unit is the baseline that finds the "
-          "most such persons there; the difference is per unit, mean ± one standard error across units.")
+          f"most such persons there; the difference is per unit: the mean across units with its {CONFIDENCE:.0%} "
+          "Student t interval, the interval the terminal and the release verdict print.")
     for v in variants:
         s = summary[summary["variant"] == v]
         doc.h(3, variant_label(v, variants))
         doc.table(["method", "persons reconstructed", "by the best baselines", "difference per unit", "units",
                    "persons in D"],
                   [[r["method"], int(r["persons"]), int(r["baseline_persons"]),
-                    f"{r['difference_mean']:+.1f} ± {r['difference_sem']:.1f}", int(r["units"]), int(r["persons_in_d"])]
+                    difference_words(r), int(r["units"]), int(r["persons_in_d"])]
                    for _, r in s.iterrows()])
         doc.ul(unguessable_sentence(df, v, around))
         if around is not None and not df[OUTSIDE_COLUMNS[0]].isna().all():

@@ -144,3 +144,25 @@ def nothing_half_made(run_dir: str | Path):
                       "resume from them", file=sys.stderr)
         raise
 
+
+def run_seconds(this_call: float, resumed: list[dict]) -> dict:
+    """A run's time, resumed or not: ``seconds_total`` is this call's time plus the time the units
+    found finished from earlier calls took then (``seconds_unit`` in each unit's facts);
+    ``seconds_this_call`` and ``units_resumed`` say how it splits. Units saved before their time
+    was recorded count 0 and are named in ``units_without_time``."""
+    earlier = sum(float(f.get("seconds_unit", 0.0)) for f in resumed)
+    return {"seconds_total": round(this_call + earlier, 2), "seconds_this_call": round(this_call, 2),
+            "units_resumed": len(resumed), "units_without_time": sum("seconds_unit" not in f for f in resumed)}
+
+
+def time_words(manifest: dict) -> str:
+    """'504 s' or '504 s in all (3 s in this call; 6 units finished by earlier calls)'."""
+    total = float(manifest.get("seconds_total", float("nan")))
+    resumed = int(manifest.get("units_resumed", 0))
+    if not resumed:
+        return f"{total:.0f} s"
+    untimed = int(manifest.get("units_without_time", 0))
+    return (f"{total:.0f} s in all ({manifest['seconds_this_call']:.0f} s in this call; {resumed} unit"
+            f"{'s' if resumed > 1 else ''} finished by earlier calls"
+            + (f", {untimed} of them without a recorded time" if untimed else "") + ")")
+

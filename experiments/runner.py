@@ -19,13 +19,14 @@ from experiments.metrics import (OUTSIDE_COLUMNS, best_baselines, calibration, c
                                  unique_persons)
 from experiments.plots import plot_match_rate, plot_metrics
 from experiments.progress import UnitProgress
-from experiments.results import (code_fingerprint, jax_info, results_kind, versions, write_json, write_parquet,
-                                 write_yaml)
+from experiments.results import (code_fingerprint, jax_info, results_kind, run_seconds, versions, write_json,
+                                 write_parquet, write_yaml)
 from experiments.problem import (UnitProblem, _stable, attributes, baseline_curves, build_priors, build_workload,
                                  exact_answers, init_pool, load_population, occupied_units, outside_counts, prepare_unit,
                                  rap_settings, rarity_level, select_units, unit_blocks, unit_key, unit_settings,
                                  workload_facts)
 from microdata.dataset import Dataset
+from microdata.geography import plural
 from microdata.marginals import Workload
 from reconstruct.margins import margins_attack
 from reconstruct.queries import plan_for
@@ -200,11 +201,16 @@ def units_per_call(cfg: ExperimentConfig, pop: Dataset) -> int:
 
 
 def unit_queries(cfg: ExperimentConfig) -> list[dict]:
-    """Per target unit (and BLOCK variant): blocks, distinct queries, and cells per table asked for."""
+    """Per target unit (and BLOCK variant): blocks, distinct queries, and cells per table asked for.
+    A listed unit nobody lives in is a row of its own (``empty``: every table zero, not attacked),
+    as evaluate-release reports it."""
     pop = load_population(cfg)
+    units, empty = occupied_units(pop, cfg, select_units(pop, cfg))
     out = []
     for wb in cfg.target.with_block:
-        for unit in select_units(pop, cfg):
+        out += [{"unit": u, "with_block": wb, "empty": True, "num_blocks": None, "occupied_blocks": 0,
+                 "num_queries": None, "cells_per_table": {}} for u in empty]
+        for unit in units:
             prob = prepare_unit(pop, cfg, unit, wb, pad_blocks=False)  # what is published, not the padding
             rows = np.flatnonzero(pop.geography.mask(cfg.target.level, unit))
             has_blocks = "block" in pop.geography.finer(cfg.target.level)
@@ -214,7 +220,7 @@ def unit_queries(cfg: ExperimentConfig) -> list[dict]:
                 w = build_workload(cfg, q, prob.private.domain, prob.areas)
                 cells = (dict(w.cells_per_table) if not isinstance(w, Workload)
                          else {"×".join(m): int(np.prod(w.shape(m))) for m in w.marginals})
-                out.append({"unit": unit, "with_block": wb, "workload": q.label, "num_blocks": len(blocks),
+                out.append({"unit": unit, "with_block": wb, "empty": False, "workload": q.label, "num_blocks": len(blocks),
                             "occupied_blocks": occupied, "block_list": source,
                             "num_queries": w.num_queries, "cells_per_table": cells})
     return out
@@ -238,7 +244,7 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
     units_dir = run_dir / "units"
     units_dir.mkdir(parents=True, exist_ok=True)
     write_yaml(run_dir / "config.yaml", cfg.model_dump(mode="json"))
-    log.info("attacking %d %ss: %s", len(units), cfg.target.level, units)
+    log.info("attacking %d %s: %s", len(units), plural(cfg.target.level), units)
     fingerprint = code_fingerprint()
     tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
     unit_bar = UnitProgress(len(tasks), "units", progress)
@@ -266,9 +272,12 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
             chunk = pending[start:start + group]
             unit_bar.postfix(", ".join(f"{u} {'with' if wb else 'without'} BLOCK" for wb, u in chunk[:3])
                              + (" ..." if len(chunk) > 3 else ""))
+            t_chunk = time.perf_counter()
             results = run_units(pop, cfg, [(u, wb) for wb, u in chunk], runs_bar=runs_bar if unit_bar.tty else None)
+            each = (time.perf_counter() - t_chunk) / max(len(chunk), 1)  # units of a chunk share its compiled calls
             for (wb, u), (df, f) in zip(chunk, results):
                 f["code_fingerprint"] = fingerprint
+                f["seconds_unit"] = round(each, 2)
                 df = df.reindex(columns=COLUMNS)
                 pq_path, js_path = paths(wb, u)
                 write_parquet(pq_path, df)
@@ -313,7 +322,7 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
         "rarity_level": rarity_level(pop.geography, cfg.target.level) if len(pop.geography.coarser(cfg.target.level)) > 1 else None,
         "units": facts,
         "empty_units": empty,  # named, listed, nobody lives there: not attacked
-        "seconds_total": round(time.perf_counter() - t_start, 2),
+        **run_seconds(time.perf_counter() - t_start, [done[t][1] for t in tasks if t not in pending]),
     }
     write_json(run_dir / "manifest.json", manifest)
     return run_dir

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from experiments.config import ConfigError, ExperimentConfig, parse_config
+from experiments.progress import UnitProgress
 from experiments.results import code_fingerprint, write_json, write_parquet, write_yaml
 
 log = logging.getLogger(__name__)
@@ -107,11 +106,12 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
     todo = [t for t in tasks if not _done(out, t, fingerprint)]
     skipped = len(tasks) - len(todo)
     cfg_json = cfg.model_dump(mode="json")
-    bar = tqdm(total=len(tasks), initial=skipped, desc="sweep tasks", unit="task", disable=not (progress and sys.stderr.isatty()))
+    bar = UnitProgress(len(tasks), "sweep tasks", progress)  # a bar on a terminal, a line per task elsewhere
+    bar.found(skipped, run_dir)
     if backend == "local":
         for t in todo:
             run_task(cfg_json, t, str(out), fingerprint, cfg.base_dir)
-            bar.update()
+            bar.update(1, t.id)
     else:
         try:
             import ray
@@ -126,8 +126,8 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
             pending = [remote.remote(cfg_json, t, str(out), fingerprint, cfg.base_dir) for t in todo]
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
-                ray.get(done)
-                bar.update(len(done))
+                for d in done:
+                    bar.update(1, ray.get(d))
         finally:
             if started_here:
                 ray.shutdown()

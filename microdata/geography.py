@@ -15,6 +15,15 @@ CENSUS_LEVELS: tuple[str, ...] = ("national", "state", "county", "tract", "block
 _CENSUS_PREFIX = {"state": 2, "county": 5, "tract": 11, "block": 15}
 
 
+def plural(level: str) -> str:
+    """A level's name in the plural, as a sentence needs it: tracts, blocks, counties, pumas.
+
+    >>> [plural(x) for x in ("tract", "county", "block group", "puma")]
+    ['tracts', 'counties', 'block groups', 'pumas']
+    """
+    return level[:-1] + "ies" if level.endswith("y") and level[-2:-1] not in "aeiou" else level + "s"
+
+
 #: How a unit list built from the person rows describes itself (a list that is not public).
 FROM_ROWS = "derived from the person rows (not a public list: a unit with no one in it is missing)"
 
@@ -156,7 +165,7 @@ class Geography:
         m = self.units(level) == unit
         if not m.any() and not self.listed(level, unit):
             raise GeographyError(
-                f"no {level} {unit!r} in this data; known {level}s include {self.unit_ids(level)[:5]}"
+                f"no {level} {unit!r} in this data; known {plural(level)} include {self.unit_ids(level)[:5]}"
             )
         return m
 

@@ -11,6 +11,7 @@ from typing import Sequence
 from microdata.census import Cell
 from microdata.domain import Domain
 from microdata.errors import CensusReconError
+from microdata.geography import plural
 
 
 class TableError(CensusReconError):
@@ -153,7 +154,7 @@ def build_table_cells(specs: Sequence[dict], domain: Domain, unit_level: str, bl
                 raise TableError(
                     f"table {name}: level {level!r} is coarser than the target level {unit_level!r}: a {level}'s table "
                     f"counts this {unit_level}'s persons together with its neighbours', so an attack on one "
-                    f"{unit_level} cannot use it. To evaluate {level} tables, attack whole {level}s: set target.level: "
+                    f"{unit_level} cannot use it. To evaluate {level} tables, attack whole {plural(level)}: set target.level: "
                     f"{level} (their blocks stay BLOCK) and publish at level: {level} or {block_level}")
             raise TableError(f"table {name}: level {level!r} must be {block_level!r} (one table per block), "
                              + "".join(f"{lv!r}, " for lv in finer) + f"or the target level {unit_level!r}")

@@ -26,7 +26,8 @@ from experiments.release.publish import (Published, _backend, _fit_note, check_b
                                          own_invariants, publish, publish_swapping)
 from experiments.release.report import plot_release, release_persons, unit_selection, write_report
 from experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
-from experiments.results import code_fingerprint, jax_info, versions, write_json, write_parquet, write_yaml
+from experiments.results import (code_fingerprint, jax_info, run_seconds, versions, write_json, write_parquet,
+                                 write_yaml)
 from microdata.dataset import Dataset
 from microdata.marginals import Workload
 from microdata.ranking import rank_by_score
@@ -83,6 +84,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     bar = tqdm(total=len(tasks) * per_unit, desc="releases attacked", disable=not units_bar.tty, leave=False)
     fingerprint = code_fingerprint()
     found = 0
+    resumed: list[dict] = []  # the facts of units finished by an earlier call (their time counts too)
     try:
         for wb, unit in tasks:
             stem = run_dir / "units" / f"{'block' if wb else 'noblock'}_{unit}"
@@ -98,11 +100,13 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                     exact_statuses[kind].extend(rows_)
                 bar.update(per_unit)
                 found += 1
+                resumed.append(facts)
                 continue
             if found:
                 units_bar.found(found, run_dir)
                 found = 0
             n_ledger = len(ledger.entries)
+            t_unit = time.perf_counter()
             unit_curves, unit_util, unit_exact, unit_micro = _evaluate_unit(cfg, pop, unit, wb, ledger, bar,
                                                                             topdown_cache, run_dir)
             write_parquet(stem.with_suffix(".parquet"), unit_curves)
@@ -110,7 +114,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                 write_parquet(stem.with_suffix(".micro.parquet"), unit_micro)
                 micro.append(unit_micro)
             write_json(saved, {"code_fingerprint": fingerprint, "utility": unit_util, "exact_attack": unit_exact,
-                               "ledger": ledger.entries[n_ledger:]})
+                               "ledger": ledger.entries[n_ledger:], "seconds_unit": round(time.perf_counter() - t_unit, 2)})
             for kind, rows_ in unit_exact.items():
                 exact_statuses[kind].extend(rows_)
             curves.append(unit_curves)
@@ -154,7 +158,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     write_json(run_dir / "manifest.json", {
         "name": cfg.name, "config_hash": cfg.digest(), "code_fingerprint": code_fingerprint(),
         "versions": versions(), "jax": jax_info(), "seeds": {"experiment": cfg.seed, "population": cfg.data.seed},
-        "units": units, "facts": facts, "seconds_total": round(time.perf_counter() - t_start, 2),
+        "units": units, "facts": facts, **run_seconds(time.perf_counter() - t_start, resumed),
     })
     plot_release(df, util, run_dir, cfg)
     facts["earlier_audit_failures"] = earlier_failures

@@ -15,9 +15,11 @@ import pandas as pd  # noqa: E402
 
 from experiments.doc import Doc  # noqa: E402
 from experiments.metrics import (CONFIDENCE, PLAN_MAX_UNITS, PLAN_POWER, SATURATION_SHARE, add_interval,  # noqa: E402
-                                 average_curves, best_baselines, saturation, saturation_words, strength_sequence,
-                                 strength_table, units_to_decide, upper_limit, variant_label)
+                                 average_curves, best_baselines, difference_words, saturation, saturation_words,
+                                 strength_sequence, strength_table, unit_names, units_to_decide, upper_limit,
+                                 variant_label)
 from experiments.plots import save_figure  # noqa: E402
+from experiments.results import time_words  # noqa: E402
 from synth.release import DERIVED_ROWS  # noqa: E402
 
 #: The best attack on a unit's release: the attack (RAP-Rank, the exact attack, the trivial
@@ -45,14 +47,6 @@ def release_persons(df: pd.DataFrame) -> pd.DataFrame:
     out = pd.concat([rel, strongest], ignore_index=True).merge(best, on=["variant", "unit"])
     out["difference"] = out["persons_reconstructed"] - out["baseline_persons"]
     return out.reset_index(drop=True)
-
-
-def _names(values: pd.Series) -> str:
-    """'holdout' when every unit agrees, else 'holdout (3 units), county (1)'."""
-    counts = values.value_counts()
-    if len(counts) == 1:
-        return str(counts.index[0])
-    return ", ".join(f"{name} ({n} unit{'s' if n > 1 else ''})" for name, n in counts.items())
 
 
 def summarise_release_persons(per_unit: pd.DataFrame, tolerance=None) -> pd.DataFrame:
@@ -83,7 +77,7 @@ def summarise_release_persons(per_unit: pd.DataFrame, tolerance=None) -> pd.Data
     agg = dict(units=("unit", "nunique"), persons=("persons_reconstructed", "sum"),
                baseline_persons=("baseline_persons", "sum"), persons_in_d=("n_rows", "sum"),
                difference_mean=("difference", "mean"), difference_std=("difference", "std"),
-               best_baselines=("best_baseline", _names), best_attacks=("best_attack", _names),
+               best_baselines=("best_baseline", unit_names), best_attacks=("best_attack", unit_names),
                tolerance=("_allowed", "mean"), margin_mean=("_margin", "mean"), margin_std=("_margin", "std"))
     if "n_unique" in per_unit:
         agg["unique_in_d"] = ("n_unique", "sum")
@@ -129,14 +123,6 @@ def persons_words(x) -> str:
     unique = f" of {int(x['unique_in_d'])} persons unique in D" if "unique_in_d" in x and pd.notna(
         x.get("unique_in_d")) else ""
     return f"{int(x['persons'])}{unique} ({int(x['persons_in_d'])} persons in D)"
-
-
-def difference_words(x) -> str:
-    """'+5.2 per unit (95% interval −1.0 to +11.4, 4 units)'."""
-    if not np.isfinite(x["ci_low"]):
-        return f"{x['difference_mean']:+.1f} per unit (1 unit: no interval)"
-    return (f"{x['difference_mean']:+.1f} per unit ({CONFIDENCE:.0%} interval {x['ci_low']:+.1f} to "
-            f"{x['ci_high']:+.1f}, {int(x['units'])} units)")
 
 
 #: What each verdict status means, for the report and the terminal.
@@ -567,7 +553,9 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     doc = Doc().h(1, f"Release evaluation: {cfg.name}")
     _decision_section(doc, cfg, run_dir, persons, util, variants, audits, entries)
     doc.h(2, "What ran")
-    doc.p(f"Config hash `{cfg.digest()}`. " + _data_words(cfg, facts))
+    manifest = json.loads((run_dir / "manifest.json").read_text()) if (run_dir / "manifest.json").exists() else {}
+    doc.p(f"Config hash `{cfg.digest()}`" + (f"; {time_words(manifest)}" if "seconds_total" in manifest else "")
+          + ". " + _data_words(cfg, facts))
     doc.p(f"Published workload: {cfg.queries[0].describe()}. Privacy unit: one person. Neighbouring relation: "
           f"**{r.relation}** ({'n is fixed and public' if r.relation == 'replace_one' else 'one person added or removed'}). "
           f"Noise backend: **{r.backend}**" + (" — seeded simulation noise, **not for publication**; use "

@@ -145,7 +145,7 @@ def test_every_malformed_input_ends_in_one_line_naming_the_file(tmp_path, capsys
         assert "\n" not in err and name in err and "Traceback" not in err, (argv, err)
 
 
-def test_a_listed_unit_nobody_lives_in_can_be_named(agency, tmp_path):
+def test_a_listed_unit_nobody_lives_in_can_be_named(agency, tmp_path, capsys):
     """The public block list names a tract nobody lives in: naming it is no error; it is reported
     as empty (nothing to reconstruct), not attacked; a name in neither the data nor the list is."""
     from experiments.release.evaluate import evaluate_release
@@ -163,6 +163,12 @@ def test_a_listed_unit_nobody_lives_in_can_be_named(agency, tmp_path):
     cfg = load_config(ROOT / "configs" / "agency" / "example.yaml",
                       base + [f"target.unit_ids=[{occupied}, {empty}]", "release.epsilons=[4.0]",
                               "release.mechanisms=[laplace_tables]", "release.audit.runs=2000"])
+    # queries says so too, naming the unit (it used to fail with "cannot split 0 row(s)")
+    from experiments.cli import main
+
+    assert main(["queries", str(ROOT / "configs" / "agency" / "example.yaml"),
+                 *[x for o in base + [f"target.unit_ids=[{occupied}, {empty}]"] for x in ("--set", o)]]) == 0
+    assert f"{empty}: listed, but nobody lives there" in capsys.readouterr().out
     rel = evaluate_release(cfg, tmp_path / "out", progress=False)
     manifest = json.loads((rel / "manifest.json").read_text())
     assert manifest["units"] == [occupied] and manifest["facts"]["empty_units"] == [empty]

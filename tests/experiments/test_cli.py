@@ -65,7 +65,8 @@ def test_plot_regenerates_from_parquet(tiny_run, capsys):
     assert main(["plot", str(ROOT / "configs" / "tiny.yaml"), "--out", str(root)]) == 0
     assert (run_dir / "match_rate.png").stat().st_size > 0
     assert main(["report", str(ROOT / "configs" / "tiny.yaml"), "--out", str(root)]) == 0
-    assert str(run_dir / "report.md") in capsys.readouterr().out
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-2:] == [str(run_dir / "report.html"), str(run_dir / "report.md")]  # the page to open first
 
 
 def test_cli_reports_config_errors_without_a_traceback(tmp_path, capsys):
@@ -103,10 +104,17 @@ def test_interrupted_run_leaves_no_half_written_file_and_resumes(tmp_path, root,
     assert not [p for p in run_dir.rglob("*") if p.name.startswith(".")]  # no temp files left
     assert len(list((run_dir / "units").glob("*.parquet"))) == 1
     # rerun: the finished unit is reused, only the missing one is computed
+    first = json.loads(next((run_dir / "units").glob("*.json")).read_text())["seconds_unit"]
     calls["n"] = 10
     runner.run_experiment(cfg, tmp_path, progress=False)
     assert calls["n"] == 11
     assert pd.read_parquet(run_dir / "match_rate.parquet").unit.nunique() == 2
+    # the run's time is the units' time, the resumed one's included, and the report says how it splits
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["units_resumed"] == 1 and m["seconds_total"] == pytest.approx(m["seconds_this_call"] + first, abs=0.02)
+    from experiments.report import write_run_report
+
+    assert "in this call; 1 unit finished by earlier calls" in write_run_report(run_dir).read_text()
 
 
 def test_resume_does_not_reuse_units_computed_by_other_code(tmp_path, root, monkeypatch):

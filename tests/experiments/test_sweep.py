@@ -20,12 +20,14 @@ OVERRIDES = ["target.units=2", "target.with_block=[false]", "attack.init=[random
 TASKS = 2 * 3 * 2  # units × (rap_rank, one_way_margins, baselines) × seeds
 
 
-def test_local_sweep_runs_each_task_once_and_a_rerun_skips_them(tmp_path, root):
+def test_local_sweep_runs_each_task_once_and_a_rerun_skips_them(tmp_path, root, capsys):
     cfg = load_config(root / "configs" / "tiny.yaml", OVERRIDES)
-    first = sweep(cfg, tmp_path, "local", progress=False)
+    first = sweep(cfg, tmp_path, "local", progress=True)  # off a terminal (captured): a line per task, no bar
     assert first["tasks_total"] == TASKS and first["tasks_run"] == TASKS and first["tasks_skipped"] == 0
-    again = sweep(cfg, tmp_path, "local", progress=False)
+    assert capsys.readouterr().err.count(" sweep tasks] ") == TASKS
+    again = sweep(cfg, tmp_path, "local", progress=True)
     assert again["tasks_run"] == 0 and again["tasks_skipped"] == TASKS
+    assert f"resuming: {TASKS} of {TASKS} sweep tasks already done" in capsys.readouterr().err
     df = pd.read_parquet(Path(first["run_dir"]) / "sweep_match_rate.parquet")
     assert set(df.seed) == {0, 1} and {"rap_rank", "one_way_margins", "holdout", "county"} <= set(df.method)
 
