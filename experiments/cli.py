@@ -356,6 +356,10 @@ def _print_release_summary(run_dir, cfg) -> int:
             print(f"  {r['mechanism']:<20} {STATUS_WORDS[r['status']]} {setting_label(r['mechanism'], x['setting'])}:\n"
                   f"  {'':<20} best attack ({x['best_attacks']}) {persons_words(x)}; best guess ({x['best_baselines']}) "
                   f"{int(x['baseline_persons'])}; {difference_words(x)};\n  {'':<20} {limit_words(x, tol.words())}{err}")
+            nxt = r.get("next")
+            if nxt is not None:
+                print(f"  {'':<20} at {setting_label(r['mechanism'], nxt['setting'])} not shown safe: "
+                      f"{difference_words(nxt)}; {limit_words(nxt, tol.words())}")
             if r["plan"]:
                 print(f"  {'':<20} {r['plan']}")
             said = strength_sentence(strength, r)

@@ -253,6 +253,7 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant, strength: d
                         f"average and {100 * err['share_off_10pct'].iloc[0]:.0f}% of cells are off by more than "
                         "10%" if len(err) else "")
             later = rows.iloc[first_fail:]
+            row["next"] = later.iloc[0] if len(later) else None  # the first setting not shown safe
             after = ("Every setting evaluated is shown safe: the grid stops before protection ends; evaluate "
                      f"{'smaller swap rates' if swap else 'larger ε'} to find where it does." if not len(later) else
                      f"At {setting_label(mech, later['setting'].iloc[0])} it is not shown safe ("
@@ -739,7 +740,7 @@ def _decision_section(doc: Doc, cfg, run_dir: Path, persons: pd.DataFrame, util:
                           (f"{x['excess_upper']:+.1f} / {x['tolerance']:.1f}" if np.isfinite(x["excess_upper"]) else
                            f"+∞ / {x['tolerance']:.1f}") if x is not None else "",
                           f"{r['table_error']:.2f}" if "table_error" in r else "", audit, fit])
-        doc.table(["mechanism", "verdict", "at", "persons reconstructed: best attack / best guess",
+        doc.table(["mechanism", "verdict", "figures at", "persons reconstructed: best attack / best guess",
                    "excess per unit: upper 95% limit / tolerated", "table error per cell", "audit",
                    "fit for publication"], table, numeric={3, 4, 5})
         plans = [f"**{r['mechanism']}**: {r['plan']}" for r in rows if r["plan"]]
