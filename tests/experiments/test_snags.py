@@ -168,6 +168,11 @@ def test_a_failed_run_leaves_nothing_behind_and_keeps_finished_work(tmp_path, ca
     monkeypatch.setattr(release, "Ledger", boom)
     assert main(["evaluate-release", str(ROOT / "configs" / "release_tiny.yaml"), "--out", str(out),
                  "--no-progress"]) == 1
+    import experiments.sweep as sweep
+
+    monkeypatch.setattr(sweep, "plan_tasks", lambda cfg: [])
+    monkeypatch.setattr(sweep, "code_fingerprint", boom)
+    assert main(["sweep", str(ROOT / "configs" / "tiny.yaml"), "--out", str(out), "--no-progress"]) == 1
     assert list(out.iterdir()) == []
     capsys.readouterr()
     # finished work is kept and named
