@@ -362,7 +362,7 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
     run_dir = Path(run_dir)
     variant = df["variant"].iloc[0]
     per_unit = release_persons(df[df["variant"] == variant])
-    persons = summarise_release_persons(per_unit)
+    persons = summarise_release_persons(per_unit, cfg.release.tolerance)
     d = df[df["variant"] == variant]
     d = d[d["method"].isin(["rap_rank"]) | (d["mechanism"] == "baseline")]  # RAP-Rank's curves and the baselines
     key = [f"{e}|{m}" for e, m in zip(d["setting"].tolist(), d["mechanism"].tolist())]  # nan|baseline, inf|exact
@@ -396,10 +396,16 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
     units = per_unit["unit"].nunique()
     base = per_unit.groupby("unit")["baseline_persons"].first()
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    lo, hi = base.mean() - base.std(ddof=1) / np.sqrt(units) if units > 1 else base.mean(), None
-    hi = base.mean() + (base.std(ddof=1) / np.sqrt(units) if units > 1 else 0)
-    ax.axhspan(lo, hi, color="#d95f02", alpha=0.15, lw=0)
-    ax.axhline(base.mean(), color="#d95f02", ls="--", lw=1.5, label="best guess without the release (± 1 s.e. across units)")
+    from scipy.stats import t as student
+
+    half = student.ppf(0.5 + CONFIDENCE / 2, units - 1) * base.std(ddof=1) / np.sqrt(units) if units > 1 else 0.0
+    ax.axhspan(base.mean() - half, base.mean() + half, color="#d95f02", alpha=0.15, lw=0)
+    ax.axhline(base.mean(), color="#d95f02", ls="--", lw=1.5,
+               label=f"best guess without the release ({CONFIDENCE:.0%} t interval across units)")
+    tol = float(p["tolerance"].mean()) if "tolerance" in p and len(p) else None
+    if tol is not None and np.isfinite(tol):
+        ax.axhline(base.mean() + tol, color="#1b9e77", ls=":", lw=1.5,
+                   label=f"tolerated: best guess + {tol:.1f} ({cfg.release.tolerance.words()})")
     for i, mech in enumerate(mechanisms):
         pts = p[p["mechanism"] == mech].merge(u[u["mechanism"] == mech], on=["variant", "mechanism", "setting"])
         pts = pts.sort_values("setting")
