@@ -261,7 +261,7 @@ def _describe_population(args) -> int:
         shape = cfg.data.population.shape if cfg.data.source == "embedded" else cfg.data.source
         print(f"{cfg.name}: population of data.source {cfg.data.source!r}"
               + (f", shape {shape!r}" if cfg.data.source == "embedded" else "") + "; 2010 figures and sources: "
-              "shared/notes/calibration_2010.md")
+              "docs/pages/calibration.md")
         print(format_table(stats))
         off = [s.name for s in stats if s.within is False]
         print(f"{len(off)} of {sum(s.within is not None for s in stats)} statistics outside their tolerance"

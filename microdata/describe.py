@@ -1,7 +1,7 @@
 """The statistics of a census-style population that reconstruction attacks are sensitive to, each
 beside its 2010 Census figure and the tolerance the 2010-shaped population is held to.
 
-Sources are in ``shared/notes/calibration_2010.md``: SUPP is Abowd et al.'s HDSR 2025 supplement
+Sources are in ``docs/pages/calibration.md``: SUPP is Abowd et al.'s HDSR 2025 supplement
 (Tables 7, 12-14), BR02 and BR03 the 2010 Census briefs on race and Hispanic origin and on age and
 sex. Every race × ethnicity statistic is on the 126 cells CENRACE × Hispanic, as the Bureau's.
 """

@@ -3,7 +3,7 @@
 The compact embedded population (:mod:`microdata.population`) has small, homogeneous blocks. This
 generator reproduces, within the tolerances of :mod:`microdata.describe`, the published 2010
 statistics the Census Bureau's reconstruction and reidentification figures depend on (sources in
-``shared/notes/calibration_2010.md``): the block-size distribution over the Bureau's seven bins
+``docs/pages/calibration.md``): the block-size distribution over the Bureau's seven bins
 (SUPP Table 7), about 85.6 occupied blocks and 4,257 persons per tract, 44% of listed blocks
 empty, national sex, age and race × ethnicity (C2010BR-02, -03), and how race × ethnicity and age
 cluster within blocks by block size (SUPP Tables 7, 12-14).

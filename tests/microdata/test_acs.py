@@ -8,7 +8,7 @@ import pytest
 from microdata.acs import ACSDataError, Binning, read_folktables, read_nist
 from tests.acs_fixture import make_acs_root, make_nist_file
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "acs_nist_2018"
+SHARED = Path(__file__).resolve().parents[2] / "microdata" / "data" / "acs_nist_2018"  # shipped
 
 
 def test_binning_is_equal_width_and_clips_to_the_end_bins():
@@ -76,8 +76,7 @@ def test_nist_format_reader_on_a_generated_file(tmp_path):
         read_nist(path, attributes=["AGEP", "DEAR"])
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="../shared/data is not available")
-def test_nist_shared_excerpts():
+def test_nist_shipped_excerpts():
     d = read_nist(SHARED / "national2018.csv")
     assert len(d) == 27111
     assert len(d.geography.unit_ids("puma")) == 20 and len(d.geography.unit_ids("state")) == 16

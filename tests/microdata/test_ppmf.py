@@ -6,7 +6,7 @@ import pytest
 
 from microdata.ppmf import PPMFError, read_ppmf
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "ppmf_perry_al" / "ppmf_perry_county_al.csv"
+SHARED = Path(__file__).resolve().parents[2] / "microdata" / "data" / "ppmf_perry_al" / "ppmf_perry_county_al.csv"
 
 
 def _full_ppmf(path: Path, n=300, seed=0) -> Path:
@@ -39,7 +39,6 @@ def test_full_format_reader_streams_chunks_and_filters(tmp_path):
         read_ppmf(tmp_path / "missing.csv")
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="../shared/data is not available")
 def test_redistricting_variant_of_perry_county():
     d = read_ppmf(SHARED, chunksize=4000)
     assert len(d) == 10588

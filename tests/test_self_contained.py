@@ -1,0 +1,43 @@
+"""The project stands on its own: no config, doc, README, notebook or code names a file outside the
+repository, and every data file a shipped config reads ships with it."""
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+#: a reference to the developers' shared folder beside the checkout, in any spelling
+OUTSIDE = re.compile(r"(?:\.\./)+shared/|\bshared/(?:notes|data|seeds)\b")
+
+
+def _texts():
+    for pattern in ("README.md", "Makefile", "pyproject.toml", "docs/**/*.md", "docs/*.yml", "configs/**/*.yaml",
+                    "notebooks/*.py", "bench/**/*.py", "microdata/**/*.py", "reconstruct/**/*.py",
+                    "baselines/**/*.py", "synth/**/*.py", "experiments/**/*.py"):
+        yield from ROOT.glob(pattern)
+
+
+def test_nothing_names_a_path_outside_the_repository():
+    assert OUTSIDE.search("path: ../../../shared/data/x.csv") and OUTSIDE.search("see shared/notes/a.md")
+    bad = [f"{f.relative_to(ROOT)}:{i}" for f in _texts() for i, line in enumerate(f.read_text().splitlines(), 1)
+           if OUTSIDE.search(line)]
+    assert not bad, bad
+
+
+def test_every_shipped_config_reads_data_inside_the_repository():
+    """Each config's data files resolve inside the repository, and exist: the shipped data (microdata/data).
+    Files under inputs/ are the user's own (written by example-data or brought), and folktables' ACS files
+    are fetched into their folder on demand (data.download: true), so those two may be absent."""
+    checked = 0
+    for cfg in sorted((ROOT / "configs").rglob("*.yaml")):
+        data = (yaml.safe_load(cfg.read_text()) or {}).get("data") or {}
+        for key in ("path", "units_file", "dictionary"):
+            if not data.get(key):
+                continue
+            where = (cfg.parent / data[key]).resolve()
+            assert where.is_relative_to(ROOT), f"{cfg.relative_to(ROOT)}: data.{key} {data[key]} is outside the repository"
+            if not where.is_relative_to(ROOT / "inputs") and data.get("source") != "folktables":
+                assert where.exists(), f"{cfg.relative_to(ROOT)}: data.{key} {data[key]} does not exist"
+                checked += 1
+    assert checked >= 5  # the NIST excerpts and the PPMF extract
