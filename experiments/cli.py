@@ -291,6 +291,9 @@ def _audit(args) -> int:
 
     history = release_dir("results", cfg) / "audit_history.jsonl"
     earlier = record_audit(history, results, code_fingerprint())
+    from experiments.release.evaluate import save_recorded_audit
+
+    save_recorded_audit(history.parent, cfg, results)  # evaluate-release of this code and config reuses it
     if args.json:
         for r in results:
             print(json.dumps(r.as_dict()))

@@ -49,6 +49,35 @@ def release_dir(out_root: str | Path, cfg: ExperimentConfig) -> Path:
     return Path(out_root) / cfg.name / cfg.digest() / "release"
 
 
+#: the audit `censusrecon audit` ran last, kept whole in the release folder for evaluate-release
+RECORDED_AUDIT = "audit_recorded.json"
+
+
+def save_recorded_audit(run_dir: Path, cfg: ExperimentConfig, results: list) -> None:
+    """Keep an audit `censusrecon audit` ran (every result whole, the code and config it ran on), so
+    that evaluate-release of the same code and config uses it instead of running it again."""
+    import datetime as _dt
+
+    when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    write_json(Path(run_dir) / RECORDED_AUDIT, {"code": code_fingerprint(), "config": cfg.digest(), "when": when,
+                                                "results": [dict(r.as_dict(), recorded_by_audit_command=when)
+                                                            for r in results]})
+
+
+def recorded_audit(run_dir: Path, cfg: ExperimentConfig, fingerprint: str) -> list | None:
+    """The audit `censusrecon audit` recorded for exactly this code and config (every file of the code,
+    every key of the config, the audit's settings included), as AuditResults; None when there is none."""
+    from experiments.release.report import audits_from_dicts
+
+    path = Path(run_dir) / RECORDED_AUDIT
+    if not path.exists():
+        return None
+    rec = json.loads(path.read_text())
+    if rec.get("code") != fingerprint or rec.get("config") != cfg.digest() or not rec.get("results"):
+        return None
+    return audits_from_dicts(rec["results"])
+
+
 def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", progress: bool = True) -> Path:
     """Release → attack → compare with the exact-table attack and the baselines, per ε and mechanism."""
     if cfg.release is None:
@@ -129,7 +158,14 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     df = pd.concat(curves, ignore_index=True)
     util = pd.DataFrame(utility)
     lift = lift_table(df)
-    audits = audit_release(cfg, pop, progress=progress)
+    recorded = recorded_audit(run_dir, cfg, fingerprint)
+    if recorded is not None:  # `censusrecon audit` audited this very code and config: its audit stands
+        audits = recorded
+        units_bar.say(f"audit: the one `censusrecon audit` ran at {audits[0].details['recorded_by_audit_command']} on "
+                      "this code and config (seed "
+                      f"{audits[0].details.get('audit_seed')}); its result stands, so it is not run again")
+    else:
+        audits = audit_release(cfg, pop, progress=progress)
     risks, risk_note = measure_risks(cfg, micro)
     write_json(run_dir / "risks.json", {"note": risk_note})
     if len(risks):
@@ -148,7 +184,13 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                                          "empty_units": empty,  # listed, named, nobody there: not attacked
                                          "total_epsilon_per_unit": {u: ledger.total_epsilon(unit=u) for u in units}})
     write_json(run_dir / "audit.json", [a.as_dict() for a in audits])
-    earlier_failures = record_audit(run_dir / "audit_history.jsonl", audits, fingerprint)
+    if recorded is None:
+        earlier_failures = record_audit(run_dir / "audit_history.jsonl", audits, fingerprint)
+    else:  # recorded already; the earlier failures are those before it
+        history = run_dir / "audit_history.jsonl"
+        entries = [json.loads(x) for x in history.read_text().splitlines() if x.strip()] if history.exists() else []
+        earlier_failures = [e for e in entries if not e["passed"] and e.get("code") == fingerprint
+                            and e.get("when") != audits[0].details["recorded_by_audit_command"]]
     write_parquet(run_dir / "persons.parquet", release_persons(df))
     for kind, name in (("status", "exact_attack"), ("agreement", "agreement"), ("reidentification", "reidentification"),
                        ("strength", "strength")):

@@ -720,8 +720,11 @@ def _decision_section(doc: Doc, cfg, run_dir: Path, persons: pd.DataFrame, util:
             f"{a.mechanism} at ε = {a.declared_epsilon:g}: {a.checks_summary()}" for a in failed))
     elif audits:
         seed = audits[0].details.get("audit_seed")
+        when = audits[0].details.get("recorded_by_audit_command")
         doc.p("Audit of the publishing code: **passed** for every audited mechanism and ε"
-              + (f" (seed {seed})" if seed is not None else "") + "; details below.")
+              + (f" (seed {seed}" if seed is not None else "")
+              + (f"; run by `censusrecon audit` at {when} on the same code and config)" if when else
+                 ")" if seed is not None else "") + "; details below.")
     else:
         doc.p("Audit of the publishing code: **not run**.")
     for v in variants:
@@ -792,14 +795,19 @@ def _risk_section(doc: Doc, run_dir: Path, variants: list) -> None:
                   rows, numeric=set())
 
 
-def load_audits(run_dir: Path) -> list:
-    """The audit results of a finished release evaluation (``audit.json``), as AuditResult."""
+def audits_from_dicts(items: list[dict]) -> list:
+    """AuditResults from their ``as_dict`` form (audit.json, a recorded audit)."""
     from synth.audit import AuditResult
 
     known = {"mechanism", "declared_epsilon", "epsilon_lower_bound", "runs", "confidence", "event", "checks"}
     return [AuditResult(a["mechanism"], a["declared_epsilon"], a["epsilon_lower_bound"], a["runs"], a["confidence"],
                         a["event"], a.get("checks", {}), {k: v for k, v in a.items() if k not in known | {"passed"}})
-            for a in json.loads((Path(run_dir) / "audit.json").read_text())]
+            for a in items]
+
+
+def load_audits(run_dir: Path) -> list:
+    """The audit results of a finished release evaluation (``audit.json``), as AuditResult."""
+    return audits_from_dicts(json.loads((Path(run_dir) / "audit.json").read_text()))
 
 
 def write_release_report_from_dir(run_dir: Path) -> Path:

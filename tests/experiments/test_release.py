@@ -343,3 +343,26 @@ def test_the_table_error_printed_is_the_cell_weighted_error_of_the_published_tab
                          variant=True, mechanism="laplace_tables", setting=1.0, unit=unit))  # derived: left out
     got = utility_summary(pd.DataFrame(rows)).iloc[0]
     assert got.cells == cells and got.mae_per_cell == pytest.approx(errs / cells, rel=1e-12)
+
+
+def test_evaluate_release_reuses_the_audit_that_censusrecon_audit_ran_on_the_same_code_and_config(
+        root, tmp_path, monkeypatch, capsys):
+    """`censusrecon audit` then `evaluate-release` of the same config: the audit stands and is not run
+    again (the report says whose it is); another config (here another audit seed) runs its own."""
+    import experiments.release.evaluate as release
+
+    monkeypatch.chdir(tmp_path)  # the audit command records under ./results
+    over = ["release.mechanisms=[laplace_tables]", "release.epsilons=[1.0]", "attack.runs=2", "attack.steps=20",
+            "target.units=1", "release.audit.runs=2000", "release.risks=false", "release.audit.seed=5"]
+    cfg_path = str(root / "configs" / "release_tiny.yaml")
+    assert main(["audit", cfg_path, *[x for o in over for x in ("--set", o)]]) == 0
+    real = release.audit_release
+    monkeypatch.setattr(release, "audit_release", lambda *a, **k: pytest.fail("the recorded audit was run again"))
+    run = release.evaluate_release(load_config(cfg_path, over), "results", progress=True)
+    assert "its result stands, so it is not run again" in capsys.readouterr().err
+    assert "run by `censusrecon audit` at" in (run / "report.md").read_text()
+    assert json.loads((run / "audit.json").read_text())[0]["audit_seed"] == 5
+    calls = []
+    monkeypatch.setattr(release, "audit_release", lambda *a, **k: calls.append(1) or real(*a, **k))
+    release.evaluate_release(load_config(cfg_path, over[:-1] + ["release.audit.seed=6"]), "results", progress=False)
+    assert calls == [1]
