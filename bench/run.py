@@ -1,4 +1,4 @@
-"""Bench: the speed figures of issue 6, each a ratio or fraction measured in this one run.
+"""Bench: RAP-Rank's and the exact attack's speed, each a ratio or fraction measured in this one run.
 
 Prints its figures, then one JSON object as the last line. The machine's matmul peak is
 measured first for each dtype (a large matmul, float32 and bfloat16 operands with float32
@@ -34,9 +34,9 @@ from microdata.marginals import Workload, answer, marginal_counts
 from reconstruct.queries import MarginalPlan, ProductPlan, exact_counts, plan_for, usable_dtype
 from reconstruct.rap import RAPSettings, default_batch, rap_rank, use_cpu_cores_as_devices, rap_rank_units
 
-#: issue 21's goals for RAP-Rank K = 100 x T = 1000 on 2 CPU cores, seconds (2-way, 3-way)
+#: the goals for RAP-Rank K = 100 x T = 1000 on 2 CPU cores, seconds (2-way, 3-way)
 MARGINAL_GOALS_S = {2: 15.0, 3: 300.0}
-#: issue 21's goal for the census step (24-block tract, every SF1 table, n' = 300), run-steps/s
+#: the goal for the census step (24-block tract, every SF1 table, n' = 300), run-steps/s
 CENSUS_GOAL_PER_S = 600.0
 
 # An ACS-coverage-like domain: 17 attributes, one-hot width 107.
@@ -108,7 +108,7 @@ def step_rates(name, plan, targets, dom, rows, steps, peaks, out):
 def census_problem(rows_cap: int = 900, blocks: int | None = None):
     """A tract of the embedded population with BLOCK, and its SF1 person tables; with ``blocks``, a
     2010-sized tract of that many occupied blocks instead, made of a county's first blocks (the
-    embedded tracts hold about 23: issue 22 reshapes them)."""
+    compact population's tracts hold about 23)."""
     from microdata.population import embedded_population
 
     pop = embedded_population(0)
@@ -165,7 +165,7 @@ def exact_bench(out: dict, blocks: int = 24) -> None:
           f"{1000 * total / len(tract):.1f} ms per person; {f.get('certified_persons', 0)} persons certified")
 
 
-#: issue 22's goal: the exact attack on a 2010-average tract (4,257 persons, 85 blocks), seconds
+#: the goal for the exact attack on a 2010-average tract (4,257 persons, 85 blocks), seconds
 EXACT_2010_GOAL_S = 60.0
 
 

@@ -41,3 +41,12 @@ def test_every_shipped_config_reads_data_inside_the_repository():
                 assert where.exists(), f"{cfg.relative_to(ROOT)}: data.{key} {data[key]} does not exist"
                 checked += 1
     assert checked >= 5  # the NIST excerpts and the PPMF extract
+
+
+def test_what_users_read_does_not_cite_the_projects_history():
+    """Docs, README, configs and the benches' help speak of the tool, not of the issues that built it."""
+    history = re.compile(r"\bissue \d+|\bissue #\d+", re.I)
+    files = [ROOT / "README.md", *ROOT.glob("docs/pages/*.md"), *ROOT.glob("configs/**/*.yaml"), *ROOT.glob("bench/*.py")]
+    bad = [f"{f.relative_to(ROOT)}:{i}" for f in files for i, line in enumerate(f.read_text().splitlines(), 1)
+           if history.search(line)]
+    assert not bad, bad
