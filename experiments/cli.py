@@ -360,6 +360,9 @@ def _print_release_summary(run_dir, cfg) -> int:
                   f"  {'':<20} best attack ({x['best_attacks']}) {persons_words(x)}; best guess ({x['best_baselines']}) "
                   f"{int(x['baseline_persons'])}; {difference_words(x)};\n  {'':<20} {limit_words(x, tol.words())}{err}")
             nxt = r.get("next")
+            if r["status"] == "safe" and nxt is None:
+                print(f"  {'':<20} every setting evaluated is shown safe: the grid stops before protection ends; "
+                      f"evaluate {'smaller swap rates' if r['mechanism'] == 'swapping' else 'larger ε'} to find where")
             if nxt is not None:
                 print(f"  {'':<20} at {setting_label(r['mechanism'], nxt['setting'])} not shown safe: "
                       f"{difference_words(nxt)}; {limit_words(nxt, tol.words())}")
