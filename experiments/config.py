@@ -31,12 +31,15 @@ class PopulationConfig(_Strict):
     beside its 2010 figure). The sizes default per shape; ``blocks_per_tract`` and
     ``block_size_median`` are the compact shape's only (2010's come from the 2010 distributions)."""
 
-    shape: Literal["compact", "2010"] = Field("compact", description="compact: small blocks, tracts of about 800 persons; 2010: block and tract sizes, empty blocks and clustering drawn from the 2010 Census")
+    shape: Literal["compact", "2010"] = Field("compact", description="compact: small blocks, tracts of about 800 "
+            "persons; 2010: block and tract sizes, empty blocks and clustering drawn from the 2010 Census")
     states: int | None = Field(None, ge=1, le=99, description="states generated (default per shape)")
     counties_per_state: int | None = Field(None, ge=1, le=999, description="counties in each state (default per shape)")
     tracts_per_county: int | None = Field(None, ge=1, le=9999, description="tracts in each county (default per shape)")
-    blocks_per_tract: tuple[int, int] | None = Field(None, description="compact only: [low, high] blocks per tract, drawn uniformly")
-    block_size_median: float | None = Field(None, gt=0, description="compact only: the median persons per occupied block")
+    blocks_per_tract: tuple[int, int] | None = Field(None, description="compact only: [low, high] blocks per tract, "
+            "drawn uniformly")
+    block_size_median: float | None = Field(None, gt=0, description="compact only: the median persons per occupied "
+            "block")
 
     @model_validator(mode="after")
     def _keys_of_shape(self):
@@ -51,7 +54,8 @@ class PopulationConfig(_Strict):
 class GeoLevelConfig(_Strict):
     """One geography level of a person file: its name and the column holding its codes."""
 
-    level: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="the level's name (state, county, tract, block, ...; name the finest block to attack with BLOCK)")
+    level: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="the level's name (state, county, tract, "
+            "block, ...; name the finest block to attack with BLOCK)")
     column: str = Field(description="the file's column holding this level's codes")
 
     @field_validator("level")
@@ -67,8 +71,10 @@ class AttributeDeclConfig(_Strict):
     codes 0, 1, ... in that order) or an inclusive integer ``range``."""
 
     column: str = Field(description="the file's column holding this attribute")
-    values: list[str | int] | None = Field(None, description="its codes, in order (a categorical attribute); any other value in the file is an error")
-    range: tuple[int, int] | None = Field(None, description="[low, high] of an integer attribute such as AGE, inclusive; a value outside is an error")
+    values: list[str | int] | None = Field(None, description="its codes, in order (a categorical attribute); any "
+            "other value in the file is an error")
+    range: tuple[int, int] | None = Field(None, description="[low, high] of an integer attribute such as AGE, "
+            "inclusive; a value outside is an error")
 
     @model_validator(mode="after")
     def _one(self):
@@ -86,13 +92,16 @@ class DataConfig(_Strict):
     a key the chosen source does not read is an error rather than silently ignored."""
 
     source: Literal["embedded", "acs_nist", "folktables", "ppmf", "table"] = Field(
-        "embedded", description="embedded: the generated population; acs_nist: NIST's ACS excerpts; folktables: ACS PUMS by task; ppmf: the 2010 privacy-protected microdata file; table: your own person file (CSV or Parquet)")
+        "embedded", description="embedded: the generated population; acs_nist: NIST's ACS excerpts; folktables: ACS "
+                "PUMS by task; ppmf: the 2010 privacy-protected microdata file; table: your own person file (CSV or "
+                "Parquet)")
     seed: int = Field(0, description="embedded: the population's seed")
     population: PopulationConfig = PopulationConfig()
     path: str | None = Field(None, description="acs_nist, ppmf, table: the person file; folktables: the root directory")
     dictionary: str | None = Field(None, description="acs_nist: data dictionary (default: beside the CSV)")
     bounds: dict[str, tuple[float, float]] = Field(default_factory=dict, description="bin bounds per numeric column")
-    bins: int = Field(10, ge=1, le=1000, description="acs_nist, folktables: bins of each numeric column (between its bounds)")
+    bins: int = Field(10, ge=1, le=1000, description="acs_nist, folktables: bins of each numeric column (between its "
+            "bounds)")
     task: Literal["employment", "coverage", "mobility"] | None = Field(
         None, description="folktables: the prediction task whose row filter and columns are used")
     states: list[str] = Field(default_factory=list, description="folktables: postal codes; ppmf: FIPS filter")
@@ -101,7 +110,8 @@ class DataConfig(_Strict):
     year: int = Field(2018, ge=2014, description="folktables: the ACS year")
     horizon: Literal["1-Year", "5-Year"] = Field("1-Year", description="folktables: the ACS sample")
     include_target: bool = Field(True, description="folktables: keep the task's target column as an attribute")
-    download: bool = Field(False, description="folktables: fetch missing PUMS files from the Census Bureau (else an error names the file to place under path)")
+    download: bool = Field(False, description="folktables: fetch missing PUMS files from the Census Bureau (else an "
+            "error names the file to place under path)")
     geography: list[GeoLevelConfig] = Field(
         default_factory=list, description="table: the file's geography levels, coarsest first, each one column")
     units_file: str | None = Field(
@@ -141,10 +151,13 @@ class TargetConfig(_Strict):
     units: int | Literal["all"] = Field(
         4, description="how many target units to attack, or all (every unit between min_rows and max_rows)")
     selection: Literal["one_per_state", "random", "size_quantiles"] = Field(
-        "one_per_state", description="which eligible units: one_per_state = round robin over states; random = a seeded sample; size_quantiles = spread evenly over the units' sizes")
+        "one_per_state", description="which eligible units: one_per_state = round robin over states; random = a "
+                "seeded sample; size_quantiles = spread evenly over the units' sizes")
     min_rows: int = Field(20, ge=2, description="eligible units have at least this many persons")
-    max_rows: int | None = Field(None, ge=2, description="eligible units have at most this many persons (null: no bound)")
-    with_block: list[bool] = Field([False], description="attack without BLOCK (false), with each person's block as an attribute (true), or both (each a variant of the results)")
+    max_rows: int | None = Field(None, ge=2, description="eligible units have at most this many persons (null: no "
+            "bound)")
+    with_block: list[bool] = Field([False], description="attack without BLOCK (false), with each person's block as an "
+            "attribute (true), or both (each a variant of the results)")
     block_bucket: int = Field(
         8, ge=1, description="with BLOCK, pad each unit's blocks up to a multiple of this with empty blocks "
         "(published as all-zero cells), so units of one bucket share a compiled program; 1 = no padding")
@@ -176,8 +189,10 @@ class TableDeclConfig(_Strict):
     finest geography level, one table per block, or the target level). ``by: []`` is a total."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_]+$", description="the table's name in the results and reports")
-    level: str = Field("block", description="the geography level tabulated: the finest (one table per block) or the target level")
-    by: list[str | dict[str, list]] = Field(default_factory=list, description="the variables crossed: names, or {NAME: [groups]} (each group a list of value labels, or [low, high] of a range); [] = a total")
+    level: str = Field("block", description="the geography level tabulated: the finest (one table per block) or the "
+            "target level")
+    by: list[str | dict[str, list]] = Field(default_factory=list, description="the variables crossed: names, or "
+            "{NAME: [groups]} (each group a list of value labels, or [low, high] of a range); [] = a total")
     partial: bool = Field(False, description="groups may leave values out or overlap (else an error: a gap drops "
                                              "persons from the table, an overlap counts them twice)")
 
@@ -188,13 +203,15 @@ class QueryConfig(_Strict):
     or a list of SF1 table names and declared tables. ``kind: census`` is the same as tables."""
 
     kind: Literal["marginals", "tables", "census"] = Field(
-        "marginals", description="marginals: all k-way marginals of the attributes; tables (census is the same): SF1 and declared tables")
+        "marginals", description="marginals: all k-way marginals of the attributes; tables (census is the same): SF1 "
+                "and declared tables")
     k: int = Field(2, ge=1, le=4, description="marginals: their order")
     lower: bool = Field(False, description="marginals: also every lower order")
     max_marginals: int | None = Field(None, ge=1, description="publish a seeded random subset of this many")
     tables: str | list[str | TableDeclConfig] = Field(
         "sf1", description="a preset (sf1, race_hispanic, reference), or SF1 table names and declared tables")
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_]+$", description="the workload's name in the results (default: from its kind and tables)")
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_]+$", description="the workload's name in the results "
+            "(default: from its kind and tables)")
 
     @model_validator(mode="after")
     def _check(self):
@@ -262,12 +279,16 @@ class AttackConfig(_Strict):
     rows: int = Field(500, ge=1, description="n'")
     steps: int = Field(500, ge=1, description="T")
     learning_rate: float = Field(0.3, gt=0, description="Adam's step size on the relaxed rows' logits")
-    sampling: Literal["dense", "error"] = Field("dense", description="dense: every query every step; error: the paper code's, queries_per_step queries drawn each step by their current error")
+    sampling: Literal["dense", "error"] = Field("dense", description="dense: every query every step; error: the paper "
+            "code's, queries_per_step queries drawn each step by their current error")
     queries_per_step: int = Field(1024, ge=1, description="sampling error: queries per step")
-    init: list[str] = Field(["random"], description="how runs start, each a method of the results: random, holdout, or a geography level (a baseline's rows)")
-    init_confidence: float = Field(0.5, gt=0, lt=1, description="a run started from rows puts this probability on each row's value, the rest spread evenly")
+    init: list[str] = Field(["random"], description="how runs start, each a method of the results: random, holdout, "
+            "or a geography level (a baseline's rows)")
+    init_confidence: float = Field(0.5, gt=0, lt=1, description="a run started from rows puts this probability on "
+            "each row's value, the rest spread evenly")
     batch: int | None = Field(None, ge=1, description="(unit, run) pairs per compiled call; default per backend")
-    steps_per_call: int = Field(1000, ge=1, description="steps run in one compiled block; progress is reported between blocks")
+    steps_per_call: int = Field(1000, ge=1, description="steps run in one compiled block; progress is reported "
+            "between blocks")
     precision: Literal["float32", "bfloat16"] = Field(
         "float32", description="matmul operand dtype (float32 accumulation); bfloat16 only where a self-test passes")
     draws_per_run: int | Literal["n"] | None = Field(
@@ -336,7 +357,8 @@ class BaselinesConfig(_Strict):
     """Comparators that never see the statistics. A plain list in a config is shorthand for
     ``{methods: [...]}``."""
 
-    methods: list[str] = Field(["holdout", "chance", "county", "state", "national"], description="holdout (D_holdout), chance, and geography levels (rows pooled from the enclosing unit of that level)")
+    methods: list[str] = Field(["holdout", "chance", "county", "state", "national"], description="holdout "
+            "(D_holdout), chance, and geography levels (rows pooled from the enclosing unit of that level)")
     include_target: bool = Field(
         False, description="geographic pools include the target unit's own rows, as the paper's did; the default "
         "excludes them, so a baseline never guesses from D itself")
@@ -433,7 +455,8 @@ class ReleaseConfig(_Strict):
     """The defence: which releases to evaluate (DP at each ε; swapping at each swap rate), under which
     neighbouring relation."""
 
-    epsilons: list[float] = Field([0.1, 0.3, 1.0, 3.0, 10.0], description="the ε of each release evaluated (each mechanism but swapping)")
+    epsilons: list[float] = Field([0.1, 0.3, 1.0, 3.0, 10.0], description="the ε of each release evaluated (each "
+            "mechanism but swapping)")
     mechanisms: list[Literal["laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram", "topdown",
                              "swapping"]] = Field(
         ["laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram"], description="the releases "
@@ -443,9 +466,11 @@ class ReleaseConfig(_Strict):
     swap_match: list[str] = Field(["SEX", "AGE"], description="swapping: pairs match on these (AGE by P12 age group)")
     topdown: TopDownConfig = TopDownConfig()
     relation: Literal["replace_one", "add_remove"] = Field(
-        "replace_one", description="the neighbouring datasets ε protects against: one person replaced (n public) or one added or removed")
+        "replace_one", description="the neighbouring datasets ε protects against: one person replaced (n public) or "
+                "one added or removed")
     backend: Literal["simulation", "opendp"] = Field(
-        "simulation", description="simulation: seeded keyed noise for studies (not for publication); opendp: OpenDP's samplers, for a release you publish")
+        "simulation", description="simulation: seeded keyed noise for studies (not for publication); opendp: OpenDP's "
+                "samplers, for a release you publish")
     invariants: list[Literal["unit_total", "occupied_blocks", "root_total"]] = Field(
         default_factory=list, description="facts the agency publishes exactly and declares as such (recorded in the "
         "ledger): unit_total = each unit's person count; occupied_blocks = a block list taken from the persons, for "
@@ -509,7 +534,8 @@ class ExperimentConfig(_Strict):
     _base_dir: str | None = PrivateAttr(None)
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="the results' folder: OUT/<name>/<config-hash>/")
-    seed: int = Field(0, description="seeds the unit choice, the halves D / D_holdout, the attack and the simulation noise")
+    seed: int = Field(0, description="seeds the unit choice, the halves D / D_holdout, the attack and the simulation "
+            "noise")
     data: DataConfig = DataConfig()
     attributes: list[str] | None = Field(None, description="attack attributes; default: the source's own")
     target: TargetConfig = TargetConfig()
@@ -517,7 +543,8 @@ class ExperimentConfig(_Strict):
     queries: list[QueryConfig] = [QueryConfig()]
     attack: AttackConfig = AttackConfig()
     baselines: BaselinesConfig = BaselinesConfig()
-    grid_points: int = Field(100, ge=2, le=10000, description="points of k/u at which match rates are averaged across units")
+    grid_points: int = Field(100, ge=2, le=10000, description="points of k/u at which match rates are averaged across "
+            "units")
     release: ReleaseConfig | None = None
     reidentification: ReidentificationConfig | None = None
     sweep: SweepConfig = SweepConfig()
