@@ -325,8 +325,7 @@ def _print_release_summary(run_dir, cfg) -> int:
     mechanism's verdict is undecided (cannot decide, or no setting shown safe nor unsafe), else 0."""
     import pandas as pd
 
-    from experiments.metrics import variant_label
-    from experiments.metrics import difference_words
+    from experiments.metrics import difference_words, variant_label
     from experiments.release.report import (STATUS_WORDS, exact_row, limit_words, load_audits, persons_words,
                                             release_strength, setting_label, strength_sentence,
                                             summarise_release_persons, verdict_rows)
@@ -394,9 +393,8 @@ def _print_release_summary(run_dir, cfg) -> int:
 def _print_summary(run_dir) -> None:
     import pandas as pd
 
-    from experiments.metrics import (average_curves, persons_reconstructed, saturation, saturation_words,
-                                     summarise_persons, variant_label)
-    from experiments.metrics import difference_words
+    from experiments.metrics import (average_curves, difference_words, persons_reconstructed, saturation,
+                                     saturation_words, summarise_persons, variant_label)
     from experiments.release.report import persons_words
 
     df = pd.read_parquet(run_dir / "match_rate.parquet")

@@ -322,11 +322,12 @@ def unit_names(values: pd.Series) -> str:
     return ", ".join(f"{name} ({n} unit{'s' if n > 1 else ''})" for name, n in counts.items())
 
 
-def summarise_persons(per_unit: pd.DataFrame) -> pd.DataFrame:
-    """Across units: total persons reconstructed by each attack and by the best baselines, the
-    persons of D and those unique in D (the denominators), and the mean difference per unit with
-    its standard error and t interval (:func:`add_interval`)."""
-    g = per_unit.groupby(["variant", "method"], sort=False)
+def summarise_persons(per_unit: pd.DataFrame, by=("variant", "method"), **extra) -> pd.DataFrame:
+    """Across units, per group of ``by``: total persons reconstructed by each attack and by the best
+    baselines (named when known), the persons of D and those unique in D (the denominators), and the
+    mean difference per unit with its standard error and t interval (:func:`add_interval`).
+    ``extra``: more named aggregations, as ``DataFrame.agg`` takes them."""
+    g = per_unit.groupby(list(by), sort=False, dropna=False)
     agg = dict(units=("unit", "nunique"), persons=("persons_reconstructed", "sum"),
                baseline_persons=("baseline_persons", "sum"), persons_in_d=("n_rows", "sum"),
                difference_mean=("difference", "mean"), difference_std=("difference", "std"))
@@ -334,7 +335,7 @@ def summarise_persons(per_unit: pd.DataFrame) -> pd.DataFrame:
         agg["unique_in_d"] = ("n_unique", "sum")
     if "best_baseline" in per_unit:
         agg["best_baselines"] = ("best_baseline", unit_names)
-    return add_interval(g.agg(**agg).reset_index())
+    return add_interval(g.agg(**agg, **extra).reset_index())
 
 
 def outside_shares(df: pd.DataFrame) -> pd.DataFrame:

@@ -149,7 +149,7 @@ def run_seconds(this_call: float, resumed: list[dict]) -> dict:
     """A run's time, resumed or not: ``seconds_total`` is this call's time plus the time the units
     found finished from earlier calls took then (``seconds_unit`` in each unit's facts);
     ``seconds_this_call`` and ``units_resumed`` say how it splits. Units saved before their time
-    was recorded count 0 and are named in ``units_without_time``."""
+    was recorded count 0 and are counted in ``units_without_time``."""
     earlier = sum(float(f.get("seconds_unit", 0.0)) for f in resumed)
     return {"seconds_total": round(this_call + earlier, 2), "seconds_this_call": round(this_call, 2),
             "units_resumed": len(resumed), "units_without_time": sum("seconds_unit" not in f for f in resumed)}

@@ -14,10 +14,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.doc import Doc  # noqa: E402
-from experiments.metrics import (CONFIDENCE, PLAN_MAX_UNITS, PLAN_POWER, SATURATION_SHARE, add_interval,  # noqa: E402
+from experiments.metrics import (CONFIDENCE, PLAN_MAX_UNITS, PLAN_POWER, SATURATION_SHARE,  # noqa: E402
                                  average_curves, best_baselines, difference_words, saturation, saturation_words,
-                                 strength_sequence, strength_table, unit_names, units_to_decide, upper_limit,
-                                 variant_label)
+                                 strength_sequence, strength_table, summarise_persons, unit_names, units_to_decide,
+                                 upper_limit, variant_label)
 from experiments.plots import save_figure  # noqa: E402
 from experiments.results import time_words  # noqa: E402
 from synth.release import DERIVED_ROWS  # noqa: E402
@@ -73,15 +73,9 @@ def summarise_release_persons(per_unit: pd.DataFrame, tolerance=None) -> pd.Data
         raise ConfigError("release.tolerance.share_of_unique needs the persons unique in D of each unit, which "
                           "these results do not have; give release.tolerance.per_unit instead")
     per_unit = per_unit.assign(_allowed=allowed, _margin=per_unit["difference"] - allowed)
-    g = per_unit.groupby(["variant", "mechanism", "attack", "setting"], sort=False, dropna=False)
-    agg = dict(units=("unit", "nunique"), persons=("persons_reconstructed", "sum"),
-               baseline_persons=("baseline_persons", "sum"), persons_in_d=("n_rows", "sum"),
-               difference_mean=("difference", "mean"), difference_std=("difference", "std"),
-               best_baselines=("best_baseline", unit_names), best_attacks=("best_attack", unit_names),
-               tolerance=("_allowed", "mean"), margin_mean=("_margin", "mean"), margin_std=("_margin", "std"))
-    if "n_unique" in per_unit:
-        agg["unique_in_d"] = ("n_unique", "sum")
-    out = add_interval(g.agg(**agg).reset_index())
+    out = summarise_persons(per_unit, ("variant", "mechanism", "attack", "setting"),
+                            best_attacks=("best_attack", unit_names), tolerance=("_allowed", "mean"),
+                            margin_mean=("_margin", "mean"), margin_std=("_margin", "std"))
     up = [upper_limit(m, sd, n) for m, sd, n in zip(out["margin_mean"], out["margin_std"], out["units"])]
     low = [-upper_limit(-m, sd, n) for m, sd, n in zip(out["margin_mean"], out["margin_std"], out["units"])]
     return out.assign(excess_upper=out["tolerance"] + np.array(up), excess_lower=out["tolerance"] + np.array(low))
