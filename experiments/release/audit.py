@@ -115,9 +115,7 @@ def record_audit(history: Path, results: list[AuditResult], code: str) -> list[d
     import datetime as _dt
     import json
 
-    earlier = []
-    if history.exists():
-        earlier = [json.loads(x) for x in history.read_text().splitlines() if x.strip()]
+    earlier = failed_audits(history, code)
     d = results[0].details if results else {}
     entry = {"when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "code": code,
              "seed": d.get("audit_seed"), "seed_source": d.get("audit_seed_source"),
@@ -127,7 +125,18 @@ def record_audit(history: Path, results: list[AuditResult], code: str) -> list[d
     history.parent.mkdir(parents=True, exist_ok=True)
     with history.open("a") as fh:
         fh.write(json.dumps(entry) + "\n")
-    return [e for e in earlier if not e["passed"] and e.get("code") == code]
+    return earlier
+
+
+def failed_audits(history: Path, code: str, besides: str | None = None) -> list[dict]:
+    """The failed audits of the same ``code`` recorded in ``history`` (:func:`record_audit`'s JSON
+    lines), but the one recorded at ``besides``."""
+    import json
+
+    if not history.exists():
+        return []
+    entries = [json.loads(x) for x in history.read_text().splitlines() if x.strip()]
+    return [e for e in entries if not e["passed"] and e.get("code") == code and e.get("when") != besides]
 
 
 def audited_units(cfg: ExperimentConfig, pop: Dataset, units: list[str]) -> list[str]:

@@ -21,7 +21,7 @@ from experiments.problem import (_stable, attributes, baseline_curves, build_pri
                                  load_population, occupied_units, prepare_unit, rap_settings, select_units,
                                  unit_key)
 from experiments.progress import UnitProgress
-from experiments.release.audit import audit_release, record_audit
+from experiments.release.audit import audit_release, failed_audits, record_audit
 from experiments.release.publish import (Published, _backend, _fit_note, check_block_list, neighbours_of,
                                          own_invariants, publish, publish_swapping)
 from experiments.release.report import plot_release, release_persons, unit_selection, write_report
@@ -186,11 +186,9 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     write_json(run_dir / "audit.json", [a.as_dict() for a in audits])
     if recorded is None:
         earlier_failures = record_audit(run_dir / "audit_history.jsonl", audits, fingerprint)
-    else:  # recorded already; the earlier failures are those before it
-        history = run_dir / "audit_history.jsonl"
-        entries = [json.loads(x) for x in history.read_text().splitlines() if x.strip()] if history.exists() else []
-        earlier_failures = [e for e in entries if not e["passed"] and e.get("code") == fingerprint
-                            and e.get("when") != audits[0].details["recorded_by_audit_command"]]
+    else:  # recorded already, by the audit command: the other failures of this code
+        earlier_failures = failed_audits(run_dir / "audit_history.jsonl", fingerprint,
+                                         besides=audits[0].details["recorded_by_audit_command"])
     write_parquet(run_dir / "persons.parquet", release_persons(df))
     for kind, name in (("status", "exact_attack"), ("agreement", "agreement"), ("reidentification", "reidentification"),
                        ("strength", "strength")):
