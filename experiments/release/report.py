@@ -552,7 +552,12 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     persons = summarise_release_persons(release_persons(df), r.tolerance)
     variants = list(dict.fromkeys(df["variant"].tolist()))
     doc = Doc().h(1, f"Release evaluation: {cfg.name}")
-    _decision_section(doc, cfg, run_dir, persons, util, variants, audits, entries)
+    # each variant's attack strength and verdict, once: the decision opens the report, the verdict's text follows
+    verdicts = {}
+    for v in variants:
+        strength = release_strength(run_dir, v)
+        verdicts[v] = strength, verdict_rows(persons, util, v, strength, r.tolerance)
+    _decision_section(doc, cfg, persons, verdicts, audits, entries)
     doc.h(2, "What ran")
     manifest = json.loads((run_dir / "manifest.json").read_text()) if (run_dir / "manifest.json").exists() else {}
     doc.p(f"Config hash `{cfg.digest()}`" + (f"; {time_words(manifest)}" if "seconds_total" in manifest else "")
@@ -611,8 +616,8 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
                       numeric={3, 4})
         _bureau_section(doc, run_dir, cfg, v)
         doc.h(3, "Verdict")
-        strength = release_strength(run_dir, v)
-        for row in verdict_rows(persons, util, v, strength, r.tolerance):
+        strength, rows = verdicts[v]
+        for row in rows:
             doc.p(row["text"] + strength_sentence(strength, row))
         _release_strength_section(doc, strength)
         u = util[util["variant"] == v]
@@ -701,12 +706,12 @@ DECISION_WORDS = {"safe": "shown safe up to", "none_safe": "not safe at any sett
                   "not shown safe", "cannot_decide": "cannot decide"}
 
 
-def _decision_section(doc: Doc, cfg, run_dir: Path, persons: pd.DataFrame, util: pd.DataFrame, variants: list,
-                      audits, entries) -> None:
+def _decision_section(doc: Doc, cfg, persons: pd.DataFrame, verdicts: dict, audits, entries) -> None:
     """The decision, first: per mechanism the verdict against the tolerance, the figures it rests on,
     the audit and whether the backend is fit for publication; what would decide an undecided verdict;
-    the audit's outcome in one line."""
+    the audit's outcome in one line. ``verdicts``: per variant, its strength and :func:`verdict_rows`."""
     tol = cfg.release.tolerance
+    variants = list(verdicts)
     doc.h(2, "Decision")
     failed = [a for a in audits if not a.passed]
     if failed:
@@ -721,8 +726,7 @@ def _decision_section(doc: Doc, cfg, run_dir: Path, persons: pd.DataFrame, util:
                  ")" if seed is not None else "") + "; details below.")
     else:
         doc.p("Audit of the publishing code: **not run**.")
-    for v in variants:
-        rows = verdict_rows(persons, util, v, release_strength(run_dir, v), tol)
+    for v, (_, rows) in verdicts.items():
         units = int(persons.loc[persons["variant"] == v, "units"].max()) if len(persons) else 0
         doc.p(f"{variant_label(v, variants).capitalize()}, {units} units. Tolerance: **{tol.words()}** reconstructed "
               "beyond the best guess without the release; a setting is safe only when the upper 95% limit of that "
