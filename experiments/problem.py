@@ -303,25 +303,33 @@ def build_workload(cfg: ExperimentConfig, q, domain, areas: dict | None = None):
     and its blocks, when BLOCK is kept; summed to the unit when it is not)."""
     if q.is_tables:
         from microdata.census import CensusWorkload
-        from microdata.tables import TableError, build_table_cells
 
-        declared = [t.model_dump() for t in (q.tables if isinstance(q.tables, list) else []) if not isinstance(t, str)]
-        try:
-            levels = geography_levels(cfg)
-            lv = cfg.target.level
-            at = levels.index(lv) if lv in levels else len(levels)
-            finer = levels[at + 1:-1]
-            cells = census_cells(q) + build_table_cells(declared, domain, lv, coarser=levels[:at], finer=finer)
-            inside = sorted({c.level for c in cells} & set(finer))
-            if inside and "BLOCK" in domain and not (areas and set(inside) <= set(areas)):
-                raise ValueError(f"tables per {inside} inside a {lv} need the unit's areas (unit_areas)")
-            return CensusWorkload.build(domain, cells, areas={k: v for k, v in (areas or {}).items() if k in inside})
-        except TableError as e:
-            raise ConfigError(f"queries.tables: {e}") from None
+        cells, inside_areas = table_cells(cfg, q, domain, areas)
+        return CensusWorkload.build(domain, cells, areas=inside_areas)
     w = Workload.all_kway(domain, q.k, lower=q.lower)
     if q.max_marginals is not None:
         w = w.sample(q.max_marginals, np.random.default_rng(_stable("workload", cfg.seed, q.label)))
     return w
+
+
+def table_cells(cfg: ExperimentConfig, q, domain, areas: dict | None = None) -> tuple[list, dict]:
+    """The cells a tables workload publishes (SF1 cells, then the declared tables' cells) and the areas
+    of the levels between the unit and its blocks they are published per (``areas`` cut to those)."""
+    from microdata.tables import TableError, build_table_cells
+
+    declared = [t.model_dump() for t in (q.tables if isinstance(q.tables, list) else []) if not isinstance(t, str)]
+    try:
+        levels = geography_levels(cfg)
+        lv = cfg.target.level
+        at = levels.index(lv) if lv in levels else len(levels)
+        finer = levels[at + 1:-1]
+        cells = census_cells(q) + build_table_cells(declared, domain, lv, coarser=levels[:at], finer=finer)
+        inside = sorted({c.level for c in cells} & set(finer))
+        if inside and "BLOCK" in domain and not (areas and set(inside) <= set(areas)):
+            raise ValueError(f"tables per {inside} inside a {lv} need the unit's areas (unit_areas)")
+    except TableError as e:
+        raise ConfigError(f"queries.tables: {e}") from None
+    return cells, {k: v for k, v in (areas or {}).items() if k in inside}
 
 
 def unit_key(cfg: ExperimentConfig, *parts) -> jax.Array:

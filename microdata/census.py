@@ -214,6 +214,43 @@ def tables_needing(cells: Iterable[Cell], attrs: Iterable[str]) -> list[str]:
     return sorted({c.table for c in cells if attrs & {a for a, _ in c.sets}}, key=lambda t: (len(t), t))
 
 
+def placed_cells(domain: Domain, cells: Sequence[Cell], block_attr: str | None = "BLOCK",
+                 areas: dict[str, Sequence[tuple[str, Sequence[int]]]] | None = None):
+    """Every published copy of every cell, duplicates included, in the order :meth:`CensusWorkload.build`
+    keeps them: (cell, place, level, product) with ``place`` the block's value name (block cells when
+    the domain has ``block_attr``), the area's name (cells of a level in ``areas``) or None (the
+    unit), and ``product`` the query's value set per attribute (equal products are one query)."""
+    need = required_attributes(cells)
+    missing = sorted(need - set(domain.names))
+    if missing:
+        raise CensusReconError(
+            f"tables {tables_needing(cells, missing)} need attributes {missing}, which the data does not have "
+            f"(it has {list(domain.names)})")
+    has_block = block_attr is not None and block_attr in domain
+    blocks = range(domain.size(block_attr)) if has_block else [None]
+    areas = areas or {}
+    block_names = domain.attribute(block_attr).values if has_block else ()
+    names, sizes = domain.names, domain.sizes
+    jb = names.index(block_attr) if has_block else None
+    for c in cells:
+        sets = c.attrs()
+        if not has_block:
+            where = [(None, None, "unit")]
+        elif c.level == "block":
+            where = [(frozenset({b}), block_names[b], "block") for b in blocks]
+        elif c.level in areas:
+            where = [(frozenset(int(i) for i in members), name, c.level) for name, members in areas[c.level]]
+        else:
+            where = [(None, None, "unit")]
+        base = [frozenset(v for v in sets[a] if v < n) if a in sets else _all(n) for a, n in zip(names, sizes)]
+        for bset, place, level in where:
+            full = base
+            if bset is not None:
+                full = list(base)
+                full[jb] = bset
+            yield c, place, level, tuple(full)
+
+
 @dataclass(frozen=True)
 class CensusWorkload:
     """Census cells over an attack domain, expanded per block when the domain has BLOCK.
@@ -244,47 +281,19 @@ class CensusWorkload:
         cells of a level in ``areas`` (per level, each area's name and its blocks' codes: the
         tracts of a county) one query per area; other cells stay single queries over the whole
         unit. Without ``block_attr`` every cell is summed to the unit."""
-        need = required_attributes(cells)
-        missing = sorted(need - set(domain.names))
-        if missing:
-            raise CensusReconError(
-                f"tables {tables_needing(cells, missing)} need attributes {missing}, which the data does not have "
-                f"(it has {list(domain.names)})")
-        has_block = block_attr is not None and block_attr in domain
-        blocks = range(domain.size(block_attr)) if has_block else [None]
-        areas = areas or {}
-        block_names = domain.attribute(block_attr).values if has_block else ()
         seen: dict[tuple, int] = {}
         labels: list[str] = []
         levels: list[str] = []
         products: list[tuple[frozenset[int], ...]] = []
         counts: dict[str, int] = {}
-        names, sizes = domain.names, domain.sizes
-        jb = names.index(block_attr) if has_block else None
-        for c in cells:
-            sets = c.attrs()
-            if not has_block:
-                where = [(None, None, "unit")]
-            elif c.level == "block":
-                where = [(frozenset({b}), block_names[b], "block") for b in blocks]
-            elif c.level in areas:
-                where = [(frozenset(int(i) for i in members), name, c.level) for name, members in areas[c.level]]
-            else:
-                where = [(None, None, "unit")]
-            base = [frozenset(v for v in sets[a] if v < n) if a in sets else _all(n) for a, n in zip(names, sizes)]
-            for bset, place, level in where:
-                full = base
-                if bset is not None:
-                    full = list(base)
-                    full[jb] = bset
-                key = tuple(full)
-                counts[c.table] = counts.get(c.table, 0) + 1
-                if key in seen:
-                    continue
-                seen[key] = len(products)
-                products.append(key)
-                labels.append(c.name if place is None else f"{c.name}@{place}")
-                levels.append(level)
+        for c, place, level, key in placed_cells(domain, cells, block_attr, areas):
+            counts[c.table] = counts.get(c.table, 0) + 1
+            if key in seen:
+                continue
+            seen[key] = len(products)
+            products.append(key)
+            labels.append(c.name if place is None else f"{c.name}@{place}")
+            levels.append(level)
         value_sets = []
         index = []
         for j in range(len(domain)):
