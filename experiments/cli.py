@@ -117,6 +117,15 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--seed", type=int, default=0, help="population seed (default: 0)")
     ex.add_argument("--force", action="store_true", help="replace persons.csv and blocks.csv if they exist (without "
                     "it, an existing file stops the command and nothing is written)")
+    tp = sub.add_parser("release-template", help="write the table layout a release file made elsewhere must have",
+                        description="Write every row a tables release file (release.files, kind: tables) of the "
+                                    "config must have: unit, table, cell, label, geography, value (empty), for "
+                                    "its units and declared tables. Fill value with your pipeline's published "
+                                    "counts, keep the rest, and name the file under release.files.")
+    _add_config(tp, out=False, progress=False)
+    tp.add_argument("--to", default="release_template.csv", metavar="PATH",
+                    help="the file to write, CSV or Parquet by extension (default: release_template.csv)")
+    tp.add_argument("--force", action="store_true", help="replace PATH if it exists")
     return p
 
 
@@ -180,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
 
             for path in replot(results_dir(args.run_dir, args.out, args.overrides)):
                 print(path)
+        elif args.command == "release-template":
+            from experiments.config import load_config
+            from experiments.release.files import write_template
+
+            path, rows, units = write_template(load_config(args.config, args.overrides), args.to, force=args.force)
+            print(f"{path}: {rows} cells of {units} units; fill the value column")
         elif args.command == "example-data":
             from microdata.example import write_agency_example
 

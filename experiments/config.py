@@ -15,6 +15,10 @@ from experiments.metrics import MARGINS_ATTACK
 from microdata.errors import CensusReconError
 
 
+#: a release made outside censusrecon is named file:<name> in the results
+FILE_PREFIX = "file:"
+
+
 class ConfigError(CensusReconError):
     """A config file or override is invalid; the message names the key."""
 
@@ -170,7 +174,9 @@ class TargetConfig(_Strict):
         False, description="attack each unit whole, as the Census Bureau tabulated whole blocks: D is every "
         "person of the unit and there is no D_holdout (no holdout baseline or init; the baselines are the "
         "chance and geographic priors from outside the unit and, with reidentification, the modal and "
-        "proportional guessers). Not for releases, whose ε protects D, a random half of each unit")
+        "proportional guessers). With a release, every mechanism releases whole units (needed by release.files: "
+        "a release made elsewhere covers every person); without it, a release protects D, a random half of each unit, "
+        "and the other half is the holdout baseline")
 
     @model_validator(mode="after")
     def _check(self):
@@ -451,6 +457,22 @@ class TopDownConfig(_Strict):
         "clarabel", description="QP solver of the estimation (bench/run.py compares them)")
 
 
+class ReleaseFileConfig(_Strict):
+    """A release made outside censusrecon, evaluated as it is: noisy tables in the declared tables'
+    layout (``censusrecon release-template`` writes it) or microdata in the person file's columns
+    and codes. It covers every person of its units, so it needs ``target.whole_units: true``."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_]+$", description="the release's name in the results (as file:<name>); "
+                      "several files of one name are one release at several ε")
+    kind: Literal["tables", "microdata"] = Field(
+        "tables", description="tables: one row a published cell (unit, table, cell, geography, value); microdata: one "
+        "row a person, the person file's columns and codes (data.source: table)")
+    path: str = Field(description="CSV or Parquet (by extension), relative to the config's folder")
+    epsilon: float | None = Field(None, gt=0, description="the ε the agency declares it was made at (recorded as "
+                                  "declared: a file cannot be audited; null: not DP, evaluated as released)")
+    made_with: str = Field("", description="how it was made (library, mechanism, settings), for the report")
+
+
 class ReleaseConfig(_Strict):
     """The defence: which releases to evaluate (DP at each ε; swapping at each swap rate), under which
     neighbouring relation."""
@@ -478,6 +500,8 @@ class ReleaseConfig(_Strict):
     audit: AuditConfig = AuditConfig()
     tolerance: ToleranceConfig = Field(ToleranceConfig(), description="what the board accepts: extra persons "
                                        "reconstructed beyond the best guess; safe means shown below it")
+    files: list[ReleaseFileConfig] = Field(default_factory=list, description="releases made outside censusrecon "
+                                           "(an agency's own tables or microdata), evaluated beside the mechanisms")
     risks: bool = Field(True, description="measure singling-out, linkability and attribute-inference risk of every "
                                           "microdata file a release publishes, with anonymeter (make risk-env)")
 
@@ -489,8 +513,16 @@ class ReleaseConfig(_Strict):
             raise ValueError(f"release.epsilons must be finite numbers >= {MIN_EPSILON:g}, got {self.epsilons}")
         if "smoothed_histogram" in self.mechanisms and self.relation != "replace_one":
             raise ValueError("the smoothed histogram is DP only under replace_one neighbours (n public)")
-        if not self.mechanisms or len(set(self.mechanisms)) != len(self.mechanisms):
-            raise ValueError(f"release.mechanisms must be distinct and non-empty, got {self.mechanisms}")
+        if len(set(self.mechanisms)) != len(self.mechanisms) or not (self.mechanisms or self.files):
+            raise ValueError(f"release.mechanisms must be distinct, and non-empty unless release.files names a "
+                             f"release, got {self.mechanisms}")
+        named: dict[str, list] = {}
+        for f in self.files:
+            named.setdefault(f.name, []).append(f.epsilon)
+        for name, eps in named.items():
+            if len(eps) > 1 and (None in eps or len(set(eps)) != len(eps)):
+                raise ValueError(f"release.files: the {len(eps)} files named {name!r} are one release at several ε: "
+                                 f"each needs its own epsilon, got {eps}")
         totals = [i for i in self.invariants if i in ("unit_total", "root_total")]
         if totals and self.relation == "add_remove":
             raise ValueError(
@@ -502,11 +534,23 @@ class ReleaseConfig(_Strict):
         return self
 
     def settings(self, mechanism: str) -> list[float]:
-        """The settings a mechanism is evaluated at: swap rates for swapping, ε for the rest."""
+        """The settings a mechanism is evaluated at: swap rates for swapping, the declared ε of a file
+        release (``file:<name>``; 0 for one not declared DP), ε for the rest."""
+        if mechanism.startswith(FILE_PREFIX):
+            return [f.epsilon or 0.0 for f in self.files if FILE_PREFIX + f.name == mechanism]
         return list(self.swap_rates) if mechanism == "swapping" else list(self.epsilons)
 
     @property
+    def evaluated(self) -> list[str]:
+        """Every release evaluated: the mechanisms, then each file release as file:<name>."""
+        return list(self.mechanisms) + list(dict.fromkeys(FILE_PREFIX + f.name for f in self.files))
+
+    def file(self, mechanism: str, setting: float) -> "ReleaseFileConfig":
+        return next(f for f in self.files if FILE_PREFIX + f.name == mechanism and (f.epsilon or 0.0) == setting)
+
+    @property
     def dp_mechanisms(self) -> list[str]:
+        """The mechanisms censusrecon runs and audits as DP (files are not run, so not audited)."""
         return [m for m in self.mechanisms if m != "swapping"]
 
     def audited_epsilons(self) -> list[float]:
@@ -567,12 +611,20 @@ class ExperimentConfig(_Strict):
             if "holdout" in self.baselines.methods or "holdout" in self.attack.init:
                 raise ValueError("target.whole_units leaves no D_holdout: drop 'holdout' from baselines and "
                                  "attack.init")
-            if self.release is not None:
-                raise ValueError("target.whole_units is for the attack on published tables (censusrecon run); a "
-                                 "release protects D, a random half of each unit, and needs the other half")
             if self.attack.init_mode == "each_once" and any(i != "random" for i in self.attack.init):
                 raise ValueError("attack.init_mode each_once takes n' = |D_holdout|, which target.whole_units "
                                  "does not have: use init_mode resample")
+        if self.release is not None and self.release.files:
+            if not self.target.whole_units:
+                raise ValueError("release.files are releases made outside censusrecon, of every person of their "
+                                 "units: set target.whole_units: true (the attacks then target each whole unit, "
+                                 "and the tool's own mechanisms release whole units too)")
+            if any(f.kind == "microdata" for f in self.release.files) and self.data.source != "table":
+                raise ValueError("a microdata release file is read with the person file's columns and codes: it "
+                                 "needs data.source: table")
+            if any(f.kind == "tables" for f in self.release.files) and not self.queries[0].is_tables:
+                raise ValueError("a tables release file publishes the declared tables: make the first workload "
+                                 "kind: tables")
         if self.reidentification is not None and not self.attack.exact:
             raise ValueError("reidentification links the exact reconstruction's rows: set attack.exact: true")
         return self

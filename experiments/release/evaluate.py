@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from experiments.config import ConfigError, ExperimentConfig, ReidentificationConfig
+from experiments.config import FILE_PREFIX, ConfigError, ExperimentConfig, ReidentificationConfig
 from experiments.metrics import (MARGINS_ATTACK, effective_u, k_grid, match_rate_curve, strength_by_runs,
                                  unique_persons)
 from experiments.problem import (_stable, attributes, baseline_curves, build_priors, build_workload, exact_answers,
@@ -22,6 +22,7 @@ from experiments.problem import (_stable, attributes, baseline_curves, build_pri
                                  unit_key)
 from experiments.progress import UnitProgress
 from experiments.release.audit import audit_release, failed_audits, record_audit
+from experiments.release.files import FILE_NOTE, file_published, read_release_files
 from experiments.release.publish import (Published, _backend, _fit_note, check_block_list, neighbours_of,
                                          own_invariants, publish, publish_swapping)
 from experiments.release.report import plot_release, release_persons, unit_selection, write_report
@@ -38,8 +39,6 @@ from synth.mechanism import Ledger, PrivacyError, Relation, parse_relation
 from synth.release import (DERIVED_ROWS, TOTAL_DECLARED, TOTAL_PUBLIC_BY_RELATION, table_utility, total_queries,
                            totals_utility, workload_counts)
 from synth.swapping import NOT_DP
-
-log = logging.getLogger(__name__)
 
 log = logging.getLogger(__name__)
 
@@ -99,13 +98,15 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                 total_queries(build_workload(cfg, cfg.queries[0], first.private.domain, first.areas))
             except PrivacyError as e:
                 raise ConfigError(str(e)) from None
+    files = read_release_files(cfg, pop, units)  # a file that does not fit fails here, before anything runs
+    inputs = {f"{m}@{s:g}": tf.digest for (m, s), tf in files.items()}  # a unit's result is for these files only
     run_dir = release_dir(out_root, cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_yaml(run_dir / "config.yaml", cfg.model_dump(mode="json"))
     ledger = Ledger()
     curves, utility = [], []
     tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
-    per_unit = 1 + sum(len(r.settings(m)) for m in r.mechanisms)
+    per_unit = 1 + sum(len(r.settings(m)) for m in r.evaluated)
     topdown_cache: dict = {}  # "trees": (unit, BLOCK?) -> tree of its root; "releases": (root, BLOCK?, ε) -> release
     exact_statuses: dict = {"status": [], "agreement": [], "reidentification": [], "strength": []}
     micro: list[pd.DataFrame] = []  # per unit: D, D_holdout and every published microdata file
@@ -118,7 +119,8 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
         for wb, unit in tasks:
             stem = run_dir / "units" / f"{'block' if wb else 'noblock'}_{unit}"
             saved = stem.with_suffix(".json")
-            if saved.exists() and json.loads(saved.read_text()).get("code_fingerprint") == fingerprint:
+            earlier = json.loads(saved.read_text()) if saved.exists() else {}
+            if earlier.get("code_fingerprint") == fingerprint and earlier.get("release_files", {}) == inputs:
                 facts = json.loads(saved.read_text())
                 curves.append(pd.read_parquet(stem.with_suffix(".parquet")))
                 if stem.with_suffix(".micro.parquet").exists():
@@ -137,12 +139,13 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
             n_ledger = len(ledger.entries)
             t_unit = time.perf_counter()
             unit_curves, unit_util, unit_exact, unit_micro = _evaluate_unit(cfg, pop, unit, wb, ledger, bar,
-                                                                            topdown_cache, run_dir)
+                                                                            topdown_cache, run_dir, files)
             write_parquet(stem.with_suffix(".parquet"), unit_curves)
             if unit_micro is not None:  # before the JSON: a unit counts as done only with all its files
                 write_parquet(stem.with_suffix(".micro.parquet"), unit_micro)
                 micro.append(unit_micro)
-            write_json(saved, {"code_fingerprint": fingerprint, "utility": unit_util, "exact_attack": unit_exact,
+            write_json(saved, {"code_fingerprint": fingerprint, "release_files": inputs, "utility": unit_util,
+                               "exact_attack": unit_exact,
                                "ledger": ledger.entries[n_ledger:], "seconds_unit": round(time.perf_counter() - t_unit, 2)})
             for kind, rows_ in unit_exact.items():
                 exact_statuses[kind].extend(rows_)
@@ -207,8 +210,10 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
 
 
 def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledger, bar,
-                   topdown_cache: dict | None = None, run_dir: Path | None = None) -> tuple[pd.DataFrame, list, list]:
-    """All releases of one unit, each attacked; plus the exact-table attack and the baselines."""
+                   topdown_cache: dict | None = None, run_dir: Path | None = None,
+                   files: dict | None = None) -> tuple[pd.DataFrame, list, list]:
+    """All releases of one unit, each attacked; plus the exact-table attack and the baselines.
+    ``files``: the release files made elsewhere (:func:`experiments.release.files.read_release_files`)."""
     r = cfg.release
     topdown_cache = {} if topdown_cache is None else topdown_cache
     prob = prepare_unit(pop, cfg, unit, wb, pad_blocks=False)  # every listed block, empty ones included
@@ -295,10 +300,17 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
     extra = {"unit": unit, "with_block": wb}
     if wb:
         extra["block_list"] = prob.block_list_source
-    for mech in r.mechanisms:
+    for mech in r.evaluated:
         for setting in r.settings(mech):
             rng = np.random.default_rng(_stable("release", cfg.seed, unit, mech, setting))
-            if mech == "swapping":
+            if mech.startswith(FILE_PREFIX):
+                spec = r.file(mech, setting)
+                tf = files[(mech, setting)]
+                pub = file_published(mech, tf, unit, wb, w)
+                ledger.note(mech, "file", FILE_NOTE, declared_epsilon=spec.epsilon, file=spec.path,
+                            sha256=tf.digest, made_with=spec.made_with, for_publication=None, **extra,
+                            invariants=[])
+            elif mech == "swapping":
                 pub = publish_swapping(cfg, setting, D, w, rng)
                 ledger.note("swapping", "numpy (seeded)", NOT_DP, swap_rate=setting, **pub.facts, **extra,
                             invariants=own_invariants(cfg, mech, wb))
@@ -347,9 +359,13 @@ class _NoisyFit:
 
 def _noisy_fit(pub: Published) -> _NoisyFit | None:
     """What the least-deviation attack needs of an independently noised release (Laplace tables):
-    its noise scale and its total, and whether the total is public (replace-one) or declared."""
+    its noise scale and its total, and whether the total is public (replace-one) or declared. A file
+    made elsewhere is fitted the same way with every cell weighing the same (its noise is unknown;
+    consistent tables fit with no deviation), its total estimated from its own tables."""
+    if pub.mechanism.startswith(FILE_PREFIX) and pub.facts["kind"] == "tables":
+        return _NoisyFit(1.0, int(pub.facts["total"]), False)
     if pub.mechanism != "laplace_tables":
-        return None
+        return None  # consistent tables (a microdata file's, swapping's, TopDown's): the exact count model
     t = pub.output
     return _NoisyFit(float(pub.record.scale), int(t.total), t.total_source in (TOTAL_PUBLIC_BY_RELATION, TOTAL_DECLARED))
 
@@ -422,6 +438,9 @@ def measure_risks(cfg: ExperimentConfig, micro: list[pd.DataFrame]) -> tuple[pd.
 
     if not cfg.release.risks:
         return pd.DataFrame(), "not run: release.risks is false"
+    if cfg.target.whole_units:
+        return pd.DataFrame(), ("not run: target.whole_units releases every person of each unit, which leaves no "
+                                "control set (persons of the same units whom no release saw) for anonymeter")
     if not micro:
         return measure([])
     rows = pd.concat(micro, ignore_index=True)

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from experiments.config import FILE_PREFIX  # noqa: E402
 from experiments.doc import Doc  # noqa: E402
 from experiments.metrics import (CONFIDENCE, PLAN_MAX_UNITS, PLAN_POWER, SATURATION_SHARE,  # noqa: E402
                                  average_curves, best_baselines, difference_words, saturation, saturation_words,
@@ -107,8 +108,15 @@ def utility_summary(util: pd.DataFrame, by=("variant", "mechanism", "setting")) 
 
 
 def setting_label(mechanism: str, value: float) -> str:
+    """'ε = 2', 'swap rate 10%', 'exact tables'; a file made elsewhere: its declared ε, or 'as released'.
+
+    >>> setting_label("file:agency", 2.0), setting_label("file:agency", 0.0), setting_label("swapping", 0.1)
+    ('ε = 2 (declared)', 'as released', 'swap rate 10%')
+    """
     if mechanism == "exact" or value == math.inf:
         return "exact tables"
+    if mechanism.startswith(FILE_PREFIX):
+        return f"ε = {value:g} (declared)" if value > 0 else "as released"
     return f"swap rate {100 * value:g}%" if mechanism == "swapping" else f"ε = {value:g}"
 
 
@@ -241,8 +249,6 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant, strength: d
             x = safe.iloc[-1]
             row.update(status="safe", setting=float(x["setting"]), x=x)
             err = u[(u["mechanism"] == mech) & (u["setting"] == x["setting"])] if len(u) else u
-            if len(err):
-                row["table_error"] = float(err["mae_per_cell"].iloc[0])
             err_text = (f"; there, each published cell is off by {err['mae_per_cell'].iloc[0]:.2f} persons on "
                         f"average and {100 * err['share_off_10pct'].iloc[0]:.0f}% of cells are off by more than "
                         "10%" if len(err) else "")
@@ -273,6 +279,10 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant, strength: d
                         f"{int(x['baseline_persons'])} by the best guess, {difference_words(x)}, "
                         f"{limit_words(x, tol_words)}. Not shown safe is not shown unsafe: the evaluation cannot "
                         f"exclude an excess above the tolerance. {row['plan']} {seq}")
+        if row["x"] is not None and len(u):  # the cost at the setting the figures are from, whatever the verdict
+            err = u[(u["mechanism"] == mech) & (u["setting"] == row["x"]["setting"])]
+            if len(err):
+                row["table_error"] = float(err["mae_per_cell"].iloc[0])
         row["decided"] = row["status"] in DECIDED
         row["text"] = text + note + tail
         out.append(row)
@@ -567,15 +577,27 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
           f"Noise backend: **{r.backend}**" + (" — seeded simulation noise, **not for publication**; use "
                                                  "`release.backend: opendp` for a real release."
                                                  if r.backend == "simulation" else "."))
-    doc.p("The attacks see the released tables of **D, a random half of each unit's persons**, and try to "
-          "reconstruct D's rows; ε protects the persons of D. The other half, D_holdout, is kept out of every "
-          "release and stands for what an outsider may know of the unit's population: the holdout baseline guesses "
-          "from it. "
-          f"Attacks: RAP-Rank (K = {cfg.attack.runs} runs, T = {cfg.attack.steps} steps, n' = {cfg.attack.rows}), "
-          "the trivial attack `one_way_margins` (rows ranked by one-way margins fitted to the release)"
-          + (", and the exact attack (integer programming)" if cfg.attack.exact else "") + ". "
-          f"Baselines, built without the release and without D (from D_holdout and from persons outside the unit): "
-          f"{', '.join(cfg.baselines.methods)}.")
+    attacks = (f"Attacks: RAP-Rank (K = {cfg.attack.runs} runs, T = {cfg.attack.steps} steps, n' = {cfg.attack.rows}), "
+               "the trivial attack `one_way_margins` (rows ranked by one-way margins fitted to the release)"
+               + (", and the exact attack (integer programming)" if cfg.attack.exact else "") + ". ")
+    if cfg.target.whole_units:
+        doc.p("The attacks see the released tables of **every person of each unit** (D is the whole unit, as a "
+              "release an agency publishes covers everyone) and try to reconstruct D's rows; ε protects the persons "
+              "of D. There is no holdout half: the best guess without the release comes from persons outside the "
+              "unit. " + attacks + f"Baselines, built without the release and without D: {', '.join(cfg.baselines.methods)}.")
+    else:
+        doc.p("The attacks see the released tables of **D, a random half of each unit's persons**, and try to "
+              "reconstruct D's rows; ε protects the persons of D. The other half, D_holdout, is kept out of every "
+              "release and stands for what an outsider may know of the unit's population: the holdout baseline "
+              "guesses from it. " + attacks + "Baselines, built without the release and without D (from D_holdout "
+              f"and from persons outside the unit): {', '.join(cfg.baselines.methods)}.")
+    made = [f for f in r.files]
+    if made:
+        doc.p("Releases made outside censusrecon, evaluated as published (their ε is the agency's declaration; a file "
+              "cannot be audited):")
+        doc.table(["release", "file", "declared ε", "made with"],
+                  [[FILE_PREFIX + f.name, f"`{f.path}`", "not DP" if f.epsilon is None else f"{f.epsilon:g}",
+                    f.made_with or "not said"] for f in made], numeric=set())
     for v in variants:
         p = persons[persons["variant"] == v]
         title = "How many persons are reconstructed?" + (f" ({variant_label(v, variants)})" if len(variants) > 1 else "")
@@ -586,7 +608,7 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
               f"Difference: best attack minus best guess, mean per unit with its {CONFIDENCE:.0%} Student t interval "
               "over units; *beyond spread* when the interval lies above 0.")
         rows = []
-        order = {m: i for i, m in enumerate(["exact", *cfg.release.mechanisms])}
+        order = {m: i for i, m in enumerate(["exact", *cfg.release.evaluated])}
         best_rows = p[p["attack"] == BEST_ATTACK]
         for _, x in best_rows.assign(o=best_rows["mechanism"].map(order)).sort_values(["o", "setting"]).iterrows():
             rows.append([x["mechanism"], setting_label(x["mechanism"], x["setting"]), x["best_attacks"],
@@ -652,8 +674,8 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     _risk_section(doc, run_dir, variants)
     doc.h(2, "Fit for publication?")
     doc.table(["mechanism", "fit for publication", "why"],
-              [[m, "yes" if e["for_publication"] else "no", e.get("not_dp") or e.get("publication_note", "")]
-               for m in r.mechanisms for e in [next((x for x in entries if x["mechanism"] == m), None)] if e],
+              [[m, _fit_words(e), e.get("not_dp") or e.get("publication_note", "")]
+               for m in r.evaluated for e in [next((x for x in entries if x["mechanism"] == m), None)] if e],
               numeric=set())
     n_note = next((x.get("total") or x.get("rows_are") for x in entries if x.get("total") or x.get("rows_are")), None)
     blocks = next((x.get("block_list") for x in entries if x.get("block_list")), None)
@@ -670,25 +692,31 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
             doc.p("**These mechanisms are not under the same relation**: the same ε protects a person within "
                   "different datasets (see the table), so their ε are not comparable one for one.")
     doc.h(2, "Audit of the publishing code")
-    doc.p("Each mechanism is audited through the very calls that publish it, on every audited unit's own private "
-          "data (TopDown on its production tree, every level and node) and neighbours of it under the declared "
-          "relation (a person moved between blocks and areas, changed to the rarest and the commonest type, the worst "
-          "type; added and removed under add/remove), at each audited ε; the audited ε is a "
-          f"{_confidence(audits[0].confidence)} Clopper–Pearson lower bound (events on single outputs and on a "
-          "discriminant fitted on half the draws) and must not exceed the declared ε. Checks over whole releases: "
-          "`noise_scale` (every node, table and band of true counts noised at least as much as the declared ε needs), "
-          "`noise_shape` and `noise_tail` (discrete Laplace or Gaussian, not cut off), `noise_independence` (no noise "
-          "shared across cells, nodes or releases), `accounting` (OpenDP's privacy maps agree with ours and stay "
-          "within the budget); `post_processing` (recorded releases replayed for many neighbours publish the same), "
-          "`structure`, `block_list`. The audit's seed is in `audit.json`.")
+    if not audits:
+        doc.p("No mechanism censusrecon runs was evaluated, so nothing was audited" + (
+            ": a release file cannot be re-run on neighbouring data" if r.files else "") + ".")
+    else:
+        doc.p("Each mechanism is audited through the very calls that publish it, on every audited unit's own private "
+              "data (TopDown on its production tree, every level and node) and neighbours of it under the declared "
+              "relation (a person moved between blocks and areas, changed to the rarest and the commonest type, the worst "
+              "type; added and removed under add/remove), at each audited ε; the audited ε is a "
+              f"{_confidence(audits[0].confidence)} Clopper–Pearson lower bound (events on single outputs and on a "
+              "discriminant fitted on half the draws) and must not exceed the declared ε. Checks over whole releases: "
+              "`noise_scale` (every node, table and band of true counts noised at least as much as the declared ε needs), "
+              "`noise_shape` and `noise_tail` (discrete Laplace or Gaussian, not cut off), `noise_independence` (no noise "
+              "shared across cells, nodes or releases), `accounting` (OpenDP's privacy maps agree with ours and stay "
+              "within the budget); `post_processing` (recorded releases replayed for many neighbours publish the same), "
+              "`structure`, `block_list`. The audit's seed is in `audit.json`.")
     for e in facts.get("earlier_audit_failures") or []:
         doc.p(f"**An earlier audit of this code failed** ({e['when']}, seed {e['seed']}): {'; '.join(e['failed'])}. "
               "A later audit under another seed does not replace it (`audit_history.jsonl`).")
-    doc.table(["mechanism", "declared ε", "audited ε lower bound", "runs", "checks"],
-              [[a.mechanism, f"{a.declared_epsilon:g}",
-                f"{a.epsilon_lower_bound:.3f}" + ("" if a.epsilon_lower_bound <= a.declared_epsilon else " **EXCEEDS**"),
-                a.runs, a.checks_summary()] for a in audits],
-              numeric={1, 2, 3})
+    if audits:
+        doc.table(["mechanism", "declared ε", "audited ε lower bound", "runs", "checks"],
+                  [[a.mechanism, f"{a.declared_epsilon:g}",
+                    f"{a.epsilon_lower_bound:.3f}" + ("" if a.epsilon_lower_bound <= a.declared_epsilon
+                                                      else " **EXCEEDS**"),
+                    a.runs, a.checks_summary()] for a in audits],
+                  numeric={1, 2, 3})
     doc.h(2, "Ledger")
     doc.p(f"{len(entries)} releases recorded in `ledger.json` (relation, sensitivity, ε, scale, backend, where n and "
           "the block list come from). Every ε above is per release; releasing several of them about the same persons "
@@ -699,6 +727,14 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
                                                  " A public choice: no person decides which units are released."))
     md, _ = doc.write(run_dir, "report", f"Release evaluation: {cfg.name}")
     return md
+
+
+def _fit_words(entry: dict) -> str:
+    """Whether a ledger entry's backend is fit for publication: yes, no, or (a file made elsewhere)
+    the agency's own, not checked here."""
+    if entry.get("for_publication") is None:
+        return "the agency's (not checked)"
+    return "yes" if entry["for_publication"] else "no"
 
 
 #: the verdict's status in the decision table, a few words
@@ -735,11 +771,12 @@ def _decision_section(doc: Doc, cfg, persons: pd.DataFrame, verdicts: dict, audi
         for r in rows:
             x = r["x"]
             mine = [a for a in audits if a.mechanism == r["mechanism"]]
-            audit = ("not DP: not audited" if r["mechanism"] == "swapping" else "not run" if not mine else
+            audit = ("not DP: not audited" if r["mechanism"] == "swapping" else
+                     "a file: not audited" if r["mechanism"].startswith(FILE_PREFIX) else "not run" if not mine else
                      "passed at ε = " + ", ".join(f"{a.declared_epsilon:g}" for a in mine) if all(a.passed for a in mine)
                      else "**FAILED**")
             entry = next((e for e in entries if e["mechanism"] == r["mechanism"]), None)
-            fit = "" if entry is None else ("yes" if entry["for_publication"] else "no")
+            fit = "" if entry is None else _fit_words(entry)
             where = setting_label(r["mechanism"], x["setting"]) if x is not None else ""
             verdict = f"**{DECISION_WORDS[r['status']]}" + (f" {where}**" if r["status"] == "safe" else "**")
             table.append([r["mechanism"], verdict, where,
