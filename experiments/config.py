@@ -15,8 +15,9 @@ from experiments.metrics import MARGINS_ATTACK
 from microdata.errors import CensusReconError
 
 
-#: a release made outside censusrecon is named file:<name> in the results
+#: a release made outside censusrecon is named file:<name> in the results; a program run by it program:<name>
 FILE_PREFIX = "file:"
+PROGRAM_PREFIX = "program:"
 
 
 class ConfigError(CensusReconError):
@@ -473,6 +474,36 @@ class ReleaseFileConfig(_Strict):
     made_with: str = Field("", description="how it was made (library, mechanism, settings), for the report")
 
 
+class ReleaseProgramConfig(_Strict):
+    """A release program made outside censusrecon, run by it over the ε grid, attacked and audited as
+    a black box. The contract (docs: Evaluate your own release): ``release(persons, cells, domain,
+    epsilon, runs, seed, relation, **params)`` returns ``runs`` independent releases, one value per
+    row of ``cells``; a command gets the same as files (``--persons``, ``--cells``, ``--domain``,
+    ``--epsilon``, ``--runs``, ``--seed``, ``--relation``, ``--out``) and writes a .npy array."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_]+$", description="the release's name in the results (as program:<name>)")
+    function: str | None = Field(None, description="module:function, or path/to/file.py:function (relative to the "
+                                 "config's folder), called in this process")
+    command: list[str] | None = Field(None, description="the command that runs the program in its own environment, "
+                                      "e.g. [.venv-tumult/bin/python, adapters/tumult_tables.py] (relative paths from "
+                                      "the config's folder); the contract's arguments are appended")
+    params: dict = Field(default_factory=dict, description="passed to the program as they are (its own settings)")
+    noise: Literal["laplace", "gaussian"] | None = Field(
+        None, description="the noise family the program declares (independent noise on each cell's count): the audit "
+        "then also checks the noise's scale and shape from output minus truth; null: the statistical bound alone")
+    audit_runs: int | None = Field(None, ge=200, description="releases per neighbour in its audit (default "
+                                   "release.audit.runs); each is a whole release of the unit")
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.function is None) == (self.command is None):
+            raise ValueError(f"release.programs {self.name!r}: give exactly one of function and command")
+        if self.function is not None and ":" not in self.function:
+            raise ValueError(f"release.programs {self.name!r}: function is module:function or file.py:function, got "
+                             f"{self.function!r}")
+        return self
+
+
 class ReleaseConfig(_Strict):
     """The defence: which releases to evaluate (DP at each ε; swapping at each swap rate), under which
     neighbouring relation."""
@@ -502,6 +533,9 @@ class ReleaseConfig(_Strict):
                                        "reconstructed beyond the best guess; safe means shown below it")
     files: list[ReleaseFileConfig] = Field(default_factory=list, description="releases made outside censusrecon "
                                            "(an agency's own tables or microdata), evaluated beside the mechanisms")
+    programs: list[ReleaseProgramConfig] = Field(
+        default_factory=list, description="release programs made outside censusrecon (OpenDP, Tumult Analytics, your "
+        "own), run at each ε, attacked and audited as black boxes beside the mechanisms")
     risks: bool = Field(True, description="measure singling-out, linkability and attribute-inference risk of every "
                                           "microdata file a release publishes, with anonymeter (make risk-env)")
 
@@ -513,9 +547,12 @@ class ReleaseConfig(_Strict):
             raise ValueError(f"release.epsilons must be finite numbers >= {MIN_EPSILON:g}, got {self.epsilons}")
         if "smoothed_histogram" in self.mechanisms and self.relation != "replace_one":
             raise ValueError("the smoothed histogram is DP only under replace_one neighbours (n public)")
-        if len(set(self.mechanisms)) != len(self.mechanisms) or not (self.mechanisms or self.files):
-            raise ValueError(f"release.mechanisms must be distinct, and non-empty unless release.files names a "
-                             f"release, got {self.mechanisms}")
+        if len(set(self.mechanisms)) != len(self.mechanisms) or not (self.mechanisms or self.files or self.programs):
+            raise ValueError(f"release.mechanisms must be distinct, and non-empty unless release.files or "
+                             f"release.programs names a release, got {self.mechanisms}")
+        names = [p.name for p in self.programs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"release.programs: names must be distinct, got {names}")
         named: dict[str, list] = {}
         for f in self.files:
             named.setdefault(f.name, []).append(f.epsilon)
@@ -538,12 +575,18 @@ class ReleaseConfig(_Strict):
         release (``file:<name>``; 0 for one not declared DP), ε for the rest."""
         if mechanism.startswith(FILE_PREFIX):
             return [f.epsilon or 0.0 for f in self.files if FILE_PREFIX + f.name == mechanism]
+        if mechanism.startswith(PROGRAM_PREFIX):
+            return list(self.epsilons)
         return list(self.swap_rates) if mechanism == "swapping" else list(self.epsilons)
 
     @property
     def evaluated(self) -> list[str]:
-        """Every release evaluated: the mechanisms, then each file release as file:<name>."""
-        return list(self.mechanisms) + list(dict.fromkeys(FILE_PREFIX + f.name for f in self.files))
+        """Every release evaluated: the mechanisms, each program as program:<name>, each file as file:<name>."""
+        return (list(self.mechanisms) + [PROGRAM_PREFIX + p.name for p in self.programs]
+                + list(dict.fromkeys(FILE_PREFIX + f.name for f in self.files)))
+
+    def program(self, mechanism: str) -> "ReleaseProgramConfig":
+        return next(p for p in self.programs if PROGRAM_PREFIX + p.name == mechanism)
 
     def file(self, mechanism: str, setting: float) -> "ReleaseFileConfig":
         return next(f for f in self.files if FILE_PREFIX + f.name == mechanism and (f.epsilon or 0.0) == setting)
@@ -625,6 +668,8 @@ class ExperimentConfig(_Strict):
             if any(f.kind == "tables" for f in self.release.files) and not self.queries[0].is_tables:
                 raise ValueError("a tables release file publishes the declared tables: make the first workload "
                                  "kind: tables")
+        if self.release is not None and self.release.programs and not self.queries[0].is_tables:
+            raise ValueError("a release program publishes the declared tables: make the first workload kind: tables")
         if self.reidentification is not None and not self.attack.exact:
             raise ValueError("reidentification links the exact reconstruction's rows: set attack.exact: true")
         return self

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 from tqdm.auto import tqdm
 
-from experiments.config import ConfigError, ExperimentConfig
+from experiments.config import PROGRAM_PREFIX, ConfigError, ExperimentConfig
 from experiments.problem import (_stable, build_workload, load_population, occupied_units, prepare_unit, private_half,
                                  select_units, unit_key)
 from microdata.dataset import Dataset
@@ -75,8 +75,10 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, units: list
     eps_list = r.audited_epsilons()
     mechanisms = r.dp_mechanisms  # swapping is not DP: there is no ε to audit
     per_unit = [m for m in mechanisms if m in ("laplace_tables", "synthetic")]
-    cfg = _family_level(cfg, len(eps_list) * len(cfg.target.with_block), mechanisms, len(units))
-    jobs = len(cfg.target.with_block) * len(eps_list) * len(mechanisms)
+    programs = list(r.programs)  # run by the tool, audited as black boxes
+    cfg = _family_level(cfg, len(eps_list) * len(cfg.target.with_block),
+                        mechanisms + [PROGRAM_PREFIX + p.name for p in programs], len(units))
+    jobs = len(cfg.target.with_block) * len(eps_list) * (len(mechanisms) + len(programs))
     bar = tqdm(total=jobs, desc="audits", disable=not (progress and sys.stderr.isatty()))
     out = []
     common = {"audit_seed": seed, "audit_seed_source": seed_source, "audited_units": list(units)}
@@ -101,6 +103,14 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, units: list
                     res = _audit_smoothed(cfg, eps, smallest, seed)
                 if blocks_check is not None:
                     res.checks["block_list"] = blocks_check
+                res.details.update(with_block=wb, **common)
+                out.append(res)
+                bar.update()
+            for spec in programs:
+                from experiments.release.program import audit_program
+
+                res = _combine_units(PROGRAM_PREFIX + spec.name, eps, [audit_program(cfg, pop, spec, u, wb, eps, seed,
+                                                                                     cache) for u in units], cfg)
                 res.details.update(with_block=wb, **common)
                 out.append(res)
                 bar.update()
@@ -176,7 +186,7 @@ def _combine_units(mech: str, eps: float, results: list, cfg: ExperimentConfig) 
 #: Statistical tests per audit result, by mechanism: the certified bound, the noise scale and the
 #: noise shape (tables, TopDown, the perturbed histogram); the bound alone (the smoothed histogram,
 #: which adds no noise to counts).
-TESTS = {"laplace_tables": 6, "topdown": 6, "perturbed_histogram": 3, "smoothed_histogram": 1}
+TESTS = {"laplace_tables": 6, "topdown": 6, "perturbed_histogram": 3, "smoothed_histogram": 1, "program": 5}
 
 
 def _family_level(cfg: ExperimentConfig, results: int, mechanisms: list[str], units: int = 1) -> ExperimentConfig:
@@ -185,8 +195,9 @@ def _family_level(cfg: ExperimentConfig, results: int, mechanisms: list[str], un
     shares the tables' tests), so that an audit of correct mechanisms fails with probability at most
     ``release.audit.false_alarm`` (Bonferroni); never below ``release.audit.confidence``."""
     a = cfg.release.audit
-    kinds = {("laplace_tables" if m == "synthetic" else m) for m in mechanisms}
-    tests = results * sum(TESTS[m] * (units if m in ("laplace_tables", "topdown") else 1) for m in kinds)
+    kinds = {("laplace_tables" if m == "synthetic" else m) for m in mechanisms}  # each program is a kind
+    tests = results * sum(TESTS[m.split(":")[0]] * (units if m in ("laplace_tables", "topdown") or ":" in m else 1)
+                          for m in kinds)
     level = max(a.confidence, 1 - a.false_alarm / max(tests, 1))
     audit = a.model_copy(update={"confidence": level})
     return cfg.model_copy(update={"release": cfg.release.model_copy(update={"audit": audit})})

@@ -14,15 +14,16 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from experiments.config import FILE_PREFIX, ConfigError, ExperimentConfig, ReidentificationConfig
+from experiments.config import FILE_PREFIX, PROGRAM_PREFIX, ConfigError, ExperimentConfig, ReidentificationConfig
 from experiments.metrics import (MARGINS_ATTACK, effective_u, k_grid, match_rate_curve, strength_by_runs,
                                  unique_persons)
 from experiments.problem import (_stable, attributes, baseline_curves, build_priors, build_workload, exact_answers,
                                  load_population, occupied_units, prepare_unit, rap_settings, select_units,
-                                 unit_key)
+                                 unit_blocks, unit_key)
 from experiments.progress import UnitProgress
 from experiments.release.audit import audit_release, failed_audits, record_audit
-from experiments.release.files import FILE_NOTE, file_published, read_release_files
+from experiments.release.files import FILE_NOTE, file_published, read_release_files, tables_published, unit_layout
+from experiments.release.program import PROGRAM_NOTE, program_inputs, program_seed, run_program
 from experiments.release.publish import (Published, _backend, _fit_note, check_block_list, neighbours_of,
                                          own_invariants, publish, publish_swapping)
 from experiments.release.report import plot_release, release_persons, unit_selection, write_report
@@ -303,7 +304,19 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
     for mech in r.evaluated:
         for setting in r.settings(mech):
             rng = np.random.default_rng(_stable("release", cfg.seed, unit, mech, setting))
-            if mech.startswith(FILE_PREFIX):
+            if mech.startswith(PROGRAM_PREFIX):
+                spec = r.program(mech)
+                if "layout" not in cache:
+                    cache["layout"] = unit_layout(cfg, pop, unit, wb)
+                inputs = program_inputs(D, unit, cache["layout"], unit_blocks(pop, cfg, unit)[0] if wb else None,
+                                        prob.areas)
+                values = run_program(cfg, spec, inputs, setting, 1, program_seed(cfg.seed, "release", unit, wb, mech,
+                                                                                 setting))[0]
+                pub = tables_published(mech, cache["layout"].to_queries(values), w, PROGRAM_NOTE)
+                ledger.note(mech, spec.function or " ".join(spec.command), PROGRAM_NOTE, declared_epsilon=setting,
+                            relation=r.relation, differentially_private="declared by the program; audited as a black "
+                            "box", for_publication=None, params=spec.params, **extra, invariants=[])
+            elif mech.startswith(FILE_PREFIX):
                 spec = r.file(mech, setting)
                 tf = files[(mech, setting)]
                 pub = file_published(mech, tf, unit, wb, w)
@@ -362,7 +375,7 @@ def _noisy_fit(pub: Published) -> _NoisyFit | None:
     its noise scale and its total, and whether the total is public (replace-one) or declared. A file
     made elsewhere is fitted the same way with every cell weighing the same (its noise is unknown;
     consistent tables fit with no deviation), its total estimated from its own tables."""
-    if pub.mechanism.startswith(FILE_PREFIX) and pub.facts["kind"] == "tables":
+    if pub.mechanism.startswith((FILE_PREFIX, PROGRAM_PREFIX)) and pub.facts["kind"] == "tables":
         return _NoisyFit(1.0, int(pub.facts["total"]), False)
     if pub.mechanism != "laplace_tables":
         return None  # consistent tables (a microdata file's, swapping's, TopDown's): the exact count model

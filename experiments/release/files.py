@@ -43,8 +43,20 @@ class Layout:
 
     unit: str
     with_block: bool
-    rows: pd.DataFrame  # table, cell, label, geography, level, query
+    rows: pd.DataFrame  # table, cell, label, geography, level, query, sets (attribute -> value codes)
     workload: object
+
+    def to_queries(self, values: np.ndarray) -> np.ndarray:
+        """Values per row (or releases × rows) to the workload's queries: the mean of a query's copies."""
+        values = np.asarray(values, dtype=np.float64)
+        q = self.rows["query"].to_numpy()
+        n = self.workload.num_queries
+        copies = np.bincount(q, minlength=n).astype(np.float64)
+        if values.ndim == 1:
+            return np.bincount(q, weights=values, minlength=n) / copies
+        out = np.zeros((values.shape[0], n))
+        np.add.at(out.T, q, values.T)
+        return out / copies[None, :]
 
 
 def unit_layout(cfg: ExperimentConfig, pop, unit: str, with_block: bool) -> Layout:
@@ -62,8 +74,8 @@ def unit_layout(cfg: ExperimentConfig, pop, unit: str, with_block: bool) -> Layo
         if key not in seen:  # the workload keeps the first copy of a product and names it by that cell
             seen[key] = query[c.name if place is None else f"{c.name}@{place}"]
         where = unit if place is None else full.get(place, place)
-        rows.append((c.table, c.number, c.label, where, level, seen[key]))
-    df = pd.DataFrame(rows, columns=["table", "cell", "label", "geography", "level", "query"])
+        rows.append((c.table, c.number, c.label, where, level, seen[key], c.attrs()))
+    df = pd.DataFrame(rows, columns=["table", "cell", "label", "geography", "level", "query", "sets"])
     return Layout(unit, with_block, df, w)
 
 
@@ -225,7 +237,7 @@ class TablesFile:
 
 #: what a release file's ledger entry and report say of its privacy: the tool did not make it
 FILE_NOTE = "made outside censusrecon: its ε is the agency's declaration, not audited (a file cannot be re-run on " \
-            "neighbouring data; give the program that made it as release.program to have it audited)"
+            "neighbouring data; name the program that made it under release.programs to have it audited)"
 
 
 class MicrodataFile:
@@ -294,17 +306,24 @@ def file_published(mechanism: str, release, unit: str, with_block: bool, workloa
     (negatives clipped, divided by the total estimated from the file's own tables: post-processing).
     Microdata: the file's persons of the unit, their tabulation (consistent tables) and its answers."""
     from experiments.problem import exact_answers
-    from experiments.release.publish import Published, _labels
-    from synth.release import estimate_total, workload_counts
+    from experiments.release.publish import Published
+    from synth.release import workload_counts
 
     if isinstance(release, MicrodataFile):
         rows = release.rows(unit, with_block)
         return Published(mechanism, None, rows, exact_answers(rows, workload), ("rows over", tuple(rows.domain.names),
                          rows.domain.sizes), False, FILE_NOTE, workload_counts(rows, workload).astype(np.float64),
                          facts={"kind": "microdata"}, rows=rows)
-    counts = release.counts(unit, release.layouts[(unit, with_block)])
+    return tables_published(mechanism, release.counts(unit, release.layouts[(unit, with_block)]), workload, FILE_NOTE)
+
+
+def tables_published(mechanism: str, counts: np.ndarray, workload, note: str):
+    """Published tables made outside censusrecon (a file's, a program's): the counts, and the answers
+    RAP-Rank fits: negatives clipped, divided by the total estimated from the tables themselves."""
+    from experiments.release.publish import Published, _labels
+    from synth.release import estimate_total
 
     total = estimate_total(workload, counts)
     answers = np.clip(counts, 0, None).astype(np.float64) / max(total, 1)
-    return Published(mechanism, None, counts, answers, ("tables", _labels(workload)), False, FILE_NOTE,
+    return Published(mechanism, None, counts, answers, ("tables", _labels(workload)), False, note,
                      np.asarray(counts, dtype=np.float64), facts={"kind": "tables", "total": int(total)})

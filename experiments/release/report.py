@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.config import FILE_PREFIX  # noqa: E402
+from experiments.config import FILE_PREFIX, PROGRAM_PREFIX  # noqa: E402
 from experiments.doc import Doc  # noqa: E402
 from experiments.metrics import (CONFIDENCE, PLAN_MAX_UNITS, PLAN_POWER, SATURATION_SHARE,  # noqa: E402
                                  average_curves, best_baselines, difference_words, saturation, saturation_words,
@@ -591,6 +591,14 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
               "release and stands for what an outsider may know of the unit's population: the holdout baseline "
               "guesses from it. " + attacks + "Baselines, built without the release and without D (from D_holdout "
               f"and from persons outside the unit): {', '.join(cfg.baselines.methods)}.")
+    if r.programs:
+        doc.p("Release programs made outside censusrecon, run by it at each ε on the persons each release protects, "
+              "attacked like its own releases and audited as black boxes (their outputs on neighbours of the real "
+              "data; with a declared noise family, the noise's scale, shape, tail and independence from output minus "
+              "truth):")
+        doc.table(["release", "program", "declared noise", "settings"],
+                  [[PROGRAM_PREFIX + p.name, f"`{p.function or ' '.join(p.command)}`", p.noise or "not declared",
+                    json.dumps(p.params) if p.params else "none"] for p in r.programs], numeric=set())
     made = [f for f in r.files]
     if made:
         doc.p("Releases made outside censusrecon, evaluated as published (their ε is the agency's declaration; a file "

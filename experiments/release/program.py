@@ -1,0 +1,241 @@
+"""Release programs made outside censusrecon: run over the ε grid on a unit's private data, attacked
+like the tool's own releases, and audited as black boxes.
+
+The contract. A program is called as
+
+    release(persons, cells, domain, epsilon, runs, seed, relation, **params) -> array (runs × len(cells))
+
+``persons``: one row a person of the unit; a column per attribute holding its value labels (as the
+config's data declares them), ``unit`` (the unit's id), ``block`` (the block's id, when the
+release publishes tables per block) and one column per level between them (``tract`` in a county).
+``cells``: one row a published cell, as a tables release file has them (``table``, ``cell``,
+``label``, ``level``, ``geography``) and, per attribute, the labels a person must have to be counted
+in it (a list; None: any). ``domain``: {"attributes": {name: [labels]}, "places": [{"block": id,
+<level>: id, ..., "unit": id}, ...]} — public: every value and every block, empty ones included,
+so the program can bound a person's contribution without looking at the data. ``relation``:
+``add_remove`` or ``replace_one``. The program returns ``runs`` independent releases, each one value
+per row of ``cells``, and must draw fresh noise for each (``seed`` seeds it; the audit passes a new
+one for every batch).
+
+A command (``release.programs[].command``, for a program in an environment of its own) receives
+the same as files: ``--persons P.parquet --cells C.parquet --domain D.json --epsilon E --runs R
+--seed S --relation REL --params JSON --out O.npy`` and writes the array with numpy.save."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from experiments.config import ConfigError, ExperimentConfig, ReleaseProgramConfig
+from experiments.release.files import Layout
+from microdata.dataset import Dataset
+
+#: what a program's ledger entry and report say of its privacy
+PROGRAM_NOTE = ("run by censusrecon, made outside it: its ε is the program's own accounting, audited as a black box "
+                "(neighbours of the real data, the program's outputs only)")
+
+
+def program_inputs(D: Dataset, unit: str, layout: Layout, blocks: list[str] | None, areas: dict | None
+                   ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """The contract's persons, cells and domain for D (the persons the release protects) of ``unit``.
+    ``blocks``: the unit's public block list (ids, in BLOCK's order) when BLOCK is published; ``areas``:
+    per level between the unit and its blocks, each area's id and its blocks' positions."""
+    dom = D.domain
+    attrs = [a for a in dom.names if a != "BLOCK"]
+    persons = pd.DataFrame({a: np.asarray(dom.attribute(a).values, dtype=object)[D.column(a)] for a in attrs})
+    persons["unit"] = unit
+    area_of = {lv: {b: name for name, members in listed for b in members} for lv, listed in (areas or {}).items()}
+    places = []
+    if blocks is not None:
+        codes = D.column("BLOCK")
+        persons["block"] = np.asarray(blocks, dtype=object)[codes]
+        for lv, where in area_of.items():
+            persons[lv] = [where[int(b)] for b in codes]
+        places = [{"block": b, **{lv: where[i] for lv, where in area_of.items()}, "unit": unit}
+                  for i, b in enumerate(blocks)]
+    else:
+        places = [{"unit": unit}]
+    cells = layout.rows[["table", "cell", "label", "level", "geography"]].copy()
+    for a in attrs:
+        labels = np.asarray(dom.attribute(a).values, dtype=object)
+        cells[a] = [None if a not in s else [str(v) for v in labels[sorted(s[a])]] for s in layout.rows["sets"]]
+    persons[attrs] = persons[attrs].astype(str)
+    domain = {"attributes": {a: [str(v) for v in dom.attribute(a).values] for a in attrs}, "places": places}
+    return persons, cells, domain
+
+
+def _callable(cfg: ExperimentConfig, spec: ReleaseProgramConfig):
+    """The program's function: module:function, or path/to/file.py:function from the config's folder."""
+    where, name = spec.function.rsplit(":", 1)
+    try:
+        if where.endswith(".py"):
+            path = Path(cfg.data_file(where))
+            if not path.exists():
+                raise ConfigError(f"release.programs {spec.name!r}: {path} does not exist")
+            mod_spec = importlib.util.spec_from_file_location(f"censusrecon_program_{spec.name}", path)
+            module = importlib.util.module_from_spec(mod_spec)
+            mod_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except ImportError as e:
+        raise ConfigError(f"release.programs {spec.name!r}: cannot import {where} ({e}); is its environment "
+                          "installed? (a program with pins of its own runs as a command)") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise ConfigError(f"release.programs {spec.name!r}: {where} has no function {name!r}")
+    return fn
+
+
+def run_program(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tuple, epsilon: float, runs: int,
+                seed: int) -> np.ndarray:
+    """``runs`` releases of the program on ``inputs`` (:func:`program_inputs`) at ``epsilon``, checked:
+    a (runs × cells) array of finite numbers, else a one-line error naming the program."""
+    persons, cells, domain = inputs
+    relation = cfg.release.relation
+    if spec.function is not None:
+        out = _callable(cfg, spec)(persons.copy(), cells.copy(), domain, float(epsilon), int(runs), int(seed),
+                                   relation, **spec.params)
+    else:
+        out = _run_command(cfg, spec, inputs, epsilon, runs, seed)
+    try:
+        out = np.asarray(out, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(f"release.programs {spec.name!r} returned something that is not an array of numbers") \
+            from None
+    if out.ndim == 1 and runs == 1:
+        out = out[None, :]
+    if out.shape != (runs, len(cells)):
+        raise ConfigError(f"release.programs {spec.name!r} returned an array of shape {out.shape}; the contract is "
+                          f"({runs} releases × {len(cells)} cells)")
+    if not np.all(np.isfinite(out)):
+        raise ConfigError(f"release.programs {spec.name!r} returned values that are not finite numbers")
+    return out
+
+
+def _run_command(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tuple, epsilon: float, runs: int,
+                 seed: int) -> np.ndarray:
+    persons, cells, domain = inputs
+    argv = [cfg.data_file(a) if (Path(cfg.data_file(a) or "").exists() and not Path(a).is_absolute()) else a
+            for a in spec.command]
+    with tempfile.TemporaryDirectory(prefix="censusrecon-program-") as tmp:
+        t = Path(tmp)
+        persons.to_parquet(t / "persons.parquet", index=False)
+        cells.to_parquet(t / "cells.parquet", index=False)
+        (t / "domain.json").write_text(json.dumps(domain))
+        args = argv + ["--persons", str(t / "persons.parquet"), "--cells", str(t / "cells.parquet"),
+                       "--domain", str(t / "domain.json"), "--epsilon", repr(float(epsilon)), "--runs", str(runs),
+                       "--seed", str(seed), "--relation", cfg.release.relation, "--params", json.dumps(spec.params),
+                       "--out", str(t / "out.npy")]
+        try:
+            done = subprocess.run(args, capture_output=True, text=True)
+        except OSError as e:
+            raise ConfigError(f"release.programs {spec.name!r}: cannot run {argv[0]} ({e.strerror}); is its "
+                              "environment made? (see its make target)") from None
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise ConfigError(f"release.programs {spec.name!r} failed (exit status {done.returncode}): {last}")
+        if not (t / "out.npy").exists():
+            raise ConfigError(f"release.programs {spec.name!r} wrote no output (--out)")
+        return np.load(t / "out.npy")
+
+
+def program_seed(*parts) -> int:
+    """A seed for one batch of a program's releases: fresh for every batch, from its parts."""
+    from experiments.problem import _stable
+
+    return int(_stable("program", *parts) & 0x7FFFFFFF)
+
+
+def audit_program(cfg: ExperimentConfig, pop, spec: ReleaseProgramConfig, unit: str, wb: bool, eps: float,
+                  seed: int, cache: dict):
+    """The black-box audit of a program at ``eps`` on ``unit``'s own D: ``runs`` whole releases of D and
+    of each real neighbour of it (:func:`experiments.release.audit._real_pairs`: a person moved between
+    blocks of different areas, changed to the rarest and the commonest type, the type in most cells;
+    added and removed under add/remove), every batch with a fresh seed from the audit's; the
+    statistical bound over the cells each pair moves (the mean of a cell's published copies; events on
+    single outputs and on a discriminant fitted on half the releases). With the program's declared
+    noise family, the checks from output minus truth over every published copy: the ε its noise
+    spends per pair (each cell's scale bounded above from its own draws), the shape and far tail per
+    table, and independence across cells and releases."""
+    from experiments.problem import unit_blocks
+    from experiments.release.audit import INDEPENDENCE_COLUMNS, _unit_instance, noise_epsilon
+    from experiments.release.files import unit_layout
+    from synth.audit import AuditResult, audit_outputs, independence_pvalue, laplace_shape_pvalue, tail_pvalue
+
+    a = cfg.release.audit
+    runs = spec.audit_runs or a.runs
+    mech = "program:" + spec.name
+    D, areas, workload, exact, pairs, pair_counts, _ = _unit_instance(cfg, pop, unit, wb, cache)
+    key = ("layout", unit, wb)
+    if key not in cache:
+        cache[key] = unit_layout(cfg, pop, unit, wb)
+    layout = cache[key]
+    blocks = unit_blocks(pop, cfg, unit)[0] if wb else None
+    inputs = program_inputs(D, unit, layout, blocks, areas)
+    y1_rows = run_program(cfg, spec, inputs, eps, runs, program_seed(seed, unit, wb, eps, "D"))
+    y1 = layout.to_queries(y1_rows)
+    pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
+    row_query = layout.rows["query"].to_numpy()
+    noise = y1_rows - exact[row_query][None, :]
+    checks: dict = {}
+    bounds, spent = [], []
+    for i, (what, D2) in enumerate(pairs):
+        c2 = pair_counts[i]
+        idx = np.flatnonzero(c2 - exact)
+        if not idx.size:
+            continue
+        inputs2 = program_inputs(D2, unit, layout, blocks, areas)
+        y2 = layout.to_queries(run_program(cfg, spec, inputs2, eps, runs, program_seed(seed, unit, wb, eps, i)))
+        res = audit_outputs(y1[:, idx], y2[:, idx], exact[idx], (c2 - exact)[idx], eps, mech, pair_conf)
+        bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
+        if spec.noise == "laplace":  # every published copy of every moved cell, its own scale bounded above
+            moved = np.flatnonzero(np.isin(row_query, idx))
+            e, _ = noise_epsilon(noise[:, moved], np.abs(c2 - exact)[row_query[moved]], pair_conf)
+            spent.append((e, what))
+    info: dict = {}
+    if spec.noise is None:
+        for k in ("noise_scale", "noise_shape", "noise_tail", "noise_independence"):
+            checks[k] = "not run: the program declares no noise family (release.programs[].noise)"
+    elif spec.noise == "gaussian":
+        for k in ("noise_scale", "noise_shape", "noise_tail"):
+            checks[k] = "not run: checks of Gaussian noise from a program's outputs are not built yet"
+    else:
+        if not np.allclose(noise, np.rint(noise)):
+            checks["noise_shape"] = ("fail: the program declares discrete Laplace noise on counts, but its outputs "
+                                     "are not integers")
+        worst = max(spent, default=(0.0, "none"))
+        info["epsilon_from_noise_scale"] = round(worst[0], 6)
+        checks["noise_scale"] = ("pass" if worst[0] <= eps else
+                                 f"fail: the noise added spends ε ≥ {worst[0]:.4g} on {worst[1]} (each moved cell's "
+                                 f"change over an upper bound on its noise scale, summed), over the declared {eps:g}")
+        tables = layout.rows["table"].to_numpy()
+        level = 1 - (1 - a.confidence) / max(len(set(tables)), 1)
+        if "noise_shape" not in checks:
+            p_shape = min(laplace_shape_pvalue(np.rint(noise[:, tables == t])) for t in set(tables))
+            checks["noise_shape"] = ("pass" if p_shape >= 1 - level else
+                                     f"fail: the noise added is not discrete Laplace (p = {p_shape:.2g})")
+            info["noise_shape_p_value"] = p_shape
+        p_tail = min(tail_pvalue(noise[:, tables == t], False) for t in set(tables))
+        checks["noise_tail"] = ("pass" if p_tail >= 1 - level else
+                                f"fail: the noise added has too few draws in its far tail (p = {p_tail:.2g}): cut off")
+        info["noise_tail_p_value"] = p_tail
+    if spec.noise is not None:
+        rng = np.random.default_rng(program_seed(seed, "columns", unit))
+        cols = rng.permutation(noise.shape[1])[:INDEPENDENCE_COLUMNS]
+        p_ind, where = independence_pvalue(noise[:, np.sort(cols)])
+        checks["noise_independence"] = ("pass" if p_ind >= 1 - a.confidence else
+                                        f"fail: the noise is not independent across cells or releases ({where}: "
+                                        f"p = {p_ind:.2g})")
+        info["independence_p_value"] = p_ind
+    checks["post_processing"] = "not run: a black box shows its outputs only, not the measurements it post-processes"
+    best = max(bounds, default=(0.0, "none", 0))
+    details = dict(info, unit=unit, neighbours=[w for w, _ in pairs], differing_cells=[b[2] for b in bounds],
+                   audited_on="the unit's own D, the program's whole releases (a black box)", program_runs=runs)
+    return AuditResult(mech, eps, best[0], runs, a.confidence, best[1], checks, details)

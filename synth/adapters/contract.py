@@ -1,0 +1,70 @@
+"""The program contract's command line, for adapters run in an environment of their own: parse the
+arguments censusrecon passes, read the inputs, call ``release`` and save its array. Imports nothing
+of censusrecon (only numpy and pandas), so an adapter's environment needs nothing else of ours.
+
+Also the two computations every tables adapter needs and the contract leaves to it: the true
+counts of the cells, and the most cells one person can be counted in (from the public domain
+only, never from the persons)."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+import numpy as np
+import pandas as pd
+
+
+def serve(release) -> None:
+    ap = argparse.ArgumentParser(description="a censusrecon release program")
+    for name in ("persons", "cells", "domain", "relation", "params", "out"):
+        ap.add_argument(f"--{name}", required=name != "params", default="{}")
+    ap.add_argument("--epsilon", type=float, required=True)
+    ap.add_argument("--runs", type=int, required=True)
+    ap.add_argument("--seed", type=int, required=True)
+    a = ap.parse_args()
+    persons, cells = pd.read_parquet(a.persons), pd.read_parquet(a.cells)
+    with open(a.domain) as fh:
+        domain = json.load(fh)
+    cells = cells.astype(object).where(cells.notna(), None)
+    for col in domain["attributes"]:  # parquet gives lists back as arrays
+        cells[col] = [None if v is None else [str(x) for x in v] for v in cells[col]]
+    out = release(persons, cells, domain, a.epsilon, a.runs, a.seed, a.relation, **json.loads(a.params))
+    np.save(a.out, np.asarray(out, dtype=np.float64))
+
+
+def true_counts(persons: pd.DataFrame, cells: pd.DataFrame, attributes: list[str]) -> np.ndarray:
+    """Each cell's count of persons: those at the cell's geography with every listed attribute value."""
+    out = np.zeros(len(cells), dtype=np.int64)
+    for (level, geo), idx in cells.groupby(["level", "geography"], sort=False).groups.items():
+        here = persons[persons[level if level != "unit" else "unit"] == geo]
+        for i in idx:
+            keep = np.ones(len(here), dtype=bool)
+            for a in attributes:
+                allowed = cells.at[i, a]
+                if allowed is not None:
+                    keep &= here[a].isin(allowed).to_numpy()
+            out[cells.index.get_loc(i)] = int(keep.sum())
+    return out
+
+
+def most_cells_per_person(cells: pd.DataFrame, domain: dict) -> int:
+    """The most cells one person is counted in, over every place of the public domain and every
+    combination of attribute values (the L1 sensitivity of the counts under add/remove)."""
+    attrs = domain["attributes"]
+    names = list(attrs)
+    grids = np.array(list(itertools.product(*[range(len(attrs[a])) for a in names])), dtype=np.int64)
+    best = 0
+    for place in domain["places"]:
+        mine = cells[[(lv == "unit" and g == place["unit"]) or place.get(lv) == g
+                      for lv, g in zip(cells["level"], cells["geography"])]]
+        if not len(mine):
+            continue
+        hit = np.ones((len(mine), len(grids)), dtype=bool)
+        for j, a in enumerate(names):
+            member = np.array([[True] * len(attrs[a]) if s is None else [v in set(s) for v in attrs[a]]
+                               for s in mine[a]], dtype=bool)
+            hit &= member[:, grids[:, j]]
+        best = max(best, int(hit.sum(axis=0).max()))
+    return best

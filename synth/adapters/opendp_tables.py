@@ -1,0 +1,46 @@
+"""The declared tables released through OpenDP: each cell's count with discrete Laplace noise from
+OpenDP's own measurement, its scale found by OpenDP's privacy map (``binary_search_chain``), for
+the sensitivity bounded from the public domain: the most cells one person is counted in, twice that
+under replace-one (a replaced person is one removed and one added).
+
+Runs inside censusrecon's environment (``function: synth.adapters.opendp_tables:release``) or as a
+command in one of its own with numpy, pandas and opendp (``command: [python,
+synth/adapters/opendp_tables.py]``). OpenDP draws its noise from the operating system's secure
+randomness, so ``seed`` is not used: no two runs repeat."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+try:
+    from synth.adapters.contract import most_cells_per_person, true_counts
+except ImportError:  # run as a command in an environment of its own
+    from contract import most_cells_per_person, true_counts
+
+
+def measurement(sensitivity: int, epsilon: float):
+    """OpenDP's discrete Laplace on an integer vector at the smallest scale whose privacy map gives at
+    most ``epsilon`` for ``sensitivity`` (L1)."""
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    space = dp.vector_domain(dp.atom_domain(T=int)), dp.l1_distance(T=int)
+    return dp.binary_search_chain(lambda s: space >> dp.m.then_laplace(s), d_in=int(sensitivity), d_out=float(epsilon))
+
+
+def release(persons: pd.DataFrame, cells: pd.DataFrame, domain: dict, epsilon: float, runs: int, seed: int,
+            relation: str, **params) -> np.ndarray:
+    attrs = list(domain["attributes"])
+    counts = true_counts(persons, cells, attrs)
+    per_person = most_cells_per_person(cells, domain)
+    meas = measurement(per_person * (2 if relation == "replace_one" else 1), epsilon)
+    # runs independent releases: the one measurement (one scale) on the counts repeated runs times, drawn in
+    # one call (each element's noise is independent, so each row is a release of its own)
+    return np.asarray(meas(np.tile(counts, runs).tolist()), dtype=np.float64).reshape(runs, len(cells))
+
+
+if __name__ == "__main__":
+    from contract import serve
+
+    serve(release)
