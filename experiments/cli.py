@@ -342,7 +342,7 @@ def _print_release_summary(run_dir, cfg) -> int:
 
     from experiments.metrics import difference_words, variant_label
     from experiments.release.report import (STATUS_WORDS, exact_row, limit_words, load_audits, persons_words,
-                                            release_strength, setting_label, strength_sentence,
+                                            less_protective, release_strength, setting_label, strength_sentence,
                                             summarise_release_persons, verdict_rows)
 
     tol = cfg.release.tolerance
@@ -376,7 +376,7 @@ def _print_release_summary(run_dir, cfg) -> int:
             nxt = r.get("next")
             if r["status"] == "safe" and nxt is None:
                 print(f"  {'':<20} every setting evaluated is shown safe: the grid stops before protection ends; "
-                      f"evaluate {'smaller swap rates' if r['mechanism'] == 'swapping' else 'larger ε'} to find where")
+                      f"evaluate {less_protective(r['mechanism'])} to find where")
             if nxt is not None:
                 print(f"  {'':<20} at {setting_label(r['mechanism'], nxt['setting'])} not shown safe: "
                       f"{difference_words(nxt)}; {limit_words(nxt, tol.words())}")

@@ -18,6 +18,9 @@ from microdata.errors import CensusReconError
 #: a release made outside censusrecon is named file:<name> in the results; a program run by it program:<name>
 FILE_PREFIX = "file:"
 PROGRAM_PREFIX = "program:"
+#: mechanisms that are not differentially private (no ε; their settings: a swap rate, a ptable variance), whose
+#: larger settings protect more
+NOT_DP = ("swapping", "cell_key")
 
 
 class ConfigError(CensusReconError):
@@ -504,6 +507,24 @@ class ReleaseProgramConfig(_Strict):
         return self
 
 
+class CellKeyConfig(_Strict):
+    """The cell key method (ABS; ONS 2021): record keys, a perturbation table of maximum perturbation D and
+    variance V (one setting per variance), the same perturbation for a cell in every table. Not DP."""
+
+    max_perturbation: int = Field(3, ge=1, le=20, description="D: no count moves by more than this")
+    variances: list[float] = Field([0.5, 1.0, 2.0], description="the perturbation table's variance V, each a "
+                                   "setting (larger: more protective); a count too small for V gets the most it can")
+    key_range: int = Field(256, ge=3, description="record keys are 0 … key_range - 1; a cell's key is their sum "
+                           "modulo this")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if not self.variances or any(not v > 0 for v in self.variances) or self.key_range < 2 * self.max_perturbation + 1:
+            raise ValueError(f"release.cell_key: variances must be positive and key_range at least 2·max_perturbation "
+                             f"+ 1, got {self.variances}, {self.key_range}")
+        return self
+
+
 class ReleaseConfig(_Strict):
     """The defence: which releases to evaluate (DP at each ε; swapping at each swap rate), under which
     neighbouring relation."""
@@ -511,12 +532,13 @@ class ReleaseConfig(_Strict):
     epsilons: list[float] = Field([0.1, 0.3, 1.0, 3.0, 10.0], description="the ε of each release evaluated (each "
             "mechanism but swapping)")
     mechanisms: list[Literal["laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram", "topdown",
-                             "swapping"]] = Field(
+                             "swapping", "cell_key"]] = Field(
         ["laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram"], description="the releases "
         "evaluated side by side: noisy tables, synthetic microdata fitted to them, the perturbed and smoothed "
-        "histograms, TopDown (2020's), record swapping (2010's, not DP)")
+        "histograms, TopDown (2020's), record swapping (2010's, not DP), the cell key method (ONS 2021's, not DP)")
     swap_rates: list[float] = Field([0.02, 0.1, 0.5], description="swapping: share of records swapped, each a setting")
     swap_match: list[str] = Field(["SEX", "AGE"], description="swapping: pairs match on these (AGE by P12 age group)")
+    cell_key: CellKeyConfig = CellKeyConfig()
     topdown: TopDownConfig = TopDownConfig()
     relation: Literal["replace_one", "add_remove"] = Field(
         "replace_one", description="the neighbouring datasets ε protects against: one person replaced (n public) or "
@@ -577,6 +599,8 @@ class ReleaseConfig(_Strict):
             return [f.epsilon or 0.0 for f in self.files if FILE_PREFIX + f.name == mechanism]
         if mechanism.startswith(PROGRAM_PREFIX):
             return list(self.epsilons)
+        if mechanism == "cell_key":
+            return list(self.cell_key.variances)
         return list(self.swap_rates) if mechanism == "swapping" else list(self.epsilons)
 
     @property
@@ -594,7 +618,7 @@ class ReleaseConfig(_Strict):
     @property
     def dp_mechanisms(self) -> list[str]:
         """The mechanisms censusrecon runs and audits as DP (files are not run, so not audited)."""
-        return [m for m in self.mechanisms if m != "swapping"]
+        return [m for m in self.mechanisms if m not in NOT_DP]
 
     def audited_epsilons(self) -> list[float]:
         eps = sorted(set(self.epsilons))

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from experiments.config import NOT_DP as NOT_DP_MECHS
 from experiments.config import FILE_PREFIX, PROGRAM_PREFIX, ConfigError, ExperimentConfig, ReidentificationConfig
 from experiments.metrics import (MARGINS_ATTACK, effective_u, k_grid, match_rate_curve, strength_by_runs,
                                  unique_persons)
@@ -25,7 +26,7 @@ from experiments.release.audit import audit_release, failed_audits, record_audit
 from experiments.release.files import FILE_NOTE, file_published, read_release_files, tables_published, unit_layout
 from experiments.release.program import PROGRAM_NOTE, program_inputs, program_seed, run_program
 from experiments.release.publish import (Published, _backend, _fit_note, check_block_list, neighbours_of,
-                                         own_invariants, publish, publish_swapping)
+                                         own_invariants, publish, publish_cell_key, publish_swapping)
 from experiments.release.report import plot_release, release_persons, unit_selection, write_report
 from experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
 from experiments.results import (code_fingerprint, jax_info, run_seconds, versions, write_json, write_parquet,
@@ -323,6 +324,11 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
                 ledger.note(mech, "file", FILE_NOTE, declared_epsilon=spec.epsilon, file=spec.path,
                             sha256=tf.digest, made_with=spec.made_with, for_publication=None, **extra,
                             invariants=[])
+            elif mech == "cell_key":
+                pub = publish_cell_key(cfg, setting, D, w, rng)
+                ledger.note("cell_key", "numpy (seeded)", pub.publication_note, ptable_variance=setting,
+                            **{k: v for k, v in pub.facts.items() if k not in ("kind", "ptable_variance")}, **extra,
+                            invariants=own_invariants(cfg, mech, wb))
             elif mech == "swapping":
                 pub = publish_swapping(cfg, setting, D, w, rng)
                 ledger.note("swapping", "numpy (seeded)", NOT_DP, swap_rate=setting, **pub.facts, **extra,
@@ -344,11 +350,11 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
             if pub.rows is not None:
                 micro.append(_micro_rows(pub.rows, unit, wb, "release", mech, setting))
             rows = table_utility(pub.counts, exact_counts, w) + totals_utility(pub.counts, exact_counts, w)
-            utility += [dict(row, epsilon=setting if mech != "swapping" else np.nan, setting=setting, mechanism=mech,
+            utility += [dict(row, epsilon=setting if mech not in NOT_DP_MECHS else np.nan, setting=setting, mechanism=mech,
                              unit=unit, variant=wb) for row in rows]
             tables_only = [row for row in rows if row["table"] not in DERIVED_ROWS]  # each published cell once
             err = sum(row["mae_per_cell"] * row["cells"] for row in tables_only) / sum(row["cells"] for row in tables_only)
-            eps_col = setting if mech != "swapping" else np.nan
+            eps_col = setting if mech not in NOT_DP_MECHS else np.nan
             cols = dict(epsilon=eps_col, setting=setting, mechanism=mech, utility_error=err, **common)
             curves.append(attack(pub.answers, f"{mech}-{setting}", mech, setting).assign(method="rap_rank", **cols))
             curves.append(trivial(pub.answers, f"{mech}-{setting}").assign(method=MARGINS_ATTACK, **cols))
@@ -375,7 +381,8 @@ def _noisy_fit(pub: Published) -> _NoisyFit | None:
     its noise scale and its total, and whether the total is public (replace-one) or declared. A file
     made elsewhere is fitted the same way with every cell weighing the same (its noise is unknown;
     consistent tables fit with no deviation), its total estimated from its own tables."""
-    if pub.mechanism.startswith((FILE_PREFIX, PROGRAM_PREFIX)) and pub.facts["kind"] == "tables":
+    if (pub.mechanism.startswith((FILE_PREFIX, PROGRAM_PREFIX)) or pub.mechanism == "cell_key") and \
+            pub.facts["kind"] == "tables":
         return _NoisyFit(1.0, int(pub.facts["total"]), False)
     if pub.mechanism != "laplace_tables":
         return None  # consistent tables (a microdata file's, swapping's, TopDown's): the exact count model

@@ -122,6 +122,22 @@ def publish_swapping(cfg: ExperimentConfig, rate: float, D: Dataset, workload, r
     return pub
 
 
+def publish_cell_key(cfg: ExperimentConfig, variance: float, D: Dataset, workload, rng: np.random.Generator
+                     ) -> Published:
+    """D's tables perturbed by the cell key method (``release.cell_key``; the ptable of this variance):
+    integers, a cell's perturbation the same in every table, tables no longer adding up. Not DP."""
+    from synth.cellkey import NOT_DP as CELL_KEY_NOT_DP, cell_key_tables, perturbation_table
+    from synth.release import estimate_total
+
+    ck = cfg.release.cell_key
+    counts, facts = cell_key_tables(D, workload, perturbation_table(ck.max_perturbation, variance, ck.key_range), rng)
+    total = estimate_total(workload, counts)
+    answers = np.clip(counts, 0, None).astype(np.float64) / max(total, 1)
+    pub = Published("cell_key", None, counts, answers, ("tables", _labels(workload)), False, CELL_KEY_NOT_DP,
+                    counts.astype(np.float64), facts={**facts, "kind": "tables", "total": int(total)})
+    return pub
+
+
 def _labels(workload) -> tuple:
     if isinstance(workload, Workload):
         return tuple((m, workload.shape(m)) for m in workload.marginals)

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.config import FILE_PREFIX, PROGRAM_PREFIX  # noqa: E402
+from experiments.config import FILE_PREFIX, NOT_DP, PROGRAM_PREFIX  # noqa: E402
 from experiments.doc import Doc  # noqa: E402
 from experiments.metrics import (CONFIDENCE, PLAN_MAX_UNITS, PLAN_POWER, SATURATION_SHARE,  # noqa: E402
                                  average_curves, best_baselines, difference_words, saturation, saturation_words,
@@ -117,7 +117,18 @@ def setting_label(mechanism: str, value: float) -> str:
         return "exact tables"
     if mechanism.startswith(FILE_PREFIX):
         return f"ε = {value:g} (declared)" if value > 0 else "as released"
+    if mechanism == "cell_key":
+        return f"ptable variance {value:g}"
     return f"swap rate {100 * value:g}%" if mechanism == "swapping" else f"ε = {value:g}"
+
+
+def more_protective(mechanism: str) -> str:
+    """Which way the settings protect more, for a plan: 'larger swap rates', 'smaller ε', ..."""
+    return {"swapping": "larger swap rates", "cell_key": "larger ptable variances"}.get(mechanism, "smaller ε")
+
+
+def less_protective(mechanism: str) -> str:
+    return {"swapping": "smaller swap rates", "cell_key": "smaller ptable variances"}.get(mechanism, "larger ε")
 
 
 def persons_words(x) -> str:
@@ -191,7 +202,7 @@ def decision_plan(status: str, x, exact, strength: dict | None, mechanism: str) 
         else:
             parts.append(f"no number of units shows {where} safe: its excess ({x['difference_mean']:+.1f} per unit) is "
                          f"not below the tolerance ({x['tolerance']:.1f}); evaluate "
-                         f"{'larger swap rates' if mechanism == 'swapping' else 'smaller ε'} or accept a larger "
+                         f"{more_protective(mechanism)} or accept a larger "
                          "tolerance")
     if stronger:
         parts.append(stronger)
@@ -227,9 +238,10 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant, strength: d
                 f"({e['best_baselines']}): {difference_words(e)}.")
     out = []
     for mech in dict.fromkeys(p.loc[np.isfinite(p["setting"]), "mechanism"]):
-        swap = mech == "swapping"
+        swap = mech in NOT_DP  # a larger swap rate or ptable variance protects more
         rows = p[p["mechanism"] == mech].sort_values("setting", ascending=not swap)  # most protective first
-        note = " Swapping is not differentially private: no ε bounds what other attacks could learn." if swap else ""
+        note = (f" {'Swapping' if mech == 'swapping' else 'The cell key method'} is not differentially private: no ε "
+                "bounds what other attacks could learn." if swap else "")
         shown = rows["excess_upper"] < rows["tolerance"]
         first_fail = int(np.argmin(shown.to_numpy())) if not shown.all() else len(rows)
         safe = rows.iloc[:first_fail]
@@ -255,7 +267,7 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant, strength: d
             later = rows.iloc[first_fail:]
             row["next"] = later.iloc[0] if len(later) else None  # the first setting not shown safe
             after = ("Every setting evaluated is shown safe: the grid stops before protection ends; evaluate "
-                     f"{'smaller swap rates' if swap else 'larger ε'} to find where it does." if not len(later) else
+                     f"{less_protective(mech)} to find where it does." if not len(later) else
                      f"At {setting_label(mech, later['setting'].iloc[0])} it is not shown safe ("
                      + limit_words(later.iloc[0], tol_words) + ").")
             text = (f"**{mech}**: shown safe up to **{setting_label(mech, x['setting'])}** at the tolerance of "
@@ -416,7 +428,7 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
         y = pts["persons"] / pts["units"]
         ax.plot(pts["mae_per_cell"], y, "o-", color=plt.get_cmap("tab10")(i), label=mech.replace("_", " "))
         for x_, y_, e in zip(pts["mae_per_cell"], y, pts["setting"]):
-            label = f"{100 * e:g}%" if mech == "swapping" else f"ε={e:g}"
+            label = f"{100 * e:g}%" if mech == "swapping" else f"V={e:g}" if mech == "cell_key" else f"ε={e:g}"
             ax.annotate(label, (x_, y_), textcoords="offset points", xytext=(4, 3), fontsize=7)
     ex = p[p["mechanism"] == "exact"]
     if len(ex):
@@ -690,7 +702,7 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     doc.ul([f"The total n of each unit: {n_note or 'not used'}."]
            + ([f"The published block list: {blocks}."] if blocks else [])
            + [f"Declared invariants (published exactly): {', '.join(r.invariants) if r.invariants else 'none'}."])
-    dp_mechs = [m for m in r.mechanisms if m != "swapping"]
+    dp_mechs = [m for m in r.mechanisms if m not in NOT_DP]
     rel_rows = [[m, e["neighbours"], e.get("published_exactly", "")] for m in dp_mechs
                 for e in [next((x for x in entries if x["mechanism"] == m and x.get("neighbours")), None)] if e]
     if rel_rows:
@@ -779,7 +791,7 @@ def _decision_section(doc: Doc, cfg, persons: pd.DataFrame, verdicts: dict, audi
         for r in rows:
             x = r["x"]
             mine = [a for a in audits if a.mechanism == r["mechanism"]]
-            audit = ("not DP: not audited" if r["mechanism"] == "swapping" else
+            audit = ("not DP: not audited" if r["mechanism"] in NOT_DP else
                      "a file: not audited" if r["mechanism"].startswith(FILE_PREFIX) else "not run" if not mine else
                      "passed at ε = " + ", ".join(f"{a.declared_epsilon:g}" for a in mine) if all(a.passed for a in mine)
                      else "**FAILED**")

@@ -128,7 +128,8 @@ def test_a_file_is_evaluated_beside_the_tools_own_release_with_its_table_error_a
     persons = d / "inputs" / "persons.csv"  # the persons themselves as a microdata release: its tables are exact
     specs = f"release.files=[{{name: unprotected, path: {exact}}}, {{name: agency, path: {noisy_path}, epsilon: 1, " \
             f"made_with: 'numpy, noise of plus or minus 2'}}, {{name: rows, kind: microdata, path: {persons}}}]"
-    sets = [x for o in over + [specs, "release.mechanisms=[laplace_tables]"] for x in ("--set", o)]
+    sets = [x for o in over + [specs, "release.mechanisms=[laplace_tables, cell_key]", "release.cell_key.variances=[1.0]"]
+            for x in ("--set", o)]
     status = main(["evaluate-release", str(CONFIG), "--out", str(d / "results"), "--no-progress", *sets])
     said = capsys.readouterr().out
     assert status in (0, 3) and "file:agency" in said and "file:unprotected" in said
@@ -140,11 +141,15 @@ def test_a_file_is_evaluated_beside_the_tools_own_release_with_its_table_error_a
     ledger = json.loads((rel / "ledger.json").read_text())["entries"]
     entry = next(e for e in ledger if e["mechanism"] == "file:agency")
     assert entry["declared_epsilon"] == 1.0 and entry["epsilon"] is None and len(entry["sha256"]) == 64
+    ck = next(e for e in ledger if e["mechanism"] == "cell_key")  # not DP: noted, never in a budget
+    assert ck["epsilon"] is None and ck["ptable_variance"] == 1.0 and 0 < ck["cells_perturbed"] < 1
     persons = pd.read_parquet(rel / "persons.parquet")
-    assert {"file:agency", "file:unprotected", "file:rows", "laplace_tables", "exact"} <= set(persons["mechanism"])
+    assert {"file:agency", "file:unprotected", "file:rows", "laplace_tables", "cell_key", "exact"} <= set(
+        persons["mechanism"])
     report = (rel / "report.md").read_text()
     assert "Releases made outside censusrecon" in report and "ε = 1 (declared)" in report
     assert "every person of each unit" in report and "a file: not audited" in report
+    assert "ptable variance 1" in report and "not DP: not audited" in report
     audits = json.loads((rel / "audit.json").read_text())
     assert {a["mechanism"] for a in audits} == {"laplace_tables"}  # the tool's own release, on whole units
 
