@@ -9,8 +9,13 @@ STAMP := $(VENV)/.installed
 RISK_VENV := .venv-risk
 RISK_STAMP := $(RISK_VENV)/.installed
 ANONYMETER := anonymeter==1.1.0
+# Tumult Analytics (the release program synth/adapters/tumult_tables.py) pins numpy < 2 and pandas < 2 and
+# runs on Spark, which needs Java: an environment of its own, made by `make tumult-env`
+TUMULT_VENV := .venv-tumult
+TUMULT_STAMP := $(TUMULT_VENV)/.installed
+TUMULT := tmlt.analytics==0.21.0
 
-.PHONY: demo test bench risk-env browser clean
+.PHONY: demo test bench risk-env tumult-env java browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +30,23 @@ $(RISK_STAMP): Makefile
 	touch $(RISK_STAMP)
 
 risk-env: $(RISK_STAMP)
+
+$(TUMULT_STAMP): Makefile
+	@command -v java >/dev/null 2>&1 || { echo "Tumult Analytics runs on Spark, which needs Java (8, 11 or 17): install a JDK (on Debian: apt-get install default-jre-headless), then run make tumult-env again"; exit 1; }
+	test -x $(TUMULT_VENV)/bin/python || $(PYTHON) -m venv $(TUMULT_VENV)
+	$(TUMULT_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(TUMULT_VENV)/bin/python -m pip install --quiet "$(TUMULT)" pyarrow
+	touch $(TUMULT_STAMP)
+
+tumult-env: java $(TUMULT_STAMP)
+
+# Java for Spark: Debian's, installed here where this user may (root with apt-get, as on CI)
+java:
+	@command -v java >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	    { apt-get install -y --no-install-recommends default-jre-headless >/dev/null 2>&1 || \
+	      { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends default-jre-headless >/dev/null 2>&1; }; }; } || \
+	  echo "no Java: make tumult-env needs it (apt-get install default-jre-headless)"
 
 demo: $(STAMP)
 	$(BIN)/censusrecon run configs/demo.yaml
@@ -41,7 +63,9 @@ browser:
 
 # two worker processes, each test file on one (its module fixtures shared): the suite is mostly
 # single-threaded compiles, so two workers fill two cores (23 min in one process, under 10 in two)
+# the Tumult adapter's tests skip, saying why, where its environment cannot be made (no Java)
 test: $(STAMP) $(RISK_STAMP) browser
+	-@$(MAKE) --no-print-directory tumult-env
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 bench: $(STAMP)

@@ -110,13 +110,15 @@ def _parser() -> argparse.ArgumentParser:
     dp.add_argument("--plot", metavar="PATH", default=None,
                     help="also draw the by-block-size statistics beside 2010's (PATH.png and PATH.pdf)")
     dp.add_argument("--check", action="store_true", help="exit with status 2 if a statistic is outside its tolerance")
-    ex = sub.add_parser("example-data", help="write the worked example's person file and block list",
+    ex = sub.add_parser("example-data", help="write the worked example's person file, block list and own release",
                         description="Write persons.csv and blocks.csv, generated from the embedded population with "
-                                    "an agency's own column names and codes, for configs/agency/example.yaml.")
+                                    "an agency's own column names and codes, for configs/agency/example.yaml; and "
+                                    "agency_tables.csv, the example agency's own noisy tables (made by its own "
+                                    "pandas pipeline, discrete Laplace at ε = 1), for configs/agency/own_release.yaml.")
     ex.add_argument("out_dir", nargs="?", default="inputs/agency", help="where to write them (default: inputs/agency)")
     ex.add_argument("--seed", type=int, default=0, help="population seed (default: 0)")
-    ex.add_argument("--force", action="store_true", help="replace persons.csv and blocks.csv if they exist (without "
-                    "it, an existing file stops the command and nothing is written)")
+    ex.add_argument("--force", action="store_true", help="replace persons.csv, blocks.csv and agency_tables.csv if they "
+                    "exist (without it, an existing file stops the command and nothing is written)")
     tp = sub.add_parser("release-template", help="write the table layout a release file made elsewhere must have",
                         description="Write every row a tables release file (release.files, kind: tables) of the "
                                     "config must have: unit, table, cell, label, geography, value (empty), for "
@@ -196,10 +198,15 @@ def main(argv: list[str] | None = None) -> int:
             path, rows, units = write_template(load_config(args.config, args.overrides), args.to, force=args.force)
             print(f"{path}: {rows} cells of {units} units; fill the value column")
         elif args.command == "example-data":
-            from microdata.example import write_agency_example
+            from microdata.example import AGENCY_RELEASE, write_agency_example, write_agency_release
 
+            release = Path(args.out_dir) / AGENCY_RELEASE
+            if release.exists() and not args.force:  # before anything is written: nothing half made
+                raise CensusReconError(f"{release} exists and example-data never replaces a file: nothing was "
+                                       "written; choose another folder, or pass --force")
             for path in write_agency_example(args.out_dir, seed=args.seed, force=args.force):
                 print(path)
+            print(write_agency_release(args.out_dir, seed=args.seed, force=args.force))
     except CensusReconError as e:
         print(f"censusrecon: error: {e}", file=sys.stderr)
         return 2

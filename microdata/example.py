@@ -53,3 +53,53 @@ def write_agency_example(out_dir: str | Path, seed: int = 0, states: int = 1, co
         df.to_csv(tmp, index=False)
         tmp.replace(path)
     return paths
+
+
+#: the example agency's release: its tables (as configs/agency/own_release.yaml declares them) and their noise
+AGENCY_RELEASE = "agency_tables.csv"
+
+
+def write_agency_release(out_dir: str | Path, epsilon: float = 1.0, seed: int = 0, force: bool = False) -> Path:
+    """The example agency's own release of its tables, made outside censusrecon's code: ``persons.csv``
+    tabulated with pandas into TOTAL, SEX_BY_AGE (0-17, 18-64, 65+) and RACE_HISP per block and SEX_BY_SYA
+    per tract, for every listed block and tract (empty ones too), each cell's count plus discrete
+    Laplace noise (the difference of two geometric draws) of scale 4/ε: one person is in 4 cells, so
+    the release is ε-DP under add/remove. Written in the tables layout of ``release.files`` (unit,
+    table, cell, geography, value; cells numbered with the first variable slowest), never over an
+    existing file unless ``force``."""
+    out = Path(out_dir)
+    path = out / AGENCY_RELEASE
+    if (path.exists() or path.is_symlink()) and not force:
+        raise CensusReconError(f"{path} exists and example-data never replaces a file; pass --force to replace it")
+    persons = pd.read_csv(out / "persons.csv", dtype=str)
+    blocks = pd.read_csv(out / "blocks.csv", dtype=str)
+    for df in (persons, blocks):
+        df["unit"] = df["st"] + ":" + df["cty"] + ":" + df["tract"]
+        df["block"] = df["unit"] + ":" + df["blk"]
+    age = persons["age"].astype(int)
+    persons["age_group"] = np.select([age <= 17, age <= 64], [0, 1], 2)
+    sex = persons["sex"].map({c: i for i, c in enumerate(SEX_CODES)})
+    race = persons["race"].map({c: i for i, c in enumerate(RACE_CODES)})
+    hisp = persons["hisp"].map({c: i for i, c in enumerate(HISP_CODES)})
+    per_block = [("TOTAL", pd.Series(1, index=persons.index), 1),
+                 ("SEX_BY_AGE", sex * 3 + persons["age_group"] + 1, 6),
+                 ("RACE_HISP", race * len(HISP_CODES) + hisp + 1, len(RACE_CODES) * len(HISP_CODES))]
+    rows = []
+    for table, cell, cells in per_block:
+        counts = persons.assign(cell=cell).groupby(["block", "cell"]).size()
+        for unit, block in zip(blocks["unit"], blocks["block"]):
+            for c in range(1, cells + 1):
+                rows.append((unit, table, c, block, int(counts.get((block, c), 0))))
+    sya = persons.assign(cell=sex * 116 + age + 1).groupby(["unit", "cell"]).size()
+    for unit in sorted(set(blocks["unit"])):
+        for c in range(1, 2 * 116 + 1):
+            rows.append((unit, "SEX_BY_SYA", c, unit, int(sya.get((unit, c), 0))))
+    df = pd.DataFrame(rows, columns=["unit", "table", "cell", "geography", "value"])
+    rng = np.random.default_rng(seed)
+    p = 1 - np.exp(-epsilon / 4)  # the two-sided geometric law of scale 4/ε: P(k) ∝ exp(-ε|k|/4)
+    df["value"] = df["value"] + rng.geometric(p, len(df)) - rng.geometric(p, len(df))
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
+    return path

@@ -145,8 +145,12 @@ def _where(kind: str, i: int) -> str:
 class TablesFile:
     """A tables release file read and checked against the layouts of the units evaluated."""
 
-    def __init__(self, cfg: ExperimentConfig, spec: ReleaseFileConfig, layouts: dict[str, Layout]):
+    def __init__(self, cfg: ExperimentConfig, spec: ReleaseFileConfig, layouts: dict[str, Layout],
+                 other_units: set[str] = frozenset()):
+        """``layouts``: per unit evaluated; ``other_units``: the data's other units at the target level,
+        whose rows a file covering every unit has and this evaluation skips (counted in ``skipped``)."""
         self.spec = spec
+        self.skipped = 0
         self.path = Path(cfg.data_file(spec.path))
         raw, kind = _read(self.path)
         missing = [c for c in TABLE_COLUMNS if c != "label" and c not in raw.columns]
@@ -166,8 +170,11 @@ class TablesFile:
             at = f"release file {self.path}, {_where(kind, i)}"
             unit, table, geo = str(rec.unit).strip(), str(rec.table).strip(), str(rec.geography).strip()
             if unit not in known:
-                raise ConfigError(f"{at}: unit {unit!r} is not one of the units evaluated "
-                                  f"({', '.join(sorted(known)[:6])}{', ...' if len(known) > 6 else ''})")
+                if unit in other_units:  # a unit of the data this evaluation does not target
+                    self.skipped += 1
+                    continue
+                raise ConfigError(f"{at}: unit {unit!r} is not a {cfg.target.level} of the data (the units "
+                                  f"evaluated: {', '.join(sorted(known)[:6])}{', ...' if len(known) > 6 else ''})")
             if table not in tables[unit]:
                 raise ConfigError(f"{at}: table {table!r} is not a published table of this config "
                                   f"({', '.join(sorted(tables[unit]))})")
@@ -291,8 +298,12 @@ def read_release_files(cfg: ExperimentConfig, pop, units: list[str]) -> dict[tup
     fine = any(cfg.target.with_block)
     layouts = {(u, wb): unit_layout(cfg, pop, u, wb) for u in units for wb in dict.fromkeys(cfg.target.with_block)}
     check = {u: layouts[(u, fine)] if (u, fine) in layouts else unit_layout(cfg, pop, u, fine) for u in units}
+    level = cfg.target.level
+    geo = pop.geography
+    others = set(geo.unit_ids(level)) | (set(geo.catalogue.ids[level].tolist()) if geo.catalogue is not None and
+                                          level in geo.catalogue.ids else set())
     for spec in specs:
-        tf = TablesFile(cfg, spec, check)
+        tf = TablesFile(cfg, spec, check, others - set(units))
         for (u, wb), lay in layouts.items():
             tf.counts(u, lay)  # every cell of every unit there
         tf.layouts = layouts

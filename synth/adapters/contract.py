@@ -68,3 +68,24 @@ def most_cells_per_person(cells: pd.DataFrame, domain: dict) -> int:
             hit &= member[:, grids[:, j]]
         best = max(best, int(hit.sum(axis=0).max()))
     return best
+
+
+def table_cell_of_person(persons: pd.DataFrame, cells: pd.DataFrame, attributes: list[str], table: str) -> np.ndarray:
+    """The number of the one cell of ``table`` each person is counted in (0: none, for a table whose
+    groups leave values out); a table in which a person could be in two cells is an error naming it."""
+    distinct = cells.drop_duplicates("cell")[["cell"] + attributes].reset_index(drop=True)
+    sets = [[None if v is None else set(v) for v in row] for row in distinct[attributes].itertuples(index=False)]
+    for i in range(len(sets)):  # from the cells' definitions, never the persons: two cells overlap when every
+        for j in range(i + 1, len(sets)):  # attribute lets a value through both
+            if all(x is None or y is None or x & y for x, y in zip(sets[i], sets[j])):
+                raise ValueError(f"table {table} has cells that overlap (cells {distinct['cell'][i]} and "
+                                 f"{distinct['cell'][j]}): this adapter publishes cross-tabulations, whose cells "
+                                 "partition persons")
+    out = np.zeros(len(persons), dtype=np.int64)
+    for number, row in zip(distinct["cell"], sets):
+        hit = np.ones(len(persons), dtype=bool)
+        for a, allowed in zip(attributes, row):
+            if allowed is not None:
+                hit &= persons[a].isin(list(allowed)).to_numpy()
+        out[hit] = int(number)
+    return out

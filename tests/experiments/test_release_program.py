@@ -26,7 +26,8 @@ def agency(tmp_path_factory):
     d = tmp_path_factory.mktemp("prog")
     persons, blocks = write_agency_example(d / "inputs")
     return d, [f"data.path={persons}", f"data.units_file={blocks}", "target.units=1", "release.mechanisms=[]",
-               "release.epsilons=[2.0]", "attack.runs=2", "attack.steps=20", "attack.rows=60", "grid_points=10"]
+               "release.epsilons=[2.0]", "attack.runs=2", "attack.steps=20", "attack.rows=60", "grid_points=10",
+               "release.files=[]", "release.programs=[]"]
 
 
 def halved(persons, cells, domain, epsilon, runs, seed, relation, **params):

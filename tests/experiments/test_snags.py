@@ -151,6 +151,12 @@ def test_example_data_never_replaces_a_users_file(tmp_path, capsys):
     assert (d / "persons.csv").read_bytes() == mine and sorted(p.name for p in d.iterdir()) == ["persons.csv"]
     assert main(["example-data", str(d), "--force"]) == 0
     assert (d / "persons.csv").read_bytes() != mine and (d / "blocks.csv").exists()
+    assert (d / "agency_tables.csv").exists()  # the example agency's own release
+    e = tmp_path / "other"  # a user's release file of that name: stopped before anything is written
+    e.mkdir()
+    (e / "agency_tables.csv").write_bytes(mine)
+    err = _one_line_error(capsys, ["example-data", str(e)])
+    assert "agency_tables.csv exists" in err and sorted(p.name for p in e.iterdir()) == ["agency_tables.csv"]
 
 
 def test_a_failed_run_leaves_nothing_behind_and_keeps_finished_work(tmp_path, capsys, monkeypatch):
