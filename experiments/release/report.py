@@ -705,6 +705,11 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     dp_mechs = [m for m in r.mechanisms if m not in NOT_DP]
     rel_rows = [[m, e["neighbours"], e.get("published_exactly", "")] for m in dp_mechs
                 for e in [next((x for x in entries if x["mechanism"] == m and x.get("neighbours")), None)] if e]
+    level = cfg.target.level
+    rel_rows += [[PROGRAM_PREFIX + p.name, f"the persons of one {level}: one person "
+                  + ("replaced within it" if r.relation == "replace_one" else "added or removed")
+                  + " (the relation it is asked to protect; audited)", "what the program publishes exactly: not declared"]
+                 for p in r.programs]
     if rel_rows:
         doc.p(f"What each ε protects (relation {r.relation}): the neighbouring datasets and what is published exactly.")
         doc.table(["mechanism", "neighbouring datasets", "published exactly"], rel_rows, numeric=set())
