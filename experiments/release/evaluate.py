@@ -24,7 +24,7 @@ from experiments.problem import (_stable, attributes, baseline_curves, build_pri
 from experiments.progress import UnitProgress
 from experiments.release.audit import audit_release, failed_audits, record_audit
 from experiments.release.files import FILE_NOTE, file_published, read_release_files, tables_published, unit_layout
-from experiments.release.program import PROGRAM_NOTE, program_inputs, program_seed, run_program
+from experiments.release.program import PROGRAM_NOTE, program_digests, program_inputs, program_seed, run_program
 from experiments.release.publish import (Published, _backend, _fit_note, check_block_list, neighbours_of,
                                          own_invariants, publish, publish_cell_key, publish_swapping)
 from experiments.release.report import plot_release, release_persons, unit_selection, write_report
@@ -101,7 +101,8 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
             except PrivacyError as e:
                 raise ConfigError(str(e)) from None
     files = read_release_files(cfg, pop, units)  # a file that does not fit fails here, before anything runs
-    inputs = {f"{m}@{s:g}": tf.digest for (m, s), tf in files.items()}  # a unit's result is for these files only
+    # a unit's result is for these files and programs only
+    inputs = {**{f"{m}@{s:g}": tf.digest for (m, s), tf in files.items()}, **program_digests(cfg)}
     run_dir = release_dir(out_root, cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_yaml(run_dir / "config.yaml", cfg.model_dump(mode="json"))

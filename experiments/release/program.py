@@ -239,3 +239,24 @@ def audit_program(cfg: ExperimentConfig, pop, spec: ReleaseProgramConfig, unit: 
     details = dict(info, unit=unit, neighbours=[w for w, _ in pairs], differing_cells=[b[2] for b in bounds],
                    audited_on="the unit's own D, the program's whole releases (a black box)", program_runs=runs)
     return AuditResult(mech, eps, best[0], runs, a.confidence, best[1], checks, details)
+
+
+def program_digests(cfg: ExperimentConfig) -> dict:
+    """SHA-256 of every file a program names (its .py, the script a command runs), so that a result saved
+    for one version of a program is not taken for another's."""
+    from experiments.release.files import file_digest
+
+    out = {}
+    for spec in cfg.release.programs:
+        where = [spec.function.rsplit(":", 1)[0]] if spec.function else list(spec.command)
+        for w in where:
+            path = Path(cfg.data_file(w)) if not Path(w).is_absolute() else Path(w)
+            if spec.function and not w.endswith(".py"):  # a module: the file it is imported from
+                try:
+                    found = importlib.util.find_spec(w)
+                except (ImportError, ValueError):
+                    found = None
+                path = Path(found.origin) if found is not None and found.origin else path
+            if path.suffix == ".py" and path.is_file():
+                out[f"program:{spec.name}:{w}"] = file_digest(path)
+    return out
