@@ -20,7 +20,7 @@ FILE_PREFIX = "file:"
 PROGRAM_PREFIX = "program:"
 #: mechanisms that are not differentially private (no ε; their settings: a swap rate, a ptable variance), whose
 #: larger settings protect more
-NOT_DP = ("swapping", "cell_key")
+NOT_DP = ("swapping", "cell_key", "targeted_swapping")
 
 
 class ConfigError(CensusReconError):
@@ -525,6 +525,26 @@ class CellKeyConfig(_Strict):
         return self
 
 
+class TargetedSwapConfig(_Strict):
+    """Targeted record swapping (ONS 2021's manner): records at risk swapped first with matching records
+    of another area of the enclosing unit, then others at random, up to each rate. Not DP."""
+
+    rates: list[float] = Field([0.02, 0.1], description="share of the unit's records swapped, each a setting (the ONS "
+                               "reports 7% to 10% of households for 2021)")
+    risk: list[str] | None = Field(None, description="attributes a record is at risk on (default: every attack "
+                                   "attribute but BLOCK)")
+    threshold: int = Field(1, ge=1, description="at risk: at most this many persons of the block share the record's "
+                           "risk attributes (1: unique in its block)")
+    match: list[str] = Field(["SEX", "AGE"], description="a partner from the other area matches on these (AGE by "
+                             "P12 age group)")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if not self.rates or any(not 0 < r <= 1 for r in self.rates):
+            raise ValueError(f"release.targeted_swap.rates must be shares in (0, 1], got {self.rates}")
+        return self
+
+
 class ReleaseConfig(_Strict):
     """The defence: which releases to evaluate (DP at each ε; swapping at each swap rate), under which
     neighbouring relation."""
@@ -532,13 +552,14 @@ class ReleaseConfig(_Strict):
     epsilons: list[float] = Field([0.1, 0.3, 1.0, 3.0, 10.0], description="the ε of each release evaluated (each "
             "mechanism but swapping)")
     mechanisms: list[Literal["laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram", "topdown",
-                             "swapping", "cell_key"]] = Field(
+                             "swapping", "cell_key", "targeted_swapping"]] = Field(
         ["laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram"], description="the releases "
         "evaluated side by side: noisy tables, synthetic microdata fitted to them, the perturbed and smoothed "
-        "histograms, TopDown (2020's), record swapping (2010's, not DP), the cell key method (ONS 2021's, not DP)")
+        "histograms, TopDown (2020's), record swapping (2010's, not DP), the cell key method and targeted record swapping (ONS 2021's, not DP)")
     swap_rates: list[float] = Field([0.02, 0.1, 0.5], description="swapping: share of records swapped, each a setting")
     swap_match: list[str] = Field(["SEX", "AGE"], description="swapping: pairs match on these (AGE by P12 age group)")
     cell_key: CellKeyConfig = CellKeyConfig()
+    targeted_swap: TargetedSwapConfig = TargetedSwapConfig()
     topdown: TopDownConfig = TopDownConfig()
     relation: Literal["replace_one", "add_remove"] = Field(
         "replace_one", description="the neighbouring datasets ε protects against: one person replaced (n public) or "
@@ -601,6 +622,8 @@ class ReleaseConfig(_Strict):
             return list(self.epsilons)
         if mechanism == "cell_key":
             return list(self.cell_key.variances)
+        if mechanism == "targeted_swapping":
+            return list(self.targeted_swap.rates)
         return list(self.swap_rates) if mechanism == "swapping" else list(self.epsilons)
 
     @property

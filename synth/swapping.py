@@ -71,3 +71,59 @@ def swap_records(data: Dataset, rate: float, rng: np.random.Generator, match: li
     return Dataset(data.domain, codes), {"rate": rate, "records_swapped": swapped, "share_swapped": swapped / n,
                                          "unpaired_targets": unpaired, "matched_on": list(match),
                                          "targets_first": "records unique in their block"}
+
+
+TARGETED_NOT_DP = ("targeted record swapping is not differentially private: the records at risk are chosen from the "
+                   "data, and no ε bounds what the swapped tables reveal")
+
+
+def targeted_swap(data: Dataset, pool: Dataset, rate: float, rng: np.random.Generator, risk: list[str],
+                  match: list[str] = ("SEX", "AGE"), threshold: int = 1, block: str = "BLOCK"
+                  ) -> tuple[Dataset, dict]:
+    """Targeted record swapping in the manner of the ONS's 2021 Census: records at risk of
+    identification (at most ``threshold`` persons of their block share their values of ``risk``)
+    are swapped first, then others at random, until about ``rate`` × n records are swapped; each
+    swapped record is exchanged with a record of another area (``pool``: persons of the enclosing
+    area outside this unit, over the same attributes without BLOCK) that matches it on ``match``
+    (AGE by P12 age group): the outside record takes the block and the unit's record leaves it.
+    Records without a partner stay. Persons, not households: the data here has no household ids.
+    Returns the swapped unit and facts (records swapped, at risk, at risk swapped, unpaired)."""
+    if not 0 <= rate <= 1:
+        raise PrivacyError(f"swap rate must lie in [0, 1], got {rate}")
+    if block not in data.domain:
+        raise PrivacyError("targeted swapping moves persons between areas' blocks: the data has no BLOCK attribute")
+    missing = [a for a in [*risk, *match] if a not in data.domain or a == block]
+    if missing:
+        raise PrivacyError(f"targeted swapping: {missing} are not attributes of the data (it has "
+                           f"{[a for a in data.domain.names if a != block]})")
+    n = len(data)
+    codes = data.codes.copy()
+    jb = data.domain.index(block)
+    cols = [data.domain.index(a) for a in risk]
+    _, inv, cnt = np.unique(codes[:, [jb, *cols]], axis=0, return_inverse=True, return_counts=True)
+    at_risk = cnt[inv.ravel()] <= threshold
+    want = int(round(rate * n))
+    order = np.concatenate([rng.permutation(np.flatnonzero(at_risk)), rng.permutation(np.flatnonzero(~at_risk))])
+    other = [a for a in data.domain.names if a != block]
+    if list(pool.domain.names) != other:
+        raise PrivacyError(f"the outside pool's attributes {list(pool.domain.names)} differ from the unit's {other}")
+    both = Dataset(pool.domain, np.concatenate([pool.codes, codes[:, [data.domain.index(a) for a in other]]]))
+    keys = _match_keys(both, list(match))
+    pool_key, unit_key = keys[:len(pool)], keys[len(pool):]
+    free = {k: rng.permutation(np.flatnonzero(pool_key == k)).tolist() for k in np.unique(pool_key)}
+    swapped, risk_swapped, unpaired = 0, 0, 0
+    for i in order:
+        if swapped >= want:
+            break
+        partners = free.get(unit_key[i], [])
+        if not partners:
+            unpaired += 1
+            continue
+        j = partners.pop()
+        codes[i, [data.domain.index(a) for a in other]] = pool.codes[j]  # the outside record takes the block
+        swapped += 1
+        risk_swapped += int(at_risk[i])
+    return Dataset(data.domain, codes), {"rate": rate, "records_swapped": swapped, "share_swapped": swapped / max(n, 1),
+                                         "records_at_risk": int(at_risk.sum()), "at_risk_swapped": risk_swapped,
+                                         "unpaired_targets": unpaired, "matched_on": list(match),
+                                         "risk_on": list(risk), "risk_threshold": threshold}

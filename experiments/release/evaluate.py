@@ -26,7 +26,8 @@ from experiments.release.audit import audit_release, failed_audits, record_audit
 from experiments.release.files import FILE_NOTE, file_published, read_release_files, tables_published, unit_layout
 from experiments.release.program import PROGRAM_NOTE, program_digests, program_inputs, program_seed, run_program
 from experiments.release.publish import (Published, _backend, _fit_note, check_block_list, neighbours_of,
-                                         own_invariants, publish, publish_cell_key, publish_swapping)
+                                         own_invariants, publish, publish_cell_key, publish_swapping,
+                                         publish_targeted_swapping, swap_pool)
 from experiments.release.report import plot_release, release_persons, unit_selection, write_report
 from experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
 from experiments.results import (code_fingerprint, jax_info, run_seconds, versions, write_json, write_parquet,
@@ -329,6 +330,12 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
                 pub = publish_cell_key(cfg, setting, D, w, rng)
                 ledger.note("cell_key", "numpy (seeded)", pub.publication_note, ptable_variance=setting,
                             **{k: v for k, v in pub.facts.items() if k not in ("kind", "ptable_variance")}, **extra,
+                            invariants=own_invariants(cfg, mech, wb))
+            elif mech == "targeted_swapping":
+                if "pool" not in cache:
+                    cache["pool"] = swap_pool(cfg, pop, unit)
+                pub = publish_targeted_swapping(cfg, setting, D, w, rng, cache["pool"])
+                ledger.note(mech, "numpy (seeded)", pub.publication_note, swap_rate=setting, **pub.facts, **extra,
                             invariants=own_invariants(cfg, mech, wb))
             elif mech == "swapping":
                 pub = publish_swapping(cfg, setting, D, w, rng)

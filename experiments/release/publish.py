@@ -122,6 +122,36 @@ def publish_swapping(cfg: ExperimentConfig, rate: float, D: Dataset, workload, r
     return pub
 
 
+def swap_pool(cfg: ExperimentConfig, pop: Dataset, unit: str) -> Dataset:
+    """The persons targeted swapping may bring in: those of the unit's enclosing area (its county, for a
+    tract) outside the unit, over the attack attributes."""
+    from experiments.problem import attributes
+
+    geo = pop.geography
+    level = cfg.target.level
+    parents = geo.coarser(level)
+    if not parents:
+        raise ConfigError(f"targeted swapping swaps with another area of the enclosing unit, and a {level} has none")
+    parent = geo.parent(level, unit, parents[0])
+    rows = np.flatnonzero((geo.units(parents[0]) == parent) & (geo.units(level) != unit))
+    return pop.take(rows).project([a for a in attributes(cfg, pop) if a != "BLOCK"])
+
+
+def publish_targeted_swapping(cfg: ExperimentConfig, rate: float, D: Dataset, workload, rng: np.random.Generator,
+                              pool: Dataset) -> Published:
+    """D with its records at risk swapped first for matching records of another area (``pool``), then
+    others, up to ``rate``; the swapped file's exact tables published. Not DP."""
+    from synth.swapping import TARGETED_NOT_DP, targeted_swap
+
+    t = cfg.release.targeted_swap
+    risk = t.risk or [a for a in D.domain.names if a != "BLOCK"]
+    swapped, facts = targeted_swap(D, pool, rate, rng, risk, list(t.match), t.threshold)
+    pub = Published("targeted_swapping", None, swapped, exact_answers(swapped, workload), ("tables", _labels(workload)),
+                    False, TARGETED_NOT_DP, workload_counts(swapped, workload).astype(np.float64), rows=swapped)
+    pub.facts = facts
+    return pub
+
+
 def publish_cell_key(cfg: ExperimentConfig, variance: float, D: Dataset, workload, rng: np.random.Generator
                      ) -> Published:
     """D's tables perturbed by the cell key method (``release.cell_key``; the ptable of this variance):

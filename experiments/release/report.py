@@ -119,16 +119,18 @@ def setting_label(mechanism: str, value: float) -> str:
         return f"ε = {value:g} (declared)" if value > 0 else "as released"
     if mechanism == "cell_key":
         return f"ptable variance {value:g}"
-    return f"swap rate {100 * value:g}%" if mechanism == "swapping" else f"ε = {value:g}"
+    return f"swap rate {100 * value:g}%" if mechanism in ("swapping", "targeted_swapping") else f"ε = {value:g}"
 
 
 def more_protective(mechanism: str) -> str:
     """Which way the settings protect more, for a plan: 'larger swap rates', 'smaller ε', ..."""
-    return {"swapping": "larger swap rates", "cell_key": "larger ptable variances"}.get(mechanism, "smaller ε")
+    return {"swapping": "larger swap rates", "targeted_swapping": "larger swap rates",
+            "cell_key": "larger ptable variances"}.get(mechanism, "smaller ε")
 
 
 def less_protective(mechanism: str) -> str:
-    return {"swapping": "smaller swap rates", "cell_key": "smaller ptable variances"}.get(mechanism, "larger ε")
+    return {"swapping": "smaller swap rates", "targeted_swapping": "smaller swap rates",
+            "cell_key": "smaller ptable variances"}.get(mechanism, "larger ε")
 
 
 def persons_words(x) -> str:
@@ -240,7 +242,8 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant, strength: d
     for mech in dict.fromkeys(p.loc[np.isfinite(p["setting"]), "mechanism"]):
         swap = mech in NOT_DP  # a larger swap rate or ptable variance protects more
         rows = p[p["mechanism"] == mech].sort_values("setting", ascending=not swap)  # most protective first
-        note = (f" {'Swapping' if mech == 'swapping' else 'The cell key method'} is not differentially private: no ε "
+        note = (f" {dict(swapping='Swapping', targeted_swapping='Targeted swapping').get(mech, 'The cell key method')} "
+                "is not differentially private: no ε "
                 "bounds what other attacks could learn." if swap else "")
         shown = rows["excess_upper"] < rows["tolerance"]
         first_fail = int(np.argmin(shown.to_numpy())) if not shown.all() else len(rows)
@@ -428,7 +431,8 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
         y = pts["persons"] / pts["units"]
         ax.plot(pts["mae_per_cell"], y, "o-", color=plt.get_cmap("tab10")(i), label=mech.replace("_", " "))
         for x_, y_, e in zip(pts["mae_per_cell"], y, pts["setting"]):
-            label = f"{100 * e:g}%" if mech == "swapping" else f"V={e:g}" if mech == "cell_key" else f"ε={e:g}"
+            label = (f"{100 * e:g}%" if mech in ("swapping", "targeted_swapping") else f"V={e:g}" if mech == "cell_key"
+                     else f"ε={e:g}")
             ax.annotate(label, (x_, y_), textcoords="offset points", xytext=(4, 3), fontsize=7)
     ex = p[p["mechanism"] == "exact"]
     if len(ex):

@@ -146,7 +146,8 @@ def test_a_file_is_evaluated_beside_the_tools_own_release_with_its_table_error_a
     persons = d / "inputs" / "persons.csv"  # the persons themselves as a microdata release: its tables are exact
     specs = f"release.files=[{{name: unprotected, path: {exact}}}, {{name: agency, path: {noisy_path}, epsilon: 1, " \
             f"made_with: 'numpy, noise of plus or minus 2'}}, {{name: rows, kind: microdata, path: {persons}}}]"
-    sets = [x for o in over + [specs, "release.mechanisms=[laplace_tables, cell_key]", "release.cell_key.variances=[1.0]"]
+    sets = [x for o in over + [specs, "release.mechanisms=[laplace_tables, cell_key, targeted_swapping]",
+                               "release.cell_key.variances=[1.0]", "release.targeted_swap.rates=[0.1]"]
             for x in ("--set", o)]
     status = main(["evaluate-release", str(CONFIG), "--out", str(d / "results"), "--no-progress", *sets])
     said = capsys.readouterr().out
@@ -161,9 +162,11 @@ def test_a_file_is_evaluated_beside_the_tools_own_release_with_its_table_error_a
     assert entry["declared_epsilon"] == 1.0 and entry["epsilon"] is None and len(entry["sha256"]) == 64
     ck = next(e for e in ledger if e["mechanism"] == "cell_key")  # not DP: noted, never in a budget
     assert ck["epsilon"] is None and ck["ptable_variance"] == 1.0 and 0 < ck["cells_perturbed"] < 1
+    ts = [e for e in ledger if e["mechanism"] == "targeted_swapping"]
+    assert ts and all(e["epsilon"] is None and e["records_at_risk"] > 0 and e["records_swapped"] > 0 for e in ts)
     persons = pd.read_parquet(rel / "persons.parquet")
-    assert {"file:agency", "file:unprotected", "file:rows", "laplace_tables", "cell_key", "exact"} <= set(
-        persons["mechanism"])
+    assert {"file:agency", "file:unprotected", "file:rows", "laplace_tables", "cell_key", "targeted_swapping",
+            "exact"} <= set(persons["mechanism"])
     report = (rel / "report.md").read_text()
     assert "Releases made outside censusrecon" in report and "ε = 1 (declared)" in report
     assert "every person of each unit" in report and "a file: not audited" in report
