@@ -126,8 +126,8 @@ def smoothed_delta(epsilon: float, n: int, cells: int, rows: int) -> float:
     Wasserman & Zhou (2010, §4.2): q̂ = (1-δ)p̂ + δ/m is ε-DP for k draws when
     k·log(1 + (1-δ)m/(nδ)) ≤ ε. Writing a = e^{ε/k} - 1, equality gives δ = m / (m + a·n).
 
-    >>> round(smoothed_delta(1.0, n=100, cells=10, rows=1), 6)
-    0.055011
+    >>> round(smoothed_delta(1.0, n=100, cells=10, rows=1), 6)  # 10 / (10 + (e - 1)·100)
+    0.054997
     """
     if not epsilon > 0 or n < 1 or cells < 1 or rows < 1:
         raise PrivacyError(f"need epsilon > 0, n, cells and rows >= 1; got {epsilon}, {n}, {cells}, {rows}")

@@ -235,6 +235,12 @@ def audit_program(cfg: ExperimentConfig, pop, spec: ReleaseProgramConfig, unit: 
                                         f"p = {p_ind:.2g})")
         info["independence_p_value"] = p_ind
     checks["post_processing"] = "not run: a black box shows its outputs only, not the measurements it post-processes"
+    reach = bound_reach(runs, pair_conf)
+    info["bound_reach"] = round(reach, 4)
+    if reach < eps:
+        checks["bound_power"] = (f"not run: with {runs} releases per neighbour the bound certifies at most ε ≈ {reach:.2f}, "
+                                 f"below the declared {eps:g}: an overspend above it shows only in the noise checks"
+                                 + ("" if spec.noise else ", which this program's undeclared noise does not allow"))
     best = max(bounds, default=(0.0, "none", 0))
     details = dict(info, unit=unit, neighbours=[w for w, _ in pairs], differing_cells=[b[2] for b in bounds],
                    audited_on="the unit's own D, the program's whole releases (a black box)", program_runs=runs)
@@ -260,3 +266,19 @@ def program_digests(cfg: ExperimentConfig) -> dict:
             if path.suffix == ".py" and path.is_file():
                 out[f"program:{spec.name}:{w}"] = file_digest(path)
     return out
+
+
+def bound_reach(runs: int, confidence: float) -> float:
+    """The largest ε the statistical bound can certify from ``runs`` releases per neighbour (half of them
+    certify): an event seen in every certifying release of one neighbour and in none of the other's.
+
+    >>> round(bound_reach(300, 0.99), 2), round(bound_reach(50_000, 0.99), 2)
+    (3.33, 8.46)
+    """
+    from synth.audit import clopper_pearson
+
+    m = runs - runs // 2
+    alpha = (1 - confidence) / 2
+    lo, _ = clopper_pearson(np.array([m]), m, alpha)
+    _, hi = clopper_pearson(np.array([0]), m, alpha)
+    return float(np.log(lo[0] / hi[0]))
