@@ -481,8 +481,8 @@ class ReleaseProgramConfig(_Strict):
     """A release program made outside censusrecon, run by it over the ε grid, attacked and audited as
     a black box. The contract (docs: Evaluate your own release): ``release(persons, cells, domain,
     epsilon, runs, seed, relation, **params)`` returns ``runs`` independent releases, one value per
-    row of ``cells``; a command gets the same as files (``--persons``, ``--cells``, ``--domain``,
-    ``--epsilon``, ``--runs``, ``--seed``, ``--relation``, ``--out``) and writes a .npy array."""
+    row of ``cells``; a command is started once with ``--serve`` and gets the same as files, one job
+    per line of standard input, and writes a .npy array for each (synth/adapters/contract.py)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_]+$", description="the release's name in the results (as program:<name>)")
     function: str | None = Field(None, description="module:function, or path/to/file.py:function (relative to the "

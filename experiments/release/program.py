@@ -17,9 +17,12 @@ so the program can bound a person's contribution without looking at the data. ``
 per row of ``cells``, and must draw fresh noise for each (``seed`` seeds it; the audit passes a new
 one for every batch).
 
-A command (``release.programs[].command``, for a program in an environment of its own) receives
-the same as files: ``--persons P.parquet --cells C.parquet --domain D.json --epsilon E --runs R
---seed S --relation REL --params JSON --out O.npy`` and writes the array with numpy.save."""
+A command (``release.programs[].command``, for a program in an environment of its own) is started
+once with ``--serve`` and given one job per line of standard input: a JSON object naming the same
+as files (``persons`` P.parquet, ``cells`` C.parquet, ``domain`` D.json, ``epsilon``, ``runs``,
+``seed``, ``relation``, ``params`` as JSON, ``out`` O.npy); it writes the array with numpy.save and
+answers the line with "ok" or "error: why" (``synth/adapters/contract.py``'s ``serve`` does all of
+it), so a library slow to start (Spark) starts once per evaluation."""
 
 from __future__ import annotations
 
@@ -119,30 +122,71 @@ def run_program(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tuple
     return out
 
 
+#: running command programs, one per command line: started once and fed one job per line
+_WORKERS: dict[tuple, tuple] = {}
+
+
+def _worker(argv: list[str], name: str):
+    """The command's worker process (``--serve``), started on first use and kept for the session."""
+    import atexit
+
+    key = tuple(argv)
+    proc = _WORKERS.get(key, (None,))[0]
+    if proc is not None and proc.poll() is None:
+        return _WORKERS[key]
+    log = tempfile.NamedTemporaryFile(prefix="censusrecon-program-", suffix=".log", delete=False)
+    try:
+        proc = subprocess.Popen(argv + ["--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                text=True)
+    except OSError as e:
+        raise ConfigError(f"release.programs {name!r}: cannot run {argv[0]} ({e.strerror}); is its environment "
+                          "made? (see its make target)") from None
+    _WORKERS[key] = (proc, log.name)
+    if len(_WORKERS) == 1:
+        atexit.register(_stop_workers)
+    return _WORKERS[key]
+
+
+def _stop_workers() -> None:
+    for proc, log in _WORKERS.values():
+        if proc.poll() is None:
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        Path(log).unlink(missing_ok=True)
+    _WORKERS.clear()
+
+
 def _run_command(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tuple, epsilon: float, runs: int,
                  seed: int) -> np.ndarray:
     persons, cells, domain = inputs
     argv = [cfg.data_file(a) if (Path(cfg.data_file(a) or "").exists() and not Path(a).is_absolute()) else a
             for a in spec.command]
+    proc, log = _worker(argv, spec.name)
     with tempfile.TemporaryDirectory(prefix="censusrecon-program-") as tmp:
         t = Path(tmp)
         persons.to_parquet(t / "persons.parquet", index=False)
         cells.to_parquet(t / "cells.parquet", index=False)
         (t / "domain.json").write_text(json.dumps(domain))
-        args = argv + ["--persons", str(t / "persons.parquet"), "--cells", str(t / "cells.parquet"),
-                       "--domain", str(t / "domain.json"), "--epsilon", repr(float(epsilon)), "--runs", str(runs),
-                       "--seed", str(seed), "--relation", cfg.release.relation, "--params", json.dumps(spec.params),
-                       "--out", str(t / "out.npy")]
+        job = {"persons": str(t / "persons.parquet"), "cells": str(t / "cells.parquet"),
+               "domain": str(t / "domain.json"), "epsilon": float(epsilon), "runs": int(runs), "seed": int(seed),
+               "relation": cfg.release.relation, "params": json.dumps(spec.params), "out": str(t / "out.npy")}
         try:
-            done = subprocess.run(args, capture_output=True, text=True)
-        except OSError as e:
-            raise ConfigError(f"release.programs {spec.name!r}: cannot run {argv[0]} ({e.strerror}); is its "
-                              "environment made? (see its make target)") from None
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-            raise ConfigError(f"release.programs {spec.name!r} failed (exit status {done.returncode}): {last}")
+            proc.stdin.write(json.dumps(job) + "\n")
+            proc.stdin.flush()
+            answer = proc.stdout.readline().strip()
+        except (BrokenPipeError, OSError):
+            answer = ""
+        if not answer:  # the worker died: its last words
+            last = (Path(log).read_text(errors="replace").strip().splitlines() or ["no message"])[-1]
+            _WORKERS.pop(tuple(argv), None)
+            raise ConfigError(f"release.programs {spec.name!r} stopped (exit status {proc.poll()}): {last}")
+        if answer != "ok":
+            raise ConfigError(f"release.programs {spec.name!r} failed: {answer.removeprefix('error: ')}")
         if not (t / "out.npy").exists():
-            raise ConfigError(f"release.programs {spec.name!r} wrote no output (--out)")
+            raise ConfigError(f"release.programs {spec.name!r} wrote no output")
         return np.load(t / "out.npy")
 
 

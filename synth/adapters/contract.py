@@ -16,22 +16,46 @@ import numpy as np
 import pandas as pd
 
 
-def serve(release) -> None:
-    ap = argparse.ArgumentParser(description="a censusrecon release program")
-    for name in ("persons", "cells", "domain", "relation", "params", "out"):
-        ap.add_argument(f"--{name}", required=name != "params", default="{}")
-    ap.add_argument("--epsilon", type=float, required=True)
-    ap.add_argument("--runs", type=int, required=True)
-    ap.add_argument("--seed", type=int, required=True)
-    a = ap.parse_args()
-    persons, cells = pd.read_parquet(a.persons), pd.read_parquet(a.cells)
-    with open(a.domain) as fh:
+def _job(release, a: dict) -> None:
+    persons, cells = pd.read_parquet(a["persons"]), pd.read_parquet(a["cells"])
+    with open(a["domain"]) as fh:
         domain = json.load(fh)
     cells = cells.astype(object).where(cells.notna(), None)
     for col in domain["attributes"]:  # parquet gives lists back as arrays
         cells[col] = [None if v is None else [str(x) for x in v] for v in cells[col]]
-    out = release(persons, cells, domain, a.epsilon, a.runs, a.seed, a.relation, **json.loads(a.params))
-    np.save(a.out, np.asarray(out, dtype=np.float64))
+    out = release(persons, cells, domain, float(a["epsilon"]), int(a["runs"]), int(a["seed"]), a["relation"],
+                  **json.loads(a.get("params") or "{}"))
+    np.save(a["out"], np.asarray(out, dtype=np.float64))
+
+
+def serve(release) -> None:
+    """One job from the command line (``--persons ... --out``), or with ``--serve`` one per line of
+    standard input (a JSON object of the same keys), answering each with a line "ok" or "error: why"
+    on standard output, so that a library slow to start (Spark) starts once; anything the library
+    itself prints goes to standard error."""
+    import sys
+
+    ap = argparse.ArgumentParser(description="a censusrecon release program")
+    ap.add_argument("--serve", action="store_true", help="take jobs as JSON lines on standard input")
+    for name in ("persons", "cells", "domain", "relation", "params", "out", "epsilon", "runs", "seed"):
+        ap.add_argument(f"--{name}", default="{}" if name == "params" else None)
+    a = ap.parse_args()
+    if not a.serve:
+        missing = [k for k, v in vars(a).items() if v is None]
+        if missing:
+            ap.error(f"missing {', '.join('--' + m for m in missing)}")
+        _job(release, vars(a))
+        return
+    answer, sys.stdout = sys.stdout, sys.stderr
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            _job(release, json.loads(line))
+            answer.write("ok\n")
+        except Exception as e:  # the job's failure, one line; the worker serves the next
+            answer.write("error: " + (f"{type(e).__name__}: {e}".splitlines() or ["?"])[0] + "\n")
+        answer.flush()
 
 
 def true_counts(persons: pd.DataFrame, cells: pd.DataFrame, attributes: list[str]) -> np.ndarray:
