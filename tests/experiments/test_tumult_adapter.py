@@ -65,7 +65,7 @@ def test_a_table_with_overlapping_cells_is_refused_with_its_name(agency):
 
 @pytest.mark.slow
 def test_a_copy_of_the_tumult_adapter_with_half_the_noise_fails_its_black_box_audit(agency, tmp_path):
-    """Slow (Spark starts for every batch): the adapter passes; a copy of its file that gives each table
+    """Slow (Spark: minutes for its batches of 300 releases): the adapter passes; a copy of its file that gives each table
     twice its share of ε (half the noise) fails on noise_scale."""
     d, over = agency
     ok = audit_release(_program(over, runs=300), load_population(_program(over)), seed=2)
