@@ -53,11 +53,11 @@ def test_true_counts_and_the_most_cells_one_person_is_in_on_a_hand_made_case():
 
 def test_the_opendp_adapter_passes_its_black_box_audit_and_half_its_noise_fails_it(agency):
     d, over = agency
-    good = load_config(CONFIG, over + ["release.audit.runs=2000", f"release.programs=[{OPENDP}]"])
+    good = load_config(CONFIG, over + ["release.audit.runs=1000", f"release.programs=[{OPENDP}]"])
     pop = load_population(good)
     [ok] = audit_release(good, pop, seed=3)
     assert ok.passed and ok.mechanism == "program:opendp" and ok.checks["noise_scale"] == "pass", ok.checks_summary()
-    bad = load_config(CONFIG, over + ["release.audit.runs=2000", "release.programs=[{name: halved, function: "
+    bad = load_config(CONFIG, over + ["release.audit.runs=1000", "release.programs=[{name: halved, function: "
                                       f"'{Path(__file__)}:halved', noise: laplace}}]"])
     [caught] = audit_release(bad, pop, seed=3)
     assert not caught.passed and caught.checks["noise_scale"].startswith("fail"), caught.checks_summary()
