@@ -178,8 +178,11 @@ class TablesFile:
             if table not in tables[unit]:
                 raise ConfigError(f"{at}: table {table!r} is not a published table of this config "
                                   f"({', '.join(sorted(tables[unit]))})")
-            try:
-                cell = int(str(rec.cell).strip())
+            try:  # 3, or 3.0 as a float column writes it
+                number = float(str(rec.cell).strip())
+                if not number.is_integer():
+                    raise ValueError
+                cell = int(number)
             except ValueError:
                 raise ConfigError(f"{at}: cell {rec.cell!r} is not a cell number") from None
             if (table, cell) not in cells[unit]:

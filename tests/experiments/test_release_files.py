@@ -120,6 +120,7 @@ def test_a_variant_without_block_reads_each_cell_as_the_sum_of_its_blocks(agency
     (lambda df: df.assign(geography=df["geography"].where(df.index != 1, "nowhere")),
      r"line 3: geography 'nowhere' is not where TOTAL cell 1"),
     (lambda df: df.drop(columns="value"), r"no column 'value'"),
+    (lambda df: df.assign(cell=df["cell"].astype(object).where(df.index != 4, "2.5")), r"line 6: cell '2.5' is not a"),
 ])
 def test_a_file_that_does_not_fit_is_a_one_line_error_naming_file_row_and_value(agency, edit, says):
     d, over, truth, units = agency
@@ -128,6 +129,18 @@ def test_a_file_that_does_not_fit_is_a_one_line_error_naming_file_row_and_value(
     with pytest.raises(ConfigError, match=says) as e:
         read_release_files(cfg, load_population(cfg), units)
     assert "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+def test_a_parquet_file_with_float_cell_numbers_reads_as_the_csv_does(agency):
+    d, over, truth, units = agency
+    path = d / "exact.parquet"
+    truth.assign(cell=truth["cell"].astype(float)).to_parquet(path)
+    cfg = _cfg(over, ("pq", path, "null"))
+    pop = load_population(cfg)
+    tf = read_release_files(cfg, pop, units)[("file:pq", 0.0)]
+    lay = tf.layouts[(units[0], True)]
+    exact = workload_counts(prepare_unit(pop, cfg, units[0], True, pad_blocks=False).private, lay.workload)
+    assert np.array_equal(tf.counts(units[0], lay), exact)
 
 
 def test_release_files_need_whole_units_and_a_tables_workload():
