@@ -14,8 +14,15 @@ ANONYMETER := anonymeter==1.1.0
 TUMULT_VENV := .venv-tumult
 TUMULT_STAMP := $(TUMULT_VENV)/.installed
 TUMULT := tmlt.analytics==0.21.0
+# SmartNoise Synth (synth/adapters/smartnoise_synth.py) pins opendp below censusrecon's: its own environment,
+# `make smartnoise-env`. MST and AIM need neither torch nor opacus (its GAN synthesizers do), so the package is
+# installed without its declared dependencies and then with those MST and AIM use (pip warns that opacus is missing)
+SMARTNOISE_VENV := .venv-smartnoise
+SMARTNOISE_STAMP := $(SMARTNOISE_VENV)/.installed
+SMARTNOISE := smartnoise-synth==1.0.8
+SMARTNOISE_DEPS := "Faker>=17" "disjoint-set>=0.9,<0.10" "mbi>=1.1,<2" "pac-synth>=0.0.8,<0.0.9" "smartnoise-sql>=1.0.10" pyarrow
 
-.PHONY: demo test bench risk-env tumult-env java browser clean
+.PHONY: demo test bench risk-env tumult-env smartnoise-env java browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +47,15 @@ $(TUMULT_STAMP): Makefile
 
 tumult-env: java $(TUMULT_STAMP)
 
+$(SMARTNOISE_STAMP): Makefile
+	test -x $(SMARTNOISE_VENV)/bin/python || $(PYTHON) -m venv $(SMARTNOISE_VENV)
+	$(SMARTNOISE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SMARTNOISE_VENV)/bin/python -m pip install --quiet --no-deps "$(SMARTNOISE)"
+	$(SMARTNOISE_VENV)/bin/python -m pip install --quiet $(SMARTNOISE_DEPS)
+	touch $(SMARTNOISE_STAMP)
+
+smartnoise-env: $(SMARTNOISE_STAMP)
+
 # Java for Spark: Debian's, installed here where this user may (root with apt-get, as on CI)
 java:
 	@command -v java >/dev/null 2>&1 || \
@@ -63,9 +79,10 @@ browser:
 
 # two worker processes, each test file on one (its module fixtures shared): the suite is mostly
 # single-threaded compiles, so two workers fill two cores (23 min in one process, under 10 in two)
-# the Tumult adapter's tests skip, saying why, where its environment cannot be made (no Java)
+# the adapters' tests skip, saying why, where their environments cannot be made (Tumult: no Java)
 test: $(STAMP) $(RISK_STAMP) browser
 	-@$(MAKE) --no-print-directory tumult-env
+	-@$(MAKE) --no-print-directory smartnoise-env
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 bench: $(STAMP)

@@ -494,8 +494,9 @@ class ReleaseProgramConfig(_Strict):
     noise: Literal["laplace", "gaussian"] | None = Field(
         None, description="the noise family the program declares (independent noise on each cell's count): the audit "
         "then also checks the noise's scale and shape from output minus truth; null: the statistical bound alone")
-    audit_runs: int | None = Field(None, ge=200, description="releases per neighbour in its audit (default "
-                                   "release.audit.runs); each is a whole release of the unit")
+    audit_runs: int | None = Field(None, ge=10, description="releases per neighbour in its audit (default "
+                                   "release.audit.runs); each is a whole release of the unit. Few runs reach only a "
+                                   "small ε: the audit says how far (bound_power)")
 
     @model_validator(mode="after")
     def _one(self):

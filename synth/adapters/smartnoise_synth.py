@@ -1,0 +1,83 @@
+"""Synthetic microdata from SmartNoise Synth (MST or AIM, over private-pgm's graphical models),
+tabulated into the declared tables: the release the attacks read is the synthetic file's tables.
+
+The synthesizer's domain is the public one (every value of every attribute and every block of the
+``domain`` argument, fitted into SmartNoise's label transformers before the persons are seen), so
+no category is learnt from the data. Under add/remove the number of rows to sample is a noisy count
+(OpenDP's discrete Laplace, 5% of ε; the synthesizer gets the rest); under replace-one n is public.
+``synthesizer``: "mst" (default) or "aim"; ``delta`` for their (ε, δ) accounting (default 1e-9).
+Each of ``runs`` releases is a fit and a sample of its own (tens of seconds each on a laptop core),
+so a black-box audit of it can afford only a few releases: its result says how far it reaches.
+
+Needs an environment of its own (``make smartnoise-env``: SmartNoise Synth pins what JAX does not
+accept): ``command: [.venv-smartnoise/bin/python, synth/adapters/smartnoise_synth.py]``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+try:
+    from synth.adapters.contract import true_counts
+except ImportError:  # run as a command in an environment of its own
+    from contract import true_counts
+
+#: the share of ε spent on the number of rows under add/remove
+COUNT_SHARE = 0.05
+
+
+def _public_transformer(columns: dict):
+    """SmartNoise's table transformer fitted on the public domain (each column's every label), never on
+    the persons."""
+    from snsynth.transform import LabelTransformer, TableTransformer
+
+    names = list(columns)
+    longest = max(len(v) for v in columns.values())
+    frame = pd.DataFrame({c: [columns[c][i % len(columns[c])] for i in range(longest)] for c in names})
+    tt = TableTransformer([LabelTransformer(nullable=False) for _ in names])
+    tt.fit(frame, epsilon=0.0)
+    return tt, names
+
+
+def _noisy_count(n: int, epsilon: float) -> int:
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    space = dp.atom_domain(T=int), dp.absolute_distance(T=int)
+    meas = dp.binary_search_chain(lambda s: space >> dp.m.then_laplace(s), d_in=1, d_out=float(epsilon))
+    return max(1, int(meas(int(n))))
+
+
+def release(persons: pd.DataFrame, cells: pd.DataFrame, domain: dict, epsilon: float, runs: int, seed: int,
+            relation: str, synthesizer: str = "mst", delta: float = 1e-9, **params) -> np.ndarray:
+    from snsynth import Synthesizer
+
+    attrs = list(domain["attributes"])
+    columns = {a: list(domain["attributes"][a]) for a in attrs}
+    places = domain["places"]
+    with_block = "block" in places[0]
+    if with_block:
+        columns["block"] = [p["block"] for p in places]
+    tt, names = _public_transformer(columns)
+    data = persons[names].astype(str).reset_index(drop=True)
+    eps_synth = epsilon if relation == "replace_one" else epsilon * (1 - COUNT_SHARE)
+    out = np.zeros((runs, len(cells)))
+    for r in range(runs):
+        n = len(persons) if relation == "replace_one" else _noisy_count(len(persons), epsilon * COUNT_SHARE)
+        synth = Synthesizer.create(synthesizer, epsilon=eps_synth, delta=delta, verbose=False)
+        synth.fit(data, transformer=tt, preprocessor_eps=0.0)
+        rows = synth.sample(n).astype(str)
+        unit = places[0]["unit"]
+        rows["unit"] = unit
+        if with_block:  # the levels between the unit and its blocks, from the public place list
+            where = {p["block"]: p for p in places}
+            for level in [k for k in places[0] if k not in ("block", "unit")]:
+                rows[level] = rows["block"].map(lambda b, lv=level: where[b][lv])
+        out[r] = true_counts(rows, cells, attrs)
+    return out
+
+
+if __name__ == "__main__":
+    from contract import serve
+
+    serve(release)

@@ -1,0 +1,63 @@
+"""The SmartNoise Synth adapter (MST and AIM), run as a command in its own environment (make
+smartnoise-env): synthetic persons over the public domain, tabulated into the declared tables; and
+(slow) its black-box audit, which says how little a few releases can certify."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments.config import load_config
+from experiments.problem import load_population, prepare_unit, select_units, unit_blocks
+from experiments.release.audit import audit_release
+from experiments.release.files import unit_layout
+from experiments.release.program import program_inputs, run_program
+from microdata.example import write_agency_example
+from synth.release import workload_counts
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "configs" / "agency" / "own_release.yaml"
+PYTHON = ROOT / ".venv-smartnoise" / "bin" / "python"
+ADAPTER = ROOT / "synth" / "adapters" / "smartnoise_synth.py"
+pytestmark = pytest.mark.skipif(not PYTHON.exists(), reason="no .venv-smartnoise: make smartnoise-env")
+
+
+@pytest.fixture(scope="module")
+def agency(tmp_path_factory):
+    d = tmp_path_factory.mktemp("smartnoise")
+    persons, blocks = write_agency_example(d / "inputs")
+    return d, [f"data.path={persons}", f"data.units_file={blocks}", "target.units=1", "release.mechanisms=[]",
+               "release.epsilons=[2.0]", "release.files=[]"]
+
+
+def _program(over, synthesizer, runs=None):
+    spec = f"{{name: {synthesizer}, command: [{PYTHON}, {ADAPTER}], params: {{synthesizer: {synthesizer}}}" + (
+        f", audit_runs: {runs}" if runs else "") + "}"
+    return load_config(CONFIG, over + [f"release.programs=[{spec}]"])
+
+
+@pytest.mark.parametrize("synthesizer", ["mst", "aim"])
+def test_the_smartnoise_adapter_tabulates_a_synthetic_file_over_the_public_domain(agency, synthesizer):
+    d, over = agency
+    cfg = _program(over, synthesizer)
+    pop = load_population(cfg)
+    unit = select_units(pop, cfg)[0]
+    prob = prepare_unit(pop, cfg, unit, True, pad_blocks=False)
+    lay = unit_layout(cfg, pop, unit, True)
+    inputs = program_inputs(prob.private, unit, lay, unit_blocks(pop, cfg, unit)[0], prob.areas)
+    y = run_program(cfg, cfg.release.programs[0], inputs, 2.0, 1, 0)[0]
+    exact = workload_counts(prob.private, lay.workload)[lay.rows["query"].to_numpy()]
+    total = lay.rows["table"].eq("TOTAL").to_numpy()
+    # a tabulation: non-negative integers, every table adding up to one total (the rows sampled: a noisy count)
+    assert np.all(y >= 0) and np.array_equal(y, np.rint(y))
+    sums = {t: y[lay.rows["table"].eq(t).to_numpy() & lay.rows["level"].eq("block").to_numpy()].sum()
+            for t in ("TOTAL", "SEX_BY_AGE", "RACE_HISP")}
+    assert len(set(sums.values())) == 1 and abs(sums["TOTAL"] - exact[total].sum()) < 0.2 * exact[total].sum()
+    assert not np.array_equal(y, exact)
+
+
+@pytest.mark.slow
+def test_the_smartnoise_audit_passes_and_says_how_far_a_few_releases_reach(agency):
+    d, over = agency
+    [res] = audit_release(_program(over, "mst", runs=10), load_population(_program(over, "mst")), seed=4)
+    assert res.passed and res.checks["bound_power"].startswith("not run: with 10 releases"), res.checks_summary()
