@@ -282,7 +282,8 @@ def audit_program(cfg: ExperimentConfig, pop, spec: ReleaseProgramConfig, unit: 
     reach = bound_reach(runs, pair_conf)
     info["bound_reach"] = round(reach, 4)
     if reach < eps:
-        checks["bound_power"] = (f"not run: with {runs} releases per neighbour the bound certifies at most ε ≈ {reach:.2f}, "
+        reach_words = f"at most ε ≈ {reach:.2f}" if reach > 0 else "no ε at all"
+        checks["bound_power"] = (f"not run: with {runs} releases per neighbour the bound certifies {reach_words}, "
                                  f"below the declared {eps:g}: an overspend above it shows only in the noise checks"
                                  + ("" if spec.noise else ", which this program's undeclared noise does not allow"))
     best = max(bounds, default=(0.0, "none", 0))
@@ -316,8 +317,8 @@ def bound_reach(runs: int, confidence: float) -> float:
     """The largest ε the statistical bound can certify from ``runs`` releases per neighbour (half of them
     certify): an event seen in every certifying release of one neighbour and in none of the other's.
 
-    >>> round(bound_reach(300, 0.99), 2), round(bound_reach(50_000, 0.99), 2)
-    (3.33, 8.46)
+    >>> round(bound_reach(300, 0.99), 2), round(bound_reach(50_000, 0.99), 2), bound_reach(10, 0.95)
+    (3.33, 8.46, 0.0)
     """
     from synth.audit import clopper_pearson
 
@@ -325,4 +326,4 @@ def bound_reach(runs: int, confidence: float) -> float:
     alpha = (1 - confidence) / 2
     lo, _ = clopper_pearson(np.array([m]), m, alpha)
     _, hi = clopper_pearson(np.array([0]), m, alpha)
-    return float(np.log(lo[0] / hi[0]))
+    return max(0.0, float(np.log(lo[0] / hi[0])))  # 0: too few releases to certify anything
