@@ -12,7 +12,7 @@ import sys
 import numpy as np
 from tqdm.auto import tqdm
 
-from experiments.config import PROGRAM_PREFIX, ConfigError, ExperimentConfig
+from experiments.config import PROGRAM_PREFIX, ConfigError, ExperimentConfig, ReleaseProgramConfig
 from experiments.problem import (_stable, build_workload, load_population, occupied_units, prepare_unit, private_half,
                                  select_units, unit_key)
 from microdata.dataset import Dataset
@@ -107,8 +107,6 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, units: list
                 out.append(res)
                 bar.update()
             for spec in programs:
-                from experiments.release.program import audit_program
-
                 res = _combine_units(PROGRAM_PREFIX + spec.name, eps, [audit_program(cfg, pop, spec, u, wb, eps, seed,
                                                                                      cache) for u in units], cfg)
                 res.details.update(with_block=wb, **common)
@@ -1180,3 +1178,117 @@ def _tail_from_stats(stats: list, gaussian: bool, expected: float = 30.0) -> flo
         return 1.0
     k, p_tail = t
     return float(poisson.cdf(sum(int((s[3] >= k).sum()) for s in stats), n * p_tail))
+
+
+# ---- programs made outside censusrecon: the black-box audit ------------------------------------------
+
+
+def audit_program(cfg: ExperimentConfig, pop, spec: ReleaseProgramConfig, unit: str, wb: bool, eps: float,
+                  seed: int, cache: dict):
+    """The black-box audit of a program at ``eps`` on ``unit``'s own D: ``runs`` whole releases of D and
+    of each real neighbour of it (:func:`experiments.release.audit._real_pairs`: a person moved between
+    blocks of different areas, changed to the rarest and the commonest type, the type in most cells;
+    added and removed under add/remove), every batch with a fresh seed from the audit's; the
+    statistical bound over the cells each pair moves (the mean of a cell's published copies; events on
+    single outputs and on a discriminant fitted on half the releases). With the program's declared
+    noise family, the checks from output minus truth over every published copy: the ε its noise
+    spends per pair (each cell's scale bounded above from its own draws), the shape and far tail per
+    table, and independence across cells and releases."""
+    from experiments.problem import unit_blocks
+    from experiments.release.files import unit_layout
+    from experiments.release.program import program_inputs, program_seed, run_program
+    from synth.audit import independence_pvalue, laplace_shape_pvalue, tail_pvalue
+
+    a = cfg.release.audit
+    runs = spec.audit_runs or a.runs
+    mech = "program:" + spec.name
+    D, areas, workload, exact, pairs, pair_counts, _ = _unit_instance(cfg, pop, unit, wb, cache)
+    key = ("layout", unit, wb)
+    if key not in cache:
+        cache[key] = unit_layout(cfg, pop, unit, wb)
+    layout = cache[key]
+    blocks = unit_blocks(pop, cfg, unit)[0] if wb else None
+    inputs = program_inputs(D, unit, layout, blocks, areas)
+    y1_rows = run_program(cfg, spec, inputs, eps, runs, program_seed(seed, unit, wb, eps, "D"))
+    y1 = layout.to_queries(y1_rows)
+    pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
+    row_query = layout.rows["query"].to_numpy()
+    noise = y1_rows - exact[row_query][None, :]
+    checks: dict = {}
+    bounds, spent = [], []
+    for i, (what, D2) in enumerate(pairs):
+        c2 = pair_counts[i]
+        idx = np.flatnonzero(c2 - exact)
+        if not idx.size:
+            continue
+        inputs2 = program_inputs(D2, unit, layout, blocks, areas)
+        y2 = layout.to_queries(run_program(cfg, spec, inputs2, eps, runs, program_seed(seed, unit, wb, eps, i)))
+        res = audit_outputs(y1[:, idx], y2[:, idx], exact[idx], (c2 - exact)[idx], eps, mech, pair_conf)
+        bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
+        if spec.noise == "laplace":  # every published copy of every moved cell, its own scale bounded above
+            moved = np.flatnonzero(np.isin(row_query, idx))
+            e, _ = noise_epsilon(noise[:, moved], np.abs(c2 - exact)[row_query[moved]], pair_conf)
+            spent.append((e, what))
+    info: dict = {}
+    if spec.noise is None:
+        for k in ("noise_scale", "noise_shape", "noise_tail", "noise_independence"):
+            checks[k] = "not run: the program declares no noise family (release.programs[].noise)"
+    elif spec.noise == "gaussian":
+        for k in ("noise_scale", "noise_shape", "noise_tail"):
+            checks[k] = "not run: checks of Gaussian noise from a program's outputs are not built yet"
+    else:
+        if not np.allclose(noise, np.rint(noise)):
+            checks["noise_shape"] = ("fail: the program declares discrete Laplace noise on counts, but its outputs "
+                                     "are not integers")
+        worst = max(spent, default=(0.0, "none"))
+        info["epsilon_from_noise_scale"] = round(worst[0], 6)
+        checks["noise_scale"] = ("pass" if worst[0] <= eps else
+                                 f"fail: the noise added spends ε ≥ {worst[0]:.4g} on {worst[1]} (each moved cell's "
+                                 f"change over an upper bound on its noise scale, summed), over the declared {eps:g}")
+        tables = layout.rows["table"].to_numpy()
+        level = 1 - (1 - a.confidence) / max(len(set(tables)), 1)
+        if "noise_shape" not in checks:
+            p_shape = min(laplace_shape_pvalue(np.rint(noise[:, tables == t])) for t in set(tables))
+            checks["noise_shape"] = ("pass" if p_shape >= 1 - level else
+                                     f"fail: the noise added is not discrete Laplace (p = {p_shape:.2g})")
+            info["noise_shape_p_value"] = p_shape
+        p_tail = min(tail_pvalue(noise[:, tables == t], False) for t in set(tables))
+        checks["noise_tail"] = ("pass" if p_tail >= 1 - level else
+                                f"fail: the noise added has too few draws in its far tail (p = {p_tail:.2g}): cut off")
+        info["noise_tail_p_value"] = p_tail
+    if spec.noise is not None:
+        rng = np.random.default_rng(program_seed(seed, "columns", unit))
+        cols = rng.permutation(noise.shape[1])[:INDEPENDENCE_COLUMNS]
+        p_ind, where = independence_pvalue(noise[:, np.sort(cols)])
+        checks["noise_independence"] = ("pass" if p_ind >= 1 - a.confidence else
+                                        f"fail: the noise is not independent across cells or releases ({where}: "
+                                        f"p = {p_ind:.2g})")
+        info["independence_p_value"] = p_ind
+    checks["post_processing"] = "not run: a black box shows its outputs only, not the measurements it post-processes"
+    reach = bound_reach(runs, pair_conf)
+    info["bound_reach"] = round(reach, 4)
+    if reach < eps:
+        reach_words = f"at most ε ≈ {reach:.2f}" if reach > 0 else "no ε at all"
+        checks["bound_power"] = (f"not run: with {runs} releases per neighbour the bound certifies {reach_words}, "
+                                 f"below the declared {eps:g}: an overspend above it shows only in the noise checks"
+                                 + ("" if spec.noise else ", which this program's undeclared noise does not allow"))
+    best = max(bounds, default=(0.0, "none", 0))
+    details = dict(info, unit=unit, neighbours=[w for w, _ in pairs], differing_cells=[b[2] for b in bounds],
+                   audited_on="the unit's own D, the program's whole releases (a black box)", program_runs=runs)
+    return AuditResult(mech, eps, best[0], runs, a.confidence, best[1], checks, details)
+
+
+def bound_reach(runs: int, confidence: float) -> float:
+    """The largest ε the statistical bound can certify from ``runs`` releases per neighbour (half of them
+    certify): an event seen in every certifying release of one neighbour and in none of the other's.
+
+    >>> round(bound_reach(300, 0.99), 2), round(bound_reach(50_000, 0.99), 2), bound_reach(10, 0.95)
+    (3.33, 8.46, 0.0)
+    """
+    from synth.audit import clopper_pearson
+
+    m = runs - runs // 2
+    alpha = (1 - confidence) / 2
+    lo, _ = clopper_pearson(np.array([m]), m, alpha)
+    _, hi = clopper_pearson(np.array([0]), m, alpha)
+    return max(0.0, float(np.log(lo[0] / hi[0])))  # 0: too few releases to certify anything
