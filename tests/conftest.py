@@ -32,3 +32,15 @@ def small_data() -> Dataset:
     dom = Domain.from_sizes({"A": 2, "B": 3, "C": 4})
     codes = np.stack([rng.integers(0, s, 40) for s in dom.sizes], axis=1)
     return Dataset(dom, codes)
+
+
+@pytest.fixture(scope="module")
+def program_agency(tmp_path_factory):
+    """The worked example's files in a fresh folder, and the overrides that point configs/agency/
+    own_release.yaml at them with one tract, one ε and no release but the program a test names."""
+    from microdata.example import write_agency_example
+
+    d = tmp_path_factory.mktemp("agency")
+    persons, blocks = write_agency_example(d / "inputs")
+    return d, [f"data.path={persons}", f"data.units_file={blocks}", "target.units=1", "release.mechanisms=[]",
+               "release.epsilons=[2.0]", "release.files=[]"]

@@ -12,7 +12,6 @@ import pytest
 from experiments.config import ConfigError, load_config
 from experiments.problem import load_population
 from experiments.release.audit import audit_release
-from microdata.example import write_agency_example
 from synth.adapters import opendp_tables
 from synth.adapters.contract import most_cells_per_person, true_counts
 
@@ -22,12 +21,9 @@ OPENDP = "{name: opendp, function: 'synth.adapters.opendp_tables:release', noise
 
 
 @pytest.fixture(scope="module")
-def agency(tmp_path_factory):
-    d = tmp_path_factory.mktemp("prog")
-    persons, blocks = write_agency_example(d / "inputs")
-    return d, [f"data.path={persons}", f"data.units_file={blocks}", "target.units=1", "release.mechanisms=[]",
-               "release.epsilons=[2.0]", "attack.runs=2", "attack.steps=20", "attack.rows=60", "grid_points=10",
-               "release.files=[]", "release.programs=[]"]
+def agency(program_agency):
+    d, over = program_agency
+    return d, over + ["attack.runs=2", "attack.steps=20", "attack.rows=60", "grid_points=10", "release.programs=[]"]
 
 
 def halved(persons, cells, domain, epsilon, runs, seed, relation, **params):

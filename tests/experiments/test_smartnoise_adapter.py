@@ -12,7 +12,6 @@ from experiments.problem import load_population, prepare_unit, select_units, uni
 from experiments.release.audit import audit_release
 from experiments.release.files import unit_layout
 from experiments.release.program import program_inputs, run_program
-from microdata.example import write_agency_example
 from synth.release import workload_counts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,23 +21,15 @@ ADAPTER = ROOT / "synth" / "adapters" / "smartnoise_synth.py"
 pytestmark = pytest.mark.skipif(not PYTHON.exists(), reason="no .venv-smartnoise: make smartnoise-env")
 
 
-@pytest.fixture(scope="module")
-def agency(tmp_path_factory):
-    d = tmp_path_factory.mktemp("smartnoise")
-    persons, blocks = write_agency_example(d / "inputs")
-    return d, [f"data.path={persons}", f"data.units_file={blocks}", "target.units=1", "release.mechanisms=[]",
-               "release.epsilons=[2.0]", "release.files=[]"]
-
-
 def _program(over, synthesizer, runs=None):
     spec = f"{{name: {synthesizer}, command: [{PYTHON}, {ADAPTER}], params: {{synthesizer: {synthesizer}}}" + (
         f", audit_runs: {runs}" if runs else "") + "}"
     return load_config(CONFIG, over + [f"release.programs=[{spec}]"])
 
 
-@pytest.mark.parametrize("synthesizer", ["mst", "aim"])
-def test_the_smartnoise_adapter_tabulates_a_synthetic_file_over_the_public_domain(agency, synthesizer):
-    d, over = agency
+@pytest.mark.parametrize("synthesizer", ["mst", pytest.param("aim", marks=pytest.mark.slow)])  # one adapter, two fits
+def test_the_smartnoise_adapter_tabulates_a_synthetic_file_over_the_public_domain(program_agency, synthesizer):
+    d, over = program_agency
     cfg = _program(over, synthesizer)
     pop = load_population(cfg)
     unit = select_units(pop, cfg)[0]
@@ -57,7 +48,7 @@ def test_the_smartnoise_adapter_tabulates_a_synthetic_file_over_the_public_domai
 
 
 @pytest.mark.slow
-def test_the_smartnoise_audit_passes_and_says_how_far_a_few_releases_reach(agency):
-    d, over = agency
+def test_the_smartnoise_audit_passes_and_says_how_far_a_few_releases_reach(program_agency):
+    d, over = program_agency
     [res] = audit_release(_program(over, "mst", runs=10), load_population(_program(over, "mst")), seed=4)
     assert res.passed and res.checks["bound_power"].startswith("not run: with 10 releases"), res.checks_summary()

@@ -3,7 +3,6 @@ the declared tables with Tumult's integer noise; and (slow) its black-box audit,
 with half the noise fails."""
 
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,6 @@ from experiments.problem import load_population, prepare_unit, select_units, uni
 from experiments.release.audit import audit_release
 from experiments.release.files import unit_layout
 from experiments.release.program import program_inputs, run_program
-from microdata.example import write_agency_example
 from synth.release import workload_counts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,22 +22,14 @@ ADAPTER = ROOT / "synth" / "adapters" / "tumult_tables.py"
 pytestmark = pytest.mark.skipif(not PYTHON.exists(), reason="no .venv-tumult: make tumult-env (needs Java)")
 
 
-@pytest.fixture(scope="module")
-def agency(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tumult")
-    persons, blocks = write_agency_example(d / "inputs")
-    return d, [f"data.path={persons}", f"data.units_file={blocks}", "target.units=1", "release.mechanisms=[]",
-               "release.epsilons=[2.0]", "release.files=[]"]
-
-
 def _program(over, adapter=ADAPTER, runs=None):
     spec = f"{{name: tumult, command: [{PYTHON}, {adapter}], noise: laplace" + (
         f", audit_runs: {runs}" if runs else "") + "}"
     return load_config(CONFIG, over + [f"release.programs=[{spec}]"])
 
 
-def test_the_tumult_adapter_releases_the_declared_tables_with_integer_noise(agency):
-    d, over = agency
+def test_the_tumult_adapter_releases_the_declared_tables_with_integer_noise(program_agency):
+    d, over = program_agency
     cfg = _program(over)
     pop = load_population(cfg)
     unit = select_units(pop, cfg)[0]
@@ -54,8 +44,8 @@ def test_the_tumult_adapter_releases_the_declared_tables_with_integer_noise(agen
     assert 1.0 < np.abs(noise).mean() < 3.0 and len(np.unique(noise[:, 0])) > 2
 
 
-def test_a_table_with_overlapping_cells_is_refused_with_its_name(agency):
-    d, over = agency
+def test_a_table_with_overlapping_cells_is_refused_with_its_name(program_agency):
+    d, over = program_agency
     cfg = _program(over + ["queries={kind: tables, tables: [{name: T, level: block, partial: true, "
                            "by: [{AGE: [[0, 17], [10, 64]]}]}]}"])
     pop = load_population(cfg)
@@ -64,10 +54,10 @@ def test_a_table_with_overlapping_cells_is_refused_with_its_name(agency):
 
 
 @pytest.mark.slow
-def test_a_copy_of_the_tumult_adapter_with_half_the_noise_fails_its_black_box_audit(agency, tmp_path):
+def test_a_copy_of_the_tumult_adapter_with_half_the_noise_fails_its_black_box_audit(program_agency, tmp_path):
     """Slow (Spark: minutes for its batches of 300 releases): the adapter passes; a copy of its file that gives each table
     twice its share of ε (half the noise) fails on noise_scale."""
-    d, over = agency
+    d, over = program_agency
     ok = audit_release(_program(over, runs=300), load_population(_program(over)), seed=2)
     assert ok[0].passed, ok[0].checks_summary()
     source = ADAPTER.read_text()
