@@ -11,7 +11,7 @@ import pytest
 from experiments.cli import main
 from experiments.config import ConfigError, load_config
 from experiments.problem import load_population, occupied_units, prepare_unit, select_units
-from experiments.release.files import TablesFile, read_release_files, template, unit_layout
+from experiments.release.files import read_release_files, template, unit_layout
 from microdata.example import write_agency_example
 from synth.release import workload_counts
 
