@@ -49,10 +49,15 @@ def write_agency_example(out_dir: str | Path, seed: int = 0, states: int = 1, co
     units = pd.DataFrame({"st": [b[:2] for b in listed], "cty": [b[2:5] for b in listed],
                           "tract": [b[5:11] for b in listed], "blk": [b[11:] for b in listed]})
     for df, path in zip((persons, units), paths):
-        tmp = path.with_name(f".{path.name}.tmp")
-        df.to_csv(tmp, index=False)
-        tmp.replace(path)
+        _write_csv(df, path)
     return paths
+
+
+def _write_csv(df: pd.DataFrame, path: Path) -> None:
+    """Write ``df`` so that a reader sees the old file or the whole new one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
 
 
 #: the example agency's release: its tables (as configs/agency/own_release.yaml declares them) and their noise
@@ -99,7 +104,5 @@ def write_agency_release(out_dir: str | Path, epsilon: float = 1.0, seed: int = 
     p = 1 - np.exp(-epsilon / 4)  # the two-sided geometric law of scale 4/ε: P(k) ∝ exp(-ε|k|/4)
     df["value"] = df["value"] + rng.geometric(p, len(df)) - rng.geometric(p, len(df))
     out.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
+    _write_csv(df, path)
     return path

@@ -23,11 +23,11 @@ from experiments.problem import (_stable, attributes, baseline_curves, build_pri
                                  unit_blocks, unit_key)
 from experiments.progress import UnitProgress
 from experiments.release.audit import audit_release, failed_audits, record_audit
-from experiments.release.files import FILE_NOTE, file_published, read_release_files, tables_published, unit_layout
+from experiments.release.files import FILE_NOTE, file_published, read_release_files, unit_layout
 from experiments.release.program import PROGRAM_NOTE, program_digests, program_inputs, program_seed, run_program
 from experiments.release.publish import (Published, _backend, _fit_note, check_block_list, neighbours_of,
                                          own_invariants, publish, publish_cell_key, publish_swapping,
-                                         publish_targeted_swapping, swap_pool)
+                                         publish_targeted_swapping, swap_pool, tables_published)
 from experiments.release.report import plot_release, release_persons, unit_selection, write_report
 from experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
 from experiments.results import (code_fingerprint, jax_info, run_seconds, versions, write_json, write_parquet,
@@ -125,7 +125,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
             saved = stem.with_suffix(".json")
             earlier = json.loads(saved.read_text()) if saved.exists() else {}
             if earlier.get("code_fingerprint") == fingerprint and earlier.get("release_files", {}) == inputs:
-                facts = json.loads(saved.read_text())
+                facts = earlier
                 curves.append(pd.read_parquet(stem.with_suffix(".parquet")))
                 if stem.with_suffix(".micro.parquet").exists():
                     micro.append(pd.read_parquet(stem.with_suffix(".micro.parquet")))
@@ -309,12 +309,12 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
             rng = np.random.default_rng(_stable("release", cfg.seed, unit, mech, setting))
             if mech.startswith(PROGRAM_PREFIX):
                 spec = r.program(mech)
-                if "layout" not in cache:
+                if "program_inputs" not in cache:  # the same D, cells and domain for every program and ε
                     cache["layout"] = unit_layout(cfg, pop, unit, wb)
-                inputs = program_inputs(D, unit, cache["layout"], unit_blocks(pop, cfg, unit)[0] if wb else None,
-                                        prob.areas)
-                values = run_program(cfg, spec, inputs, setting, 1, program_seed(cfg.seed, "release", unit, wb, mech,
-                                                                                 setting))[0]
+                    cache["program_inputs"] = program_inputs(D, unit, cache["layout"],
+                                                             unit_blocks(pop, cfg, unit)[0] if wb else None, prob.areas)
+                values = run_program(cfg, spec, cache["program_inputs"], setting, 1,
+                                     program_seed(cfg.seed, "release", unit, wb, mech, setting))[0]
                 pub = tables_published(mech, cache["layout"].to_queries(values), w, PROGRAM_NOTE)
                 ledger.note(mech, spec.function or " ".join(spec.command), PROGRAM_NOTE, declared_epsilon=setting,
                             relation=r.relation, differentially_private="declared by the program; audited as a black "
@@ -386,11 +386,11 @@ class _NoisyFit:
 
 def _noisy_fit(pub: Published) -> _NoisyFit | None:
     """What the least-deviation attack needs of an independently noised release (Laplace tables):
-    its noise scale and its total, and whether the total is public (replace-one) or declared. A file
-    made elsewhere is fitted the same way with every cell weighing the same (its noise is unknown;
-    consistent tables fit with no deviation), its total estimated from its own tables."""
-    if (pub.mechanism.startswith((FILE_PREFIX, PROGRAM_PREFIX)) or pub.mechanism == "cell_key") and \
-            pub.facts["kind"] == "tables":
+    its noise scale and its total, and whether the total is public (replace-one) or declared. Tables
+    whose noise censusrecon did not draw (a file's, a program's, the cell key method's) are fitted the
+    same way with every cell weighing the same (consistent tables fit with no deviation), their total
+    estimated from the tables themselves."""
+    if pub.facts.get("kind") == "tables":  # noise censusrecon did not draw (publish.tables_published)
         return _NoisyFit(1.0, int(pub.facts["total"]), False)
     if pub.mechanism != "laplace_tables":
         return None  # consistent tables (a microdata file's, swapping's, TopDown's): the exact count model

@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from experiments.config import ConfigError, ExperimentConfig, ReleaseFileConfig
-from experiments.problem import build_workload, prepare_unit, table_cells, unit_blocks
-from microdata.census import placed_cells
+from experiments.problem import prepare_unit, table_cells, unit_blocks
+from microdata.census import CensusWorkload, placed_cells
 from microdata.errors import CensusReconError
 
 #: the columns of a tables file (label is optional)
@@ -64,8 +64,8 @@ def unit_layout(cfg: ExperimentConfig, pop, unit: str, with_block: bool) -> Layo
     each with its query in :func:`experiments.problem.build_workload`'s workload of the unit."""
     prob = prepare_unit(pop, cfg, unit, with_block, pad_blocks=False)
     domain = prob.private.domain
-    w = build_workload(cfg, cfg.queries[0], domain, prob.areas)
     cells, areas = table_cells(cfg, cfg.queries[0], domain, prob.areas)
+    w = CensusWorkload.build(domain, cells, areas=areas)  # as build_workload builds it, from the same cells
     query = {label: i for i, label in enumerate(w.labels)}
     full = dict(zip(domain.attribute("BLOCK").values, unit_blocks(pop, cfg, unit)[0])) if with_block else {}
     seen: dict[tuple, int] = {}
@@ -92,7 +92,7 @@ def write_template(cfg: ExperimentConfig, to: str | Path, force: bool = False) -
     """Write :func:`template` for the config's units to ``to`` (CSV or Parquet by extension), never over
     an existing file unless ``force``; return the path, its rows and its units."""
     from experiments.problem import load_population, occupied_units, select_units
-    from experiments.results import write_parquet
+    from experiments.results import atomic_write_text, write_parquet
 
     path = Path(to)
     if path.suffix.lower() not in (".csv", ".parquet"):
@@ -102,13 +102,10 @@ def write_template(cfg: ExperimentConfig, to: str | Path, force: bool = False) -
     pop = load_population(cfg)
     units, _ = occupied_units(pop, cfg, select_units(pop, cfg))
     df = template(cfg, pop, units)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix.lower() == ".parquet":
         write_parquet(path, df)
     else:
-        tmp = path.with_name(f".{path.name}.tmp")
-        df.to_csv(tmp, index=False)
-        tmp.replace(path)
+        atomic_write_text(path, df.to_csv(index=False))
     return path, len(df), len(units)
 
 
@@ -210,39 +207,30 @@ class TablesFile:
                                   f"geography {geo})")
             first[key] = i
             self.values[key] = value
-        self.layouts = layouts
+        self.digest = file_digest(self.path)
 
     def counts(self, unit: str, layout: Layout) -> np.ndarray:
         """The published counts of ``unit`` in ``layout``'s workload order: the mean of a query's copies.
         A layout without BLOCK reads each unit-level cell as the sum of the file's rows of that cell
         (its blocks, or the unit row itself). A cell missing from the file is an error naming it."""
         rows = layout.rows
-        total = np.zeros(layout.workload.num_queries)
-        copies = np.zeros(layout.workload.num_queries)
-        per_cell: dict[tuple, list[float]] = {}
-        if not layout.with_block:
+        per_cell: dict[tuple, float] = {}
+        if not layout.with_block:  # each cell of the unit: the sum of the file's rows of it
             for (u, t, c, _), v in self.values.items():
                 if u == unit:
-                    per_cell.setdefault((t, c), []).append(v)
-        missing = []
-        for t, c, lab, g, q in zip(rows["table"], rows["cell"], rows["label"], rows["geography"], rows["query"]):
-            if layout.with_block:
-                v = self.values.get((unit, t, c, g))
-                found = v is not None
-            else:
-                found = (t, c) in per_cell
-                v = sum(per_cell.get((t, c), []))
-            if not found:
+                    per_cell[(t, c)] = per_cell.get((t, c), 0.0) + v
+        values, missing = [], []
+        for t, c, lab, g in zip(rows["table"], rows["cell"], rows["label"], rows["geography"]):
+            v = self.values.get((unit, t, c, g)) if layout.with_block else per_cell.get((t, c))
+            if v is None:
                 missing.append((t, c, lab, g))
-                continue
-            total[q] += v
-            copies[q] += 1
+            values.append(v)
         if missing:
             t, c, lab, g = missing[0]
             more = f" (and {len(missing) - 1} more cells missing)" if len(missing) > 1 else ""
             raise ConfigError(f"release file {self.path}: no row for unit {unit}, {t} cell {c} ({lab!r}), geography "
                               f"{g}{more}")
-        return total / copies
+        return layout.to_queries(np.array(values, dtype=np.float64))
 
 
 #: what a release file's ledger entry and report say of its privacy: the tool did not make it
@@ -274,6 +262,7 @@ class MicrodataFile:
             raise ConfigError(f"release file {self.path} has no persons in {cfg.target.level} {absent[0]}, one of the "
                               f"units evaluated" + (f" (nor in {len(absent) - 1} more)" if len(absent) > 1 else ""))
         self.cfg = cfg
+        self.digest = file_digest(self.path)
 
     def rows(self, unit: str, with_block: bool):
         """The file's persons of ``unit`` over the attack domain (BLOCK from the public block list)."""
@@ -292,15 +281,13 @@ def read_release_files(cfg: ExperimentConfig, pop, units: list[str]) -> dict[tup
     out = {}
     for spec in r.files:
         if spec.kind == "microdata":
-            mf = MicrodataFile(cfg, spec, units)
-            mf.digest = file_digest(mf.path)
-            out[(FILE_PREFIX + spec.name, spec.epsilon or 0.0)] = mf
+            out[(FILE_PREFIX + spec.name, spec.epsilon or 0.0)] = MicrodataFile(cfg, spec, units)
     specs = [f for f in r.files if f.kind == "tables"]
     if not specs:
         return out
-    fine = any(cfg.target.with_block)
+    fine = any(cfg.target.with_block)  # the file is checked against the finest variant evaluated
     layouts = {(u, wb): unit_layout(cfg, pop, u, wb) for u in units for wb in dict.fromkeys(cfg.target.with_block)}
-    check = {u: layouts[(u, fine)] if (u, fine) in layouts else unit_layout(cfg, pop, u, fine) for u in units}
+    check = {u: layouts[(u, fine)] for u in units}
     level = cfg.target.level
     geo = pop.geography
     others = set(geo.unit_ids(level)) | (set(geo.catalogue.ids[level].tolist()) if geo.catalogue is not None and
@@ -310,7 +297,6 @@ def read_release_files(cfg: ExperimentConfig, pop, units: list[str]) -> dict[tup
         for (u, wb), lay in layouts.items():
             tf.counts(u, lay)  # every cell of every unit there
         tf.layouts = layouts
-        tf.digest = file_digest(tf.path)
         out[(FILE_PREFIX + spec.name, spec.epsilon or 0.0)] = tf
     return out
 
@@ -320,7 +306,7 @@ def file_published(mechanism: str, release, unit: str, with_block: bool, workloa
     (negatives clipped, divided by the total estimated from the file's own tables: post-processing).
     Microdata: the file's persons of the unit, their tabulation (consistent tables) and its answers."""
     from experiments.problem import exact_answers
-    from experiments.release.publish import Published
+    from experiments.release.publish import Published, tables_published
     from synth.release import workload_counts
 
     if isinstance(release, MicrodataFile):
@@ -329,15 +315,3 @@ def file_published(mechanism: str, release, unit: str, with_block: bool, workloa
                          rows.domain.sizes), False, FILE_NOTE, workload_counts(rows, workload).astype(np.float64),
                          facts={"kind": "microdata"}, rows=rows)
     return tables_published(mechanism, release.counts(unit, release.layouts[(unit, with_block)]), workload, FILE_NOTE)
-
-
-def tables_published(mechanism: str, counts: np.ndarray, workload, note: str):
-    """Published tables made outside censusrecon (a file's, a program's): the counts, and the answers
-    RAP-Rank fits: negatives clipped, divided by the total estimated from the tables themselves."""
-    from experiments.release.publish import Published, _labels
-    from synth.release import estimate_total
-
-    total = estimate_total(workload, counts)
-    answers = np.clip(counts, 0, None).astype(np.float64) / max(total, 1)
-    return Published(mechanism, None, counts, answers, ("tables", _labels(workload)), False, note,
-                     np.asarray(counts, dtype=np.float64), facts={"kind": "tables", "total": int(total)})

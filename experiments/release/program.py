@@ -55,7 +55,6 @@ def program_inputs(D: Dataset, unit: str, layout: Layout, blocks: list[str] | No
     persons = pd.DataFrame({a: np.asarray(dom.attribute(a).values, dtype=object)[D.column(a)] for a in attrs})
     persons["unit"] = unit
     area_of = {lv: {b: name for name, members in listed for b in members} for lv, listed in (areas or {}).items()}
-    places = []
     if blocks is not None:
         codes = D.column("BLOCK")
         persons["block"] = np.asarray(blocks, dtype=object)[codes]
@@ -74,9 +73,16 @@ def program_inputs(D: Dataset, unit: str, layout: Layout, blocks: list[str] | No
     return persons, cells, domain
 
 
+#: programs loaded from a file, by path and name: a file's module is executed once per session
+_LOADED: dict[tuple, object] = {}
+
+
 def _callable(cfg: ExperimentConfig, spec: ReleaseProgramConfig):
     """The program's function: module:function, or path/to/file.py:function from the config's folder."""
     where, name = spec.function.rsplit(":", 1)
+    key = (cfg.data_file(where), name)
+    if key in _LOADED:
+        return _LOADED[key]
     try:
         if where.endswith(".py"):
             path = Path(cfg.data_file(where))
@@ -93,6 +99,7 @@ def _callable(cfg: ExperimentConfig, spec: ReleaseProgramConfig):
     fn = getattr(module, name, None)
     if not callable(fn):
         raise ConfigError(f"release.programs {spec.name!r}: {where} has no function {name!r}")
+    _LOADED[key] = fn
     return fn
 
 

@@ -152,20 +152,28 @@ def publish_targeted_swapping(cfg: ExperimentConfig, rate: float, D: Dataset, wo
     return pub
 
 
+def tables_published(mechanism: str, counts: np.ndarray, workload, note: str, **facts) -> Published:
+    """Tables whose noise censusrecon did not draw (a file's, a program's, the cell key method's): the
+    counts, and the answers RAP-Rank fits: negatives clipped, divided by the total estimated from the
+    tables themselves (post-processing). ``facts["kind"] == "tables"`` marks them for the
+    least-deviation attack, every cell weighing the same."""
+    from synth.release import estimate_total
+
+    total = estimate_total(workload, counts)
+    answers = np.clip(counts, 0, None).astype(np.float64) / max(total, 1)
+    return Published(mechanism, None, counts, answers, ("tables", _labels(workload)), False, note,
+                     np.asarray(counts, dtype=np.float64), facts={**facts, "kind": "tables", "total": int(total)})
+
+
 def publish_cell_key(cfg: ExperimentConfig, variance: float, D: Dataset, workload, rng: np.random.Generator
                      ) -> Published:
     """D's tables perturbed by the cell key method (``release.cell_key``; the ptable of this variance):
     integers, a cell's perturbation the same in every table, tables no longer adding up. Not DP."""
     from synth.cellkey import NOT_DP as CELL_KEY_NOT_DP, cell_key_tables, perturbation_table
-    from synth.release import estimate_total
 
     ck = cfg.release.cell_key
     counts, facts = cell_key_tables(D, workload, perturbation_table(ck.max_perturbation, variance, ck.key_range), rng)
-    total = estimate_total(workload, counts)
-    answers = np.clip(counts, 0, None).astype(np.float64) / max(total, 1)
-    pub = Published("cell_key", None, counts, answers, ("tables", _labels(workload)), False, CELL_KEY_NOT_DP,
-                    counts.astype(np.float64), facts={**facts, "kind": "tables", "total": int(total)})
-    return pub
+    return tables_published("cell_key", counts, workload, CELL_KEY_NOT_DP, **facts)
 
 
 def _labels(workload) -> tuple:

@@ -122,15 +122,20 @@ def setting_label(mechanism: str, value: float) -> str:
     return f"swap rate {100 * value:g}%" if mechanism in ("swapping", "targeted_swapping") else f"ε = {value:g}"
 
 
+#: what the setting of each mechanism that is not DP is called (singular, plural), and the mechanism's name;
+#: a larger setting protects more
+NOT_DP_SETTINGS = {"swapping": ("swap rate", "swap rates", "Swapping"),
+                   "targeted_swapping": ("swap rate", "swap rates", "Targeted swapping"),
+                   "cell_key": ("ptable variance", "ptable variances", "The cell key method")}
+
+
 def more_protective(mechanism: str) -> str:
     """Which way the settings protect more, for a plan: 'larger swap rates', 'smaller ε', ..."""
-    return {"swapping": "larger swap rates", "targeted_swapping": "larger swap rates",
-            "cell_key": "larger ptable variances"}.get(mechanism, "smaller ε")
+    return f"larger {NOT_DP_SETTINGS[mechanism][1]}" if mechanism in NOT_DP_SETTINGS else "smaller ε"
 
 
 def less_protective(mechanism: str) -> str:
-    return {"swapping": "smaller swap rates", "targeted_swapping": "smaller swap rates",
-            "cell_key": "smaller ptable variances"}.get(mechanism, "larger ε")
+    return f"smaller {NOT_DP_SETTINGS[mechanism][1]}" if mechanism in NOT_DP_SETTINGS else "larger ε"
 
 
 def persons_words(x) -> str:
@@ -242,9 +247,8 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant, strength: d
     for mech in dict.fromkeys(p.loc[np.isfinite(p["setting"]), "mechanism"]):
         swap = mech in NOT_DP  # a larger swap rate or ptable variance protects more
         rows = p[p["mechanism"] == mech].sort_values("setting", ascending=not swap)  # most protective first
-        note = (f" {dict(swapping='Swapping', targeted_swapping='Targeted swapping').get(mech, 'The cell key method')} "
-                "is not differentially private: no ε "
-                "bounds what other attacks could learn." if swap else "")
+        note = (f" {NOT_DP_SETTINGS[mech][2]} is not differentially private: no ε bounds what other attacks could "
+                "learn." if swap else "")
         shown = rows["excess_upper"] < rows["tolerance"]
         first_fail = int(np.argmin(shown.to_numpy())) if not shown.all() else len(rows)
         safe = rows.iloc[:first_fail]
@@ -615,13 +619,12 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
         doc.table(["release", "program", "declared noise", "settings"],
                   [[PROGRAM_PREFIX + p.name, f"`{p.function or ' '.join(p.command)}`", p.noise or "not declared",
                     json.dumps(p.params) if p.params else "none"] for p in r.programs], numeric=set())
-    made = [f for f in r.files]
-    if made:
+    if r.files:
         doc.p("Releases made outside censusrecon, evaluated as published (their ε is the agency's declaration; a file "
               "cannot be audited):")
         doc.table(["release", "file", "declared ε", "made with"],
                   [[FILE_PREFIX + f.name, f"`{f.path}`", "not DP" if f.epsilon is None else f"{f.epsilon:g}",
-                    f.made_with or "not said"] for f in made], numeric=set())
+                    f.made_with or "not said"] for f in r.files], numeric=set())
     for v in variants:
         p = persons[persons["variant"] == v]
         title = "How many persons are reconstructed?" + (f" ({variant_label(v, variants)})" if len(variants) > 1 else "")
