@@ -477,6 +477,22 @@ class ReleaseFileConfig(_Strict):
     made_with: str = Field("", description="how it was made (library, mechanism, settings), for the report")
 
 
+class ProgramMeasurementsConfig(_Strict):
+    """A program's first measurements, audited on their own: the step of a synthesizer (MST, AIM) that
+    adds Gaussian noise to every column's one-way marginal. The program, given ``params`` besides its
+    own, returns those measurements for one-way cells (one value of one attribute at the unit, or
+    one block); cheap enough to run ``runs`` times per neighbour, where a whole release (a fit) is not."""
+
+    params: dict = Field(default_factory=lambda: {"stage": "measurements"}, description="given to the program "
+                         "besides its own params to have it return its first measurements")
+    runs: int = Field(300, ge=50, description="measurements per neighbour")
+    share: float = Field(gt=0, le=1, description="the share of the program's zCDP ρ its design spends on them: ρ from "
+                         "the declared ε and delta by OpenDP's conversion (MST: 1/3, McKenna et al. 2021; AIM: 0.9/16 "
+                         "with its default 16·d rounds, McKenna et al. 2022)")
+    delta: float = Field(gt=0, lt=1, description="the δ of the program's (ε, δ) accounting (the program's own "
+                         "params.delta, if it has one, must be the same)")
+
+
 class ReleaseProgramConfig(_Strict):
     """A release program made outside censusrecon, run by it over the ε grid, attacked and audited as
     a black box. The contract (docs: Evaluate your own release): ``release(persons, cells, domain,
@@ -497,6 +513,9 @@ class ReleaseProgramConfig(_Strict):
     audit_runs: int | None = Field(None, ge=10, description="releases per neighbour in its audit (default "
                                    "release.audit.runs); each is a whole release of the unit. Few runs reach only a "
                                    "small ε: the audit says how far (bound_power)")
+    measurements: ProgramMeasurementsConfig | None = Field(
+        None, description="audit also the program's first (Gaussian) measurements, many times: for a synthesizer "
+        "whose whole releases are too slow to audit with power")
 
     @model_validator(mode="after")
     def _one(self):
@@ -505,6 +524,10 @@ class ReleaseProgramConfig(_Strict):
         if self.function is not None and ":" not in self.function:
             raise ValueError(f"release.programs {self.name!r}: function is module:function or file.py:function, got "
                              f"{self.function!r}")
+        m = self.measurements
+        if m is not None and "delta" in self.params and float(self.params["delta"]) != m.delta:
+            raise ValueError(f"release.programs {self.name!r}: params.delta ({self.params['delta']}) and "
+                             f"measurements.delta ({m.delta}) must be the same δ")
         return self
 
 

@@ -322,6 +322,35 @@ def gaussian_sigma_upper(noise: np.ndarray, confidence: float = 0.95) -> float:
     return math.sqrt((n - 1) * a.var(ddof=1) / chi2.ppf(1 - confidence, n - 1))
 
 
+def gaussian_rho_spent(noise: np.ndarray, distance: np.ndarray, confidence: float) -> float:
+    """The zCDP ρ that Gaussian noise really added spends for a pair, bounded below: Σ_c Δ_c² / (2σ_c²)
+    over the differing cells, each cell's σ_c bounded above from its own draws (mean zero: chi-square
+    with n degrees of freedom), at ``confidence`` jointly (Bonferroni over cells). A correct program
+    stays at or below the ρ it declares but for the 1 − confidence chance; noise too small shows."""
+    from scipy.stats import chi2
+
+    noise = np.asarray(noise, dtype=np.float64)
+    n, k = noise.shape
+    level = 1 - (1 - confidence) / max(k, 1)
+    var_hi = (noise * noise).sum(axis=0) / chi2.ppf(1 - level, n)
+    with np.errstate(divide="ignore"):
+        return float(np.sum(np.where(var_hi > 0, np.asarray(distance, dtype=np.float64) ** 2 / (2 * var_hi), np.inf)))
+
+
+def opendp_rho(epsilon: float, delta: float) -> float:
+    """The zCDP ρ whose Gaussian mechanism OpenDP's conversion (zCDP to (ε, δ)-DP, with δ fixed) puts at
+    exactly (ε, δ): the ρ SmartNoise Synth derives its noise from (its cdp_rho), found the same way
+    through OpenDP's own maps."""
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    space = dp.atom_domain(T=float, nan=False), dp.absolute_distance(T=float)
+    scale = dp.binary_search_param(
+        lambda s: dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(dp.m.make_gaussian(*space, s)), delta),
+        d_in=1.0, d_out=(float(epsilon), float(delta)))
+    return float(dp.m.make_gaussian(*space, scale).map(1.0))
+
+
 def _chi_square_tail_bins(a: np.ndarray, tail) -> tuple[float, float, int]:
     """Chi-square of |noise| draws ``a`` against a fitted distribution given by its tail function
     P(|X| ≥ k), over bins spaced in log tail probability from 0 to the far tail (the last bin's

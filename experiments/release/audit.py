@@ -77,7 +77,8 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, units: list
     per_unit = [m for m in mechanisms if m in ("laplace_tables", "synthetic")]
     programs = list(r.programs)  # run by the tool, audited as black boxes
     cfg = _family_level(cfg, len(eps_list) * len(cfg.target.with_block),
-                        mechanisms + [PROGRAM_PREFIX + p.name for p in programs], len(units))
+                        mechanisms + [PROGRAM_PREFIX + p.name for p in programs], len(units),
+                        sum(p.measurements is not None for p in programs))
     jobs = len(cfg.target.with_block) * len(eps_list) * (len(mechanisms) + len(programs))
     bar = tqdm(total=jobs, desc="audits", disable=not (progress and sys.stderr.isatty()))
     out = []
@@ -183,19 +184,22 @@ def _combine_units(mech: str, eps: float, results: list, cfg: ExperimentConfig) 
 
 #: Statistical tests per audit result, by mechanism: the certified bound, the noise scale and the
 #: noise shape (tables, TopDown, the perturbed histogram); the bound alone (the smoothed histogram,
-#: which adds no noise to counts).
-TESTS = {"laplace_tables": 6, "topdown": 6, "perturbed_histogram": 3, "smoothed_histogram": 1, "program": 5}
+#: which adds no noise to counts); a program's first measurements: their bound and their noise's ρ.
+TESTS = {"laplace_tables": 6, "topdown": 6, "perturbed_histogram": 3, "smoothed_histogram": 1, "program": 5,
+         "measurements": 2}
 
 
-def _family_level(cfg: ExperimentConfig, results: int, mechanisms: list[str], units: int = 1) -> ExperimentConfig:
+def _family_level(cfg: ExperimentConfig, results: int, mechanisms: list[str], units: int = 1,
+                  staged: int = 0) -> ExperimentConfig:
     """The config every check of one audit runs at: each statistical test at confidence
     1 − false_alarm / K, K the tests of the whole audit (every ε, variant and mechanism; synthetic
-    shares the tables' tests), so that an audit of correct mechanisms fails with probability at most
-    ``release.audit.false_alarm`` (Bonferroni); never below ``release.audit.confidence``."""
+    shares the tables' tests; ``staged``: programs whose first measurements are audited too), so that
+    an audit of correct mechanisms fails with probability at most ``release.audit.false_alarm``
+    (Bonferroni); never below ``release.audit.confidence``."""
     a = cfg.release.audit
     kinds = {("laplace_tables" if m == "synthetic" else m) for m in mechanisms}  # each program is a kind
-    tests = results * sum(TESTS[m.split(":")[0]] * (units if m in ("laplace_tables", "topdown") or ":" in m else 1)
-                          for m in kinds)
+    tests = results * (sum(TESTS[m.split(":")[0]] * (units if m in ("laplace_tables", "topdown") or ":" in m else 1)
+                           for m in kinds) + TESTS["measurements"] * staged * units)
     level = max(a.confidence, 1 - a.false_alarm / max(tests, 1))
     audit = a.model_copy(update={"confidence": level})
     return cfg.model_copy(update={"release": cfg.release.model_copy(update={"audit": audit})})
@@ -1194,21 +1198,14 @@ def audit_program(cfg: ExperimentConfig, pop, spec: ReleaseProgramConfig, unit: 
     noise family, the checks from output minus truth over every published copy: the ε its noise
     spends per pair (each cell's scale bounded above from its own draws), the shape and far tail per
     table, and independence across cells and releases."""
-    from experiments.problem import unit_blocks
-    from experiments.release.files import unit_layout
-    from experiments.release.program import program_inputs, program_seed, run_program
+    from experiments.release.program import program_seed, run_program
     from synth.audit import independence_pvalue, laplace_shape_pvalue, tail_pvalue
 
     a = cfg.release.audit
     runs = spec.audit_runs or a.runs
     mech = PROGRAM_PREFIX + spec.name
     D, areas, workload, exact, pairs, pair_counts, _ = _unit_instance(cfg, pop, unit, wb, cache)
-    key = ("program", unit, wb)
-    if key not in cache:  # the contract's inputs for D and each neighbour, the same at every ε and for every program
-        layout = unit_layout(cfg, pop, unit, wb)
-        blocks = unit_blocks(pop, cfg, unit)[0] if wb else None
-        cache[key] = layout, [program_inputs(d, unit, layout, blocks, areas) for d in [D] + [d2 for _, d2 in pairs]]
-    layout, (inputs, *pair_inputs) = cache[key]
+    layout, inputs, pair_inputs = _program_instance(cfg, pop, unit, wb, cache)
     y1_rows = run_program(cfg, spec, inputs, eps, runs, program_seed(seed, unit, wb, eps, "D"))
     y1 = layout.to_queries(y1_rows)
     pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
@@ -1263,18 +1260,82 @@ def audit_program(cfg: ExperimentConfig, pop, spec: ReleaseProgramConfig, unit: 
                                         f"fail: the noise is not independent across cells or releases ({where}: "
                                         f"p = {p_ind:.2g})")
         info["independence_p_value"] = p_ind
-    checks["post_processing"] = "not run: a black box shows its outputs only, not the measurements it post-processes"
+    if spec.measurements is not None:
+        stage_bounds, checks["measurements_scale"], stage_info = _audit_first_measurements(
+            cfg, spec, inputs, pair_inputs, pairs, eps, (seed, unit, wb), pair_conf, mech)
+        bounds += stage_bounds
+        info.update(stage_info)
+        checks["post_processing"] = ("not run: the steps after its first measurements (selecting marginals, fitting "
+                                     "the model, sampling) show only in its whole releases' bound")
+    else:
+        checks["post_processing"] = "not run: a black box shows its outputs only, not the measurements it post-processes"
     reach = bound_reach(runs, pair_conf)
     info["bound_reach"] = round(reach, 4)
     if reach < eps:
         reach_words = f"at most ε ≈ {reach:.2f}" if reach > 0 else "no ε at all"
         checks["bound_power"] = (f"not run: with {runs} releases per neighbour the bound certifies {reach_words}, "
                                  f"below the declared {eps:g}: an overspend above it shows only in the noise checks"
-                                 + ("" if spec.noise else ", which this program's undeclared noise does not allow"))
+                                 + ("" if spec.noise else " of its first measurements" if spec.measurements else
+                                    ", which this program's undeclared noise does not allow"))
     best = max(bounds, default=(0.0, "none", 0))
     details = dict(info, unit=unit, neighbours=[w for w, _ in pairs], differing_cells=[b[2] for b in bounds],
                    audited_on="the unit's own D, the program's whole releases (a black box)", program_runs=runs)
     return AuditResult(mech, eps, best[0], runs, a.confidence, best[1], checks, details)
+
+
+def _program_instance(cfg: ExperimentConfig, pop, unit: str, wb: bool, cache: dict) -> tuple:
+    """The contract's inputs for the unit's D and for each of its real neighbours (the pairs of
+    :func:`_unit_instance`), with the layout of the published cells: the same at every ε and for every
+    program."""
+    from experiments.problem import unit_blocks
+    from experiments.release.files import unit_layout
+    from experiments.release.program import program_inputs
+
+    key = ("program", unit, wb)
+    if key not in cache:
+        D, areas, _, _, pairs, _, _ = _unit_instance(cfg, pop, unit, wb, cache)
+        layout = unit_layout(cfg, pop, unit, wb)
+        blocks = unit_blocks(pop, cfg, unit)[0] if wb else None
+        cache[key] = layout, [program_inputs(d, unit, layout, blocks, areas) for d in [D] + [d2 for _, d2 in pairs]]
+    layout, (inputs, *pair_inputs) = cache[key]
+    return layout, inputs, pair_inputs
+
+
+def _audit_first_measurements(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tuple, pair_inputs: list,
+                              pairs: list, eps: float, where: tuple, confidence: float, mech: str
+                              ) -> tuple[list, str, dict]:
+    """A program's first measurements (``spec.measurements``: a synthesizer's Gaussian one-way marginals),
+    ``runs`` per neighbour: the statistical bound over the one-way cells each pair moves, and the zCDP ρ
+    their noise spends per pair (each moved cell's σ bounded above from its own draws, so ρ below)
+    against the share of the declared ρ the program's design gives them."""
+    from experiments.release.program import one_way_inputs, program_seed, run_program
+    from synth.audit import gaussian_rho_spent, opendp_rho
+
+    m = spec.measurements
+    stage = spec.model_copy(update={"params": {**spec.params, **m.params}})
+    base, truth = one_way_inputs(inputs)
+    y1 = run_program(cfg, stage, base, eps, m.runs, program_seed(*where, eps, "measurements", "D"))
+    declared = m.share * opendp_rho(eps, m.delta)
+    bounds, spent = [], []
+    for i, (what, _) in enumerate(pairs):
+        other, truth2 = one_way_inputs(pair_inputs[i])
+        idx = np.flatnonzero(truth2 - truth)
+        if not idx.size:
+            continue
+        y2 = run_program(cfg, stage, other, eps, m.runs, program_seed(*where, eps, "measurements", i))
+        res = audit_outputs(y1[:, idx], y2[:, idx], truth[idx], (truth2 - truth)[idx], eps, mech, confidence)
+        bounds.append((res.epsilon_lower_bound, f"first measurements, {what}: {res.event}", int(idx.size)))
+        noise = np.vstack([y1[:, idx] - truth[idx], y2[:, idx] - truth2[idx]])
+        spent.append((gaussian_rho_spent(noise, np.abs(truth2 - truth)[idx], confidence), what))
+    worst = max(spent, default=(0.0, "none"))
+    check = ("pass" if worst[0] <= declared else
+             f"fail: its first measurements' noise spends ρ ≥ {worst[0]:.4g} on {worst[1]} (each moved one-way cell's "
+             f"change² over twice an upper bound on its noise variance, summed), over the {m.share:.4g} of ρ = "
+             f"{declared / m.share:.4g} (ε {eps:g}, δ {m.delta:g}) its design gives them")
+    info = {"measurements_runs": m.runs, "measurements_rho_declared": round(declared, 8),
+            "measurements_rho_from_noise_scale": round(worst[0], 8),
+            "measurements_bound_reach": round(bound_reach(m.runs, confidence), 4)}
+    return bounds, check, info
 
 
 def bound_reach(runs: int, confidence: float) -> float:

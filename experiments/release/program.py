@@ -73,6 +73,29 @@ def program_inputs(D: Dataset, unit: str, layout: Layout, blocks: list[str] | No
     return persons, cells, domain
 
 
+def one_way_inputs(inputs: tuple) -> tuple[tuple, np.ndarray]:
+    """The contract's inputs for a program's first measurements (``release.programs[].measurements``):
+    the same persons and domain, and as cells every one-way cell of the public domain (each value of
+    each attribute at the unit; each block, when blocks are published); with each cell's true count."""
+    persons, _, domain = inputs
+    attrs = list(domain["attributes"])
+    unit = domain["places"][0]["unit"]
+    rows, truth = [], []
+    for a in attrs:
+        for v in domain["attributes"][a]:
+            rows.append({"table": "ONE_WAY", "label": f"{a}={v}", "level": "unit", "geography": unit,
+                         **{b: [v] if b == a else None for b in attrs}})
+            truth.append(int((persons[a] == v).sum()))
+    if "block" in domain["places"][0]:
+        for place in domain["places"]:
+            rows.append({"table": "ONE_WAY", "label": "block", "level": "block", "geography": place["block"],
+                         **{b: None for b in attrs}})
+            truth.append(int((persons["block"] == place["block"]).sum()))
+    cells = pd.DataFrame(rows)
+    cells.insert(1, "cell", np.arange(1, len(cells) + 1))
+    return (persons, cells, domain), np.asarray(truth, dtype=np.int64)
+
+
 #: programs loaded from a file, by path and name: a file's module is executed once per session
 _LOADED: dict[tuple, object] = {}
 

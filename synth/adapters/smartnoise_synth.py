@@ -9,6 +9,13 @@ no category is learnt from the data. Under add/remove the number of rows to samp
 Each of ``runs`` releases is a fit and a sample of its own (tens of seconds each on a laptop core),
 so a black-box audit of it can afford only a few releases: its result says how far it reaches.
 
+``stage: measurements`` returns instead what the synthesizer measures first, the noisy one-way
+marginal of every column, recorded from SmartNoise's own measurement objects as a real fit makes
+them (the fit is stopped there): the step that spends privacy, cheap enough to audit thousands of
+times. ``cells`` are then one-way cells (one attribute's one value at the unit, or one block); the
+measured value of each is returned. What follows (the selection of marginals, the graphical model,
+the sampling) is not returned.
+
 Needs an environment of its own (``make smartnoise-env``: SmartNoise Synth pins what JAX does not
 accept): ``command: [.venv-smartnoise/bin/python, synth/adapters/smartnoise_synth.py]``."""
 
@@ -48,8 +55,58 @@ def _noisy_count(n: int, epsilon: float) -> int:
     return max(1, int(meas(int(n))))
 
 
+class _FirstMeasurements(Exception):
+    """Raised inside a fit once the synthesizer has measured every column's one-way marginal."""
+
+
+def _first_measurements(synth, data: pd.DataFrame, tt, columns: int) -> dict:
+    """The synthesizer's first noisy measurements, {column number: noisy marginal}, taken from the
+    measurement objects its own code builds during a fit of ``data`` (stopped after the last one)."""
+    import functools
+    import importlib
+
+    module = importlib.import_module(type(synth).__module__)
+    if not hasattr(module.cdp_rho, "cache_info"):  # its ρ from (ε, δ): a binary search, the same every run
+        module.cdp_rho = functools.lru_cache(module.cdp_rho)
+    made = module.LinearMeasurement
+    seen: dict = {}
+
+    def record(y, clique, *args, **kwargs):
+        if len(clique) == 1:
+            seen[int(str(clique[0]).removeprefix("col"))] = np.asarray(y, dtype=np.float64)
+            if len(seen) == columns:
+                raise _FirstMeasurements
+        return made(y, clique, *args, **kwargs)
+
+    module.LinearMeasurement = record
+    try:
+        synth.fit(data, transformer=tt, preprocessor_eps=0.0)
+    except _FirstMeasurements:
+        return seen
+    finally:
+        module.LinearMeasurement = made
+    raise RuntimeError(f"{type(synth).__name__} made {len(seen)} one-way measurements, not one per column ({columns})")
+
+
+def _one_way_positions(cells: pd.DataFrame, tt, names: list[str]) -> list[tuple[int, int]]:
+    """(column number, label code) of each one-way cell: one attribute's one value at the unit, or a block."""
+    out = []
+    for i in range(len(cells)):
+        given = [a for a in names if a != "block" and cells[a].iloc[i] is not None]
+        if cells["level"].iloc[i] == "block" and not given and "block" in names:
+            column, label = names.index("block"), str(cells["geography"].iloc[i])
+        elif cells["level"].iloc[i] == "unit" and len(given) == 1 and len(cells[given[0]].iloc[i]) == 1:
+            column, label = names.index(given[0]), str(cells[given[0]].iloc[i][0])
+        else:
+            raise ValueError(f"stage measurements: cell {i} is not a one-way cell (one value of one attribute at "
+                             "the unit, or one block)")
+        out.append((column, tt.transformers[column].labels[label]))
+    return out
+
+
 def release(persons: pd.DataFrame, cells: pd.DataFrame, domain: dict, epsilon: float, runs: int, seed: int,
-            relation: str, synthesizer: str = "mst", delta: float = 1e-9, **params) -> np.ndarray:
+            relation: str, synthesizer: str = "mst", delta: float = 1e-9, stage: str = "release",
+            **params) -> np.ndarray:
     from snsynth import Synthesizer
 
     attrs = list(domain["attributes"])
@@ -62,6 +119,15 @@ def release(persons: pd.DataFrame, cells: pd.DataFrame, domain: dict, epsilon: f
     data = persons[names].astype(str).reset_index(drop=True)
     eps_synth = epsilon if relation == "replace_one" else epsilon * (1 - COUNT_SHARE)
     out = np.zeros((runs, len(cells)))
+    if stage == "measurements":
+        where = _one_way_positions(cells, tt, names)
+        for r in range(runs):
+            synth = Synthesizer.create(synthesizer, epsilon=eps_synth, delta=delta, verbose=False)
+            seen = _first_measurements(synth, data, tt, len(names))
+            out[r] = [seen[c][k] for c, k in where]
+        return out
+    if stage != "release":
+        raise ValueError(f"stage is release or measurements, got {stage!r}")
     for r in range(runs):
         n = len(persons) if relation == "replace_one" else _noisy_count(len(persons), epsilon * COUNT_SHARE)
         synth = Synthesizer.create(synthesizer, epsilon=eps_synth, delta=delta, verbose=False)

@@ -52,3 +52,43 @@ def test_the_smartnoise_audit_passes_and_says_how_far_a_few_releases_reach(progr
     d, over = program_agency
     [res] = audit_release(_program(over, "mst", runs=10), load_population(_program(over, "mst")), seed=4)
     assert res.passed and res.checks["bound_power"].startswith("not run: with 10 releases"), res.checks_summary()
+
+
+def _first_measurements_audit(cfg, eps=2.0):
+    from experiments.release.audit import _audit_first_measurements, _program_instance, _unit_instance
+
+    pop = load_population(cfg)
+    unit, cache = select_units(pop, cfg)[0], {}
+    pairs = _unit_instance(cfg, pop, unit, True, cache)[4]
+    _, inputs, pair_inputs = _program_instance(cfg, pop, unit, True, cache)
+    return _audit_first_measurements(cfg, cfg.release.programs[0], inputs, pair_inputs, pairs, eps, (4, unit, True),
+                                     0.99, "program:mst")
+
+
+def _measured(over, adapter, share=1 / 3):
+    spec = (f"{{name: mst, command: [{PYTHON}, {adapter}], params: {{synthesizer: mst}}, "
+            f"measurements: {{runs: 100, share: {share}, delta: 1e-9}}}}")
+    return load_config(CONFIG, over + [f"release.programs=[{spec}]"])
+
+
+def test_the_first_measurements_audit_catches_an_adapter_that_spends_four_times_its_epsilon(program_agency, tmp_path):
+    # the adapter's measurements are SmartNoise's own, recorded from a real fit: a copy that hands MST four
+    # times the ε it declares has noise half as wide, and its one-way marginals spend 4·ρ/3
+    d, over = program_agency
+    text = ADAPTER.read_text()
+    line = "    eps_synth = epsilon if relation == \"replace_one\" else epsilon * (1 - COUNT_SHARE)\n"
+    assert line in text
+    (tmp_path / "contract.py").write_text((ADAPTER.parent / "contract.py").read_text())
+    (tmp_path / "overspent.py").write_text(text.replace(line, line + "    eps_synth *= 4\n"))
+    bounds, check, info = _first_measurements_audit(_measured(over, tmp_path / "overspent.py"))
+    assert check.startswith("fail: its first measurements' noise spends ρ"), check
+    assert info["measurements_rho_from_noise_scale"] > 2 * info["measurements_rho_declared"]
+    assert bounds and all(b[1].startswith("first measurements, ") for b in bounds)
+
+
+@pytest.mark.slow
+def test_the_first_measurements_audit_passes_the_adapter_as_shipped(program_agency):
+    d, over = program_agency
+    bounds, check, info = _first_measurements_audit(_measured(over, ADAPTER))
+    assert check == "pass" and max(b[0] for b in bounds) <= 2.0, (check, bounds)
+    assert 0 < info["measurements_rho_from_noise_scale"] <= info["measurements_rho_declared"]

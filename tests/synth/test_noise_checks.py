@@ -63,3 +63,36 @@ def test_the_certified_bound_itself_catches_bounded_noise_and_passes_laplace():
     bad = audit_outputs(release(d, uni), release(d2, uni), d, d2 - d, eps, "uniform", 0.99)
     assert ok.epsilon_lower_bound <= eps
     assert bad.epsilon_lower_bound > 2 * eps, bad.event
+
+
+def test_the_rho_gaussian_noise_spends_is_bounded_below_from_its_draws():
+    from scipy.stats import chi2
+
+    from synth.audit import gaussian_rho_spent
+
+    # hand-made: every draw of a cell ±2, so Σx² = 4n and σ² ≤ 4n / χ²_{α, n}; a cell moved by 3 spends
+    # 9 / (2σ²) ≥ 9 χ²_{α, n} / (8n); two such cells, the Bonferroni level split between them
+    n = 400
+    noise = np.tile([[2.0, -2.0], [-2.0, 2.0]], (n // 2, 1))
+    level = 1 - 0.01 / 2
+    want = 2 * 9 * chi2.ppf(1 - level, n) / (8 * n)
+    assert math.isclose(gaussian_rho_spent(noise, np.array([3, 3]), 0.99), want, rel_tol=1e-12)
+    assert want < 2 * 9 / 8  # below the ρ the draws' own variance gives: a bound, never an alarm on a correct σ
+    # a correct σ is (nearly) never caught overspending; half of it is, by the factor 4 it really spends
+    rng = np.random.default_rng(0)
+    sigma, delta = 3.0, np.ones(5)
+    rho = 5 / (2 * sigma**2)
+    fair = [gaussian_rho_spent(rng.normal(0, sigma, (300, 5)), delta, 0.99) for _ in range(200)]
+    assert sum(f > rho for f in fair) <= 2
+    assert gaussian_rho_spent(rng.normal(0, sigma / 2, (300, 5)), delta, 0.99) > 2.5 * rho
+
+
+def test_opendp_rho_is_the_rho_whose_gaussian_opendp_puts_at_epsilon_delta():
+    from synth.audit import opendp_rho
+    from synth.topdown import rho_for
+
+    # OpenDP's conversion is tighter than Bun and Steinke's ε = ρ + 2√(ρ ln 1/δ): more ρ for the same (ε, δ)
+    for eps in (0.5, 2.0, 8.0):
+        mine = opendp_rho(eps, 1e-9)
+        assert float(rho_for(eps, 1e-9)) < mine < 1.5 * float(rho_for(eps, 1e-9))
+    assert math.isclose(opendp_rho(2.0, 1e-9), 0.0561305, rel_tol=1e-5)  # SmartNoise Synth's cdp_rho(2, 1e-9)
