@@ -11,6 +11,7 @@ import pandas as pd
 
 from experiments.metrics import match_rate_curve
 from microdata.census import AGE_BIN38_OF_AGE as AGE_GROUP
+from microdata.census import P12_GROUP_OF_AGE
 from microdata.describe import SIZE_BINS, SIZE_LABELS
 from microdata.domain import Domain
 from microdata.errors import CensusReconError
@@ -91,7 +92,8 @@ def by_block_size(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, 
     """Per Bureau block-size bin (a block's size: its persons in D, the tabulated population), the
     solved blocks, those with zero solution variability on all the tables and their persons, the
     Bureau's solution variability where measured (blocks and persons with solvar 0, and the records
-    that can differ at most: Σ N_b solvar_b / 100), and the persons of D the reconstruction agrees
+    that can differ at most: Σ N_b solvar_b / 100), on its text's 38 age bins and on its released
+    code's key, P12's 23 age groups (``_p12``), and the persons of D the reconstruction agrees
     with on exact age and on exact or 38-bin age (:func:`agreement`, counts)."""
     if "BLOCK" not in domain:
         return []
@@ -108,6 +110,7 @@ def by_block_size(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, 
         zero = [b for b in sel if blocks.get(b, {}).get("zero_variability") is True]
         undecided = [b for b in sel if b in blocks and blocks[b].get("zero_variability") is None]
         solvar = {b: blocks[b]["solvar"] for b in sel if blocks.get(b, {}).get("solvar") is not None}
+        p12 = {b: blocks[b]["solvar_p12"] for b in sel if blocks.get(b, {}).get("solvar_p12") is not None}
         t_in, r_in = np.isin(t_block, sel), np.isin(r_block, sel)
         a = agreement(domain, np.asarray(truth_keys)[t_in], np.asarray(rec_keys)[r_in]) or {}
         persons = int(t_in.sum())
@@ -119,6 +122,11 @@ def by_block_size(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, 
                     "persons_solvar_zero": int(sum(size_of[b] for b, v in solvar.items() if v == 0)),
                     # Σ N_b solvar_b / 100: records that can differ, at most (the numerator of cumsolvar)
                     "solvar_records": float(sum(size_of[b] * v / 100 for b, v in solvar.items())),
+                    # the same on P12's 23 age groups, the key of the Bureau's released code
+                    "blocks_solvar_p12": len(p12), "blocks_solvar_p12_zero": sum(v == 0 for v in p12.values()),
+                    "persons_solvar_p12": int(sum(size_of[b] for b in p12)),
+                    "persons_solvar_p12_zero": int(sum(size_of[b] for b, v in p12.items() if v == 0)),
+                    "solvar_p12_records": float(sum(size_of[b] * v / 100 for b, v in p12.items())),
                     "agree_exact_age_persons": int(round(a.get("agree_exact_age", 0.0) * persons)),
                     "agree_binned_age_persons": int(round(a.get("agree_binned_age", 0.0) * persons))})
     return out
@@ -181,11 +189,12 @@ def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: in
     A certified row that is not in D is impossible; the run stops if one appears."""
     D = prob.private
     t0 = time.perf_counter()
-    coarsen = None
-    if "AGE" in D.domain and D.domain.size("AGE") == len(AGE_GROUP):  # the Bureau's schema: 38 age bins
-        coarsen = {"AGE": AGE_GROUP}
+    coarsen, keys = None, None
+    if "AGE" in D.domain and D.domain.size("AGE") == len(AGE_GROUP):  # the Bureau's schema: 38 age bins (its
+        coarsen = {"AGE": AGE_GROUP}  # text); its released code keys solvar on P12's 23 groups (imprecise ages)
+        keys = {"p12": {"AGE": P12_GROUP_OF_AGE}}
     res, solver = reconstruct_exact(workload, workload.counts(D), time_limit=cfg.attack.exact_time_limit,
-                                    coarsen=coarsen)
+                                    coarsen=coarsen, solvar_keys=keys)
     facts = {"workload": label, **res.facts()}
     if not res.solved:
         log.warning("unit %s: exact reconstruction %s", prob.unit, res.status)

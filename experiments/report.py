@@ -77,7 +77,8 @@ BUREAU_OVERALL = (69.4, 28.7, 48.5, 95.2)
 
 _BY_SIZE_KEYS = ("blocks", "blocks_zero_variability", "persons", "persons_zero_variability", "agree_exact_age_persons",
                  "agree_binned_age_persons", "blocks_solvar", "blocks_solvar_zero", "persons_solvar",
-                 "persons_solvar_zero", "solvar_records")
+                 "persons_solvar_zero", "solvar_records", "blocks_solvar_p12", "blocks_solvar_p12_zero",
+                 "persons_solvar_p12", "persons_solvar_p12_zero", "solvar_p12_records")
 
 
 def pooled_by_size(units: list[dict]) -> dict[str, dict]:
@@ -117,6 +118,13 @@ def bureau_table(units: list[dict], reid: pd.DataFrame | None) -> tuple[list, li
                       _share(a["persons_solvar_zero"], a["persons_solvar"]), f"{ref[1]}%"],
                      ["records that can differ, at most (cumulative solvar)", where,
                       _pct(a["solvar_records"], a["persons_solvar"], 1), "10.0%" if label == "all" else "—"]]
+        if a["blocks_solvar_p12"]:  # the same keyed on P12's 23 age groups, as the Bureau's released code runs
+            rows += [["solvar 0 keyed on P12's 23 age groups (the released code's key), % of blocks", where,
+                      _share(a["blocks_solvar_p12_zero"], a["blocks_solvar_p12"]), f"{ref[0]}%"],
+                     ["solvar 0 keyed on P12's 23 age groups, % of persons", where,
+                      _share(a["persons_solvar_p12_zero"], a["persons_solvar_p12"]), f"{ref[1]}%"],
+                     ["cumulative solvar keyed on P12's 23 age groups", where,
+                      _pct(a["solvar_p12_records"], a["persons_solvar_p12"], 1), "10.0%" if label == "all" else "—"]]
         # ours: zero variability on all the tables (compared with Table 7 only where solvar was not measured)
         zv = "zero variability on all the tables" if solvar else "zero variability"
         rows += [[f"{zv}, % of blocks", where, _share(a["blocks_zero_variability"], a["blocks"]),
@@ -299,7 +307,10 @@ def bureau_section(doc: Doc, units: list[dict], reid: pd.DataFrame | None, run_d
           "reconstruction, on the 38 age bins, maximised by an integer program over the block's own tables with the "
           "tract's tables as upper bounds on the block alone (a relaxation, so an upper bound); blocks with solvar 0 as "
           "% of blocks and of persons are SUPP Table 7's figures, and the persons-weighted mean is its cumulative "
-          "solvar (HDSR Table 2: 10.0%). *Zero variability on all the tables* is ours: every dataset consistent with "
+          "solvar (HDSR Table 2: 10.0%). The supplement's text keys solvar on the 38 age bins; the Bureau's released "
+          "code (recon_replication, solution_variability/config.ini: useImpreciseAgeBuckets = Yes) keys it on the start "
+          "age of P12's 23 groups, which merges the single years under 22 that the 38 bins keep apart: both are given, "
+          "each beside the one published figure, which cannot say which it is. *Zero variability on all the tables* is ours: every dataset consistent with "
           "all of the tract's tables has the block's counts (certified on the full tables; a block left undecided by "
           "the time limit counts as not zero); it holds for every solvar-0 block and more. Agreement is the exact "
           "attack's with D (SUPP Table 8: the reconstruction against the HDF, the file the tables were computed "
@@ -428,18 +439,24 @@ def write_sweep_report(run_dir: str | Path) -> Path:
         reid_path = run_dir / "reid.parquet"
         bureau_section(doc, units, pd.read_parquet(reid_path) if reid_path.exists() else None, run_dir)
         doc.p(f"Per {cfg.target.level}: blocks of solvar 0 (the Bureau's measure) and of zero variability on all the "
-              "tables, on the Bureau's 38 age bins; cumulative solvar (the records that can differ, at most); seconds.")
+              "tables, on the Bureau's 38 age bins; cumulative solvar (the records that can differ, at most); the same "
+              "two keyed on P12's 23 age groups (the released code's key); seconds.")
         def sec(r, k):
             return f"{r[k]:.1f}" if k in r and pd.notna(r[k]) else ""
 
+        def num(r, k, pct=False):
+            v = r.get(k)
+            return "" if v is None or pd.isna(v) else (f"{v:.1f}%" if pct else int(v))
+
         doc.table([cfg.target.level, "seed", "persons", "blocks", "status", "solvar 0 blocks", "cumulative solvar",
+                   "solvar 0 blocks, P12 key", "cumulative solvar, P12 key",
                    "zero variability on all tables", "decided in time", "solve s", "solvar s", "zero variability s",
                    "certify s", "task s"],
-                  [[r["unit"], r["seed"], r["persons"], r["blocks"], r["status"],
-                    "" if pd.isna(r.get("solvar_blocks_zero")) else int(r["solvar_blocks_zero"]),
-                    "" if pd.isna(r.get("cumsolvar")) else f"{r['cumsolvar']:.1f}%", r["blocks_zero_variability"],
+                  [[r["unit"], r["seed"], r["persons"], r["blocks"], r["status"], num(r, "solvar_blocks_zero"),
+                    num(r, "cumsolvar", True), num(r, "solvar_p12_blocks_zero"), num(r, "cumsolvar_p12", True),
+                    r["blocks_zero_variability"],
                     "yes" if r["zero_variability_complete"] else "no", sec(r, "seconds_solve"), sec(r, "seconds_solvar"),
                     sec(r, "seconds_zero_variability"), sec(r, "seconds_certify"), sec(r, "seconds_task")]
-                   for _, r in e.iterrows()], numeric={2, 3, 5, 6, 7, 9, 10, 11, 12, 13})
+                   for _, r in e.iterrows()], numeric={2, 3, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15})
     md, _ = doc.write(run_dir, "sweep_report", cfg.name)
     return md

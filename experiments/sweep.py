@@ -167,6 +167,8 @@ def pool_exact(run_dir: Path, markers: list[dict]) -> dict:
                                                           e.get("blocks_zero_variability")),
                          "zero_variability_complete": e.get("coarse_complete", e.get("certification_complete")),
                          "solvar_blocks_zero": e.get("solvar_blocks_zero"), "cumsolvar": e.get("cumsolvar"),
+                         "solvar_p12_blocks_zero": e.get("solvar_p12_blocks_zero"),
+                         "cumsolvar_p12": e.get("cumsolvar_p12"),
                          "certification_complete": e.get("certification_complete"),
                          "seconds_solve": e.get("seconds_solve"), "seconds_solvar": e.get("seconds_solvar"),
                          "seconds_zero_variability": e.get("seconds_coarse"), "seconds_certify": e.get("seconds_certify"),

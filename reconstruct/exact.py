@@ -95,6 +95,7 @@ class CountModel:
     cells_zero: int
     variables_before: int
     empty_nonzero_cells: int = 0  # a non-zero cell with no variable left: the tables are inconsistent
+    row_levels: np.ndarray | None = None  # each row's table level ("block", "tract", ...), where the workload says
 
     @property
     def num_variables(self) -> int:
@@ -142,8 +143,9 @@ def build_count_model(workload, counts: np.ndarray, chunk: int = 2_000_000) -> C
     c = np.concatenate(cols) if cols else np.zeros(0, np.int64)
     A = sp.csr_matrix((np.ones(len(r)), (r, c)), shape=(len(nz), len(codes)))
     empty = int((np.diff(A.indptr) == 0).sum())
+    levels = getattr(workload, "query_levels", None)
     return CountModel(dom, codes, A, counts[nz].astype(np.float64), len(counts), int((counts == 0).sum()),
-                      int(np.prod(dom.sizes)), empty)
+                      int(np.prod(dom.sizes)), empty, np.asarray(levels, dtype=object)[nz] if levels else None)
 
 
 @dataclass
@@ -166,6 +168,9 @@ class ExactResult:
     seconds_coarse: float = 0.0
     #: every block's Bureau solution variability measured (in ``blocks_coarse``: "solvar", percent)
     solvar_complete: bool = False
+    #: solution variability on other keys (``solvar_keys``), in ``blocks_coarse`` as "solvar_<name>";
+    #: per name, whether every block's was measured
+    solvar_keys_complete: dict = field(default_factory=dict)
     seconds_solvar: float = 0.0
     seconds_solve: float = 0.0
     seconds_certify: float = 0.0
@@ -216,6 +221,15 @@ class ExactResult:
                            solvar_persons_in_zero_blocks=sum(b["persons"] for b in measured if b["solvar"] == 0),
                            cumsolvar=round(sum(b["persons"] * b["solvar"] for b in measured) / n, 3) if n else 0.0,
                            seconds_solvar=round(self.seconds_solvar, 3))
+            for name, complete in self.solvar_keys_complete.items():
+                on = [b for b in bc if b.get(f"solvar_{name}") is not None]
+                n = sum(b["persons"] for b in on)
+                out.update({f"solvar_{name}_complete": complete, f"solvar_{name}_blocks": len(on),
+                            f"solvar_{name}_blocks_zero": sum(b[f"solvar_{name}"] == 0 for b in on),
+                            f"solvar_{name}_persons_in_zero_blocks": sum(b["persons"] for b in on
+                                                                         if b[f"solvar_{name}"] == 0),
+                            f"cumsolvar_{name}": round(sum(b["persons"] * b[f"solvar_{name}"] for b in on) / n, 3)
+                            if n else 0.0})
         return out
 
 
@@ -399,7 +413,8 @@ def block_solution_variability(model: CountModel, x: np.ndarray, coarsen: dict[s
     4.10): solvar(b) = 100 × max L1(Hist(x_b), Hist(y_b)) / (2 N_b) over every y_b of the block's
     relaxed problem, on the coarse schema (``coarsen``: the Bureau's 38 age bins): the block's own
     tables as equalities, the tables spanning several blocks (tract tables) as ≤ with the block's
-    variables only. It is the share of the block's records that can differ from ``x``, an upper
+    variables only, classified by table as the Bureau's code does (a tract table's cell is ≤ even where
+    the published zeros leave all its variables in one block). It is the share of the block's records that can differ from ``x``, an upper
     bound for the full tables, whose feasible set the relaxation contains (x_b is feasible in it).
 
     With the block total fixed (N_b), L1 = 2 (N_b − Σ_g min(y_g, x_g)), so the integer program
@@ -411,6 +426,8 @@ def block_solution_variability(model: CountModel, x: np.ndarray, coarsen: dict[s
     block, gid = _coarse_groups(model, coarsen)
     A = model.A.tocsc()
     own, _ = _own_rows(model.A, block)
+    if model.row_levels is not None:  # the Bureau classifies rows by table: a tract table's row stays ≤ even
+        own &= model.row_levels == "block"  # where the published zeros leave its variables in one block
     out, complete = {}, True
     for b in np.unique(block[x > 0]).tolist():
         cols = np.flatnonzero(block == b)
@@ -597,9 +614,13 @@ class _BlockLPs:
 
 
 def reconstruct_exact(workload, counts: np.ndarray, time_limit: float = 300.0, certify_support: bool = True,
-                      threads: int | None = None, coarsen: dict[str, np.ndarray] | None = None
-                      ) -> tuple[ExactResult, ExactSolver | None]:
+                      threads: int | None = None, coarsen: dict[str, np.ndarray] | None = None,
+                      solvar_keys: dict[str, dict] | None = None) -> tuple[ExactResult, ExactSolver | None]:
     """Solve the count model of the published tables and certify the solution's support.
+
+    ``coarsen``: the schema of zero variability and of the Bureau's solution variability (its 38 age
+    bins); ``solvar_keys``: other schemas its solution variability is also measured on, by name (the
+    released code's key: P12's 23 age groups), each block's in ``blocks_coarse`` as "solvar_<name>".
 
     A block whose every support cell is certified at its solved count, and whose total the
     tables fix, has zero solution variability: its reconstruction is the only one. A unit past
@@ -620,12 +641,19 @@ def reconstruct_exact(workload, counts: np.ndarray, time_limit: float = 300.0, c
     if coarsen:  # first, as they are the Bureau's measures and cheaper than every row's certificate:
         # its solution variability (small programs, one a block), then zero variability on all the tables
         solvar, res.solvar_complete = block_solution_variability(model, x, coarsen, solver.deadline)
+        others = {}
+        for name, key in (solvar_keys or {}).items():
+            others[name], res.solvar_keys_complete[name] = block_solution_variability(model, x, key, solver.deadline)
         res.seconds_solvar = time.perf_counter() - t1
         t1 = time.perf_counter()
         res.blocks_coarse, res.coarse_complete = coarse_block_variability(solver, model, x, coarsen)
         for b, f in solvar.items():
             res.blocks_coarse.setdefault(b, {"zero_variability": None, "persons": f["persons"]}).update(
                 solvar=f["solvar"], solvar_exact=f["exact"])
+        for name, found in others.items():
+            for b, f in found.items():
+                res.blocks_coarse.setdefault(b, {"zero_variability": None, "persons": f["persons"]})[
+                    f"solvar_{name}"] = f["solvar"]
         res.seconds_coarse = time.perf_counter() - t1
         t1 = time.perf_counter()
     if certify_support:

@@ -225,3 +225,14 @@ def test_zero_variability_and_agreement_by_the_bureaus_block_size_bins():
         "0.0% (0 of 12)", "71.6%")
     assert got[("records that can differ, at most (cumulative solvar)", "all blocks")] == ("20.0%", "10.0%")  # 3 of 15
     assert got[("zero variability on all the tables, % of blocks", "all blocks")] == ("100.0% (2 of 2)", "—")
+    assert not any("P12" in key[0] for key in got)  # the released code's key: only where it was measured
+    # keyed on P12's 23 groups as well (the Bureau's released code): block 1's 25% falls to 0 there
+    rows = by_block_size(dom, truth, rec, {0: {"zero_variability": True, "solvar": 0.0, "solvar_p12": 0.0},
+                                           1: {"zero_variability": True, "solvar": 25.0, "solvar_p12": 0.0}})
+    assert (rows[1]["blocks_solvar_p12_zero"], rows[1]["persons_solvar_p12"], rows[1]["solvar_p12_records"]) == (
+        1, 12, 0.0)
+    got = {(r[0], r[1]): (r[2], r[3]) for r in bureau_table([{"exact": {"tables": {"by_block_size": rows}}}], None)[1]}
+    key = "solvar 0 keyed on P12's 23 age groups (the released code's key), % of blocks"
+    assert got[(key, "all blocks")] == ("100.0% (2 of 2)", "69.4%")
+    assert got[("zero solution variability (solvar 0), % of blocks", "all blocks")] == ("50.0% (1 of 2)", "69.4%")
+    assert got[("cumulative solvar keyed on P12's 23 age groups", "all blocks")] == ("0.0%", "10.0%")

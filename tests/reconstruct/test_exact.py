@@ -185,6 +185,41 @@ def test_coarse_zero_variability_agrees_with_brute_force(seed):
         assert info["solvar_exact"] and info["solvar"] == pytest.approx(100 * most / info["persons"]), (b, seen[b])
 
 
+def test_solution_variability_on_two_keys_differs_where_the_coarser_key_hides_which_child_has_which_race():
+    """The Bureau's text keys solvar on 38 age bins (single years under 22); its released code on P12's
+    23 groups (under 5 one group). Two children of ages 0 and 1, of two races, in a block that publishes
+    its total, age in P12's groups and race: every consistent block has two under-5s of those races, so
+    the P12 key gives solvar 0, but which child is which (or both 0, both 1) is open: single years give
+    100% (x = {0: race 0, 1: race 1} against y = {1: race 0, 0: race 1} differs in both records)."""
+    dom = Domain((Attribute.range("BLOCK", 1), Attribute.range("AGE", 4), Attribute.range("RACE", 2)))
+    w = _workload(dom, [("T", [{}]), ("P12", [{"AGE": {0, 1}}, {"AGE": {2, 3}}]),
+                        ("RACE", [{"RACE": {r}} for r in range(2)])])
+    D = Dataset(dom, np.array([[0, 0, 0], [0, 1, 1]]))
+    res, _ = reconstruct_exact(w, w.counts(D), time_limit=30, certify_support=False,
+                               coarsen={"AGE": np.arange(4)}, solvar_keys={"p12": {"AGE": np.array([0, 0, 1, 1])}})
+    [info] = res.blocks_coarse.values()
+    assert info["solvar"] == pytest.approx(100.0) and info["solvar_p12"] == 0.0
+    f = res.facts()
+    assert (f["solvar_blocks_zero"], f["solvar_p12_blocks_zero"], f["cumsolvar_p12"]) == (0, 1, 0.0)
+    assert f["solvar_p12_complete"] and f["cumsolvar"] == pytest.approx(100.0)
+
+
+def test_the_bureaus_relaxation_keeps_a_tract_tables_row_an_upper_bound_where_zeros_leave_it_in_one_block():
+    """Rows are classified by table, as the Bureau's code does: block 1 is empty, so the tract's one cell
+    (B = 0: 2 persons) has all its surviving variables in block 0; as the block's own equality it would
+    fix both persons' B (solvar 0), as the tract table's ≤ it lets both be B = 1 (solvar 100%)."""
+    dom = Domain((Attribute.range("BLOCK", 2), Attribute.range("A", 2), Attribute.range("B", 2)))
+    cells = [Cell("T", 1, "c", (), "block")] + [Cell("A", a + 1, "c", (("A", frozenset({a})),), "block")
+                                                 for a in range(2)]
+    cells += [Cell("TB", 1, "c", (("B", frozenset({0})),), "tract")]
+    w = CensusWorkload.build(dom, cells)
+    D = Dataset(dom, np.array([[0, 0, 0], [0, 1, 0]]))
+    res, _ = reconstruct_exact(w, w.counts(D), time_limit=30, certify_support=False,
+                               coarsen={"A": np.arange(2)})
+    assert res.blocks_coarse[0]["solvar"] == pytest.approx(100.0)
+    assert res.blocks_coarse[0]["zero_variability"] is True  # on all the tables: the tract's equality holds
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_the_bureaus_solution_variability_bounds_every_consistent_dataset_with_tract_tables(seed):
     """With tables over the whole unit (the tract's), solvar is computed on the Bureau's relaxation (the
