@@ -2,8 +2,10 @@
 an attacker file of named records (block, sex, age) is linked one to one, without replacement and in
 random order, to a reconstructed file within each block, first on {sex, single-year age}, then the
 records left on {sex, 38-bin age}; each link attaches the reconstructed record's race and ethnicity
-to a name: a putative reidentification. It is confirmed when the named person's confidential record
-has that block, sex, age (the bin, for a binned link), race and ethnicity.
+to a name: a putative reidentification. It is confirmed, as the Bureau's code confirms every link
+(on exact age, failing that on the age bin), when the named person's confidential record has that
+block, sex, 38-bin age group, race and ethnicity. The vulnerable group of an attacker file is the
+Bureau's universe (HDSR Table 6's notes): records naming a vulnerable person *in that person's block*.
 
 Two attacker files: the *perfect* one (every person of D, exactly right: the Bureau's CEF
 attacker) and a *commercial-like* one, simulated with the error structure the Bureau reports for
@@ -106,12 +108,15 @@ def link_one_to_one(file: AttackerFile, rec_block: np.ndarray, rec_sex: np.ndarr
 
 def confirmed(file: AttackerFile, linked: np.ndarray, binned: np.ndarray, rec_block, rec_sex, rec_age, rec_re,
               block, sex, age, re) -> np.ndarray:
-    """Which links are confirmed: the named person exists and their confidential block, sex, age
-    (its 38-bin group for a binned link), race and ethnicity are the linked record's."""
+    """Which links are confirmed: the named person exists and their confidential block, sex, race and
+    ethnicity are the linked record's, and so is their age, exactly or failing that in its 38-bin group,
+    whichever pass made the link (the Bureau's code confirms every link on exact age, then on the bin:
+    a commercial record a year off links on that wrong year and is confirmed on the bin). ``binned``
+    is kept for the report of which pass linked."""
     ok = (linked >= 0) & (file.person >= 0)
     i = np.flatnonzero(ok)
     p, j = file.person[i], linked[i]
-    same_age = np.where(binned[i], AGE_BIN38_OF_AGE[age[p]] == AGE_BIN38_OF_AGE[rec_age[j]], age[p] == rec_age[j])
+    same_age = AGE_BIN38_OF_AGE[age[p]] == AGE_BIN38_OF_AGE[rec_age[j]]  # exact age is in the same bin too
     good = (block[p] == rec_block[j]) & (sex[p] == rec_sex[j]) & same_age & (re[p] == rec_re[j])
     out = np.zeros(len(file), bool)
     out[i[good]] = True
@@ -165,7 +170,8 @@ def guesser_files(block: np.ndarray, sex: np.ndarray, age: np.ndarray, re: np.nd
 def reidentify(files: list[AttackerFile], reconstructions: dict[str, tuple], truth: tuple, vulnerable: np.ndarray,
                seed: int) -> pd.DataFrame:
     """Putative and confirmed reidentifications and precision, per reconstructed file × attacker
-    file × group (``all``; ``vulnerable``: records naming a person of the group). ``reconstructions``
+    file × group (``all``; ``vulnerable``: records naming a person of the group in that person's own
+    block, the Bureau's universe: a record that puts them elsewhere is not counted). ``reconstructions``
     maps a name to (block, sex, age, race/eth) arrays; ``truth`` is D's (block, sex, age, race/eth).
     The linkage's random order comes from ``seed`` and the method's name only, so two attacker
     files that are the same record for record link the same way."""
@@ -179,7 +185,7 @@ def reidentify(files: list[AttackerFile], reconstructions: dict[str, tuple], tru
             put = linked >= 0
             in_group = np.zeros(len(f), bool)
             named = f.person >= 0
-            in_group[named] = vulnerable[f.person[named]]
+            in_group[named] = vulnerable[f.person[named]] & (f.block[named] == block[f.person[named]])
             for group, sel in (("all", np.ones(len(f), bool)), ("vulnerable", in_group)):
                 p, c = int(put[sel].sum()), int(conf[sel].sum())
                 rows.append({"method": name, "attacker_file": f.name, "group": group,

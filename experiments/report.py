@@ -389,12 +389,15 @@ def _exact_section(doc: Doc, run_dir: Path, units: list[dict]) -> None:
         doc.p("Reidentification, as the Bureau ran it: an attacker file of named records (block, sex, age) linked one "
               "to one, without replacement and in random order, to each reconstructed file within each block on sex "
               "and age, then the records left on sex and the 38 age bins; the linked record's race and ethnicity "
-              "make a putative reidentification, confirmed when the named person's own block, sex, age (bin), race "
-              "and ethnicity are the record's. Two attacker files: perfect (every person of D, right) and "
+              "make a putative reidentification, confirmed (as the Bureau's code confirms every link: on exact age, "
+              "failing that on the bin) when the named person's own block, sex, 38-bin age, race and ethnicity are the "
+              "record's. Two attacker files: perfect (every person of D, right) and "
               "commercial-like (about 37% of records right, as the Bureau's commercial file; missing persons, wrong "
               "blocks, sex and age errors and records of nobody otherwise). The vulnerable group: persons whose race "
               "and ethnicity is not their block's mode (the Bureau's rule: a block whose top count is 1 or tied takes the unit's mode, failing that non-Hispanic White alone), unique on {block, sex, "
-              "38-bin age}, in a block whose reconstruction has zero solution variability. The Bureau's figures (HDSR "
+              "38-bin age}, in a block whose reconstruction has zero solution variability; an attacker file's "
+              "records of it are those naming such a person in their own block (the Bureau's universe, HDSR Table 6's "
+              "notes). The Bureau's figures (HDSR "
               "Tables 5-6, the 2010 population, its attack's reconstruction) are beside ours; its guessers are the "
               "modal and proportional rows.")
         doc.table(*reid_table(pd.read_parquet(reid_path)), numeric={3, 4, 5, 6})

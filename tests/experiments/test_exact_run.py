@@ -236,3 +236,21 @@ def test_zero_variability_and_agreement_by_the_bureaus_block_size_bins():
     assert got[(key, "all blocks")] == ("100.0% (2 of 2)", "69.4%")
     assert got[("zero solution variability (solvar 0), % of blocks", "all blocks")] == ("50.0% (1 of 2)", "69.4%")
     assert got[("cumulative solvar keyed on P12's 23 age groups", "all blocks")] == ("0.0%", "10.0%")
+
+
+def test_links_are_confirmed_on_the_age_bin_and_the_vulnerable_group_keeps_records_in_the_persons_block():
+    """The Bureau's rules: a link is confirmed on exact age, failing that on the 38-bin group, whichever
+    pass made it; a commercial record of a vulnerable person counts in the group only when it names
+    their own block (HDSR Table 6's notes)."""
+    from experiments.reid import AttackerFile, reidentify
+
+    block, sex, age, re = (np.array([0, 0]), np.array([0, 1]), np.array([30, 50]), np.array([1, 0]))
+    vulnerable = np.array([True, False])
+    rec = (np.array([0, 0]), np.array([0, 1]), np.array([31, 50]), np.array([1, 0]))  # person 0 rebuilt at 31
+    # the file has person 0 a year off (31: linked on that exact year, confirmed on the bin 30-34), and a
+    # second record of person 0 in block 1 (not the vulnerable group's universe: their block is 0)
+    f = AttackerFile("commercial", np.array([0, 1, 0]), np.array([0, 0, 1]), np.array([0, 1, 0]),
+                     np.array([31, 50, 30]))
+    r = reidentify([f], {"exact": rec}, (block, sex, age, re), vulnerable, seed=0).set_index("group")
+    assert (r.loc["all", "putative"], r.loc["all", "confirmed"]) == (2, 2)
+    assert (r.loc["vulnerable", "attacker_records"], r.loc["vulnerable", "confirmed"]) == (1, 1)
