@@ -8,11 +8,11 @@ block, sex, 38-bin age group, race and ethnicity. The vulnerable group of an att
 Bureau's universe (HDSR Table 6's notes): records naming a vulnerable person *in that person's block*.
 
 Two attacker files: the *perfect* one (every person of D, exactly right: the Bureau's CEF
-attacker) and a *commercial-like* one, simulated with the error structure the Bureau reports for
-its commercial file (only 37.1% of its records are right on person, block, sex and age bin: HDSR
-Table 4): missing persons, records in the wrong block, sex errors, ages off by several years and
-records of nobody. Each error rate is a config knob (``reidentification.commercial``, whose defaults
-make about 37% of records right); at 0 the commercial file is the perfect one.
+attacker) and a *commercial-like* one, simulated with the structure the Bureau reports for its
+commercial file (HDSR Table 4: about 104 records per 100 persons, only 37.1% right on person,
+block, sex and age bin): missing persons, records in another occupied block, records of persons not
+in the tables, and rare sex and age errors. Each rate is a config knob
+(``reidentification.commercial``); at 0 the commercial file is the perfect one.
 """
 
 from __future__ import annotations
@@ -46,22 +46,24 @@ def perfect_file(block: np.ndarray, sex: np.ndarray, age: np.ndarray) -> Attacke
     return AttackerFile("perfect", np.arange(n), np.asarray(block), np.asarray(sex), np.asarray(age))
 
 
-def commercial_file(block: np.ndarray, sex: np.ndarray, age: np.ndarray, n_blocks: int, rng: np.random.Generator,
+def commercial_file(block: np.ndarray, sex: np.ndarray, age: np.ndarray, blocks: np.ndarray, rng: np.random.Generator,
                     coverage: float, wrong_block: float, wrong_sex: float, age_error: float, age_error_years: int,
                     extra: float, n_sexes: int = 2, n_ages: int | None = None) -> AttackerFile:
     """A commercial-like file: a ``coverage`` share of D's persons, each record independently in
-    another of the unit's ``n_blocks`` blocks (``wrong_block``), with the other sex (``wrong_sex``),
-    with an age off by 1 to ``age_error_years`` years either way (``age_error``); plus ``extra`` × |D|
-    records of nobody (a random block, sex and age of D's). Every rate 0 and coverage 1 give the
-    perfect file."""
+    another of ``blocks`` (the unit's occupied blocks, which its published totals show: a commercial
+    file's addresses are residences) with probability ``wrong_block``, with the other sex
+    (``wrong_sex``), with an age off by 1 to ``age_error_years`` years either way (``age_error``);
+    plus ``extra`` × |D| records of nobody in D (identity errors: a random occupied block, and the sex
+    and age of a random person of D). Every rate 0 and coverage 1 give the perfect file."""
     n = len(block)
     n_ages = n_ages or int(np.max(age, initial=0)) + 1
+    blocks = np.unique(np.asarray(blocks, dtype=np.int64))
     keep = np.flatnonzero(rng.random(n) < coverage)
     b, s, a = block[keep].copy(), sex[keep].copy(), age[keep].copy()
-    if n_blocks > 1:
-        moved = rng.random(len(keep)) < wrong_block
-        shift = rng.integers(1, n_blocks, moved.sum())  # another block, uniformly
-        b[moved] = (b[moved] + shift) % n_blocks
+    if len(blocks) > 1:
+        moved = np.flatnonzero(rng.random(len(keep)) < wrong_block)
+        at = np.searchsorted(blocks, b[moved])  # each moved record to another occupied block, uniformly
+        b[moved] = blocks[(at + rng.integers(1, len(blocks), len(moved))) % len(blocks)]
     flip = rng.random(len(keep)) < wrong_sex
     s[flip] = (s[flip] + rng.integers(1, max(n_sexes, 2), flip.sum())) % max(n_sexes, 2)
     off = rng.random(len(keep)) < age_error
@@ -70,9 +72,9 @@ def commercial_file(block: np.ndarray, sex: np.ndarray, age: np.ndarray, n_block
         a[off] = np.clip(a[off] + delta, 0, n_ages - 1)
     m = int(round(extra * n))
     pick = rng.integers(0, max(n, 1), m) if n else np.zeros(0, np.int64)
+    where = blocks[rng.integers(0, len(blocks), m)] if len(blocks) else np.zeros(m, np.int64)
     return AttackerFile("commercial", np.concatenate([keep, np.full(m, -1)]),
-                        np.concatenate([b, block[pick]]), np.concatenate([s, sex[pick]]),
-                        np.concatenate([a, rng.integers(0, n_ages, m)]))
+                        np.concatenate([b, where]), np.concatenate([s, sex[pick]]), np.concatenate([a, age[pick]]))
 
 
 def link_one_to_one(file: AttackerFile, rec_block: np.ndarray, rec_sex: np.ndarray, rec_age: np.ndarray,

@@ -173,13 +173,21 @@ def test_a_commercial_file_without_errors_reproduces_the_perfect_files_results()
     big = 20_000
     b, s, a = rng.integers(0, 40, big), rng.integers(0, 2, big), rng.integers(0, 90, big)
     c = CommercialFileConfig()
-    f = commercial_file(b, s, a, 40, rng, c.coverage, c.wrong_block, c.wrong_sex, c.age_error, c.age_error_years,
+    f = commercial_file(b, s, a, np.arange(40), rng, c.coverage, c.wrong_block, c.wrong_sex, c.age_error, c.age_error_years,
                         c.extra, n_ages=116)
     p = f.person
     ok = (p >= 0)
     right = ok.copy()
     right[ok] = (f.block[ok] == b[p[ok]]) & (f.sex[ok] == s[p[ok]]) & (AGE_BIN38_OF_AGE[f.age[ok]] == AGE_BIN38_OF_AGE[a[p[ok]]])
     assert 0.33 < right.mean() < 0.41
+    assert 1.02 < len(f) / big < 1.06  # about 104 records per 100 persons, as the Bureau's file
+    # records right on person and block are nearly all right on sex and age bin too (the Bureau's note)
+    on_block = ok.copy()
+    on_block[ok] = f.block[ok] == b[p[ok]]
+    assert right.sum() / on_block.sum() > 0.95
+    # a misplaced record goes only to an occupied block
+    g = commercial_file(b, s, a, np.array([3, 7, 11]), rng, 1.0, 1.0, 0.0, 0.0, 0, 0.5, n_ages=116)
+    assert set(g.block[g.person >= 0].tolist()) <= {3, 7, 11} and set(g.block.tolist()) <= {3, 7, 11}
 
 def test_zero_variability_and_agreement_by_the_bureaus_block_size_bins():
     from experiments.exact_eval import by_block_size
