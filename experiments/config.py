@@ -309,6 +309,12 @@ class AttackConfig(_Strict):
         False, description="also reconstruct every tables workload exactly by integer programming (HiGHS) and "
         "certify rows: methods exact and exact_certified")
     exact_time_limit: float = Field(300.0, gt=0, description="seconds per unit for the exact attack")
+    exact_swap_rate: float = Field(
+        0.0, ge=0, le=1, description="the exact attack reads tables tabulated from D with this share of its records "
+        "swapped between blocks (persons of the same sex and P12 age group exchange blocks, those unique in their "
+        "block first): the Bureau's HDF, standing in for 2010's undisclosed swapping; its agreement is measured "
+        "against the swapped file, as the Bureau's, and reidentification confirmed against D (the CEF), with the "
+        "swapped file's own agreement and precision beside (method hdf). 0: D's own tables. RAP-Rank still reads D's")
     init_mode: Literal["resample", "each_once"] = Field(
         "resample", description="init from a baseline: resample = n' rows drawn from it per run; each_once = the "
         "paper code's: n' = |D_holdout| and each of its rows starts one relaxed row (other baselines: "

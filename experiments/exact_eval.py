@@ -142,14 +142,16 @@ def _race_eth(domain: Domain, codes: np.ndarray) -> np.ndarray:
 
 
 def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.ndarray], rng: np.random.Generator,
-                     rc=None, zero_variability_blocks: set | None = None) -> pd.DataFrame | None:
+                     rc=None, zero_variability_blocks: set | None = None,
+                     tabulated: np.ndarray | None = None) -> pd.DataFrame | None:
     """The Bureau's reidentification simulation on one unit (:mod:`experiments.reid`): the perfect
     and the commercial-like attacker files linked one to one to each method's reconstructed persons
     (``methods[name]``: rows of codes) and to the modal and proportional guessers' files; putative,
     confirmed and precision, overall and for the vulnerable group (non-modal, unique on {block,
     sex, 38-bin age}, in a zero-variability block when ``zero_variability_blocks`` is given). ``rc``
-    is the config's ``reidentification`` section (its defaults when None). None without
-    single-year AGE and SEX."""
+    is the config's ``reidentification`` section (its defaults when None); ``tabulated``: the rows the
+    tables were computed from when they are not D's (a swapped file, the Bureau's HDF), from which the
+    guessers take their block shares. None without single-year AGE and SEX."""
     from experiments.config import ReidentificationConfig
     from experiments.reid import (AttackerFile, block_modes, commercial_file, guesser_files, perfect_file,
                                   reidentify, vulnerable_persons)
@@ -175,9 +177,15 @@ def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.nd
     for name, rec in methods.items():
         rb = rec[:, jb] if jb is not None else np.zeros(len(rec), np.int64)
         recs[name] = (rb, rec[:, js], rec[:, ja], _race_eth(domain, rec))
-    mode = block_modes(block, re)  # once, for the modal guesser and the vulnerable group
-    for name, guess in guesser_files(block, sex, age, re, guess_rng, mode).items():
-        recs[name] = (block, sex, age, guess)
+    mode = block_modes(block, re)  # once, for the vulnerable group (and the guessers, on D's own tables)
+    if tabulated is None:
+        for name, guess in guesser_files(block, sex, age, re, guess_rng, mode).items():
+            recs[name] = (block, sex, age, guess)
+    else:  # the guessers read the published tables: the swapped file's
+        tb = tabulated[:, jb] if jb is not None else np.zeros(len(tabulated), np.int64)
+        ts, ta, tre = tabulated[:, js], tabulated[:, ja], _race_eth(domain, tabulated)
+        for name, guess in guesser_files(tb, ts, ta, tre, guess_rng).items():
+            recs[name] = (tb, ts, ta, guess)
     vulnerable = vulnerable_persons(block, sex, age, re, zero_variability_blocks, mode)
     return reidentify(files, recs, (block, sex, age, re), vulnerable, link_seed)
 
@@ -193,15 +201,26 @@ def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: in
     if "AGE" in D.domain and D.domain.size("AGE") == len(AGE_GROUP):  # the Bureau's schema: 38 age bins (its
         coarsen = {"AGE": AGE_GROUP}  # text); its released code keys solvar on P12's 23 groups (imprecise ages)
         keys = {"p12": {"AGE": P12_GROUP_OF_AGE}}
-    res, solver = reconstruct_exact(workload, workload.counts(D), time_limit=cfg.attack.exact_time_limit,
+    hdf, swap_facts = D, None  # the file the tables are tabulated from: D, or D swapped (the Bureau's HDF)
+    if cfg.attack.exact_swap_rate > 0 and "BLOCK" in D.domain:  # (without BLOCK there is nothing to swap between)
+        from experiments.problem import _stable
+        from synth.swapping import swap_records
+
+        hdf, swap_facts = swap_records(D, cfg.attack.exact_swap_rate,
+                                       np.random.default_rng(_stable("hdf", cfg.seed, prob.unit, prob.with_block)),
+                                       ["SEX", "AGE"])
+    res, solver = reconstruct_exact(workload, workload.counts(hdf), time_limit=cfg.attack.exact_time_limit,
                                     coarsen=coarsen, solvar_keys=keys)
     facts = {"workload": label, **res.facts()}
+    if swap_facts is not None:
+        facts["tables_from"] = {"swapped_file": True, **swap_facts}
     if not res.solved:
         log.warning("unit %s: exact reconstruction %s", prob.unit, res.status)
         return [], facts, [], []
     exact_r, cert_r = exact_rankings(res)
     truth_set = np.unique(truth)
-    check_certified_counts(res, truth, prob.unit)
+    hdf_keys = truth if swap_facts is None else hdf.keys()
+    check_certified_counts(res, hdf_keys, prob.unit)  # certified rows are in the file the tables count
     names = ("exact", "exact_certified") if len(cfg.queries) == 1 else (f"exact_{label}", f"exact_certified_{label}")
     curves = [match_rate_curve(exact_r, truth, ks, u, len(exact_r), outside).assign(method=names[0]),
               match_rate_curve(cert_r, truth, ks, u, len(cert_r), outside).assign(method=names[1])]
@@ -225,20 +244,27 @@ def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: in
     n = len(D)
     recon = {names[0]: np.repeat(*res.rows())}
     zv_blocks = res.blocks_coarse or res.blocks  # zero variability on the 38 bins where measured
-    if zv_blocks:
-        facts["by_block_size"] = by_block_size(D.domain, truth, recon[names[0]], zv_blocks)
+    if zv_blocks:  # agreement against the file the tables count (the Bureau's: the rHDF against the HDF)
+        facts["by_block_size"] = by_block_size(D.domain, hdf_keys, recon[names[0]], zv_blocks)
         facts["zero_variability_schema"] = "38-bin age" if res.blocks_coarse else "single-year age"
     for name, r in {**rankings, **baseline_rankings}.items():
         recon[name] = r.keys[:n]
     agree = []
-    for name, keys in recon.items():
+    for name, keys in recon.items():  # against D (the CEF)
         a = agreement(D.domain, truth, keys)
         if a is not None:
             agree.append({"method": name, **a})
+    if swap_facts is not None:  # the swapped file's own agreement with D, and the reconstruction's with it
+        for name, ref, keys in (("hdf", truth, hdf_keys), (f"{names[0]}_vs_hdf", hdf_keys, recon[names[0]])):
+            a = agreement(D.domain, ref, keys)
+            if a is not None:
+                agree.append({"method": name, **a})
     reid = []
     if getattr(cfg, "reidentification", None) is not None:
         rc = cfg.reidentification
         methods = {k: D.domain.decode(v) for k, v in recon.items() if k in (names[0], *rankings)}
+        if swap_facts is not None:  # the swapped file itself as the attacker's reconstruction (HDSR's HDF row)
+            methods["hdf"] = hdf.codes
         zero = None
         if zv_blocks and all(f.get("solvar") is not None for f in zv_blocks.values()):
             zero = {b for b, f in zv_blocks.items() if f["solvar"] == 0}  # the Bureau's: solvar 0
@@ -246,7 +272,7 @@ def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: in
         elif zv_blocks:
             zero = {b for b, f in zv_blocks.items() if f["zero_variability"] is True}
             facts["vulnerable_zero_blocks"] = "zero variability on all the tables"
-        df = reidentification(D.domain, D.codes, methods, rng, rc, zero)
+        df = reidentification(D.domain, D.codes, methods, rng, rc, zero, None if swap_facts is None else hdf.codes)
         if df is not None:
             reid = df.to_dict("records")
     return curves, facts, agree, reid

@@ -262,3 +262,32 @@ def test_links_are_confirmed_on_the_age_bin_and_the_vulnerable_group_keeps_recor
     r = reidentify([f], {"exact": rec}, (block, sex, age, re), vulnerable, seed=0).set_index("group")
     assert (r.loc["all", "putative"], r.loc["all", "confirmed"]) == (2, 2)
     assert (r.loc["vulnerable", "attacker_records"], r.loc["vulnerable", "confirmed"]) == (1, 1)
+
+
+def test_the_exact_attack_on_swapped_tables_confirms_against_d_and_reports_the_swapped_file(tmp_path):
+    # as the Bureau's experiment: tables tabulated from a swapped file (its HDF), the reconstruction's
+    # agreement measured against that file, reidentification confirmed against D (the CEF), and the
+    # swapped file's own agreement and precision beside (method hdf)
+    cfg = load_config(ROOT / "configs" / "census" / "exact_tracts.yaml",
+                      SMALL + ["target.units=1", "attack.exact_swap_rate=0.2"])
+    run = run_experiment(cfg, tmp_path, progress=False)  # a certified row outside the swapped file would stop it
+    [u] = json.loads((run / "manifest.json").read_text())["units"]
+    swapped = u["exact"]["sf1"]["tables_from"]
+    assert swapped["swapped_file"] and 0.15 * u["rows"] <= swapped["records_swapped"] <= 0.2 * u["rows"] + 2
+    agree = pd.read_parquet(run / "agreement.parquet").set_index("method")
+    assert {"exact", "hdf", "exact_vs_hdf"} <= set(agree.index)
+    assert agree.loc["hdf", "agree_exact_age"] < 1  # the swapped file is not D
+    reid = pd.read_parquet(run / "reid.parquet")
+    assert {"exact", "hdf", "modal"} <= set(reid.method) and (reid.confirmed <= reid.putative).all()
+    hdf = reid[(reid.method == "hdf") & (reid.attacker_file == "perfect") & (reid.group == "all")]
+    assert 0 < hdf.precision.iloc[0] < 1  # the swapped records' races are not their persons'
+    from experiments.report import bureau_table
+
+    rows = {(r[0], r[1]): r[2:] for r in bureau_table([u], reid)[1]}
+    ours, theirs = rows[("agreement of the swapped file with D (HDF vs CEF), exact age", "all blocks")]
+    assert ours == f"{100 * agree.loc['hdf', 'agree_exact_age']:.1f}%" and theirs == "96.3%"
+    assert ("reidentification precision, perfect attacker file", "hdf, all persons") in rows
+    from experiments.report import write_run_report
+
+    text = write_run_report(run).read_text()
+    assert "tabulated from a swapped file" in text
