@@ -65,6 +65,10 @@ def test_an_exact_sweep_attacks_every_tract_and_pools_them_beside_the_bureau(tmp
     assert set(reid["unit"]) == set(units["unit"]) and set(reid["attacker_file"]) == {"perfect", "commercial"}
     report = (run_dir / "sweep_report.md").read_text()
     assert "the Bureau's (2010)" in report and "zero solution variability (solvar 0), % of blocks | all blocks" in report
+    # like for like: solvar on both keys, the tables from a swapped file and the swapped file's agreement beside
+    assert "solvar 0 keyed on P12's 23 age groups (the released code's key), % of blocks | all blocks" in report
+    assert "tabulated from a swapped file" in report and "(HDF vs CEF), exact age" in report
+    assert pooled["all"]["blocks_solvar_p12_zero"] >= pooled["all"]["blocks_solvar_zero"]  # a coarser key: more 0s
     assert (run_dir / "bureau.png").stat().st_size > 0 and "bureau.png" in report
     again = sweep(cfg, tmp_path, "local", progress=False)
     assert again["tasks_run"] == 0 and again["exact"] == first["exact"]
