@@ -247,6 +247,9 @@ def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: in
     if zv_blocks:  # agreement against the file the tables count (the Bureau's: the rHDF against the HDF)
         facts["by_block_size"] = by_block_size(D.domain, hdf_keys, recon[names[0]], zv_blocks)
         facts["zero_variability_schema"] = "38-bin age" if res.blocks_coarse else "single-year age"
+        solvar = sorted(round(f["solvar"], 4) for f in zv_blocks.values() if f.get("solvar") is not None)
+        if solvar:  # every block's, for the solvar percentiles of HDSR Table 2 (pooled over units)
+            facts["solvar_by_block"] = solvar
     for name, r in {**rankings, **baseline_rankings}.items():
         recon[name] = r.keys[:n]
     agree = []

@@ -62,6 +62,22 @@ BUREAU_REID = {("perfect", "all"): {"exact": 0.779, "modal": 0.766, "proportiona
                ("perfect", "vulnerable"): {"exact": 0.952, "modal": 0.025, "proportional": 0.202, "hdf": 0.956},
                ("commercial", "vulnerable"): {"exact": 0.954, "modal": 0.033, "proportional": 0.209, "hdf": 0.964}}
 
+#: The Bureau's solution variability at block percentiles (HDSR Table 2: 0 through the 70th). Its 100th row
+#: (21.1%) is left out: whether it is the largest block's or a summary of the top bucket is not said.
+BUREAU_SOLVAR_PERCENTILES = {70: 0.0, 75: 1.7, 80: 4.7, 85: 7.3, 90: 10.5, 95: 14.6}
+
+
+def solvar_percentiles(values, percentiles=tuple(BUREAU_SOLVAR_PERCENTILES)) -> dict[int, float]:
+    """Block solution variability at block percentiles (nearest rank: the smallest value with at least
+    p% of blocks at or below it), as HDSR Table 2 gives them.
+
+    >>> solvar_percentiles([0, 0, 0, 0, 0, 0, 0, 10, 20, 50], (70, 80, 100))
+    {70: 0.0, 80: 10.0, 100: 50.0}
+    """
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    return {p: float(v[max(0, int(np.ceil(p / 100 * len(v))) - 1)]) for p in percentiles} if len(v) else {}
+
+
 #: The HDF (the swapped file the 2010 tables were computed from) against the CEF: agreement on exact and on
 #: 38-bin age (SUPP Table 8), the effect of 2010's swapping.
 BUREAU_HDF_AGREEMENT = (96.3, 96.4)
@@ -137,6 +153,10 @@ def bureau_table(units: list[dict], reid: pd.DataFrame | None) -> tuple[list, li
                   "—" if solvar else f"{ref[1]}%"],
                  ["agreement, exact age", where, _pct(a["agree_exact_age_persons"], n, 1), f"{ref[2]}%"],
                  ["agreement, 38-bin age", where, _pct(a["agree_binned_age_persons"], n, 1), f"{ref[3]}%"]]
+    values = [v for u in units for f in u.get("exact", {}).values() for v in f.get("solvar_by_block", [])]
+    for p, v in solvar_percentiles(values).items():  # HDSR Table 2: block solvar by block percentile
+        rows.append([f"solvar at the {p}th block percentile", "all blocks", f"{v:.1f}%",
+                     f"{BUREAU_SOLVAR_PERCENTILES[p]}%"])
     hdf = [(u.get("rows", 0), a) for u in units for a in u.get("agreement", []) if a.get("method") == "hdf"]
     if hdf:  # the tables were tabulated from a swapped file: its own agreement with D, as the Bureau's HDF vs CEF
         n = sum(w for w, _ in hdf)

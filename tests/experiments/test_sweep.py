@@ -69,6 +69,7 @@ def test_an_exact_sweep_attacks_every_tract_and_pools_them_beside_the_bureau(tmp
     assert "solvar 0 keyed on P12's 23 age groups (the released code's key), % of blocks | all blocks" in report
     assert "tabulated from a swapped file" in report and "(HDF vs CEF), exact age" in report
     assert pooled["all"]["blocks_solvar_p12_zero"] >= pooled["all"]["blocks_solvar_zero"]  # a coarser key: more 0s
+    assert "solvar at the 90th block percentile | all blocks" in report  # HDSR Table 2's rows
     assert (run_dir / "bureau.png").stat().st_size > 0 and "bureau.png" in report
     again = sweep(cfg, tmp_path, "local", progress=False)
     assert again["tasks_run"] == 0 and again["exact"] == first["exact"]
