@@ -258,9 +258,15 @@ def test_swapping_is_not_audited_and_its_ledger_entry_says_it_is_not_dp(root, tm
     reid = pd.read_parquet(run / "reidentification.parquet")
     assert {"reconstruction", "modal", "proportional"} <= set(reid.method) and "topdown" in set(reid.mechanism)
     assert (run / "mdf.parquet").exists() and len(pd.read_parquet(run / "mdf.parquet")) > 0
-    for phrase in ("The Census Bureau's measures", "Census Bureau: 2020 TopDown, production settings", "18.9%",
-                   "published rows: 38 age bins"):
+    for phrase in ("The Census Bureau's measures", "published rows: 38 age bins", "not 2010-shaped"):
         assert phrase in text, phrase
+    # the compact population: no figure of the Bureau's 2010 population is printed beside its own
+    assert "Census Bureau: 2020 TopDown, production settings" not in text and "18.9%" not in text
+    from experiments.release.report import bureau_table
+
+    for shaped in (True, False):  # a 2010-shaped population gets the Bureau's rows beside its own
+        rows = bureau_table(run, True, with_reference=shaped)[1]
+        assert any(r[1] == "2010 Census" for r in rows) is shaped
 
 
 @pytest.mark.slow
