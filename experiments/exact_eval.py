@@ -12,6 +12,10 @@ import pandas as pd
 from experiments.metrics import match_rate_curve
 from microdata.census import AGE_BIN38_OF_AGE as AGE_GROUP
 from microdata.census import P12_GROUP_OF_AGE
+
+#: The blocks' solution variability measured on each key, as :func:`reconstruct.exact.reconstruct_exact`
+#: stores it: the Bureau's text's 38 age bins ("solvar"), its released code's P12 groups ("solvar_p12").
+SOLVAR_KEYS = ("solvar", "solvar_p12")
 from microdata.describe import SIZE_BINS, SIZE_LABELS
 from microdata.domain import Domain
 from microdata.errors import CensusReconError
@@ -109,26 +113,21 @@ def by_block_size(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, 
             continue
         zero = [b for b in sel if blocks.get(b, {}).get("zero_variability") is True]
         undecided = [b for b in sel if b in blocks and blocks[b].get("zero_variability") is None]
-        solvar = {b: blocks[b]["solvar"] for b in sel if blocks.get(b, {}).get("solvar") is not None}
-        p12 = {b: blocks[b]["solvar_p12"] for b in sel if blocks.get(b, {}).get("solvar_p12") is not None}
         t_in, r_in = np.isin(t_block, sel), np.isin(r_block, sel)
         a = agreement(domain, np.asarray(truth_keys)[t_in], np.asarray(rec_keys)[r_in]) or {}
         persons = int(t_in.sum())
-        out.append({"size": label, "blocks": len(sel), "blocks_zero_variability": len(zero),
-                    "blocks_undecided": len(undecided),
-                    "persons": persons, "persons_zero_variability": int(sum(size_of[b] for b in zero)),
-                    "blocks_solvar": len(solvar), "blocks_solvar_zero": sum(v == 0 for v in solvar.values()),
-                    "persons_solvar": int(sum(size_of[b] for b in solvar)),
-                    "persons_solvar_zero": int(sum(size_of[b] for b, v in solvar.items() if v == 0)),
-                    # Σ N_b solvar_b / 100: records that can differ, at most (the numerator of cumsolvar)
-                    "solvar_records": float(sum(size_of[b] * v / 100 for b, v in solvar.items())),
-                    # the same on P12's 23 age groups, the key of the Bureau's released code
-                    "blocks_solvar_p12": len(p12), "blocks_solvar_p12_zero": sum(v == 0 for v in p12.values()),
-                    "persons_solvar_p12": int(sum(size_of[b] for b in p12)),
-                    "persons_solvar_p12_zero": int(sum(size_of[b] for b, v in p12.items() if v == 0)),
-                    "solvar_p12_records": float(sum(size_of[b] * v / 100 for b, v in p12.items())),
-                    "agree_exact_age_persons": int(round(a.get("agree_exact_age", 0.0) * persons)),
-                    "agree_binned_age_persons": int(round(a.get("agree_binned_age", 0.0) * persons))})
+        row = {"size": label, "blocks": len(sel), "blocks_zero_variability": len(zero),
+               "blocks_undecided": len(undecided),
+               "persons": persons, "persons_zero_variability": int(sum(size_of[b] for b in zero))}
+        for key in SOLVAR_KEYS:
+            solvar = {b: blocks[b][key] for b in sel if blocks.get(b, {}).get(key) is not None}
+            row.update({f"blocks_{key}": len(solvar), f"blocks_{key}_zero": sum(v == 0 for v in solvar.values()),
+                        f"persons_{key}": int(sum(size_of[b] for b in solvar)),
+                        f"persons_{key}_zero": int(sum(size_of[b] for b, v in solvar.items() if v == 0)),
+                        # Σ N_b solvar_b / 100: records that can differ, at most (the numerator of cumsolvar)
+                        f"{key}_records": float(sum(size_of[b] * v / 100 for b, v in solvar.items()))})
+        out.append(dict(row, agree_exact_age_persons=int(round(a.get("agree_exact_age", 0.0) * persons)),
+                        agree_binned_age_persons=int(round(a.get("agree_binned_age", 0.0) * persons))))
     return out
 
 
@@ -178,14 +177,12 @@ def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.nd
         rb = rec[:, jb] if jb is not None else np.zeros(len(rec), np.int64)
         recs[name] = (rb, rec[:, js], rec[:, ja], _race_eth(domain, rec))
     mode = block_modes(block, re)  # once, for the vulnerable group (and the guessers, on D's own tables)
-    if tabulated is None:
-        for name, guess in guesser_files(block, sex, age, re, guess_rng, mode).items():
-            recs[name] = (block, sex, age, guess)
-    else:  # the guessers read the published tables: the swapped file's
-        tb = tabulated[:, jb] if jb is not None else np.zeros(len(tabulated), np.int64)
-        ts, ta, tre = tabulated[:, js], tabulated[:, ja], _race_eth(domain, tabulated)
-        for name, guess in guesser_files(tb, ts, ta, tre, guess_rng).items():
-            recs[name] = (tb, ts, ta, guess)
+    seen = (block, sex, age, re)  # what the guessers read: the published tables, D's or the swapped file's
+    if tabulated is not None:
+        seen = (tabulated[:, jb] if jb is not None else np.zeros(len(tabulated), np.int64), tabulated[:, js],
+                tabulated[:, ja], _race_eth(domain, tabulated))
+    for name, guess in guesser_files(*seen, guess_rng, mode if tabulated is None else None).items():
+        recs[name] = (*seen[:3], guess)
     vulnerable = vulnerable_persons(block, sex, age, re, zero_variability_blocks, mode)
     return reidentify(files, recs, (block, sex, age, re), vulnerable, link_seed)
 

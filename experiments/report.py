@@ -95,10 +95,20 @@ BUREAU_BY_SIZE = {
 #: solution variability; SUPP Table 8: agreement 48.5% and 95.2% against the HDF).
 BUREAU_OVERALL = (69.4, 28.7, 48.5, 95.2)
 
+#: The Bureau's solution variability on each key (:data:`experiments.exact_eval.SOLVAR_KEYS`): its rows' words
+#: (solvar 0, % of blocks; % of persons; the records that can differ, at most). Its text keys solvar on the
+#: 38 age bins (SUPP Table 7 is compared with it), its released code on P12's 23 age groups.
+SOLVAR_ROWS = (("solvar", ("zero solution variability (solvar 0), % of blocks",
+                           "zero solution variability (solvar 0), % of persons",
+                           "records that can differ, at most (cumulative solvar)")),
+               ("solvar_p12", ("solvar 0 keyed on P12's 23 age groups (the released code's key), % of blocks",
+                               "solvar 0 keyed on P12's 23 age groups, % of persons",
+                               "cumulative solvar keyed on P12's 23 age groups")))
+
 _BY_SIZE_KEYS = ("blocks", "blocks_zero_variability", "persons", "persons_zero_variability", "agree_exact_age_persons",
-                 "agree_binned_age_persons", "blocks_solvar", "blocks_solvar_zero", "persons_solvar",
-                 "persons_solvar_zero", "solvar_records", "blocks_solvar_p12", "blocks_solvar_p12_zero",
-                 "persons_solvar_p12", "persons_solvar_p12_zero", "solvar_p12_records")
+                 "agree_binned_age_persons",
+                 *[k.format(key) for key, _ in SOLVAR_ROWS
+                   for k in ("blocks_{}", "blocks_{}_zero", "persons_{}", "persons_{}_zero", "{}_records")])
 
 
 def pooled_by_size(units: list[dict]) -> dict[str, dict]:
@@ -131,20 +141,12 @@ def bureau_table(units: list[dict], reid: pd.DataFrame | None) -> tuple[list, li
         ref = BUREAU_OVERALL if label == "all" else BUREAU_BY_SIZE[label]
         where = f"blocks of {label} persons" if label != "all" else "all blocks"
         n, solvar = a["persons"], bool(a["blocks_solvar"])
-        if solvar:  # the Bureau's measure: solvar 0 on its block relaxation (SUPP Table 7)
-            rows += [["zero solution variability (solvar 0), % of blocks", where,
-                      _share(a["blocks_solvar_zero"], a["blocks_solvar"]), f"{ref[0]}%"],
-                     ["zero solution variability (solvar 0), % of persons", where,
-                      _share(a["persons_solvar_zero"], a["persons_solvar"]), f"{ref[1]}%"],
-                     ["records that can differ, at most (cumulative solvar)", where,
-                      _pct(a["solvar_records"], a["persons_solvar"], 1), "10.0%" if label == "all" else "—"]]
-        if a["blocks_solvar_p12"]:  # the same keyed on P12's 23 age groups, as the Bureau's released code runs
-            rows += [["solvar 0 keyed on P12's 23 age groups (the released code's key), % of blocks", where,
-                      _share(a["blocks_solvar_p12_zero"], a["blocks_solvar_p12"]), f"{ref[0]}%"],
-                     ["solvar 0 keyed on P12's 23 age groups, % of persons", where,
-                      _share(a["persons_solvar_p12_zero"], a["persons_solvar_p12"]), f"{ref[1]}%"],
-                     ["cumulative solvar keyed on P12's 23 age groups", where,
-                      _pct(a["solvar_p12_records"], a["persons_solvar_p12"], 1), "10.0%" if label == "all" else "—"]]
+        for key, words in SOLVAR_ROWS:  # the Bureau's measure on its text's key, then its released code's
+            if a[f"blocks_{key}"]:
+                rows += [[words[0], where, _share(a[f"blocks_{key}_zero"], a[f"blocks_{key}"]), f"{ref[0]}%"],
+                         [words[1], where, _share(a[f"persons_{key}_zero"], a[f"persons_{key}"]), f"{ref[1]}%"],
+                         [words[2], where, _pct(a[f"{key}_records"], a[f"persons_{key}"], 1),
+                          "10.0%" if label == "all" else "—"]]
         # ours: zero variability on all the tables (compared with Table 7 only where solvar was not measured)
         zv = "zero variability on all the tables" if solvar else "zero variability"
         rows += [[f"{zv}, % of blocks", where, _share(a["blocks_zero_variability"], a["blocks"]),

@@ -213,24 +213,22 @@ class ExactResult:
                        coarse_persons_in_zero_variability_blocks=sum(b["persons"] for b in bc
                                                                      if b["zero_variability"] is True),
                        seconds_coarse=round(self.seconds_coarse, 3))
-            measured = [b for b in bc if b.get("solvar") is not None]
-            if measured:
-                n = sum(b["persons"] for b in measured)
-                out.update(solvar_complete=self.solvar_complete, solvar_blocks=len(measured),
-                           solvar_blocks_zero=sum(b["solvar"] == 0 for b in measured),
-                           solvar_persons_in_zero_blocks=sum(b["persons"] for b in measured if b["solvar"] == 0),
-                           cumsolvar=round(sum(b["persons"] * b["solvar"] for b in measured) / n, 3) if n else 0.0,
-                           seconds_solvar=round(self.seconds_solvar, 3))
+            if any(b.get("solvar") is not None for b in bc):
+                out.update(_solvar_facts(bc, "", self.solvar_complete), seconds_solvar=round(self.seconds_solvar, 3))
             for name, complete in self.solvar_keys_complete.items():
-                on = [b for b in bc if b.get(f"solvar_{name}") is not None]
-                n = sum(b["persons"] for b in on)
-                out.update({f"solvar_{name}_complete": complete, f"solvar_{name}_blocks": len(on),
-                            f"solvar_{name}_blocks_zero": sum(b[f"solvar_{name}"] == 0 for b in on),
-                            f"solvar_{name}_persons_in_zero_blocks": sum(b["persons"] for b in on
-                                                                         if b[f"solvar_{name}"] == 0),
-                            f"cumsolvar_{name}": round(sum(b["persons"] * b[f"solvar_{name}"] for b in on) / n, 3)
-                            if n else 0.0})
+                out.update(_solvar_facts(bc, f"_{name}", complete))
         return out
+
+
+def _solvar_facts(blocks, suffix: str, complete: bool) -> dict:
+    """The facts of the blocks' solution variability on one key (``solvar<suffix>`` in each block's entry):
+    blocks measured, those of solvar 0 and their persons, and the cumulative solvar (persons-weighted)."""
+    key = f"solvar{suffix}"
+    on = [b for b in blocks if b.get(key) is not None]
+    n = sum(b["persons"] for b in on)
+    return {f"{key}_complete": complete, f"{key}_blocks": len(on), f"{key}_blocks_zero": sum(b[key] == 0 for b in on),
+            f"{key}_persons_in_zero_blocks": sum(b["persons"] for b in on if b[key] == 0),
+            f"cum{key}": round(sum(b["persons"] * b[key] for b in on) / n, 3) if n else 0.0}
 
 
 class ExactSolver:

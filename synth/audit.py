@@ -327,14 +327,12 @@ def gaussian_rho_spent(noise: np.ndarray, distance: np.ndarray, confidence: floa
     over the differing cells, each cell's σ_c bounded above from its own draws (mean zero: chi-square
     with n degrees of freedom), at ``confidence`` jointly (Bonferroni over cells). A correct program
     stays at or below the ρ it declares but for the 1 − confidence chance; noise too small shows."""
-    from scipy.stats import chi2
-
     noise = np.asarray(noise, dtype=np.float64)
     n, k = noise.shape
     level = 1 - (1 - confidence) / max(k, 1)
-    var_hi = (noise * noise).sum(axis=0) / chi2.ppf(1 - level, n)
+    sigma = np.array([gaussian_sigma_upper_stats(n, float(s), level) for s in (noise * noise).sum(axis=0)])
     with np.errstate(divide="ignore"):
-        return float(np.sum(np.where(var_hi > 0, np.asarray(distance, dtype=np.float64) ** 2 / (2 * var_hi), np.inf)))
+        return float(np.sum(np.where(sigma > 0, np.asarray(distance, dtype=np.float64) ** 2 / (2 * sigma**2), np.inf)))
 
 
 def opendp_rho(epsilon: float, delta: float) -> float:
@@ -505,6 +503,7 @@ def laplace_scale_upper_exact(n: int, total: int, confidence: float) -> float:
     ≥ 1 is 1 plus a geometric count), r = e^{−1/t}; P_r(S ≤ total) falls as r grows, and the bound is the r
     where it reaches 1 − confidence. A normal bound on a small group's skewed |x| is too optimistic at the
     audit's levels (it failed correct audits); this one is not."""
+    from scipy.optimize import brentq
     from scipy.stats import binom, nbinom
 
     alpha = 1 - confidence
@@ -521,8 +520,6 @@ def laplace_scale_upper_exact(n: int, total: int, confidence: float) -> float:
         c = np.where(k == 0, 1.0, nbinom.cdf(int(total) - k, np.maximum(k, 1), 1 - r))
         rest = (binom.cdf(lo_k - 1, n, q) if lo_k > 0 else 0.0) + (binom.sf(hi_k, n, q) if hi_k < top else 0.0)
         return float((w * c).sum() + rest)
-
-    from scipy.optimize import brentq
 
     lo, hi = 1e-12, 1 - 1e-12
     if p_le(hi) >= alpha:

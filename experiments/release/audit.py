@@ -1204,7 +1204,7 @@ def audit_program(cfg: ExperimentConfig, pop, spec: ReleaseProgramConfig, unit: 
     a = cfg.release.audit
     runs = spec.audit_runs or a.runs
     mech = PROGRAM_PREFIX + spec.name
-    D, areas, workload, exact, pairs, pair_counts, _ = _unit_instance(cfg, pop, unit, wb, cache)
+    _, _, _, exact, pairs, pair_counts, _ = _unit_instance(cfg, pop, unit, wb, cache)
     layout, inputs, pair_inputs = _program_instance(cfg, pop, unit, wb, cache)
     y1_rows = run_program(cfg, spec, inputs, eps, runs, program_seed(seed, unit, wb, eps, "D"))
     y1 = layout.to_queries(y1_rows)
