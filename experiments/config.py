@@ -617,6 +617,9 @@ class ReleaseConfig(_Strict):
         "own), run at each ε, attacked and audited as black boxes beside the mechanisms")
     risks: bool = Field(True, description="measure singling-out, linkability and attribute-inference risk of every "
                                           "microdata file a release publishes, with anonymeter (make risk-env)")
+    risk_attacks: int = Field(500, ge=10, description="attacks per anonymeter evaluator (anonymeter's default, 500), "
+                              "capped by the smallest of the published, private and control files; fewer attacks: "
+                              "wider intervals")
 
     @model_validator(mode="after")
     def _check(self):

@@ -44,3 +44,24 @@ def program_agency(tmp_path_factory):
     persons, blocks = write_agency_example(d / "inputs")
     return d, [f"data.path={persons}", f"data.units_file={blocks}", "target.units=1", "release.mechanisms=[]",
                "release.epsilons=[2.0]", "release.files=[]"]
+
+
+#: Where the slow tier runs against a clock (``.ci/run`` after ``make test``): the epoch second by which every test
+#: of the run must have ended. A test is started only when its expected time (``slow(seconds=...)``, else
+#: ``SLOW_SECONDS``) still fits; the others are skipped, saying so.
+DEADLINE_ENV = "CENSUSRECON_TEST_DEADLINE"
+SLOW_SECONDS = 180
+
+
+def pytest_runtest_setup(item):
+    import time
+
+    deadline = os.environ.get(DEADLINE_ENV)
+    if not deadline:
+        return
+    mark = item.get_closest_marker("slow")
+    expected = float(mark.kwargs.get("seconds", SLOW_SECONDS)) if mark else 30.0
+    left = float(deadline) - time.time()
+    if expected > left:
+        pytest.skip(f"not started: expected to take about {expected:.0f} s, {max(left, 0):.0f} s left before "
+                    f"{DEADLINE_ENV}")

@@ -73,3 +73,108 @@ def test_every_readme_command_runs_as_written(tmp_path, monkeypatch, capsys):
                  "--set", f"data.units_file={scratch / 'blocks.csv'}"]) == 0
     assert "distinct queries" in capsys.readouterr().out
     assert {"run", "report", "evaluate-release", "audit", "example-data", "queries"} <= set(runs)
+
+
+GUIDE = ROOT / "docs" / "pages" / "guide.md"
+#: what the guide's command synopsis names, as a reader would fill it in (RESULTS_DIR and OUT_DIR are the walk's own)
+FILL = {"CONFIG": "configs/tiny.yaml", "ADDR": "auto", "N": "3", "key=value": "attack.runs=2"}
+#: tiny.yaml at a few seconds' strength: the walk checks what the commands do and write, not RAP-Rank's strength
+QUICK = ["attack.runs=2", "attack.steps=20", "attack.rows=40", "grid_points=10", "target.units=1"]
+
+
+def guide_blocks(lang: str = "") -> list[str]:
+    return [body for tag, body in re.findall(r"```(\w*)\n(.*?)```", GUIDE.read_text(), flags=re.S) if tag == lang]
+
+
+def synopsis_commands(fill: dict) -> dict[str, list[str]]:
+    """Each synopsis line of the guide's command list as a full command: every optional ``[...]`` group given (its
+    first alternative of ``a|b``), ``...`` dropped, each placeholder filled in."""
+    block = next(b for b in guide_blocks() if b.lstrip().startswith("censusrecon run CONFIG"))
+    out = {}
+    for line in block.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        words = re.sub(r"[\[\]]", " ", line.replace("--set ...", "--set key=value")).replace("...", " ").split()
+        argv = [fill.get(w, w.split("|")[0]) for w in words[1:]]
+        out[argv[0] if not argv[0].startswith("-") else argv[0]] = argv
+    return out
+
+
+def test_the_guide_is_walked_command_by_command(tmp_path, monkeypatch, capsys):
+    """The user guide read as a newcomer follows it: every command of its synopsis is one the parser takes with all
+    its options; run, report, plot, queries, example-data and --help run for real on the tiny config, and the run
+    directory holds every file the guide's layout names; its --set examples load; its person-file config (the YAML
+    block) validates and, next to the example files, builds its tables."""
+    import yaml
+
+    monkeypatch.chdir(ROOT)
+    out, scratch = tmp_path / "results", tmp_path / "inputs"
+    run_dir = out / "tiny" / load_config(ROOT / FILL["CONFIG"], QUICK).digest()
+    commands = synopsis_commands(dict(FILL, DIR=str(out), RESULTS_DIR=str(run_dir), OUT_DIR=str(scratch)))
+    assert {"run", "sweep", "queries", "evaluate-release", "audit", "plot", "report", "example-data", "--help"} <= set(
+        commands)
+    for name, argv in commands.items():
+        if name != "--help":
+            _parser().parse_args(argv)  # exits (fails the test) on an option the parser does not take
+    # the commands that take seconds run as the guide types them (the run at QUICK strength)
+    assert main([*commands["run"], *[a for o in QUICK for a in ("--set", o)]]) == 0
+    layout = next(b for b in guide_blocks() if b.startswith("results/demo/"))
+    files = set()
+    for line in layout.splitlines()[1:]:
+        if line.startswith("  ") and not line.startswith("   "):  # a file column (a wrapped meaning is indented more)
+            for n in line[2:].split("  ")[0].split(", "):
+                stem, _, exts = n.partition("/")
+                files |= {stem} if not exts else {stem, stem.rsplit(".", 1)[0] + exts}  # x.png/.pdf: both
+    assert {"config.yaml", "manifest.json", "match_rate.parquet", "match_rate.png", "match_rate.pdf", "units"} <= files
+    for f in files:
+        assert (run_dir / f).exists(), f"the guide names {f}, which the run did not write"
+    for name in ("report", "plot", "queries", "example-data"):
+        assert main(commands[name]) == 0, name
+    assert (run_dir / "report.html").stat().st_size > 0 and (scratch / "persons.csv").exists()
+    with pytest.raises(SystemExit) as e:
+        main(commands["--help"])
+    assert e.value.code == 0
+    capsys.readouterr()
+    from experiments.config import ConfigError
+
+    examples = re.findall(r"`--set '?([^`']+)'?`", GUIDE.read_text())  # the prose's --set examples
+    assert len(examples) >= 3
+    for o in examples:
+        if o == "data.path=...":  # the guide's example of an error: a key the embedded population does not read
+            with pytest.raises(ConfigError, match="not read by source 'embedded'"):
+                load_config(ROOT / FILL["CONFIG"], [o])
+        else:
+            load_config(ROOT / FILL["CONFIG"], [o])
+    # the person-file config: the example config with the guide's data and queries, beside the example's files
+    cfg = yaml.safe_load((ROOT / "configs" / "agency" / "example.yaml").read_text())
+    (block,) = guide_blocks("yaml")
+    cfg.update(yaml.safe_load(block))
+    (scratch / "guide.yaml").write_text(yaml.safe_dump(cfg))
+    assert main(["queries", str(scratch / "guide.yaml")]) == 0
+    assert "distinct queries" in capsys.readouterr().out
+
+
+def test_the_slow_tier_starts_a_test_only_when_its_expected_time_fits_the_deadline(monkeypatch):
+    """``.ci/run``'s clock: with CENSUSRECON_TEST_DEADLINE set, a slow test whose expected time no longer fits is
+    skipped (saying so), one that fits runs; without it, nothing is skipped."""
+    import time
+
+    from tests.conftest import DEADLINE_ENV, pytest_runtest_setup
+
+    class Item:
+        def __init__(self, mark):
+            self.mark = mark
+
+        def get_closest_marker(self, name):
+            return self.mark if name == "slow" else None
+
+    long, short = Item(pytest.mark.slow(seconds=300).mark), Item(pytest.mark.slow(seconds=20).mark)
+    pytest_runtest_setup(long)  # no deadline: runs
+    monkeypatch.setenv(DEADLINE_ENV, str(time.time() + 100))
+    with pytest.raises(pytest.skip.Exception, match="expected to take about 300 s"):
+        pytest_runtest_setup(long)
+    pytest_runtest_setup(short)
+    monkeypatch.setenv(DEADLINE_ENV, str(time.time() - 1))
+    with pytest.raises(pytest.skip.Exception, match="0 s left"):
+        pytest_runtest_setup(short)

@@ -8,18 +8,19 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 #: a reference to the developers' shared folder beside the checkout, in any spelling
-OUTSIDE = re.compile(r"(?:\.\./)+shared/|\bshared/(?:notes|data|seeds)\b")
+OUTSIDE = re.compile(r"(?:\.\./)+shared/|\bshared/(?:notes|data|seeds)\b|[\"']shared[\"']\s*/\s*[\"'](?:notes|data|seeds)")
 
 
 def _texts():
     for pattern in ("README.md", "Makefile", "pyproject.toml", "docs/**/*.md", "docs/*.yml", "configs/**/*.yaml",
                     "notebooks/*.py", "bench/**/*.py", "microdata/**/*.py", "reconstruct/**/*.py",
-                    "baselines/**/*.py", "synth/**/*.py", "experiments/**/*.py"):
-        yield from ROOT.glob(pattern)
+                    "baselines/**/*.py", "synth/**/*.py", "experiments/**/*.py", "tests/**/*.py"):
+        yield from (f for f in ROOT.glob(pattern) if f != Path(__file__))  # this file's own examples aside
 
 
 def test_nothing_names_a_path_outside_the_repository():
     assert OUTSIDE.search("path: ../../../shared/data/x.csv") and OUTSIDE.search("see shared/notes/a.md")
+    assert OUTSIDE.search('ROOT.parent / "shared" / "data" / "x"') and not OUTSIDE.search('ROOT / "microdata" / "data"')
     bad = [f"{f.relative_to(ROOT)}:{i}" for f in _texts() for i, line in enumerate(f.read_text().splitlines(), 1)
            if OUTSIDE.search(line)]
     assert not bad, bad

@@ -242,10 +242,19 @@ def _cells_of(workload, codes: np.ndarray) -> np.ndarray:
             out[np.arange(len(codes)), off + flat] = True
         return out
     q = np.array(workload.queries, dtype=np.int64).reshape(len(workload.queries), len(workload.domain))
-    hit = np.ones((len(codes), len(q)), dtype=bool)
-    for j in range(len(workload.domain)):
-        hit &= workload.membership(j).astype(bool)[codes[:, j]][:, q[:, j]]
-    return hit
+    member = [workload.membership(j).astype(bool) for j in range(len(workload.domain))]
+    # only the queries some row can be in are computed: a query is out for every row when one of its
+    # attributes' sets holds none of the rows' values (another block's cells, for rows of one block)
+    alive = np.ones(len(q), dtype=bool)
+    for j, m in enumerate(member):
+        alive &= m[np.unique(codes[:, j])].any(axis=0)[q[:, j]]
+    keep = np.flatnonzero(alive)
+    hit = np.ones((len(codes), keep.size), dtype=bool)
+    for j, m in enumerate(member):
+        hit &= m[codes[:, j]][:, q[keep, j]]
+    out = np.zeros((len(codes), len(q)), dtype=bool)
+    out[:, keep] = hit
+    return out
 
 
 def _person_types(domain: Domain, block: int | None, limit: int = 200_000, seed: int = 0) -> np.ndarray:

@@ -479,7 +479,7 @@ def measure_risks(cfg: ExperimentConfig, micro: list[pd.DataFrame]) -> tuple[pd.
         released = part[part["role"] == "release"]
         for (mech, setting), sel in released.groupby(["mechanism", "setting"], sort=False):
             jobs.append(RiskJob(mech, float(setting), ori, sel[cols].reset_index(drop=True), control, wb))
-    return measure(jobs, seed=cfg.seed)
+    return measure(jobs, seed=cfg.seed, n_attacks=cfg.release.risk_attacks)
 
 
 def lift_table(df: pd.DataFrame) -> pd.DataFrame:

@@ -61,9 +61,11 @@ class RiskJob:
     variant: object = None
 
 
-def measure(jobs: list[RiskJob], seed: int = 0, timeout: float = 1800) -> tuple[pd.DataFrame, str | None]:
-    """anonymeter's risks for each job: one row per (mechanism, setting, risk) with the risk, its 95%
-    interval and the success rates; and None, or why nothing was measured."""
+def measure(jobs: list[RiskJob], seed: int = 0, timeout: float = 1800,
+            n_attacks: int = N_ATTACKS) -> tuple[pd.DataFrame, str | None]:
+    """anonymeter's risks for each job (``n_attacks`` per evaluator, capped by the job's smallest file): one
+    row per (mechanism, setting, risk) with the risk, its 95% interval and the success rates; and None, or
+    why nothing was measured."""
     if not jobs:
         return pd.DataFrame(), "no mechanism of this evaluation publishes microdata"
     python = anonymeter_python()
@@ -82,7 +84,7 @@ def measure(jobs: list[RiskJob], seed: int = 0, timeout: float = 1800) -> tuple[
             person = [c for c in cols if c not in GEOGRAPHY]
             half = (len(person) + 1) // 2  # linkability: where and the first attributes, against the rest
             spec.append({"id": str(i), **paths, "aux_cols": [geo + person[:half], person[half:]], "secrets": person,
-                         "seed": seed, "n_attacks": int(min(N_ATTACKS, len(job.ori), len(job.syn), len(job.control)))})
+                         "seed": seed, "n_attacks": int(min(n_attacks, len(job.ori), len(job.syn), len(job.control)))})
         (Path(tmp) / "jobs.json").write_text(json.dumps({"jobs": spec}))
         out = Path(tmp) / "results.json"
         proc = subprocess.run([python, str(WORKER), str(Path(tmp) / "jobs.json"), str(out)], capture_output=True,

@@ -80,8 +80,8 @@ def test_exact_needs_tables_and_reidentification_needs_exact():
         parse_config({"name": "x", "queries": {"kind": "tables"}, "reidentification": {}})
 
 
-@pytest.mark.skipif(not (ROOT.parent / "shared" / "data" / "ppmf_perry_al").exists(), reason="no shared data")
 def test_the_perry_county_ppmf_is_reconstructed_exactly(tmp_path):
+    """The config as shipped, its PPMF extract inside the project (microdata/data/ppmf_perry_al)."""
     cfg = load_config(ROOT / "configs" / "census" / "exact_ppmf_perry.yaml",
                       ["target.units=1", "attack.runs=2", "attack.steps=20", "grid_points=10"])
     run = run_experiment(cfg, tmp_path, progress=False)

@@ -209,8 +209,10 @@ AGENCY = ["release.epsilons=[2.0]", "release.audit.runs=5000", "release.mechanis
           "release.audit.replay_draws=1"]
 
 
-@pytest.mark.parametrize("accounting", ["pure", "zcdp"])
+@pytest.mark.parametrize("accounting", ["pure", pytest.param("zcdp", marks=pytest.mark.slow(seconds=90))])
 def test_topdown_passes_the_audit_on_its_production_path(root, accounting):
+    """The production tree, every node; zCDP (a minute) is slow: the corpus's unmodified-code test audits it on a
+    county root in the default run."""
     cfg = load_config(root / "configs" / "release_agency.yaml", AGENCY + [f"release.topdown.accounting={accounting}"])
     ok = audit_release(cfg, load_population(cfg))
     assert [r.mechanism for r in ok] == ["topdown"] and not _failures(ok), _failures(ok)
@@ -230,7 +232,8 @@ def test_swapping_is_not_audited_and_its_ledger_entry_says_it_is_not_dp(root, tm
                        "release.audit.runs=1000", "attack.runs=2", "attack.steps=20", "grid_points=10",
                        "release.audit.whole_releases=20", "release.audit.replay_pairs=1", "release.audit.replay_draws=1",
                        "release.audit.units=1", "attack.exact_time_limit=20",
-                       "release.mechanisms=[laplace_tables, topdown, swapping, synthetic]"])
+                       "release.mechanisms=[laplace_tables, topdown, swapping, synthetic]",
+                       "release.risks=false"])  # anonymeter's risks: test_risks.py's subject
     run = evaluate_release(cfg, tmp_path, progress=False)
     ledger = json.loads((run / "ledger.json").read_text())
     swap = [e for e in ledger["entries"] if e["mechanism"] == "swapping"]
@@ -269,10 +272,28 @@ def test_swapping_is_not_audited_and_its_ledger_entry_says_it_is_not_dp(root, tm
         assert any(r[1] == "2010 Census" for r in rows) is shaped
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=600)
 def test_every_mechanism_of_the_demo_and_agency_configs_passes_its_audit_at_every_epsilon(root):
     """Slow (about 5 minutes): the default run covers the same contract on the tiny config and on TopDown
     at ε = 2 of the agency config."""
     for name in ("release_demo.yaml", "release_agency.yaml"):
         results = audit_release(load_config(root / "configs" / name))
         assert results and not _failures(results), (name, _failures(results))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_cells_a_row_is_counted_in_are_its_one_row_counts(seed):
+    """The auditor's cells of each row (computed only over the queries some row can be in) are exactly the
+    workload's own counts of that row alone: rows of one block and rows of several, census tables per block
+    and per tract."""
+    from experiments.release.audit import _cells_of
+    from tests.reconstruct.test_product_plan import _random_workload
+
+    w = _random_workload(seed)
+    rng = np.random.default_rng(seed)
+    codes = np.stack([rng.integers(0, s, 12) for s in w.domain.sizes], axis=1)
+    for rows in (codes, np.where(np.arange(len(w.domain)) == 0, 1, codes)):  # several blocks, then block 1 only
+        want = np.stack([w.counts(Dataset(w.domain, r[None, :])) for r in rows]).astype(bool)
+        got = _cells_of(w, rows)
+        assert got.shape == want.shape and (got == want).all()
+        assert got.any() and not got.all()

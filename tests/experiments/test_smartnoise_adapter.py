@@ -27,7 +27,8 @@ def _program(over, synthesizer, runs=None):
     return load_config(CONFIG, over + [f"release.programs=[{spec}]"])
 
 
-@pytest.mark.parametrize("synthesizer", ["mst", pytest.param("aim", marks=pytest.mark.slow)])  # one adapter, two fits
+@pytest.mark.parametrize("synthesizer",  # one adapter, two fits
+                         ["mst", pytest.param("aim", marks=pytest.mark.slow(seconds=120))])
 def test_the_smartnoise_adapter_tabulates_a_synthetic_file_over_the_public_domain(program_agency, synthesizer):
     d, over = program_agency
     cfg = _program(over, synthesizer)
@@ -47,7 +48,7 @@ def test_the_smartnoise_adapter_tabulates_a_synthetic_file_over_the_public_domai
     assert not np.array_equal(y, exact)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=300)
 def test_the_smartnoise_audit_passes_and_says_how_far_a_few_releases_reach(program_agency):
     d, over = program_agency
     [res] = audit_release(_program(over, "mst", runs=10), load_population(_program(over, "mst")), seed=4)
@@ -86,7 +87,7 @@ def test_the_first_measurements_audit_catches_an_adapter_that_spends_four_times_
     assert bounds and all(b[1].startswith("first measurements, ") for b in bounds)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=120)
 def test_the_first_measurements_audit_passes_the_adapter_as_shipped(program_agency):
     d, over = program_agency
     bounds, check, info = _first_measurements_audit(_measured(over, ADAPTER))

@@ -92,9 +92,7 @@ def test_table_groups_that_leave_values_out_or_overlap_are_errors(agency_queries
 
 
 def test_a_redistricting_ppmf_without_qage_names_its_file(capsys):
-    data = ROOT.parent / "shared" / "data" / "ppmf_perry_al" / "ppmf_perry_county_al.csv"
-    if not data.exists():
-        pytest.skip("no shared data")
+    data = ROOT / "microdata" / "data" / "ppmf_perry_al" / "ppmf_perry_county_al.csv"  # shipped
     err = _one_line_error(capsys, ["queries", str(ROOT / "configs" / "census" / "tracts.yaml"), "--set",
                                    "data.source=ppmf", "--set", f"data.path={data}"])
     assert "QAGE" in err and "ppmf_perry_county_al.csv" in err

@@ -53,7 +53,7 @@ def test_a_table_with_overlapping_cells_is_refused_with_its_name(program_agency)
         audit_release(cfg, pop, seed=1)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=300)
 def test_a_copy_of_the_tumult_adapter_with_half_the_noise_fails_its_black_box_audit(program_agency, tmp_path):
     """Slow (Spark: minutes for its batches of 300 releases): the adapter passes; a copy of its file that gives each table
     twice its share of ε (half the noise) fails on noise_scale."""
