@@ -92,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write report.md and report.html for a finished run or release evaluation",
                         description="Write report.md and a self-contained report.html (figures embedded) for a run "
                                     "directory or a release directory.")
-    rp.add_argument("run_dir", help=_RESULTS_HELP)
+    rp.add_argument("run_dir", nargs="+", help=_RESULTS_HELP + "; several exact sweeps of one config (other seeds): "
+                    "seeds_report.md beside them, their Bureau tables side by side with the spread")
     rp.add_argument("--out", default="results", metavar="DIR", help=_RESULTS_OUT_HELP)
     rp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=_RESULTS_SET_HELP)
     dp = sub.add_parser("describe-population",
@@ -179,9 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "describe-population":
             return _describe_population(args)
         elif args.command == "report":
-            from experiments.report import write_run_report
+            from experiments.report import write_run_report, write_seeds_report
 
-            md = write_run_report(results_dir(args.run_dir, args.out, args.overrides))
+            md = (write_run_report(results_dir(args.run_dir[0], args.out, args.overrides)) if len(args.run_dir) == 1
+                  else write_seeds_report([results_dir(d, args.out, args.overrides) for d in args.run_dir]))
             print(md.with_suffix(".html"))
             print(md)
         elif args.command == "audit":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -508,4 +509,64 @@ def write_sweep_report(run_dir: str | Path) -> Path:
                     sec(r, "seconds_zero_variability"), sec(r, "seconds_certify"), sec(r, "seconds_task")]
                    for _, r in e.iterrows()], numeric={2, 3, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15})
     md, _ = doc.write(run_dir, "sweep_report", cfg.name)
+    return md
+
+
+def _leading_percent(cell: str) -> float | None:
+    """The figure of a table cell written as "69.3% (1,234 of 1,780)" or "69.3%"; None for "—" or "n/a"."""
+    head = str(cell).split("%", 1)[0]
+    try:
+        return float(head) if "%" in str(cell) else None
+    except ValueError:
+        return None
+
+
+def spread_rows(tables: list[list[list]]) -> list[list]:
+    """One row per (measure, where) of the first table: the figure of each table (one per run), the spread
+    ("min–max" of the figures present) and the reference column; a row missing from a run reads "—" there.
+    Each table's rows are [measure, where, ours, reference], as :func:`bureau_table` gives them."""
+    keyed = [{(r[0], r[1]): r for r in rows} for rows in tables]
+    out = []
+    for r in tables[0]:
+        cells = [k.get((r[0], r[1])) for k in keyed]
+        figures = [_leading_percent(c[2]) for c in cells if c is not None]
+        figures = [f for f in figures if f is not None]
+        spread = f"{min(figures):.1f}–{max(figures):.1f}%" if len(figures) > 1 else "—"
+        out.append([r[0], r[1], *[str(c[2]).split(" (")[0] if c is not None else "—" for c in cells], spread, r[3]])
+    return out
+
+
+def write_seeds_report(run_dirs: list[str | Path]) -> Path:
+    """seeds_report.md and .html, beside the runs (in their common folder): the exact sweeps of one config over
+    several seeds (each a population seed and an attack seed), the Bureau table of each side by side, the
+    spread between them, and the Bureau's figure."""
+    dirs = [Path(d) for d in run_dirs]
+    tables, labels, names = [], [], set()
+    for d in dirs:
+        if results_kind(d) != "sweep" or not (d / "exact_units.json").exists():
+            from experiments.config import ConfigError
+
+            raise ConfigError(f"{d} is not a finished sweep with exact tasks: the seeds report compares the Bureau "
+                              "tables of several exact sweeps (censusrecon sweep of a config with attack.exact)")
+        cfg = parse_config(yaml.safe_load((d / "config.yaml").read_text()), str(d / "config.yaml"))
+        names.add(cfg.name)
+        reid = d / "reid.parquet"
+        table = bureau_table(json.loads((d / "exact_units.json").read_text()),
+                             pd.read_parquet(reid) if reid.exists() else None)
+        tables.append(table[1] if table else [])
+        labels.append(f"population seed {cfg.data.model_dump().get('seed', '—')}, seed {cfg.seed}")
+    if not all(tables):
+        from experiments.config import ConfigError
+
+        raise ConfigError("a run has no exact attack to compare (its sweep had no exact tasks)")
+    out_dir = Path(os.path.commonpath([str(d.resolve()) for d in dirs]))
+    doc = Doc().h(1, f"{', '.join(sorted(names))}: {len(dirs)} seeds beside the Bureau's figures")
+    doc.p("Each column is one exact sweep of the state (its own generated population and its own attack seed: the "
+          "swap, the commercial file, the ties), measured as its sweep report measures it; the spread is the lowest "
+          "and highest of them. A Bureau figure inside the spread is as close as another draw of the same kind of "
+          "state comes; one outside it differs by more than the draw of the state. Runs: "
+          + "; ".join(f"{lab} ({d})" for lab, d in zip(labels, dirs)) + ".")
+    doc.table(["measure", "where", *[f"run {i + 1}" for i in range(len(dirs))], "spread", "the Bureau's (2010)"],
+              spread_rows(tables))
+    md, _ = doc.write(out_dir, "seeds_report", " and ".join(sorted(names)))
     return md

@@ -74,6 +74,23 @@ def test_an_exact_sweep_attacks_every_tract_and_pools_them_beside_the_bureau(tmp
     assert (run_dir / "bureau.png").stat().st_size > 0 and "bureau.png" in report
     again = sweep(cfg, tmp_path, "local", progress=False)
     assert again["tasks_run"] == 0 and again["exact"] == first["exact"]
+    # another seed (another generated state, another attack seed): the two side by side, with their spread
+    other = sweep(load_config(root / "configs" / "census" / "exact_state.yaml", EXACT_STATE + [
+        "data.population.counties_per_state=1", "data.population.tracts_per_county=2", "data.seed=1", "seed=1"]),
+        tmp_path, "local", progress=False)
+    from experiments.cli import main
+
+    assert main(["report", str(run_dir), other["run_dir"]]) == 0
+    seeds = (run_dir.parent / "seeds_report.md").read_text()
+    row = next(line for line in seeds.splitlines() if line.startswith("| zero solution variability (solvar 0), % of "
+                                                                       "blocks | all blocks"))
+    own = [next(line for line in (Path(d) / "sweep_report.md").read_text().splitlines()
+                if line.startswith("| zero solution variability (solvar 0), % of blocks | all blocks")).split(" | ")[2]
+           for d in (run_dir, other["run_dir"])]
+    cells = row.split(" | ")
+    assert cells[2:4] == [o.split(" (")[0] for o in own] and cells[-1].strip(" |") == "69.4%"
+    lo, hi = sorted(float(o.split("%")[0]) for o in own)
+    assert cells[4] == f"{lo:.1f}–{hi:.1f}%" and "population seed 1, seed 1" in seeds
     with pytest.raises(ConfigError, match="not tasks of this config"):
         plan_tasks(cfg.model_copy(update={"sweep": cfg.sweep.model_copy(update={"methods": ["exact", "nope"]})}))
 
@@ -131,3 +148,17 @@ def test_a_sweep_task_gives_the_same_curves_as_the_full_run(tmp_path, root):
     cols = ["method", "k", "num_matched"]
     merged = part[cols].merge(full[cols], on=["method", "k"], suffixes=("", "_full"))
     assert len(merged) == len(part) and (merged.num_matched == merged.num_matched_full).all()
+
+
+def test_the_spread_between_seeds_is_the_lowest_and_highest_figure_of_each_row():
+    from experiments.report import spread_rows
+
+    one = [["solvar 0, % of blocks", "all blocks", "70.0% (7 of 10)", "69.4%"], ["agreement", "all blocks", "n/a", "48.5%"],
+           ["only here", "x", "5.0%", "—"]]
+    two = [["solvar 0, % of blocks", "all blocks", "65.5% (19 of 29)", "69.4%"], ["agreement", "all blocks", "40.0%", "48.5%"]]
+    three = [["agreement", "all blocks", "44.0%", "48.5%"], ["solvar 0, % of blocks", "all blocks", "72.5% (29 of 40)",
+                                                             "69.4%"]]
+    rows = spread_rows([one, two, three])
+    assert rows[0] == ["solvar 0, % of blocks", "all blocks", "70.0%", "65.5%", "72.5%", "65.5–72.5%", "69.4%"]
+    assert rows[1] == ["agreement", "all blocks", "n/a", "40.0%", "44.0%", "40.0–44.0%", "48.5%"]  # n/a: no figure
+    assert rows[2] == ["only here", "x", "5.0%", "—", "—", "—", "—"]  # one figure: no spread
