@@ -232,7 +232,8 @@ def plot_bureau(pooled: dict[str, dict], bureau_by_size: dict[str, tuple], out_b
               ("agreement on 38-bin age, % of persons", pct("agree_binned_age_persons", "persons"), 3)]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
     for ax, (label, ours, j) in zip(axes, panels):
-        ax.plot(x, [bureau_by_size[b][j] for b in labels], "s", color="#999999", label="Census Bureau, 2010")
+        theirs = [np.nan if bureau_by_size[b][j] is None else bureau_by_size[b][j] for b in labels]  # None: unpublished
+        ax.plot(x, theirs, "s", color="#999999", label="Census Bureau, 2010")
         ax.plot(x, ours, "o-", color="#cc3300", label="exact attack, here")
         ax.set_xticks(x, labels, rotation=45, fontsize=8)
         ax.set_xlabel("persons per block")

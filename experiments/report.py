@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,10 +28,14 @@ def _share(x: float, n: float) -> str:
     return f"{_pct(x, n, 1)} ({int(x)} of {int(n)})"
 
 
-def _bureau_precision(method: str, attacker_file: str, group: str) -> float | None:
+def _bureau_precision(method: str, attacker_file: str, group: str, ref: "BureauReference | None" = None) -> float | None:
     """The Bureau's precision for a method (any exact-attack method counts as its reconstruction),
-    attacker file and group; None where it published none."""
-    return BUREAU_REID.get((attacker_file, group), {}).get("exact" if method.startswith("exact") else method)
+    attacker file and group, in the experiment ``ref`` (default: all its tables); None where it published none.
+    The guessers and the HDF read no reconstruction: theirs are the same in every experiment."""
+    kind = "exact" if method.startswith("exact") else method
+    if ref is not None and kind == "exact" and (attacker_file, group) in ref.precision:
+        return ref.precision[(attacker_file, group)]
+    return BUREAU_REID.get((attacker_file, group), {}).get(kind)
 
 
 def unguessable_sentence(df: pd.DataFrame, variant, around: str | None) -> list[str]:
@@ -96,6 +101,55 @@ BUREAU_BY_SIZE = {
 #: solution variability; SUPP Table 8: agreement 48.5% and 95.2% against the HDF).
 BUREAU_OVERALL = (69.4, 28.7, 48.5, 95.2)
 
+_SF1 = ("P1", "P6", "P7", "P8", "P9", "P10", "P11", "P12", *[f"P12{c}" for c in "ABCDEFGHI"], "P14", "PCT12",
+        *[f"PCT12{c}" for c in "ABCDEFGHIJKLMNO"])
+
+
+@dataclass(frozen=True)
+class BureauReference:
+    """The Bureau's figures for one of its experiments, named by the SF1 tables it attacked: overall and per
+    block-size bin, each (solvar 0 % of blocks, % of persons, agreement exact age, 38-bin age), None where it
+    published none; its reconstruction's precision per (attacker file, group) where it differs from the full
+    experiment's; and whether its solvar summaries (cumulative, percentiles) are published."""
+
+    name: str
+    tables: frozenset
+    overall: tuple
+    by_size: dict
+    precision: dict
+    solvar_summaries: bool
+
+
+_NO_FIGURES = (None, None, None, None)
+#: The Bureau's experiments: all 34 SF1 person tables (rHDF b,t); the block tables only (rHDF b: SUPP Table 8's
+#: agreement, HDSR Table 5's precision); the 32 tables without P8 and P10 (HDSR p.10: solvar 0 for 65% of blocks).
+BUREAU_EXPERIMENTS = (
+    BureauReference("all 34 SF1 person tables (the Bureau's rHDF b,t)", frozenset(_SF1), BUREAU_OVERALL, BUREAU_BY_SIZE,
+                    {}, True),
+    BureauReference("the block tables only, without PCT12 (the Bureau's rHDF b)",
+                    frozenset(t for t in _SF1 if not t.startswith("PCT")), (None, None, 44.2, 92.9),
+                    {b: (None, None, None, v) for b, v in zip(BUREAU_BY_SIZE, (99.8, 97.8, 94.4, 91.4, 89.3, 87.5, 86.7))},
+                    {("perfect", "all"): 0.759, ("commercial", "all"): 0.406, ("perfect", "vulnerable"): None,
+                     ("commercial", "vulnerable"): None}, False),
+    BureauReference("32 tables, without P8 and P10 (HDSR p.10)", frozenset(_SF1) - {"P8", "P10"}, (65.0, None, None, None),
+                    {}, {key: None for key in BUREAU_REID}, False),
+)
+
+
+def bureau_reference(cfg) -> BureauReference | None:
+    """The Bureau experiment whose SF1 tables the config's tables workload attacks (``tables: sf1``, or a list of
+    SF1 names); None when they are none of the Bureau's (its figures would not be comparable)."""
+    from microdata.census import TABLE_SETS
+
+    tables = [q.tables for q in cfg.queries if q.is_tables]
+    if len(tables) != 1 or tables[0] == "reference":
+        return None
+    t = tables[0]
+    if isinstance(t, list) and not all(isinstance(x, str) for x in t):  # declared tables: not the Bureau's
+        return None
+    names = frozenset(TABLE_SETS[t] if isinstance(t, str) else t)
+    return next((e for e in BUREAU_EXPERIMENTS if e.tables == names), None)
+
 #: The Bureau's solution variability on each key (:data:`experiments.exact_eval.SOLVAR_KEYS`): its rows' words
 #: (solvar 0, % of blocks; % of persons; the records that can differ, at most). Its text keys solvar on the
 #: 38 age bins (SUPP Table 7 is compared with it), its released code on P12's 23 age groups.
@@ -130,52 +184,58 @@ def pooled_by_size(units: list[dict]) -> dict[str, dict]:
     return out
 
 
-def bureau_table(units: list[dict], reid: pd.DataFrame | None) -> tuple[list, list] | None:
-    """One table, ours beside the Bureau's 2010 figures: zero solution variability (% of blocks and
-    of persons) and agreement (exact and 38-bin age) by the Bureau's block-size bins and overall,
-    all units pooled; then the exact attack's reidentification precision (confirmed of putative)
-    per attacker file, overall and for the vulnerable group, with the modal and proportional
-    guessers'. None when there is nothing to compare."""
+def _fig(x) -> str:
+    return "—" if x is None else f"{x}%"
+
+
+def bureau_table(units: list[dict], reid: pd.DataFrame | None,
+                 ref: BureauReference | None = BUREAU_EXPERIMENTS[0]) -> tuple[list, list] | None:
+    """One table, ours beside the Bureau's 2010 figures of the experiment ``ref`` (:func:`bureau_reference`; None:
+    tables of none of its experiments, so no figure of its beside ours): zero solution variability (% of blocks
+    and of persons) and agreement (exact and 38-bin age) by the Bureau's block-size bins and overall, all units
+    pooled; then the exact attack's reidentification precision (confirmed of putative) per attacker file,
+    overall and for the vulnerable group, with the modal and proportional guessers'. "—" where the Bureau
+    published no figure for that experiment. None when there is nothing to compare."""
     pooled = pooled_by_size(units)
     rows = []
     for label, a in pooled.items():
-        ref = BUREAU_OVERALL if label == "all" else BUREAU_BY_SIZE[label]
+        fig = (ref.overall if label == "all" else ref.by_size.get(label, _NO_FIGURES)) if ref else _NO_FIGURES
         where = f"blocks of {label} persons" if label != "all" else "all blocks"
         n, solvar = a["persons"], bool(a["blocks_solvar"])
+        cumulative = "10.0%" if label == "all" and ref is not None and ref.solvar_summaries else "—"
         for key, words in SOLVAR_ROWS:  # the Bureau's measure on its text's key, then its released code's
             if a[f"blocks_{key}"]:
-                rows += [[words[0], where, _share(a[f"blocks_{key}_zero"], a[f"blocks_{key}"]), f"{ref[0]}%"],
-                         [words[1], where, _share(a[f"persons_{key}_zero"], a[f"persons_{key}"]), f"{ref[1]}%"],
-                         [words[2], where, _pct(a[f"{key}_records"], a[f"persons_{key}"], 1),
-                          "10.0%" if label == "all" else "—"]]
+                rows += [[words[0], where, _share(a[f"blocks_{key}_zero"], a[f"blocks_{key}"]), _fig(fig[0])],
+                         [words[1], where, _share(a[f"persons_{key}_zero"], a[f"persons_{key}"]), _fig(fig[1])],
+                         [words[2], where, _pct(a[f"{key}_records"], a[f"persons_{key}"], 1), cumulative]]
         # ours: zero variability on all the tables (compared with Table 7 only where solvar was not measured)
         zv = "zero variability on all the tables" if solvar else "zero variability"
         rows += [[f"{zv}, % of blocks", where, _share(a["blocks_zero_variability"], a["blocks"]),
-                  "—" if solvar else f"{ref[0]}%"],
+                  "—" if solvar else _fig(fig[0])],
                  [f"{zv}, % of persons", where, _share(a["persons_zero_variability"], n),
-                  "—" if solvar else f"{ref[1]}%"],
-                 ["agreement, exact age", where, _pct(a["agree_exact_age_persons"], n, 1), f"{ref[2]}%"],
-                 ["agreement, 38-bin age", where, _pct(a["agree_binned_age_persons"], n, 1), f"{ref[3]}%"]]
+                  "—" if solvar else _fig(fig[1])],
+                 ["agreement, exact age", where, _pct(a["agree_exact_age_persons"], n, 1), _fig(fig[2])],
+                 ["agreement, 38-bin age", where, _pct(a["agree_binned_age_persons"], n, 1), _fig(fig[3])]]
     values = [v for u in units for f in u.get("exact", {}).values() for v in f.get("solvar_by_block", [])]
     for p, v in solvar_percentiles(values).items():  # HDSR Table 2: block solvar by block percentile
         rows.append([f"solvar at the {p}th block percentile", "all blocks", f"{v:.1f}%",
-                     f"{BUREAU_SOLVAR_PERCENTILES[p]}%"])
+                     _fig(BUREAU_SOLVAR_PERCENTILES[p]) if ref is not None and ref.solvar_summaries else "—"])
     hdf = [(u.get("rows", 0), a) for u in units for a in u.get("agreement", []) if a.get("method") == "hdf"]
     if hdf:  # the tables were tabulated from a swapped file: its own agreement with D, as the Bureau's HDF vs CEF
         n = sum(w for w, _ in hdf)
-        for key, label, ref in (("agree_exact_age", "exact age", BUREAU_HDF_AGREEMENT[0]),
+        for key, label, fig in (("agree_exact_age", "exact age", BUREAU_HDF_AGREEMENT[0]),
                                 ("agree_binned_age", "38-bin age", BUREAU_HDF_AGREEMENT[1])):
             rows.append([f"agreement of the swapped file with D (HDF vs CEF), {label}", "all blocks",
-                         _pct(sum(w * a[key] for w, a in hdf), n, 1), f"{ref}%"])
+                         _pct(sum(w * a[key] for w, a in hdf), n, 1), _fig(fig if ref is not None else None)])
     if reid is not None and len(reid):
         g = reid.groupby(["method", "attacker_file", "group"], sort=False)[["putative", "confirmed"]].sum()
         for (m, f, grp), x in g.iterrows():
-            ref = _bureau_precision(m, f, grp)
-            if ref is None:  # RAP-Rank and the baselines have no Bureau counterpart: the reid table lists them
+            if _bureau_precision(m, f, grp) is None:  # RAP-Rank and the baselines: no Bureau counterpart (reid table)
                 continue
+            theirs = _bureau_precision(m, f, grp, ref) if ref is not None else None
             who = "the vulnerable group" if grp == "vulnerable" else "all persons"
             rows.append([f"reidentification precision, {f} attacker file", f"{m}, {who}",
-                         _share(x["confirmed"], x["putative"]), f"{100 * ref:.1f}%"])
+                         _share(x["confirmed"], x["putative"]), "—" if theirs is None else f"{100 * theirs:.1f}%"])
     if not rows:
         return None
     return ["measure", "where", "ours", "the Bureau's (2010)"], rows
@@ -243,7 +303,7 @@ def write_run_report(run_dir: str | Path) -> Path:
                        for m, r in top.iterrows()])
 
     if any("exact" in u for u in units):
-        _exact_section(doc, run_dir, units)
+        _exact_section(doc, run_dir, units, bureau_reference(cfg))
 
     # ---- what ran ------------------------------------------------------------------------
     doc.h(2, "Data")
@@ -323,18 +383,23 @@ def _strength_section(doc: Doc, run_dir: Path) -> None:
     doc.table(headers, rows, numeric=numeric)
 
 
-def bureau_section(doc: Doc, units: list[dict], reid: pd.DataFrame | None, run_dir: Path | None = None) -> None:
-    """The paragraph and the one table of ours beside the Bureau's (:func:`bureau_table`), and, with
-    ``run_dir``, its plot by block size (``bureau.png`` there)."""
-    table = bureau_table(units, reid)
+def bureau_section(doc: Doc, units: list[dict], reid: pd.DataFrame | None, run_dir: Path | None = None,
+                   ref: BureauReference | None = BUREAU_EXPERIMENTS[0]) -> None:
+    """The paragraph and the one table of ours beside the Bureau's experiment ``ref`` (:func:`bureau_table`), and,
+    with ``run_dir``, its plot by block size (``bureau.png`` there)."""
+    table = bureau_table(units, reid, ref)
     if table is None:
         return
     pooled = pooled_by_size(units)
     if run_dir is not None and len(pooled) > 1:
         from experiments.plots import plot_bureau
 
-        plot_bureau(pooled, BUREAU_BY_SIZE, run_dir / "bureau", "the exact attack beside the Census Bureau's 2010 figures")
+        plot_bureau(pooled, {b: ref.by_size.get(b, _NO_FIGURES) if ref else _NO_FIGURES for b in BUREAU_BY_SIZE},
+                    run_dir / "bureau", "the exact attack beside the Census Bureau's 2010 figures")
         doc.img(run_dir / "bureau.png", "the exact attack beside the Bureau's figures, by block size")
+    doc.p(f"The Bureau's experiment with the same tables: {ref.name}; where it published no figure, its column reads "
+          "—." if ref is not None else "These tables are none of the Bureau's experiments (all 34 SF1 person tables, "
+          "the block tables only, or the 32 without P8 and P10): no figure of the Bureau's is put beside them.")
     doc.p("Beside the Census Bureau's 2010 figures, in one table. By the Bureau's block-size bins (a block's size: "
           "its persons in D, the population the tables count), all units pooled. *Solution variability* is the "
           "Bureau's (supplement, Eqs. 4.6 and 4.10): the share of a block's records that can differ from the "
@@ -367,9 +432,9 @@ def bureau_section(doc: Doc, units: list[dict], reid: pd.DataFrame | None, run_d
     doc.table(*table, numeric={2, 3})
 
 
-def _exact_section(doc: Doc, run_dir: Path, units: list[dict]) -> None:
+def _exact_section(doc: Doc, run_dir: Path, units: list[dict], ref: BureauReference | None) -> None:
     """The exact attack: solve and certificates per unit, RAP-Rank's rows certified, the Bureau's
-    agreement measure, and the reidentification simulation."""
+    agreement measure, and the reidentification simulation, beside the Bureau's experiment ``ref``."""
     doc.h(2, "Exact reconstruction by integer programming")
     doc.p("The published tables, as the Census Bureau's 2010 experiment used them, in count form: one non-negative "
           "integer per (block, person type) that no published zero rules out, one equality per published cell, "
@@ -415,7 +480,7 @@ def _exact_section(doc: Doc, run_dir: Path, units: list[dict]) -> None:
                "persons in them", "zero-variability blocks (single-year age)", "certified", "persons solved",
                "solve s", "certify s"], rows, numeric={5, 8, 9, 10})
     reid_path = run_dir / "reid.parquet"
-    bureau_section(doc, units, pd.read_parquet(reid_path) if reid_path.exists() else None, run_dir)
+    bureau_section(doc, units, pd.read_parquet(reid_path) if reid_path.exists() else None, run_dir, ref)
     if proven:
         doc.p("Generate-then-Verify on RAP-Rank's own rows: how many of its top u are provable (in every consistent "
               "dataset), and how many provable rows it ranks below u.")
@@ -487,7 +552,8 @@ def write_sweep_report(run_dir: str | Path) -> Path:
                  f"attack.exact_time_limit ({cfg.attack.exact_time_limit:g} s)."
                  if near else ""))
         reid_path = run_dir / "reid.parquet"
-        bureau_section(doc, units, pd.read_parquet(reid_path) if reid_path.exists() else None, run_dir)
+        bureau_section(doc, units, pd.read_parquet(reid_path) if reid_path.exists() else None, run_dir,
+                       bureau_reference(cfg))
         doc.p(f"Per {cfg.target.level}: blocks of solvar 0 (the Bureau's measure) and of zero variability on all the "
               "tables, on the Bureau's 38 age bins; cumulative solvar (the records that can differ, at most); the same "
               "two keyed on P12's 23 age groups (the released code's key); seconds.")
@@ -552,7 +618,7 @@ def write_seeds_report(run_dirs: list[str | Path]) -> Path:
         names.add(cfg.name)
         reid = d / "reid.parquet"
         table = bureau_table(json.loads((d / "exact_units.json").read_text()),
-                             pd.read_parquet(reid) if reid.exists() else None)
+                             pd.read_parquet(reid) if reid.exists() else None, bureau_reference(cfg))
         tables.append(table[1] if table else [])
         labels.append(f"population seed {cfg.data.model_dump().get('seed', '—')}, seed {cfg.seed}")
     if not all(tables):

@@ -246,6 +246,47 @@ def test_zero_variability_and_agreement_by_the_bureaus_block_size_bins():
     assert got[("cumulative solvar keyed on P12's 23 age groups", "all blocks")] == ("0.0%", "10.0%")
 
 
+def test_each_of_the_bureaus_experiments_gets_its_own_figures_and_other_tables_get_none(root):
+    """All 34 tables, the block tables only (rHDF b) and the 32 without P8 and P10 are the Bureau's three
+    experiments: each is compared with its own figures, "—" where it published none; other tables with none."""
+    from experiments.exact_eval import by_block_size
+    from experiments.report import BUREAU_EXPERIMENTS, bureau_reference, bureau_table
+
+    def ref(tables):
+        return bureau_reference(load_config(root / "configs" / "census" / "exact_state.yaml", [f"queries.tables={tables}"]))
+
+    full, block_only, thirty_two = BUREAU_EXPERIMENTS
+    assert ref("sf1") is full and ref("[P1, P12, P12A, P14]") is None and ref("race_hispanic") is None
+    from microdata.census import TABLE_SETS
+
+    sf1 = list(TABLE_SETS["sf1"])
+    assert ref("[" + ", ".join(t for t in sf1 if not t.startswith("PCT")) + "]") is block_only
+    assert ref("[" + ", ".join(t for t in sf1 if t not in ("P8", "P10")) + "]") is thirty_two
+    dom = _dom()
+    truth = dom.encode(np.array([[0, 30, 0, 0, 0], [0, 31, 1, 0, 0], [1, 5, 1, 1, 0]]))
+    rows = by_block_size(dom, truth, truth, {0: {"zero_variability": True, "solvar": 0.0},
+                                             1: {"zero_variability": True, "solvar": 0.0}})
+    reid = pd.DataFrame([{"method": "exact", "attacker_file": "perfect", "group": "all", "putative": 4, "confirmed": 3},
+                         {"method": "modal", "attacker_file": "perfect", "group": "all", "putative": 4, "confirmed": 1}])
+
+    def table(r):
+        return {(x[0], x[1]): x[3] for x in bureau_table([{"exact": {"tables": {"by_block_size": rows}}}], reid, r)[1]}
+
+    solvar0, exact_age = ("zero solution variability (solvar 0), % of blocks", "all blocks"), ("agreement, exact age",
+                                                                                                "all blocks")
+    precision = ("reidentification precision, perfect attacker file", "exact, all persons")
+    modal = ("reidentification precision, perfect attacker file", "modal, all persons")
+    assert (table(full)[solvar0], table(full)[exact_age], table(full)[precision]) == ("69.4%", "48.5%", "77.9%")
+    got = table(block_only)
+    assert (got[solvar0], got[exact_age], got[("agreement, 38-bin age", "blocks of 1-9 persons")]) == ("—", "44.2%",
+                                                                                                        "99.8%")
+    assert got[precision] == "75.9%" and got[modal] == "76.6%"  # the guessers read no reconstruction: the same
+    assert got[("records that can differ, at most (cumulative solvar)", "all blocks")] == "—"
+    got = table(thirty_two)
+    assert (got[solvar0], got[exact_age], got[precision]) == ("65.0%", "—", "—")
+    assert set(table(None).values()) == {"—"}
+
+
 def test_links_are_confirmed_on_the_age_bin_and_the_vulnerable_group_keeps_records_in_the_persons_block():
     """The Bureau's rules: a link is confirmed on exact age, failing that on the 38-bin group, whichever
     pass made it; a commercial record of a vulnerable person counts in the group only when it names
