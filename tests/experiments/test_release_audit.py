@@ -229,6 +229,7 @@ def test_swapping_is_not_audited_and_its_ledger_entry_says_it_is_not_dp(root, tm
 
     cfg = load_config(root / "configs" / "release_agency.yaml",
                       ['target.unit_ids=["01001000100"]', "release.epsilons=[2.0]", "release.swap_rates=[0.2]",
+                       "data.population.tracts_per_county=2",  # TopDown's tree: the county, 2 tracts, their blocks
                        "release.audit.runs=1000", "attack.runs=2", "attack.steps=20", "grid_points=10",
                        "release.audit.whole_releases=20", "release.audit.replay_pairs=1", "release.audit.replay_draws=1",
                        "release.audit.units=1", "attack.exact_time_limit=20",
