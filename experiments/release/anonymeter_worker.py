@@ -39,7 +39,13 @@ def _compile_once() -> None:
     from pathlib import Path
 
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(base) / "censusrecon" / "numba"))
+    where = os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(base) / "censusrecon" / "numba"))
+    try:
+        Path(where).mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return  # nowhere to write the cache (a read-only home): anonymeter compiles as it always does
+    if not os.access(where, os.W_OK):
+        return
     import numba
 
     jit = numba.jit
