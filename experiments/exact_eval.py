@@ -12,10 +12,6 @@ import pandas as pd
 from experiments.metrics import match_rate_curve
 from microdata.census import AGE_BIN38_OF_AGE as AGE_GROUP
 from microdata.census import P12_GROUP_OF_AGE
-
-#: The blocks' solution variability measured on each key, as :func:`reconstruct.exact.reconstruct_exact`
-#: stores it: the Bureau's text's 38 age bins ("solvar"), its released code's P12 groups ("solvar_p12").
-SOLVAR_KEYS = ("solvar", "solvar_p12")
 from microdata.describe import SIZE_BINS, SIZE_LABELS
 from microdata.domain import Domain
 from microdata.errors import CensusReconError
@@ -23,6 +19,10 @@ from microdata.ranking import Ranking, rank_by_score
 from reconstruct.exact import ExactResult, certify_rows, reconstruct_exact
 
 log = logging.getLogger(__name__)
+
+#: The blocks' solution variability measured on each key, as :func:`reconstruct.exact.reconstruct_exact`
+#: stores it: the Bureau's text's 38 age bins ("solvar"), its released code's P12 groups ("solvar_p12").
+SOLVAR_KEYS = ("solvar", "solvar_p12")
 
 
 def check_certified_counts(res: ExactResult, truth: np.ndarray, unit: str) -> None:

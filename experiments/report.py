@@ -11,12 +11,13 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from experiments.config import parse_config
+from experiments.config import ConfigError, parse_config
 from experiments.metrics import (CONFIDENCE, OUTSIDE_COLUMNS, SATURATION_SHARE, at_u, average_curves, band_kind,
                                  difference_words, is_attack, lift_by_baseline, persons_reconstructed, saturation,
                                  strength_table, summarise_persons, variant_label)
 from experiments.doc import Doc
 from experiments.results import results_kind, time_words
+from microdata.census import TABLE_SETS
 
 
 def _pct(a: float, b: float, digits: int = 0) -> str:
@@ -101,8 +102,7 @@ BUREAU_BY_SIZE = {
 #: solution variability; SUPP Table 8: agreement 48.5% and 95.2% against the HDF).
 BUREAU_OVERALL = (69.4, 28.7, 48.5, 95.2)
 
-_SF1 = ("P1", "P6", "P7", "P8", "P9", "P10", "P11", "P12", *[f"P12{c}" for c in "ABCDEFGHI"], "P14", "PCT12",
-        *[f"PCT12{c}" for c in "ABCDEFGHIJKLMNO"])
+_SF1 = TABLE_SETS["sf1"]  # the 34 SF1 person tables of the Bureau's experiment
 
 
 @dataclass(frozen=True)
@@ -139,8 +139,6 @@ BUREAU_EXPERIMENTS = (
 def bureau_reference(cfg) -> BureauReference | None:
     """The Bureau experiment whose SF1 tables the config's tables workload attacks (``tables: sf1``, or a list of
     SF1 names); None when they are none of the Bureau's (its figures would not be comparable)."""
-    from microdata.census import TABLE_SETS
-
     tables = [q.tables for q in cfg.queries if q.is_tables]
     if len(tables) != 1 or tables[0] == "reference":
         return None
@@ -610,8 +608,6 @@ def write_seeds_report(run_dirs: list[str | Path]) -> Path:
     tables, labels, names = [], [], set()
     for d in dirs:
         if results_kind(d) != "sweep" or not (d / "exact_units.json").exists():
-            from experiments.config import ConfigError
-
             raise ConfigError(f"{d} is not a finished sweep with exact tasks: the seeds report compares the Bureau "
                               "tables of several exact sweeps (censusrecon sweep of a config with attack.exact)")
         cfg = parse_config(yaml.safe_load((d / "config.yaml").read_text()), str(d / "config.yaml"))
@@ -622,8 +618,6 @@ def write_seeds_report(run_dirs: list[str | Path]) -> Path:
         tables.append(table[1] if table else [])
         labels.append(f"population seed {cfg.data.model_dump().get('seed', '—')}, seed {cfg.seed}")
     if not all(tables):
-        from experiments.config import ConfigError
-
         raise ConfigError("a run has no exact attack to compare (its sweep had no exact tasks)")
     out_dir = Path(os.path.commonpath([str(d.resolve()) for d in dirs]))
     doc = Doc().h(1, f"{', '.join(sorted(names))}: {len(dirs)} seeds beside the Bureau's figures")

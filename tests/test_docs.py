@@ -97,7 +97,7 @@ def synopsis_commands(fill: dict) -> dict[str, list[str]]:
             continue
         words = re.sub(r"[\[\]]", " ", line.replace("--set ...", "--set key=value")).replace("...", " ").split()
         argv = [fill.get(w, w.split("|")[0]) for w in words[1:]]
-        out[argv[0] if not argv[0].startswith("-") else argv[0]] = argv
+        out[argv[0]] = argv
     return out
 
 
