@@ -12,7 +12,7 @@ import pandas as pd
 from experiments.metrics import match_rate_curve
 from microdata.census import AGE_BIN38_OF_AGE as AGE_GROUP
 from microdata.census import P12_GROUP_OF_AGE
-from microdata.describe import SIZE_BINS, SIZE_LABELS
+from microdata.describe import SIZE_BINS, SIZE_LABELS, block_groups
 from microdata.domain import Domain
 from microdata.errors import CensusReconError
 from microdata.ranking import Ranking, rank_by_score
@@ -142,7 +142,8 @@ def _race_eth(domain: Domain, codes: np.ndarray) -> np.ndarray:
 
 def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.ndarray], rng: np.random.Generator,
                      rc=None, zero_variability_blocks: set | None = None,
-                     tabulated: np.ndarray | None = None) -> pd.DataFrame | None:
+                     tabulated: np.ndarray | None = None,
+                     group_of_block: np.ndarray | None = None) -> pd.DataFrame | None:
     """The Bureau's reidentification simulation on one unit (:mod:`experiments.reid`): the perfect
     and the commercial-like attacker files linked one to one to each method's reconstructed persons
     (``methods[name]``: rows of codes) and to the modal and proportional guessers' files; putative,
@@ -150,7 +151,8 @@ def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.nd
     sex, 38-bin age}, in a zero-variability block when ``zero_variability_blocks`` is given). ``rc``
     is the config's ``reidentification`` section (its defaults when None); ``tabulated``: the rows the
     tables were computed from when they are not D's (a swapped file, the Bureau's HDF), from which the
-    guessers take their block shares. None without single-year AGE and SEX."""
+    guessers take their block shares; ``group_of_block``: each BLOCK code's block group, where the
+    modal rule falls back to (the whole unit without it). None without single-year AGE and SEX."""
     from experiments.config import ReidentificationConfig
     from experiments.reid import (AttackerFile, block_modes, commercial_file, guesser_files, perfect_file,
                                   reidentify, vulnerable_persons)
@@ -176,12 +178,12 @@ def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.nd
     for name, rec in methods.items():
         rb = rec[:, jb] if jb is not None else np.zeros(len(rec), np.int64)
         recs[name] = (rb, rec[:, js], rec[:, ja], _race_eth(domain, rec))
-    mode = block_modes(block, re)  # once, for the vulnerable group (and the guessers, on D's own tables)
+    mode = block_modes(block, re, group_of_block)  # once, for the vulnerable group (and the guessers, on D's own tables)
     seen = (block, sex, age, re)  # what the guessers read: the published tables, D's or the swapped file's
     if tabulated is not None:
         seen = (tabulated[:, jb] if jb is not None else np.zeros(len(tabulated), np.int64), tabulated[:, js],
                 tabulated[:, ja], _race_eth(domain, tabulated))
-    for name, guess in guesser_files(*seen, guess_rng, mode if tabulated is None else None).items():
+    for name, guess in guesser_files(*seen, guess_rng, mode if tabulated is None else None, group_of_block).items():
         recs[name] = (*seen[:3], guess)
     vulnerable = vulnerable_persons(block, sex, age, re, zero_variability_blocks, mode)
     return reidentify(files, recs, (block, sex, age, re), vulnerable, link_seed)
@@ -272,7 +274,14 @@ def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: in
         elif zv_blocks:
             zero = {b for b, f in zv_blocks.items() if f["zero_variability"] is True}
             facts["vulnerable_zero_blocks"] = "zero variability on all the tables"
-        df = reidentification(D.domain, D.codes, methods, rng, rc, zero, None if swap_facts is None else hdf.codes)
+        # the Bureau's modal rule falls back to the block group (block GEOIDs' first 12 characters)
+        groups = block_groups(np.asarray(prob.blocks)) if prob.blocks and "BLOCK" in D.domain else None
+        group_of_block = None if groups is None else np.unique(groups, return_inverse=True)[1]
+        if group_of_block is not None and D.domain.size("BLOCK") > len(group_of_block):  # padded BLOCK codes
+            group_of_block = np.concatenate([group_of_block, np.zeros(D.domain.size("BLOCK") - len(group_of_block),
+                                                                      np.int64)])
+        df = reidentification(D.domain, D.codes, methods, rng, rc, zero, None if swap_facts is None else hdf.codes,
+                              group_of_block)
         if df is not None:
             reid = df.to_dict("records")
     return curves, facts, agree, reid

@@ -184,6 +184,7 @@ class UnitProblem:
     block_weights: np.ndarray | None  # BLOCK's distribution in D_holdout: what baselines and inits may use
     block_list_source: str | None = None  # where the BLOCK values come from (None without BLOCK)
     areas: dict | None = None  # per level between the unit and its blocks: each area and its BLOCK codes
+    blocks: tuple[str, ...] | None = None  # the public block list: BLOCK code i is blocks[i] (None without BLOCK)
 
 
 def unit_blocks(pop: Dataset, cfg: ExperimentConfig, unit: str) -> tuple[list[str], str]:
@@ -248,13 +249,14 @@ def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: boo
         if with_block:  # an outsider knows the public block list, not who lives where: uniform over it
             weights = (np.arange(data.domain.sizes[0]) < len(blocks)).astype(np.float64)
             areas = unit_areas(pop, cfg, blocks)
-        return UnitProblem(unit, with_block, private, holdout, weights, source, areas)
+        return UnitProblem(unit, with_block, private, holdout, weights, source, areas,
+                           tuple(blocks) if with_block else None)
     rng = np.random.default_rng(_stable("split", cfg.seed, unit))
     private, holdout = holdout_split(data, rng, cfg.holdout_fraction)
     if with_block:  # where an outsider expects persons: the holdout's blocks (D's are what is attacked)
         weights = np.bincount(holdout.column("BLOCK"), minlength=holdout.domain.sizes[0]).astype(np.float64)
         areas = unit_areas(pop, cfg, blocks)
-    return UnitProblem(unit, with_block, private, holdout, weights, source, areas)
+    return UnitProblem(unit, with_block, private, holdout, weights, source, areas, tuple(blocks) if with_block else None)
 
 
 def private_half(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool) -> Dataset:

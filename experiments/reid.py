@@ -125,14 +125,16 @@ def confirmed(file: AttackerFile, linked: np.ndarray, binned: np.ndarray, rec_bl
     return out
 
 
-def block_modes(block: np.ndarray, re: np.ndarray) -> dict[int, int]:
+def block_modes(block: np.ndarray, re: np.ndarray, group_of_block: np.ndarray | None = None) -> dict[int, int]:
     """Each block's modal race/ethnicity by the Bureau's rule (``findModalRE`` of its
     recon_replication code, as :func:`microdata.describe.block_modes`): the block's most common
-    value; if its count is 1 or values tie, one level up, the unit's mode (under the same
-    condition); failing that, code 0 (not Hispanic, White alone)."""
+    value; if its count is 1 or values tie, one level up, its block group's mode (``group_of_block``:
+    each BLOCK code's group; the whole unit without it) under the same condition; failing that,
+    code 0 (not Hispanic, White alone)."""
     from microdata.describe import block_modes as modes
 
-    m = modes(block, np.zeros(len(block), np.int64), re, fallback=0)
+    group = np.zeros(len(block), np.int64) if group_of_block is None else np.asarray(group_of_block)[block]
+    m = modes(block, group, re, fallback=0)
     first = np.unique(block, return_index=True)
     return {int(b): int(m[i]) for b, i in zip(*first)}
 
@@ -154,12 +156,13 @@ def vulnerable_persons(block: np.ndarray, sex: np.ndarray, age: np.ndarray, re: 
 
 
 def guesser_files(block: np.ndarray, sex: np.ndarray, age: np.ndarray, re: np.ndarray,
-                  rng: np.random.Generator, mode: dict[int, int] | None = None) -> dict[str, np.ndarray]:
+                  rng: np.random.Generator, mode: dict[int, int] | None = None,
+                  group_of_block: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The Bureau's two guessers as reconstructed files, from the published block tables alone:
     every person's block, sex and age with their block's modal race/ethnicity (``modal``), or one
     drawn from the block's race/ethnicity shares (``proportional``). ``mode`` as in
     :func:`vulnerable_persons`."""
-    mode = block_modes(block, re) if mode is None else mode
+    mode = block_modes(block, re, group_of_block) if mode is None else mode
     modal = np.array([mode[int(b)] for b in block], dtype=np.int64)
     prop = np.empty(len(block), np.int64)
     for b in np.unique(block):

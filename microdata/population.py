@@ -235,23 +235,28 @@ def embedded_population(seed: int = 0, spec: PopulationSpec | None = None) -> Da
 
 def census_geography(counties_per_state: int, tracts_per_county: int, county_state: np.ndarray,
                      tract_county: np.ndarray, blocks_in_tract: np.ndarray, person_block: np.ndarray,
-                     n_empty: np.ndarray, source: str) -> Geography:
+                     n_empty: np.ndarray, source: str, block_number: np.ndarray | None = None,
+                     empty_number: np.ndarray | None = None) -> Geography:
     """Census GEOIDs of a generated population: odd state and county FIPS codes, tracts 000100,
-    000200, ..., blocks 1001, 1002, ... within each tract; each person's (``person_block`` indexes
-    the occupied blocks, tract by tract), with the public block list as its catalogue: the occupied
-    blocks and, numbered after them, ``n_empty`` empty blocks per tract."""
+    000200, ..., blocks 1001, 1002, ... within each tract (or ``block_number``, one per occupied
+    block, whose first digit is its block group); each person's (``person_block`` indexes the
+    occupied blocks, tract by tract), with the public block list as its catalogue: the occupied
+    blocks and ``n_empty`` empty blocks per tract, numbered after them (or ``empty_number``, tract
+    by tract)."""
     n_tract = len(tract_county)
     state_fips = np.arange(int(county_state.max()) + 1) * 2 + 1
     county_fips = (np.arange(len(county_state)) % counties_per_state) * 2 + 1
     tract_code = (np.arange(n_tract) % tracts_per_county + 1) * 100
     block_tract = np.repeat(np.arange(n_tract), blocks_in_tract)
-    block_in_tract = np.concatenate([np.arange(k) for k in blocks_in_tract]) + 1001
+    block_in_tract = (np.concatenate([np.arange(k) for k in blocks_in_tract]) + 1001 if block_number is None
+                      else np.asarray(block_number, dtype=np.int64))
     c_of_b = tract_county[block_tract]
     geo = Geography.from_parts(state_fips[county_state[c_of_b]][person_block], county_fips[c_of_b][person_block],
                                tract_code[block_tract][person_block], block_in_tract[person_block])
     all_tract = np.concatenate([block_tract, np.repeat(np.arange(n_tract), n_empty)])
-    all_block = np.concatenate([block_in_tract, np.concatenate(
-        [np.arange(k) + 1001 + b for k, b in zip(n_empty, blocks_in_tract)]).astype(np.int64)])
+    empties = (np.concatenate([np.arange(k) + 1001 + b for k, b in zip(n_empty, blocks_in_tract)]).astype(np.int64)
+               if empty_number is None else np.asarray(empty_number, dtype=np.int64))
+    all_block = np.concatenate([block_in_tract, empties])
     listed = Geography.from_parts(state_fips[county_state[tract_county[all_tract]]],
                                   county_fips[tract_county[all_tract]], tract_code[all_tract], all_block)
     return geo.with_catalogue(UnitCatalogue({lv: listed.units(lv) for lv in listed.levels[1:]}, source))

@@ -101,6 +101,14 @@ def block_size_pmf_2010(max_block: int = MAX_BLOCK) -> np.ndarray:
     return p / p.sum()
 
 
+#: 2010's mean household size by the householder's group (the 8 groups of ``_GROUP``: not Hispanic
+#: White, Black, AIAN, Asian, NHPI, some other race alone, two or more; Hispanic), relative to all
+#: households: CPS 2004 Table AVG1 (Hispanic 3.34, Black alone 2.64, Asian alone 2.90, the remaining
+#: races 2.84, all 2.57; non-Hispanic White 2.43, derived from White alone 2.54 less its Hispanic
+#: householders).
+HOUSEHOLD_SIZE_BY_GROUP = np.array([2.43, 2.64, 2.84, 2.90, 2.84, 2.84, 2.84, 3.34]) / 2.57
+
+
 @dataclass(frozen=True)
 class Census2010Spec:
     """Sizes and mechanisms of the 2010-shaped population; every default is the 2010 figure or the
@@ -109,8 +117,12 @@ class Census2010Spec:
     states: int = 4
     counties_per_state: int = 2
     tracts_per_county: int = 3
-    #: Occupied blocks per tract, uniform on this range (2010: 85.6 on average).
-    occupied_blocks_per_tract: tuple[int, int] = (60, 111)
+    #: Each tract's persons: lognormal with this median and log-standard deviation (the Bureau's
+    #: tract criteria: optimum 4,000, design range 1,200-8,000); its blocks are drawn until they hold
+    #: that many, so occupied blocks per tract follow from its size and density.
+    tract_persons: tuple[float, float] = (4000.0, 0.30)
+    #: Persons per block group the tract is cut into (the Bureau's criteria: optimum 1,500).
+    block_group_persons: float = 1500.0
     #: Share of the listed blocks with nobody in them (2010: 44.0%).
     empty_share: float = 0.44
     #: Correlation of a block's size quantile with its tract's density score.
@@ -121,30 +133,49 @@ class Census2010Spec:
     #: Dirichlet concentrations of a state's, county's, tract's and block's mix around its parent's
     #: (higher: closer to the parent).
     concentration: tuple[float, float, float, float] = (40.0, 20.0, 3.0, 8.0)
+    #: Dirichlet concentration of a block group's mix around its tract's (a block's is then around
+    #: its block group's).
+    block_group_concentration: float = 12.0
     #: Probability that a couple's second adult is drawn from the block's mix rather than being of
     #: the householder's group (2010: about 10% of married couples differ in race or Hispanic origin).
     mixed_couple: float = 0.10
+    #: Probability that a household member other than the householder and partner is of a group
+    #: drawn from the tract's mix rather than the household's (fitted to the share of block cells of
+    #: 1-2 persons, SUPP Table 18, which then moved from the validation statistics to the tuned ones).
+    stray_member: float = 0.25
     #: Standard deviation (years) of the adults' age shift per tract and per block.
     age_shift: tuple[float, float] = (5.0, 3.0)
+    #: Householders' age shift (years) by their group (the 8 groups of HOUSEHOLD_SIZE_BY_GROUP),
+    #: with 2010's larger households of younger groups giving median ages by group.
+    group_age_shift: tuple[float, ...] = (3.0, -3.0, -5.0, -1.0, -5.0, -5.0, -6.0, -5.0)
     #: Share of a 250+ block's persons in group quarters when it has one, and how often it has one.
-    group_quarters: tuple[float, float] = (0.5, 0.35)
+    group_quarters: tuple[float, float] = (0.5, 0.19)
 
     def __post_init__(self) -> None:
         from microdata.population import check_census_sizes
 
         check_census_sizes(self)
-        lo, hi = self.occupied_blocks_per_tract
-        if not 1 <= lo <= hi or hi > 4000:
-            raise CensusReconError(f"occupied_blocks_per_tract must be (lo, hi) with 1 <= lo <= hi <= 4000, "
-                                   f"got {self.occupied_blocks_per_tract}")
+        median, spread = self.tract_persons
+        if not 100 <= median <= 20_000 or not 0 <= spread <= 1.5:
+            raise CensusReconError(f"tract_persons must be (median in 100..20000, log-sd in 0..1.5), "
+                                   f"got {self.tract_persons}")
+        if not 100 <= self.block_group_persons <= 20_000:
+            raise CensusReconError(f"block_group_persons must be in 100..20000, got {self.block_group_persons}")
         if not 0.0 <= self.empty_share < 0.6:
             raise CensusReconError(f"empty_share must be in [0, 0.6), got {self.empty_share}")
         if not 0.0 <= self.density_size_correlation < 1.0:
             raise CensusReconError("density_size_correlation must be in [0, 1)")
-        if any(c <= 0 for c in self.concentration):
-            raise CensusReconError(f"concentrations must be positive, got {self.concentration}")
+        if any(c <= 0 for c in self.concentration) or self.block_group_concentration <= 0:
+            raise CensusReconError(f"concentrations must be positive, got {self.concentration}, "
+                                   f"{self.block_group_concentration}")
         if not 0.0 <= self.mixed_couple <= 1.0:
             raise CensusReconError(f"mixed_couple must be a probability, got {self.mixed_couple}")
+        if len(self.group_age_shift) != 8:
+            raise CensusReconError(f"group_age_shift needs one shift per group (8), got {len(self.group_age_shift)}")
+
+
+#: The most occupied blocks a tract may have (block numbers run to 9999 with empty blocks included).
+MAX_BLOCKS_PER_TRACT = 5000
 
 
 def _dirichlet_rows(rng, parents: np.ndarray, concentration: float) -> np.ndarray:
@@ -169,8 +200,51 @@ def _draw_rows(rng, p_rows: np.ndarray) -> np.ndarray:
     return np.minimum((u > cum).sum(axis=1), p_rows.shape[1] - 1)
 
 
-def census2010_population(seed: int = 0, spec: Census2010Spec | None = None) -> Dataset:
-    """Generate the 2010-shaped population (the embedded population's domain and geography ids).
+def _size_of_quantile(q: np.ndarray, cdf: np.ndarray) -> np.ndarray:
+    return np.maximum(np.minimum(np.searchsorted(cdf, q * cdf[-1], side="right"), MAX_BLOCK), 1).astype(np.int64)
+
+
+def tract_density_draws(rng, n: int, r: float, cdf: np.ndarray) -> np.ndarray:
+    """``n`` tract density scores, stratified (one per 1/n quantile, in random order), from the
+    standard normal tilted by m(d), the mean block size of a tract of density d. A tract's blocks
+    are drawn until they hold its persons, so it has about persons / m(d) blocks; weighting the
+    tracts by m(d) makes the blocks' densities standard normal again, and so the blocks' sizes
+    2010's distribution, however block counts vary with density."""
+    d = np.linspace(-5, 5, 1001)
+    z, w = np.polynomial.hermite_e.hermegauss(48)  # E over z ~ N(0, 1)
+    w = w / w.sum()
+    sizes = _size_of_quantile(ndtr(r * d[:, None] + np.sqrt(1 - r * r) * z[None, :]), cdf)
+    m = sizes @ w
+    dens = m * np.exp(-0.5 * d * d)
+    cum = np.concatenate([[0.0], np.cumsum(0.5 * (dens[1:] + dens[:-1]) * np.diff(d))])
+    u = (rng.permutation(n) + rng.random(n)) / n
+    return np.interp(u * cum[-1], cum, d)
+
+
+def _household_size_pmfs(mean_ratio: np.ndarray, top: int = 20) -> np.ndarray:
+    """Per group, a household-size distribution on 1..top: 2010's (7+ spread geometrically) tilted
+    by exp(λ s) until its mean is ``mean_ratio`` × 2010's mean (bisection on λ)."""
+    base = np.zeros(top)
+    base[:6] = HOUSEHOLD_SIZES_2010[:6]
+    base[6:] = HOUSEHOLD_SIZES_2010[6] * 0.5 ** np.arange(1, top - 5)
+    base /= base.sum()
+    s = np.arange(1, top + 1)
+    out = np.empty((len(mean_ratio), top))
+    for g, ratio in enumerate(mean_ratio):
+        goal, lo, hi = ratio * float(base @ s), -5.0, 5.0
+        for _ in range(80):
+            lam = 0.5 * (lo + hi)
+            p = base * np.exp(lam * (s - s.mean()))
+            p /= p.sum()
+            lo, hi = (lam, hi) if p @ s < goal else (lo, lam)
+        out[g] = p
+    return out
+
+
+def census2010_population(seed: int = 0, spec: Census2010Spec | None = None,
+                          group_quarters: bool = False) -> Dataset | tuple[Dataset, np.ndarray]:
+    """Generate the 2010-shaped population (the embedded population's domain and geography ids);
+    with ``group_quarters``, also each person's flag: living in group quarters.
 
     >>> d = census2010_population(seed=1, spec=Census2010Spec(states=1, counties_per_state=1, tracts_per_county=2))
     >>> d.domain.names, len(d.geography.unit_ids("tract"))
@@ -183,24 +257,48 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None) -> 
     rng = np.random.default_rng([seed, 2010])
     c_state, c_county, c_tract, c_block = spec.concentration
 
-    # --- geography and block sizes -------------------------------------------------------
+    # --- geography: tract sizes, densities, and blocks drawn until they hold the tract's persons -
     n_state = spec.states
     n_county = n_state * spec.counties_per_state
     n_tract = n_county * spec.tracts_per_county
     county_state = np.repeat(np.arange(n_state), spec.counties_per_state)
     tract_county = np.repeat(np.arange(n_county), spec.tracts_per_county)
-    lo, hi = spec.occupied_blocks_per_tract
-    blocks_in_tract = rng.integers(lo, hi + 1, size=n_tract)
-    block_tract = np.repeat(np.arange(n_tract), blocks_in_tract)
-    n_block = block_tract.size
-    # tract densities: standard normal, stratified over the tracts (one per 1/n_tract quantile, in
-    # random order) so that a population of few tracts still spans sparse to dense
-    density = ndtri((rng.permutation(n_tract) + rng.random(n_tract)) / n_tract)
-    r = spec.density_size_correlation
-    q = ndtr(r * density[block_tract] + np.sqrt(1 - r * r) * rng.standard_normal(n_block))
     cdf = np.cumsum(block_size_pmf_2010())
-    block_size = np.minimum(np.searchsorted(cdf, q * cdf[-1], side="right"), MAX_BLOCK).astype(np.int64)
-    block_size = np.maximum(block_size, 1)
+    r = spec.density_size_correlation
+    density = tract_density_draws(rng, n_tract, r, cdf)
+    median, spread = spec.tract_persons
+    goal = median * np.exp(spread * rng.standard_normal(n_tract))
+    sizes_of_tract = []
+    for t in range(n_tract):
+        got, total = [], 0
+        while total < goal[t] and sum(len(x) for x in got) < MAX_BLOCKS_PER_TRACT:
+            q = ndtr(r * density[t] + np.sqrt(1 - r * r) * rng.standard_normal(64))
+            b = _size_of_quantile(q, cdf)
+            stop = int(np.searchsorted(np.cumsum(b), goal[t] - total, side="left")) + 1
+            got.append(b[:stop])
+            total += int(b[:stop].sum())
+        sizes_of_tract.append(np.concatenate(got)[:MAX_BLOCKS_PER_TRACT])
+    blocks_in_tract = np.array([len(x) for x in sizes_of_tract])
+    block_size = np.concatenate(sizes_of_tract)
+    block_tract = np.repeat(np.arange(n_tract), blocks_in_tract)
+    n_block = block_size.size
+    # block groups: each tract cut, in block order, into groups of about block_group_persons
+    tract_pop = np.bincount(block_tract, weights=block_size, minlength=n_tract)
+    n_bg = np.clip(np.round(tract_pop / spec.block_group_persons), 1, 9).astype(np.int64)
+    before = np.cumsum(block_size) - block_size - np.concatenate([[0], np.cumsum(tract_pop)[:-1]])[block_tract]
+    bg_in_tract = np.minimum((before / tract_pop[block_tract] * n_bg[block_tract]).astype(np.int64),
+                             n_bg[block_tract] - 1)
+    # a sparse tract whose group would hold more blocks than four-digit block numbers allow is cut
+    # by block count instead
+    idx_in_tract = np.arange(n_block) - np.concatenate([[0], np.cumsum(blocks_in_tract)[:-1]])[block_tract]
+    crowded = np.bincount(block_tract * 9 + bg_in_tract, minlength=9 * n_tract).reshape(n_tract, 9).max(axis=1) > 900
+    if crowded.any():
+        n_bg = np.where(crowded, np.minimum(np.maximum(n_bg, -(-blocks_in_tract // 900)), 9), n_bg)
+        by_count = idx_in_tract * n_bg[block_tract] // blocks_in_tract[block_tract]
+        bg_in_tract = np.where(crowded[block_tract], by_count, bg_in_tract)
+    bg_offset = np.concatenate([[0], np.cumsum(n_bg)[:-1]])
+    block_bg = bg_offset[block_tract] + bg_in_tract
+    bg_tract = np.repeat(np.arange(n_tract), n_bg)
 
     # --- race × ethnicity mixes on 14 cells (Hispanic × RACE group), nested ----------------
     nat = (RACE_ETH_2010 / RACE_ETH_2010.sum()).ravel()
@@ -213,7 +311,8 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None) -> 
     t_par = county_mix[tract_county] * tilt
     t_par /= t_par.sum(axis=1, keepdims=True)
     tract_mix = _dirichlet_rows(rng, t_par, c_tract)
-    block_mix = _dirichlet_rows(rng, tract_mix[block_tract], c_block)
+    bg_mix = _dirichlet_rows(rng, tract_mix[bg_tract], spec.block_group_concentration)
+    block_mix = _dirichlet_rows(rng, bg_mix[block_bg], c_block)
     block_mix = _rake(block_mix, block_size.astype(np.float64), nat)
 
     # --- group quarters: in some blocks of 250+ persons, part of the block ------------------
@@ -224,31 +323,31 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None) -> 
     n_gq = np.minimum(n_gq, block_size - 1).astype(np.int64)
     n_hh = block_size - n_gq
 
-    # --- households: a long stream of household sizes cut at block boundaries ---------------
-    n_house = int(n_hh.sum())
-    def household_sizes(k: int) -> np.ndarray:  # 2010's sizes, 7+ spread geometrically above 7
-        h = rng.choice(np.arange(1, 8), size=k, p=HOUSEHOLD_SIZES_2010)
-        return np.where(h == 7, 7 + rng.geometric(0.5, k) - 1, h)
-
-    sizes = household_sizes(n_house // 2 + 64)
-    while sizes.sum() < n_house:
-        sizes = np.concatenate([sizes, household_sizes(n_house // 2 + 64)])
-    ends = np.cumsum(sizes)
-    p_idx = np.arange(n_house)
-    stream_hh = np.searchsorted(ends, p_idx, side="right")
-    p_block = np.repeat(np.arange(n_block), n_hh)
-    # a household cut by a block boundary continues as a new household in the next block
-    new = np.ones(n_house, bool)
-    new[1:] = (stream_hh[1:] != stream_hh[:-1]) | (p_block[1:] != p_block[:-1])
-    hh = np.cumsum(new) - 1
-    n_households = int(hh[-1]) + 1 if n_house else 0
-    hh_start = np.flatnonzero(new)
-    role = p_idx - hh_start[hh]  # 0 householder, 1 second adult or first child, ...
-    hh_block = p_block[hh_start]
+    # --- households: each block filled with households until it is full; a householder's group
+    # is drawn from the block's mix weighted by 1 / the group's mean household size (so persons
+    # keep the block's mix), the household's size from the group's distribution ------------
+    group_of_cell = np.where(np.arange(14) >= 7, 7, np.arange(14) % 7)
+    size_pmf = _household_size_pmfs(HOUSEHOLD_SIZE_BY_GROUP)
+    mean_size = size_pmf @ np.arange(1, size_pmf.shape[1] + 1)
+    cand_block = np.repeat(np.arange(n_block), n_hh)  # at most one household per person
+    head_w = block_mix / mean_size[group_of_cell][None, :]
+    cand_cell = _draw_rows(rng, (head_w / head_w.sum(axis=1, keepdims=True))[cand_block])
+    cand_size = _draw_rows(rng, size_pmf[group_of_cell[cand_cell]]) + 1
+    block_start = np.concatenate([[0], np.cumsum(n_hh)[:-1]])
+    cs = np.cumsum(cand_size)
+    start = cs - cand_size - np.concatenate([[0], cs])[block_start][cand_block]
+    keep = start < n_hh[cand_block]
+    hh_block = cand_block[keep]
+    head_cell = cand_cell[keep]
+    size_h = np.minimum(cand_size[keep], n_hh[hh_block] - start[keep])  # the last household is cut
+    n_households = hh_block.size
+    hh = np.repeat(np.arange(n_households), size_h)
+    n_house = hh.size
+    p_block = hh_block[hh]
+    role = np.arange(n_house) - np.repeat(np.cumsum(size_h) - size_h, size_h)  # 0 householder, ...
 
     # household type: 0 alone, 1 couple (with any children), 2 single parent, 3 sharing adults
     u = rng.random(n_households)
-    size_h = np.bincount(hh, minlength=n_households)
     kind = np.where(size_h == 1, 0, np.where(u < 0.72, 1, np.where(u < 0.88, 2, 3)))
     kids = (size_h >= 3) | ((size_h == 2) & (kind == 2))
     # householder's age by type
@@ -261,7 +360,8 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None) -> 
     head = np.clip(head, 18, 100)
     t_shift = rng.normal(0, spec.age_shift[0], n_tract)
     b_shift = rng.normal(0, spec.age_shift[1], n_block)
-    head = np.clip(head + t_shift[block_tract[hh_block]] + b_shift[hh_block], 18, 100)
+    g_shift = np.asarray(spec.group_age_shift, dtype=np.float64)[group_of_cell[head_cell]]
+    head = np.clip(head + t_shift[block_tract[hh_block]] + b_shift[hh_block] + g_shift, 18, 100)
     k = kind[hh]
     age = head[hh].copy()
     second_adult = (role == 1) & ((k == 1) | (k == 3))
@@ -283,11 +383,14 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None) -> 
     sex = np.where((role == 0) & (k == 0), alone_female.astype(np.int64), sex)
 
     # race × ethnicity (14 cells) per household member
-    head_cell = _draw_rows(rng, block_mix[hh_block])
     other = _draw_rows(rng, block_mix[p_block])
     cell = head_cell[hh].copy()
     partner_differs = second_adult & (k == 1) & (rng.random(n_house) < spec.mixed_couple)
     cell = np.where(partner_differs | ((k == 3) & (role >= 1) & (rng.random(n_house) < 0.35)), other, cell)
+    # a member other than the householder and partner who is of another group (a relative by
+    # marriage, a foster child, a boarder): of the tract's mix
+    stray = (role >= 1) & ~second_adult & (rng.random(n_house) < spec.stray_member)
+    cell = np.where(stray, _draw_rows(rng, tract_mix[block_tract[p_block]]), cell)
     partner_cell = np.full(n_households, -1)
     pd_idx = np.flatnonzero(partner_differs)
     partner_cell[hh[pd_idx]] = cell[pd_idx]
@@ -322,14 +425,15 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None) -> 
     g_cenrace = np.where(g_race < 6, g_race, rng.choice(57, size=n_g, p=combo_w) + 6)
 
     person_block = np.concatenate([p_block, g_block])
+    in_gq = np.concatenate([np.zeros(p_block.size, bool), np.ones(g_block.size, bool)])
     latent = np.concatenate([age, g_age])
     sex = np.concatenate([sex, g_sex])
     hisp = np.concatenate([hisp, g_cell // 7])
     race = np.concatenate([race, g_race])
     cenrace = np.concatenate([cenrace, g_cenrace])
     order = np.argsort(person_block, kind="stable")
-    person_block, latent, sex, hisp, race, cenrace = (a[order] for a in
-                                                     (person_block, latent, sex, hisp, race, cenrace))
+    person_block, latent, sex, hisp, race, cenrace, in_gq = (a[order] for a in
+                                                            (person_block, latent, sex, hisp, race, cenrace, in_gq))
     n = person_block.size
 
     # --- one rank-preserving map of the ages onto 2010's single-year distribution ----------
@@ -339,11 +443,24 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None) -> 
     age = np.minimum(np.searchsorted(target, ranks, side="right"), MAX_AGE).astype(np.int64)
 
     codes = np.stack([age, sex, hisp, race, cenrace], axis=1).astype(np.int64)
-    # the public block list: the occupied blocks and each tract's empty ones, numbered after them
+    # the public block list: the occupied blocks and their tracts' empty ones, each in a block group
+    # (a block number's first digit, as the Census Bureau numbers them); within a group the occupied
+    # blocks first, then the empty ones
     share = spec.empty_share
-    n_empty = np.random.default_rng([seed, 2010, 1]).poisson(blocks_in_tract * share / (1 - share))
-    n_empty = np.minimum(n_empty, 9999 - 1000 - blocks_in_tract)
+    erng = np.random.default_rng([seed, 2010, 1])
+    empty_bg = bg_offset[np.repeat(np.arange(n_tract), erng.poisson(blocks_in_tract * share / (1 - share)))]
+    empty_bg = np.sort(empty_bg + (erng.random(empty_bg.size) * n_bg[bg_tract[empty_bg]]).astype(np.int64))
+    occupied_in_bg = np.bincount(block_bg, minlength=bg_tract.size)
+    rank = np.arange(empty_bg.size) - np.searchsorted(empty_bg, empty_bg)  # position within its group
+    fits = occupied_in_bg[empty_bg] + rank < 999
+    empty_bg, rank = empty_bg[fits], rank[fits]
+    digit = np.arange(bg_tract.size) - bg_offset[bg_tract] + 1
+    first = np.concatenate([[0], np.cumsum(occupied_in_bg)[:-1]])
+    block_number = digit[block_bg] * 1000 + np.arange(n_block) - first[block_bg] + 1
+    empty_number = digit[empty_bg] * 1000 + occupied_in_bg[empty_bg] + rank + 1
     geo = census_geography(spec.counties_per_state, spec.tracts_per_county, county_state, tract_county,
-                           blocks_in_tract, person_block, n_empty,
-                           "the 2010-shaped population's geography: every block, empty ones included")
-    return Dataset(person_domain(), codes, geo)
+                           blocks_in_tract, person_block, np.bincount(bg_tract[empty_bg], minlength=n_tract),
+                           "the 2010-shaped population's geography: every block, empty ones included",
+                           block_number, empty_number)
+    data = Dataset(person_domain(), codes, geo)
+    return (data, in_gq) if group_quarters else data

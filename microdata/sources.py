@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from microdata.dataset import Dataset
 from microdata.errors import CensusReconError
 
@@ -35,6 +37,17 @@ def _embedded(s: dict, attributes) -> Dataset:
     if "blocks_per_tract" in p:
         p["blocks_per_tract"] = tuple(p["blocks_per_tract"])
     return embedded_population(s.get("seed", 0), PopulationSpec(**p))
+
+
+def embedded_group_quarters(s: dict) -> np.ndarray | None:
+    """Each person's group-quarters flag in the embedded 2010-shaped population of the ``data`` section
+    ``s`` (the generator places them; the person rows do not say), or None for another shape."""
+    p = {k: v for k, v in dict(s.get("population") or {}).items() if v is not None}
+    if p.pop("shape", "compact") != "2010":
+        return None
+    from microdata.population2010 import Census2010Spec, census2010_population
+
+    return census2010_population(s.get("seed", 0), Census2010Spec(**p), group_quarters=True)[1]
 
 
 def _nist(s: dict, attributes) -> Dataset:
