@@ -21,7 +21,7 @@ Its clustering comes from mechanisms a demographer would recognise, not from per
 - **Households.** Blocks are filled with households of 2010's size distribution: couples of
   similar age and mostly one race, children 20-40 years younger than their parents, persons living
   alone, young adults sharing; a couple of different groups has children of two or more races
-  half the time. Big blocks hold group quarters (dormitories, nursing homes, prisons) whose
+  half the time. Blocks of 100+ persons may hold group quarters (dormitories, nursing homes, prisons) whose
   residents come from the whole tract.
 - **Age.** Ages come from the household roles and a shift per tract and block; one rank-preserving
   map then gives the nation 2010's single-year age distribution without undoing the clustering.
@@ -148,8 +148,9 @@ class Census2010Spec:
     #: Householders' age shift (years) by their group (the 8 groups of HOUSEHOLD_SIZE_BY_GROUP),
     #: with 2010's larger households of younger groups giving median ages by group.
     group_age_shift: tuple[float, ...] = (3.0, -3.0, -5.0, -1.0, -5.0, -5.0, -6.0, -5.0)
-    #: Share of a 250+ block's persons in group quarters when it has one, and how often it has one.
-    group_quarters: tuple[float, float] = (0.5, 0.19)
+    #: Share of a 100+ block's persons in group quarters when it has one, and how often it has one
+    #: (2010: 2.6% of persons in group quarters, C2010BR-14).
+    group_quarters: tuple[float, float] = (0.35, 0.14)
 
     def __post_init__(self) -> None:
         from microdata.population import check_census_sizes
@@ -315,9 +316,9 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None,
     block_mix = _dirichlet_rows(rng, bg_mix[block_bg], c_block)
     block_mix = _rake(block_mix, block_size.astype(np.float64), nat)
 
-    # --- group quarters: in some blocks of 250+ persons, part of the block ------------------
+    # --- group quarters: in some blocks of 100+ persons, part of the block ------------------
     gq_share, gq_rate = spec.group_quarters
-    has_gq = (block_size >= 250) & (rng.random(n_block) < gq_rate)
+    has_gq = (block_size >= 100) & (rng.random(n_block) < gq_rate)
     gq_kind = rng.choice(3, size=n_block, p=[0.45, 0.3, 0.25])  # dormitory, nursing home, prison
     n_gq = np.where(has_gq, np.round(block_size * gq_share * rng.uniform(0.5, 1.5, n_block)), 0)
     n_gq = np.minimum(n_gq, block_size - 1).astype(np.int64)
