@@ -10,22 +10,31 @@ cluster within blocks by block size (SUPP Tables 7, 12-14).
 
 Its clustering comes from mechanisms a demographer would recognise, not from per-person noise:
 
-- **Density.** Every tract has a density score. Its blocks' sizes are drawn from the 2010 block-size
-  distribution with a quantile that leans on that score (denser tracts have bigger blocks), so the
-  distribution over blocks is 2010's whatever the correlation.
+- **Tracts and density.** A tract's persons are drawn around the Bureau's optimum of 4,000 (design
+  range 1,200-8,000) and its blocks are drawn until they hold them, so a dense tract has few big
+  blocks and a sparse one many small ones. Block sizes come from the 2010 block-size distribution
+  with a quantile that leans on the tract's density score; the scores are drawn tilted by the mean
+  block size they give, so that over blocks the densities, and so the sizes, are 2010's.
+- **Block groups.** Each tract is cut, in block order, into groups of about 1,500 persons (the
+  Bureau's optimum); a block number's first digit is its group, as in the Bureau's GEOIDs.
 - **Where groups live.** The nation's race × ethnicity mix leans towards minority groups in dense
   tracts and towards non-Hispanic White alone in sparse ones; each tract's mix scatters around its
-  density's mix, each block's around its tract's (segregation between blocks; Dirichlet draws).
-  The blocks' mixes are then raked (iterative proportional fitting) so that the expected national
-  mix is 2010's.
-- **Households.** Blocks are filled with households of 2010's size distribution: couples of
-  similar age and mostly one race, children 20-40 years younger than their parents, persons living
-  alone, young adults sharing; a couple of different groups has children of two or more races
-  half the time. Blocks of 100+ persons may hold group quarters (dormitories, nursing homes, prisons) whose
-  residents come from the whole tract.
-- **Age.** Ages come from the household roles and a shift per tract and block; one rank-preserving
-  map then gives the nation 2010's single-year age distribution without undoing the clustering.
+  density's mix, each block group's around its tract's, each block's around its group's
+  (segregation; Dirichlet draws). The blocks' mixes are then raked (iterative proportional
+  fitting) so that the expected national mix is 2010's.
+- **Households.** Blocks are filled with households whose householder's group comes from the
+  block's mix and whose size from that group's 2010 household sizes (Hispanic households largest):
+  couples of similar age and mostly one group, children 20-40 years younger than their parents,
+  persons living alone, young adults sharing; a couple of different groups has children of two or
+  more races half the time; a quarter of the other members are of another group (relatives by
+  marriage, foster children, boarders). Blocks of 100+ persons may hold group quarters
+  (dormitories, nursing homes, prisons) whose residents come from the whole tract.
+- **Age.** Ages come from the household roles, a shift per tract, block and householder's group;
+  one rank-preserving map then gives the nation 2010's single-year age distribution without undoing
+  the clustering.
 
+Which statistics each parameter was fitted to, and which the generator was never fitted to (the
+validation statistics of :data:`microdata.describe.VALIDATION`), is in ``docs/pages/calibration.md``.
 Fully determined by ``seed`` and the spec.
 """
 
