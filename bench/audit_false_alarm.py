@@ -33,7 +33,7 @@ from scipy.stats import beta
 from tqdm import tqdm
 
 from experiments.config import load_config
-from experiments.problem import load_population
+from experiments.problem import resolve
 from experiments.release.audit import audit_release
 
 
@@ -50,11 +50,11 @@ _WORKER: dict = {}
 
 
 def _init_worker(base) -> None:
-    _WORKER["base"], _WORKER["pop"] = base, load_population(base)
+    _WORKER["study"] = resolve(base)
 
 
 def _audit_one(seed: int) -> dict:
-    bad = [r for r in audit_release(_WORKER["base"], _WORKER["pop"], seed=seed) if not r.passed]
+    bad = [r for r in audit_release(_WORKER["study"], seed=seed) if not r.passed]
     reasons = sorted({k for r in bad for k in (list(r.failed_checks()) or ["bound"])})
     return {"seed": seed, "failed": bool(bad), "reasons": reasons}
 

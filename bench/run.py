@@ -212,14 +212,14 @@ def topdown_bench(out: dict, solvers=("clarabel", "osqp")) -> None:
     QPs, rounding and MDF) for one county of the embedded population, 4 tracts with their blocks,
     every SF1 person table, ε = 2: seconds per QP solver, and against the 60 s target."""
     from experiments.config import load_config
-    from experiments.problem import load_population
+    from experiments.problem import load_population, resolve
     from experiments.release.topdown import publish_topdown, topdown_root
     from synth.noise import SimulationNoise
 
     cfg = load_config("configs/release_agency.yaml", ["queries.tables=sf1", "release.epsilons=[2.0]"])
     pop = load_population(cfg)
     t0 = time.perf_counter()
-    td = topdown_root(cfg, pop, cfg.target.unit_ids[0], True)
+    td = topdown_root(resolve(cfg, pop), cfg.target.unit_ids[0], True)
     tree_s = time.perf_counter() - t0
     out.update(topdown_nodes=[len(i) for i in td.shape.ids], topdown_types=td.strategy.types,
                topdown_table_cells=int(td.strategy.tables.shape[0]), topdown_tree_s=round(tree_s, 2))

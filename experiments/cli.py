@@ -310,13 +310,14 @@ def _audit(args) -> int:
     import json
 
     from experiments.config import ConfigError, load_config
+    from experiments.problem import resolve
     from experiments.release.audit import audit_release
 
     cfg = load_config(args.config, args.overrides)
     if cfg.release is None:
         raise ConfigError(f"{args.config} has no 'release' section: nothing to audit")
     t0 = time.perf_counter()
-    results = audit_release(cfg, progress=not args.json and sys.stderr.isatty(), seed=args.seed)
+    results = audit_release(resolve(cfg), progress=not args.json and sys.stderr.isatty(), seed=args.seed)
     from experiments.release.audit import record_audit
     from experiments.release.evaluate import release_dir
     from experiments.results import code_fingerprint

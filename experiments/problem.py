@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import jax
 import numpy as np
@@ -187,27 +188,6 @@ class UnitProblem:
     blocks: tuple[str, ...] | None = None  # the public block list: BLOCK code i is blocks[i] (None without BLOCK)
 
 
-def unit_blocks(pop: Dataset, cfg: ExperimentConfig, unit: str) -> tuple[list[str], str]:
-    """Every block of ``unit`` (empty ones included) from the data's public unit list, and where
-    that list comes from. Without a public list the blocks are those with persons, and the
-    source says so: a release must not publish such a list unless the agency declares it."""
-    return pop.geography.units_within(cfg.target.level, unit, "block")
-
-
-def unit_areas(pop: Dataset, cfg: ExperimentConfig, blocks: list[str]) -> dict[str, list[tuple[str, list[int]]]]:
-    """Per geography level between the target and its blocks (the tracts of a county), each area
-    of a unit with the BLOCK codes of its blocks (positions in ``blocks``, the unit's
-    :func:`unit_blocks`), from the public list: where tables per tract inside a county are published."""
-    geo = pop.geography
-    out = {}
-    for lv in geo.finer(cfg.target.level)[:-1]:
-        where: dict[str, list[int]] = {}
-        for i, a in enumerate(geo.enclosing("block", blocks, lv)):
-            where.setdefault(a, []).append(i)
-        out[lv] = sorted(where.items())
-    return out
-
-
 def block_names(blocks: list[str]) -> tuple[str, ...]:
     """Short names for a unit's blocks: the block's own code (after the last ':' of a person file's
     composite id, the last 4 digits of a census GEOID), or the whole id when those repeat."""
@@ -215,57 +195,181 @@ def block_names(blocks: list[str]) -> tuple[str, ...]:
     return tuple(short) if len(set(short)) == len(short) else tuple(blocks)
 
 
-def unit_data(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool, pad_blocks: bool = False) -> Dataset:
-    """Every person of ``unit`` over the attack domain, before the holdout split (none for a listed
-    unit nobody lives in). With BLOCK, the attribute's values are the unit's blocks from the public
-    block list (:func:`unit_blocks`), never from the persons, so the domain, every table's shape and
-    every histogram's size are the same for any two neighbouring datasets. For the attack they are
-    padded (``pad_blocks``) up to a multiple of ``target.block_bucket`` with more empty blocks:
-    their published cells are all 0 (as an agency's tables for an empty block are), nobody lives
-    or is guessed there, and every unit of a bucket then has the same domain, hence one plan and
-    one compiled program. A release publishes the listed blocks only (``pad_blocks=False``)."""
-    rows = np.flatnonzero(pop.geography.units(cfg.target.level) == unit)
-    data = pop.take(rows).project(attributes(cfg, pop))
-    if with_block:
-        blocks, _ = unit_blocks(pop, cfg, unit)
-        position = {b: i for i, b in enumerate(blocks)}
-        code = np.array([position[b] for b in data.geography.units("block")], dtype=np.int64)
-        names = block_names(blocks)
-        if pad_blocks:
-            names += tuple(f"pad{i}" for i in range(-len(names) % cfg.target.block_bucket))
-        data = data.with_column(Attribute("BLOCK", names), code, 0)
-    return data
+@dataclass(frozen=True, eq=False)
+class Study:
+    """A config resolved once against its data (:func:`resolve`, at the start of ``run``, ``sweep``,
+    ``evaluate-release`` and ``audit``): the population, the attack attributes, the target level, the
+    target units, each unit's public block list and areas, and from them each unit's problem (D and
+    D_holdout over the attack domain), its priors and RAP settings. The rest of the code reads these
+    from here instead of re-deriving them from the raw config."""
 
+    cfg: ExperimentConfig
+    pop: Dataset
+    attributes: tuple[str, ...]
+    level: str
+    _blocks: dict = field(default_factory=dict, repr=False)
 
-def prepare_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
-                 pad_blocks: bool = True) -> UnitProblem:
-    """D and D_holdout of one unit over the attack domain (:func:`unit_data`)."""
-    pop.geography.mask(cfg.target.level, unit)  # an unknown unit is an error naming the known ones
-    data = unit_data(pop, cfg, unit, with_block, pad_blocks)
-    blocks, source = unit_blocks(pop, cfg, unit) if with_block else (None, None)
-    weights, areas = None, None
-    if cfg.target.whole_units:  # the Bureau's setting: every person of the unit is attacked
-        private, holdout = data, data.take(np.zeros(0, np.int64))
-        if with_block:  # an outsider knows the public block list, not who lives where: uniform over it
-            weights = (np.arange(data.domain.sizes[0]) < len(blocks)).astype(np.float64)
-            areas = unit_areas(pop, cfg, blocks)
+    @cached_property
+    def _selection(self) -> tuple[list[str], list[str]]:
+        return occupied_units(self.pop, self.cfg, select_units(self.pop, self.cfg))
+
+    @property
+    def units(self) -> list[str]:
+        """The target units someone lives in (:func:`select_units`, then :func:`occupied_units`)."""
+        return list(self._selection[0])
+
+    @property
+    def empty_units(self) -> list[str]:
+        """Target units the public list names but nobody lives in: reported, never attacked."""
+        return list(self._selection[1])
+
+    def blocks(self, unit: str) -> tuple[list[str], str]:
+        """Every block of ``unit`` (empty ones included) from the data's public unit list, and where
+        that list comes from. Without a public list the blocks are those with persons, and the
+        source says so: a release must not publish such a list unless the agency declares it."""
+        if unit not in self._blocks:
+            self._blocks[unit] = self.pop.geography.units_within(self.level, unit, "block")
+        blocks, source = self._blocks[unit]
+        return list(blocks), source
+
+    def areas(self, blocks: list[str]) -> dict[str, list[tuple[str, list[int]]]]:
+        """Per geography level between the target and its blocks (the tracts of a county), each area
+        of a unit with the BLOCK codes of its blocks (positions in ``blocks``, the unit's
+        :meth:`blocks`), from the public list: where tables per tract inside a county are published."""
+        geo = self.pop.geography
+        out = {}
+        for lv in geo.finer(self.level)[:-1]:
+            where: dict[str, list[int]] = {}
+            for i, a in enumerate(geo.enclosing("block", blocks, lv)):
+                where.setdefault(a, []).append(i)
+            out[lv] = sorted(where.items())
+        return out
+
+    def unit_data(self, unit: str, with_block: bool, pad_blocks: bool = False) -> Dataset:
+        """Every person of ``unit`` over the attack domain, before the holdout split (none for a listed
+        unit nobody lives in). With BLOCK, the attribute's values are the unit's blocks from the public
+        block list (:meth:`blocks`), never from the persons, so the domain, every table's shape and
+        every histogram's size are the same for any two neighbouring datasets. For the attack they are
+        padded (``pad_blocks``) up to a multiple of ``target.block_bucket`` with more empty blocks:
+        their published cells are all 0 (as an agency's tables for an empty block are), nobody lives
+        or is guessed there, and every unit of a bucket then has the same domain, hence one plan and
+        one compiled program. A release publishes the listed blocks only (``pad_blocks=False``)."""
+        rows = np.flatnonzero(self.pop.geography.units(self.level) == unit)
+        data = self.pop.take(rows).project(list(self.attributes))
+        if with_block:
+            blocks, _ = self.blocks(unit)
+            position = {b: i for i, b in enumerate(blocks)}
+            code = np.array([position[b] for b in data.geography.units("block")], dtype=np.int64)
+            names = block_names(blocks)
+            if pad_blocks:
+                names += tuple(f"pad{i}" for i in range(-len(names) % self.cfg.target.block_bucket))
+            data = data.with_column(Attribute("BLOCK", names), code, 0)
+        return data
+
+    def prepare(self, unit: str, with_block: bool, pad_blocks: bool = True) -> UnitProblem:
+        """D and D_holdout of one unit over the attack domain (:meth:`unit_data`)."""
+        cfg = self.cfg
+        self.pop.geography.mask(self.level, unit)  # an unknown unit is an error naming the known ones
+        data = self.unit_data(unit, with_block, pad_blocks)
+        blocks, source = self.blocks(unit) if with_block else (None, None)
+        weights, areas = None, None
+        if cfg.target.whole_units:  # the Bureau's setting: every person of the unit is attacked
+            private, holdout = data, data.take(np.zeros(0, np.int64))
+            if with_block:  # an outsider knows the public block list, not who lives where: uniform over it
+                weights = (np.arange(data.domain.sizes[0]) < len(blocks)).astype(np.float64)
+                areas = self.areas(blocks)
+            return UnitProblem(unit, with_block, private, holdout, weights, source, areas,
+                               tuple(blocks) if with_block else None)
+        rng = np.random.default_rng(_stable("split", cfg.seed, unit))
+        private, holdout = holdout_split(data, rng, cfg.holdout_fraction)
+        if with_block:  # where an outsider expects persons: the holdout's blocks (D's are what is attacked)
+            weights = np.bincount(holdout.column("BLOCK"), minlength=holdout.domain.sizes[0]).astype(np.float64)
+            areas = self.areas(blocks)
         return UnitProblem(unit, with_block, private, holdout, weights, source, areas,
                            tuple(blocks) if with_block else None)
-    rng = np.random.default_rng(_stable("split", cfg.seed, unit))
-    private, holdout = holdout_split(data, rng, cfg.holdout_fraction)
-    if with_block:  # where an outsider expects persons: the holdout's blocks (D's are what is attacked)
-        weights = np.bincount(holdout.column("BLOCK"), minlength=holdout.domain.sizes[0]).astype(np.float64)
-        areas = unit_areas(pop, cfg, blocks)
-    return UnitProblem(unit, with_block, private, holdout, weights, source, areas, tuple(blocks) if with_block else None)
+
+    def private_half(self, unit: str, with_block: bool) -> Dataset:
+        """The persons of ``unit`` a release protects: D of :meth:`prepare` (the holdout stays out of
+        every release); a unit of fewer than two persons cannot be split and is all D (possibly empty)."""
+        data = self.unit_data(unit, with_block)
+        if len(data) < 2:
+            return data
+        return self.prepare(unit, with_block, pad_blocks=False).private
+
+    def workload(self, q, domain, areas: dict | None = None):
+        """Workload ``q``'s published queries over ``domain`` (:func:`build_workload`)."""
+        return build_workload(self.cfg, q, domain, areas)
+
+    def outside_counts(self, prob: UnitProblem) -> tuple[np.ndarray, np.ndarray] | None:
+        """For each distinct row of D (sorted keys over D's domain), how many persons outside the
+        target unit, in the enclosing unit of :func:`rarity_level`, share its person attributes
+        (BLOCK is not a person attribute: with BLOCK the rest of the row is counted). A match with
+        count 0 is a row no outsider could have seen (Sánchez et al. 2023's question). None when
+        the target has no coarser level below national."""
+        geo = self.pop.geography
+        if len(geo.coarser(self.level)) < 2:  # only national above: nothing one level up
+            return None
+        around = rarity_level(geo, self.level)
+        parent = geo.parent(self.level, prob.unit, around)
+        outside = (geo.units(around) == parent) & ~geo.mask(self.level, prob.unit)
+        pool = self.pop.project(list(self.attributes))
+        uniq, counts = np.unique(pool.domain.encode(pool.codes[outside]), return_counts=True)
+        D = prob.private
+        keys, first = np.unique(D.keys(), return_index=True)
+        person = D.project(list(self.attributes)).keys()[first]
+        return keys, lookup(uniq, counts, person, missing=0).astype(np.int64)
+
+    def priors(self, prob: UnitProblem) -> dict:
+        """The holdout prior, the chance prior and the geographic priors the config's baselines and
+        inits need. None of them reads D: the holdout is the other half of the unit, the chance margins
+        and the geographic pools come from persons outside the unit, BLOCK's weights from the holdout."""
+        cfg = self.cfg
+        dom = prob.private.domain
+        priors: dict = {"holdout": EmpiricalPrior(dom, prob.holdout.codes)} if len(prob.holdout) else {}
+        chance = outside_chance(self.pop, self.level, prob.unit, list(self.attributes),
+                                block_domain=dom if prob.with_block else None, block_weights=prob.block_weights)
+        if chance is not None:
+            priors["chance"] = chance
+        geo_levels = [b for b in {*cfg.baselines.methods, *cfg.attack.init} if b not in ("holdout", "random", "chance")]
+        if geo_levels:
+            priors.update(
+                geographic_priors(
+                    self.pop, self.level, prob.unit, list(self.attributes),
+                    block_domain=dom if prob.with_block else None,
+                    block_weights=prob.block_weights,
+                    levels=sorted(geo_levels),
+                    include_target=cfg.baselines.include_target,
+                )
+            )
+        return priors
+
+    def unit_settings(self, prob: UnitProblem, init: str) -> RAPSettings:
+        """RAP settings of one unit's attack: the config's, with n' = |D_holdout| for the paper's
+        each-once initialisation and the draws per run resolved (``n`` = the persons of D, which
+        the attacker reads off the published total)."""
+        a = self.cfg.attack
+        over = {"init_mode": a.init_mode if init != "random" else "resample"}
+        if init != "random" and a.init_mode == "each_once":
+            over["rows"] = len(prob.holdout)
+        if a.draws_per_run is not None:
+            over["draws"] = len(prob.private) if a.draws_per_run == "n" else int(a.draws_per_run)
+        return rap_settings(self.cfg, **over)
+
+    def init_pool(self, prob: UnitProblem, prior, init: str, rows: int) -> np.ndarray:
+        """The rows a unit's runs start from: a large sample of the prior to draw from per run
+        (``init_mode: resample``), or exactly n' rows used once each (``each_once``: D_holdout
+        itself for the holdout init, else n' rows drawn from the prior once for the unit)."""
+        rng = np.random.default_rng(_stable("pool", self.cfg.seed, prob.unit, init))
+        if self.cfg.attack.init_mode == "each_once":
+            return prob.holdout.codes if init == "holdout" else prior.sample(rows, rng)
+        return prior.sample(_INIT_POOL_ROWS, rng)
 
 
-def private_half(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool) -> Dataset:
-    """The persons of ``unit`` a release protects: D of :func:`prepare_unit` (the holdout stays out of
-    every release); a unit of fewer than two persons cannot be split and is all D (possibly empty)."""
-    data = unit_data(pop, cfg, unit, with_block)
-    if len(data) < 2:
-        return data
-    return prepare_unit(pop, cfg, unit, with_block, pad_blocks=False).private
+def resolve(cfg: ExperimentConfig, pop: Dataset | None = None) -> Study:
+    """The config resolved against its data, once: ``pop`` when given (already loaded and checked by
+    :func:`load_population`), else the configured source's persons."""
+    pop = load_population(cfg) if pop is None else pop
+    return Study(cfg, pop, tuple(attributes(cfg, pop)), cfg.target.level)
 
 
 def census_cells(q) -> list:
@@ -301,7 +405,7 @@ def method_names(cfg: ExperimentConfig) -> list[str]:
 def build_workload(cfg: ExperimentConfig, q, domain, areas: dict | None = None):
     """The published queries of workload ``q`` over the attack domain: k-way marginals (a seeded
     sample if asked), or tables: SF1 cells and declared tables, one product-query workload (per
-    block, or per area of ``areas`` (:func:`unit_areas`) for tables of a level between the unit
+    block, or per area of ``areas`` (:meth:`Study.areas`) for tables of a level between the unit
     and its blocks, when BLOCK is kept; summed to the unit when it is not)."""
     if q.is_tables:
         from microdata.census import CensusWorkload
@@ -328,7 +432,7 @@ def table_cells(cfg: ExperimentConfig, q, domain, areas: dict | None = None) -> 
         cells = census_cells(q) + build_table_cells(declared, domain, lv, coarser=levels[:at], finer=finer)
         inside = sorted({c.level for c in cells} & set(finer))
         if inside and "BLOCK" in domain and not (areas and set(inside) <= set(areas)):
-            raise ValueError(f"tables per {inside} inside a {lv} need the unit's areas (unit_areas)")
+            raise ValueError(f"tables per {inside} inside a {lv} need the unit's areas (Study.areas)")
     except TableError as e:
         raise ConfigError(f"queries.tables: {e}") from None
     return cells, {k: v for k, v in (areas or {}).items() if k in inside}
@@ -346,28 +450,6 @@ def rarity_level(geo, level: str) -> str:
     return "county" if "county" in coarser else coarser[0]
 
 
-def outside_counts(pop: Dataset, cfg: ExperimentConfig, prob: UnitProblem) -> tuple[np.ndarray, np.ndarray] | None:
-    """For each distinct row of D (sorted keys over D's domain), how many persons outside the
-    target unit, in the enclosing unit of :func:`rarity_level`, share its person attributes
-    (BLOCK is not a person attribute: with BLOCK the rest of the row is counted). A match with
-    count 0 is a row no outsider could have seen (Sánchez et al. 2023's question). None when
-    the target has no coarser level below national."""
-    geo = pop.geography
-    level = cfg.target.level
-    if len(geo.coarser(level)) < 2:  # only national above: nothing one level up
-        return None
-    around = rarity_level(geo, level)
-    parent = geo.parent(level, prob.unit, around)
-    outside = (geo.units(around) == parent) & ~geo.mask(level, prob.unit)
-    attrs = attributes(cfg, pop)
-    pool = pop.project(attrs)
-    uniq, counts = np.unique(pool.domain.encode(pool.codes[outside]), return_counts=True)
-    D = prob.private
-    keys, first = np.unique(D.keys(), return_index=True)
-    person = D.project(attrs).keys()[first]
-    return keys, lookup(uniq, counts, person, missing=0).astype(np.int64)
-
-
 def exact_answers(data: Dataset, w, plan=None) -> np.ndarray:
     """Q(D) as fractions. Large units go through the plan's matmul counter (exact integer
     counts, several times the rate of one bincount per marginal); small ones through bincounts."""
@@ -381,53 +463,6 @@ def workload_facts(q, w) -> dict:
         return {"kind": "marginals", "k": q.k, "num_marginals": len(w.marginals), "num_queries": w.num_queries}
     return {"kind": "census", "tables": q.tables, "num_queries": w.num_queries,
             "cells_per_table": dict(w.cells_per_table)}
-
-
-def build_priors(pop: Dataset, cfg: ExperimentConfig, prob: UnitProblem) -> dict:
-    """The holdout prior, the chance prior and the geographic priors the config's baselines and inits
-    need. None of them reads D: the holdout is the other half of the unit, the chance margins and
-    the geographic pools come from persons outside the unit, BLOCK's weights from the holdout."""
-    dom = prob.private.domain
-    priors: dict = {"holdout": EmpiricalPrior(dom, prob.holdout.codes)} if len(prob.holdout) else {}
-    chance = outside_chance(pop, cfg.target.level, prob.unit, attributes(cfg, pop),
-                            block_domain=dom if prob.with_block else None, block_weights=prob.block_weights)
-    if chance is not None:
-        priors["chance"] = chance
-    geo_levels = [b for b in {*cfg.baselines.methods, *cfg.attack.init} if b not in ("holdout", "random", "chance")]
-    if geo_levels:
-        priors.update(
-            geographic_priors(
-                pop, cfg.target.level, prob.unit, attributes(cfg, pop),
-                block_domain=dom if prob.with_block else None,
-                block_weights=prob.block_weights,
-                levels=sorted(geo_levels),
-                include_target=cfg.baselines.include_target,
-            )
-        )
-    return priors
-
-
-def unit_settings(cfg: ExperimentConfig, prob: UnitProblem, init: str) -> RAPSettings:
-    """RAP settings of one unit's attack: the config's, with n' = |D_holdout| for the paper's
-    each-once initialisation and the draws per run resolved (``n`` = the persons of D, which
-    the attacker reads off the published total)."""
-    a = cfg.attack
-    over = {"init_mode": a.init_mode if init != "random" else "resample"}
-    if init != "random" and a.init_mode == "each_once":
-        over["rows"] = len(prob.holdout)
-    if a.draws_per_run is not None:
-        over["draws"] = len(prob.private) if a.draws_per_run == "n" else int(a.draws_per_run)
-    return rap_settings(cfg, **over)
-
-
-def init_pool(cfg: ExperimentConfig, prob: UnitProblem, prior, init: str, rows: int) -> np.ndarray:
-    """The rows a unit's runs start from: a large sample of the prior to draw from per run
-    (``init_mode: resample``), or exactly n' rows used once each (``each_once``: D_holdout
-    itself for the holdout init, else n' rows drawn from the prior once for the unit)."""
-    rng = np.random.default_rng(_stable("pool", cfg.seed, prob.unit, init))
-    if cfg.attack.init_mode == "each_once":
-        return prob.holdout.codes if init == "holdout" else prior.sample(rows, rng)
-    return prior.sample(_INIT_POOL_ROWS, rng)
 
 
 def rap_settings(cfg: ExperimentConfig, **over) -> RAPSettings:

@@ -21,11 +21,8 @@ from experiments.plots import plot_match_rate, plot_metrics
 from experiments.progress import UnitProgress
 from experiments.results import (code_fingerprint, jax_info, results_kind, run_seconds, versions, write_json,
                                  write_parquet, write_yaml)
-from experiments.problem import (UnitProblem, _stable, attributes, baseline_curves, build_priors, build_workload,
-                                 exact_answers, init_pool, load_population, occupied_units, outside_counts, prepare_unit,
-                                 rap_settings, rarity_level, select_units, unit_blocks, unit_key, unit_settings,
-                                 workload_facts)
-from microdata.dataset import Dataset
+from experiments.problem import (Study, UnitProblem, _stable, baseline_curves, build_workload, exact_answers,
+                                 rap_settings, rarity_level, resolve, unit_key, workload_facts)
 from microdata.geography import plural
 from microdata.marginals import Workload
 from reconstruct.margins import margins_attack
@@ -34,11 +31,11 @@ from reconstruct.rap import default_batch, rap_rank_units
 
 log = logging.getLogger(__name__)
 
-def run_unit(pop: Dataset, cfg: ExperimentConfig, unit: str, with_block: bool,
+def run_unit(study: Study, unit: str, with_block: bool,
              runs_bar: tqdm | None = None, only: set[str] | None = None) -> tuple[pd.DataFrame, dict]:
     """Attack one unit with every configured method (or those in ``only``; ``"baselines"``
     stands for all baselines); returns its curve rows and its facts."""
-    return run_units(pop, cfg, [(unit, with_block)], runs_bar, only)[0]
+    return run_units(study, [(unit, with_block)], runs_bar, only)[0]
 
 
 @dataclass
@@ -52,23 +49,24 @@ class _UnitWork:
     outside: tuple[np.ndarray, np.ndarray] | None
 
 
-def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]],
+def run_units(study: Study, tasks: list[tuple[str, bool]],
               runs_bar: tqdm | None = None, only: set[str] | None = None) -> list[tuple[pd.DataFrame, dict]]:
     """Attack several units at once: for each RAP method, the units whose workloads share one
     evaluation plan (same domain and queries) are fitted by :func:`rap_rank_units` in shared
     compiled calls. Each unit's result is what :func:`run_unit` gives it alone."""
+    cfg = study.cfg
     work = []
     for unit, wb in tasks:
-        prob = prepare_unit(pop, cfg, unit, wb)
+        prob = study.prepare(unit, wb)
         D, H = prob.private, prob.holdout
         u = effective_u(D.distinct(), H.distinct())
         workloads = {}
         for q in cfg.queries:
-            w = build_workload(cfg, q, D.domain, prob.areas)
+            w = study.workload(q, D.domain, prob.areas)
             plan = plan_for(w)
             workloads[q.label] = (q, w, plan, exact_answers(D, w, plan))  # Q(D): all the attack sees of D
         work.append(_UnitWork(prob, D.keys(), u, k_grid(u, cfg.grid_points), workloads,
-                              build_priors(pop, cfg, prob), outside_counts(pop, cfg, prob)))
+                              study.priors(prob), study.outside_counts(prob)))
     a = cfg.attack
 
     def ties(w: _UnitWork, method: str) -> np.random.Generator:  # per method: a sweep task matches the full run
@@ -91,12 +89,12 @@ def run_units(pop: Dataset, cfg: ExperimentConfig, tasks: list[tuple[str, bool]]
                 log.warning("unit %s: no data for init %s (nothing outside the unit at that level); skipped",
                             w.prob.unit, init)
                 continue
-            groups.setdefault((w.workloads[q.label][2], unit_settings(cfg, w.prob, init)), []).append(i)
+            groups.setdefault((w.workloads[q.label][2], study.unit_settings(w.prob, init)), []).append(i)
         for (plan, settings), idx in groups.items():
             members = [work[i] for i in idx]
             pools = None
             if init != "random":
-                pools = [init_pool(cfg, m.prob, m.priors[init], init, settings.rows) for m in members]
+                pools = [study.init_pool(m.prob, m.priors[init], init, settings.rows) for m in members]
             keys = [unit_key(cfg, "rap", m.prob.unit, m.prob.with_block, init, q.label) for m in members]
             if runs_bar is not None:
                 runs_bar.reset(total=a.runs * len(members))
@@ -188,13 +186,14 @@ def _exact_attack(cfg: ExperimentConfig, w: _UnitWork, frames: list, rankings: d
     return facts, agree, reid
 
 
-def units_per_call(cfg: ExperimentConfig, pop: Dataset) -> int:
+def units_per_call(study: Study) -> int:
     """How many units to attack together: enough to fill one compiled batch of (unit, run)
     pairs when K alone does not (on a GPU, thousands of pairs per call), capped so that a crash
     loses at most that many units' work. Sized for the largest configured workload, over the
     person attributes (with BLOCK a census workload adds per-block queries whose count varies by
     unit; the cap bounds what that can add)."""
-    dom = pop.project(attributes(cfg, pop)).domain
+    cfg = study.cfg
+    dom = study.pop.project(list(study.attributes)).domain
     settings = rap_settings(cfg)
     batch = min(default_batch(settings, 1 << 20, plan_for(build_workload(cfg, q, dom))) for q in cfg.queries)
     return int(min(64, max(1, -(-batch // cfg.attack.runs))))
@@ -204,20 +203,20 @@ def unit_queries(cfg: ExperimentConfig) -> list[dict]:
     """Per target unit (and BLOCK variant): blocks, distinct queries, and cells per table asked for.
     A listed unit nobody lives in is a row of its own (``empty``: every table zero, not attacked),
     as evaluate-release reports it."""
-    pop = load_population(cfg)
-    units, empty = occupied_units(pop, cfg, select_units(pop, cfg))
+    study = resolve(cfg)
+    pop, units, empty = study.pop, study.units, study.empty_units
     out = []
     for wb in cfg.target.with_block:
         out += [{"unit": u, "with_block": wb, "empty": True, "num_blocks": None, "occupied_blocks": 0,
                  "num_queries": None, "cells_per_table": {}} for u in empty]
         for unit in units:
-            prob = prepare_unit(pop, cfg, unit, wb, pad_blocks=False)  # what is published, not the padding
+            prob = study.prepare(unit, wb, pad_blocks=False)  # what is published, not the padding
             rows = np.flatnonzero(pop.geography.mask(cfg.target.level, unit))
             has_blocks = "block" in pop.geography.finer(cfg.target.level)
-            blocks, source = unit_blocks(pop, cfg, unit) if has_blocks else ([], None)
+            blocks, source = study.blocks(unit) if has_blocks else ([], None)
             occupied = len(set(pop.geography.units("block")[rows].tolist())) if has_blocks else 0
             for q in cfg.queries:
-                w = build_workload(cfg, q, prob.private.domain, prob.areas)
+                w = study.workload(q, prob.private.domain, prob.areas)
                 cells = (dict(w.cells_per_table) if not isinstance(w, Workload)
                          else {"×".join(m): int(np.prod(w.shape(m))) for m in w.marginals})
                 out.append({"unit": unit, "with_block": wb, "empty": False, "workload": q.label, "num_blocks": len(blocks),
@@ -238,8 +237,8 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
     leaves no half-written file and a rerun of the same config resumes where it stopped.
     """
     t_start = time.perf_counter()
-    pop = load_population(cfg)  # fail on bad data before anything is written
-    units, empty = occupied_units(pop, cfg, select_units(pop, cfg))
+    study = resolve(cfg)  # fail on bad data before anything is written
+    pop, units, empty = study.pop, study.units, study.empty_units
     run_dir = Path(out_root) / cfg.name / cfg.digest()
     units_dir = run_dir / "units"
     units_dir.mkdir(parents=True, exist_ok=True)
@@ -249,7 +248,7 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
     tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
     unit_bar = UnitProgress(len(tasks), "units", progress)
     runs_bar = tqdm(total=cfg.attack.runs, desc="K runs", disable=not unit_bar.tty, leave=False, unit="run")
-    group = units_per_call(cfg, pop)
+    group = units_per_call(study)
     done: dict[tuple[bool, str], tuple[pd.DataFrame, dict]] = {}
     pending: list[tuple[bool, str]] = []
 
@@ -273,7 +272,7 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
             unit_bar.postfix(", ".join(f"{u} {'with' if wb else 'without'} BLOCK" for wb, u in chunk[:3])
                              + (" ..." if len(chunk) > 3 else ""))
             t_chunk = time.perf_counter()
-            results = run_units(pop, cfg, [(u, wb) for wb, u in chunk], runs_bar=runs_bar if unit_bar.tty else None)
+            results = run_units(study, [(u, wb) for wb, u in chunk], runs_bar=runs_bar if unit_bar.tty else None)
             each = (time.perf_counter() - t_chunk) / max(len(chunk), 1)  # units of a chunk share its compiled calls
             for (wb, u), (df, f) in zip(chunk, results):
                 f["code_fingerprint"] = fingerprint

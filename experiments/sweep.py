@@ -37,10 +37,9 @@ class Task:
 def plan_tasks(cfg: ExperimentConfig) -> list[Task]:
     """Every (seed × BLOCK variant × unit × method) task; ``sweep.methods`` keeps only those named.
     Units nobody lives in are not attacked (as in a run)."""
-    from experiments.problem import load_population, method_names, occupied_units, select_units
+    from experiments.problem import method_names, resolve
 
-    pop = load_population(cfg)
-    units, _ = occupied_units(pop, cfg, select_units(pop, cfg))
+    units = resolve(cfg).units
     methods = method_names(cfg) + ["baselines"]
     if cfg.sweep.methods is not None:
         unknown = [m for m in cfg.sweep.methods if m not in methods]
@@ -54,13 +53,12 @@ def plan_tasks(cfg: ExperimentConfig) -> list[Task]:
 def run_task(cfg_json: dict, task: Task, out_dir: str, fingerprint: str, base_dir: str | None = None) -> str:
     """Run one task and write its result atomically under ``out_dir``; returns the task id.
     ``base_dir`` is the config's folder, where its relative data paths are read from."""
-    from experiments.problem import load_population
+    from experiments.problem import resolve
     from experiments.runner import run_unit
 
     t0 = time.perf_counter()
     cfg = parse_config(cfg_json).model_copy(update={"seed": task.seed}).with_base_dir(base_dir)
-    pop = load_population(cfg)
-    df, facts = run_unit(pop, cfg, task.unit, task.with_block, only={task.method})
+    df, facts = run_unit(resolve(cfg), task.unit, task.with_block, only={task.method})
     out = Path(out_dir)
     write_parquet(out / f"{task.id}.parquet", df.assign(seed=task.seed))
     marker = {"task": task.__dict__, "code_fingerprint": fingerprint, "seconds": facts["seconds"],

@@ -27,7 +27,7 @@ import numpy as np
 
 from experiments.config import load_config
 from experiments.metrics import effective_u, k_grid, match_rate_curve
-from experiments.problem import load_population, prepare_unit, select_units
+from experiments.problem import resolve
 from experiments.runner import run_experiment
 from microdata.marginals import Workload, answer
 from reconstruct.queries import MarginalPlan
@@ -44,9 +44,9 @@ print(cfg.name, "-", cfg.target.units, cfg.target.level + "s,", "K =", cfg.attac
 # attacker could have). The attack sees only Q(D): here all 2-way marginals.
 
 # %%
-pop = load_population(cfg)
-unit = select_units(pop, cfg)[0]
-problem = prepare_unit(pop, cfg, unit, with_block=False)
+study = resolve(cfg)  # the config resolved once against its data: units, blocks, attributes
+unit = study.units[0]
+problem = study.prepare(unit, with_block=False)
 D = problem.private
 workload = Workload.all_kway(D.domain, cfg.queries[0].k)
 published = answer(D, workload)

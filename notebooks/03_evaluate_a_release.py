@@ -28,7 +28,7 @@ import jax
 
 from experiments.config import load_config
 from experiments.metrics import effective_u, k_grid, match_rate_curve
-from experiments.problem import load_population, prepare_unit, select_units
+from experiments.problem import resolve
 from experiments.release.evaluate import evaluate_release
 from experiments.release.report import load_audits
 from microdata.marginals import Workload, answer
@@ -50,9 +50,9 @@ cfg = load_config(os.environ.get("CENSUSRECON_CONFIG", str(ROOT / "configs" / "r
 # sensitivity of all the tables together follows from that relation and is recorded.
 
 # %%
-pop = load_population(cfg)
-unit = select_units(pop, cfg)[0]
-D = prepare_unit(pop, cfg, unit, with_block=False).private
+study = resolve(cfg)  # the config resolved once against its data: units, blocks, attributes
+unit = study.units[0]
+D = study.prepare(unit, with_block=False).private
 workload = Workload.all_kway(D.domain, 2)
 exact = answer(D, workload)
 ledger = Ledger()

@@ -13,8 +13,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from experiments.config import PROGRAM_PREFIX, ConfigError, ExperimentConfig, ReleaseProgramConfig
-from experiments.problem import (_stable, build_workload, load_population, occupied_units, prepare_unit, private_half,
-                                 select_units, unit_key)
+from experiments.problem import Study, _stable, build_workload, resolve, unit_key
 from microdata.dataset import Dataset
 from microdata.domain import Attribute, Domain
 from microdata.geography import FROM_ROWS, Geography
@@ -44,8 +43,8 @@ SPARSE_RUNS = 20_000
 CHUNK_VALUES = 20_000_000
 
 
-def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, units: list[str] | None = None,
-                  progress: bool = False, seed: int | None = None) -> list[AuditResult]:
+def audit_release(study: Study, units: list[str] | None = None, progress: bool = False,
+                  seed: int | None = None) -> list[AuditResult]:
     """Audit every configured mechanism at every audited ε of the config through the functions that publish
     (:func:`experiments.release.publish.publish`, :func:`experiments.release.topdown.publish_topdown`), on
     the real units' private data.
@@ -62,16 +61,16 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, units: list
     """
     import secrets
 
+    cfg = study.cfg
     r = cfg.release
     if r is None:
         raise ConfigError("this config has no 'release' section: nothing to audit")
-    pop = load_population(cfg) if pop is None else pop
     if seed is None:
         seed, seed_source = (r.audit.seed, "given") if r.audit.seed is not None else (secrets.randbits(31), "fresh")
     else:
         seed_source = "given"
     if units is None:
-        units = audited_units(cfg, pop, occupied_units(pop, cfg, select_units(pop, cfg))[0])
+        units = audited_units(study, study.units)
     eps_list = r.audited_epsilons()
     mechanisms = r.dp_mechanisms  # swapping is not DP: there is no ε to audit
     per_unit = [m for m in mechanisms if m in ("laplace_tables", "synthetic")]
@@ -79,27 +78,28 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, units: list
     cfg = _family_level(cfg, len(eps_list) * len(cfg.target.with_block),
                         mechanisms + [PROGRAM_PREFIX + p.name for p in programs], len(units),
                         sum(p.measurements is not None for p in programs))
+    study = dataclasses.replace(study, cfg=cfg)  # the audit's own settings for this family of results
     jobs = len(cfg.target.with_block) * len(eps_list) * (len(mechanisms) + len(programs))
     bar = tqdm(total=jobs, desc="audits", disable=not (progress and sys.stderr.isatty()))
     out = []
     common = {"audit_seed": seed, "audit_seed_source": seed_source, "audited_units": list(units)}
     for wb in cfg.target.with_block:
-        blocks_check = _block_list_check(cfg, pop, units[0]) if wb else None
-        frame, _ = _frame(cfg, pop, units[0], wb)
+        blocks_check = _block_list_check(study, units[0]) if wb else None
+        frame, _ = _frame(study, units[0], wb)
         small = _histogram_pair(frame, parse_relation(r.relation))
         smallest = _histogram_pair(frame, parse_relation(r.relation), cells=SMOOTHED_CELLS)
         tables, cache = {}, {}  # the real instances, shared by every ε
         for eps in eps_list:
             if per_unit:
-                tables[eps] = [_audit_tables_unit(cfg, pop, u, wb, eps, seed, cache) for u in units]
+                tables[eps] = [_audit_tables_unit(study, u, wb, eps, seed, cache) for u in units]
             for mech in mechanisms:
                 if mech in ("laplace_tables", "synthetic"):
                     res = _combine_units(mech, eps, tables[eps], cfg)
                 elif mech == "perturbed_histogram":
                     res = _audit_perturbed(cfg, eps, small, seed)
                 elif mech == "topdown":
-                    res = _combine_units("topdown", eps, [_audit_topdown_root(cfg, pop, root_units, wb, eps, seed, cache)
-                                                          for root_units in _roots(cfg, pop, units, wb)], cfg)
+                    res = _combine_units("topdown", eps, [_audit_topdown_root(study, root_units, wb, eps, seed, cache)
+                                                          for root_units in _roots(study, units, wb)], cfg)
                 else:
                     res = _audit_smoothed(cfg, eps, smallest, seed)
                 if blocks_check is not None:
@@ -108,8 +108,8 @@ def audit_release(cfg: ExperimentConfig, pop: Dataset | None = None, units: list
                 out.append(res)
                 bar.update()
             for spec in programs:
-                res = _combine_units(PROGRAM_PREFIX + spec.name, eps, [audit_program(cfg, pop, spec, u, wb, eps, seed,
-                                                                                     cache) for u in units], cfg)
+                res = _combine_units(PROGRAM_PREFIX + spec.name, eps,
+                                     [audit_program(study, spec, u, wb, eps, seed, cache) for u in units], cfg)
                 res.details.update(with_block=wb, **common)
                 out.append(res)
                 bar.update()
@@ -148,10 +148,11 @@ def failed_audits(history: Path, code: str, besides: str | None = None) -> list[
     return [e for e in entries if not e["passed"] and e.get("code") == code and e.get("when") != besides]
 
 
-def audited_units(cfg: ExperimentConfig, pop: Dataset, units: list[str]) -> list[str]:
+def audited_units(study: Study, units: list[str]) -> list[str]:
     """The units an audit checks: all of them, or ``release.audit.units`` of them, the one with the most
     persons and the rest in the order of a hash of their ids (so the sample does not depend on the data
     beyond the largest unit, which the audit always includes)."""
+    cfg, pop = study.cfg, study.pop
     k = cfg.release.audit.units
     if k == "all" or k >= len(units):
         return list(units)
@@ -208,13 +209,13 @@ def _family_level(cfg: ExperimentConfig, results: int, mechanisms: list[str], un
 # ---- inputs: a small frame of public inputs and worst-case neighbours in it ------------------------
 
 
-def _frame(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bool) -> tuple[Domain, dict | None]:
+def _frame(study: Study, unit: str, with_block: bool) -> tuple[Domain, dict | None]:
     """The attack domain of ``unit`` (BLOCK from its public block list), cut to two blocks, and
     the areas inside the unit (the tracts of a county) of those blocks: every block publishes the
     same tables and a person lives in one; when the unit has areas the second block is in another
     area than the first where one exists, so that a person moving between them changes the
     areas' tables too."""
-    prob = prepare_unit(pop, cfg, unit, with_block, pad_blocks=False)
+    prob = study.prepare(unit, with_block, pad_blocks=False)
     dom = prob.private.domain
     if not with_block:
         return dom, None
@@ -482,13 +483,14 @@ def _audit_smoothed(cfg: ExperimentConfig, eps: float, small, seed: int) -> Audi
                        {"histogram_cells": D.domain.total_size, "draws": len(D)})
 
 
-def _topdown_structure(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool, nodes: dict) -> str:
+def _topdown_structure(study: Study, unit: str, wb: bool, nodes: dict) -> str:
     """Neighbours that empty a block (its last resident removed) and a whole unit of the target level
     (likewise) must publish trees of the same shape and measurements of the same shapes, through
     the production functions from the population on. ``nodes``: the units of the target level in the
     real tree (:func:`topdown_root`'s)."""
     from experiments.release.topdown import publish_topdown, topdown_root
 
+    cfg, pop = study.cfg, study.pop
     geo = pop.geography
     level = cfg.target.level
     inside = np.flatnonzero(np.isin(geo.units(level), list(nodes)))
@@ -513,7 +515,7 @@ def _topdown_structure(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool,
             g = Geography(sub.geography.levels, sub.geography.ids, catalogue=geo.catalogue)
             people = Dataset(sub.domain, sub.codes, g)
             try:
-                t = topdown_root(cfg, people, unit, wb)
+                t = topdown_root(resolve(cfg, people), unit, wb)
                 meas = publish_topdown(cfg, t, min(cfg.release.epsilons), _noise(cfg, 0, "structure", what),
                                        runs=1).measurements
             except (PrivacyError, ConfigError) as e:
@@ -524,9 +526,10 @@ def _topdown_structure(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool,
     return "pass"
 
 
-def _block_list_check(cfg: ExperimentConfig, pop: Dataset, unit: str) -> str:
+def _block_list_check(study: Study, unit: str) -> str:
     """A tract where one block's only resident is replaced by someone in another of its blocks
     (or removed): the attack domain, hence every table's and histogram's shape, must not change."""
+    cfg, pop = study.cfg, study.pop
     if "occupied_blocks" in cfg.release.invariants:
         return "declared invariant: occupied_blocks (the block list is published as it is; not audited)"
     geo = pop.geography
@@ -541,7 +544,7 @@ def _block_list_check(cfg: ExperimentConfig, pop: Dataset, unit: str) -> str:
 
     def domain_of(people: Dataset):
         g = Geography(people.geography.levels, people.geography.ids, catalogue=geo.catalogue)
-        return prepare_unit(Dataset(people.domain, people.codes, g), cfg, unit, True, pad_blocks=False).private.domain
+        return resolve(cfg, Dataset(people.domain, people.codes, g)).prepare(unit, True, pad_blocks=False).private.domain
 
     try:
         same = domain_of(template) == domain_of(moved)
@@ -774,13 +777,14 @@ def _independence_columns(labels: np.ndarray, rng: np.random.Generator) -> np.nd
     return np.sort(np.concatenate([pick, more]))
 
 
-def _unit_instance(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool, cache: dict) -> tuple:
+def _unit_instance(study: Study, unit: str, wb: bool, cache: dict) -> tuple:
     """A unit's real instance, the same at every ε of one audit: D, its areas, the published workload, D's
     exact counts, the real pairs with their counts, and the most cells one person lies in (found by this
     audit from the workload's cells, independently of the release's sensitivity)."""
+    cfg = study.cfg
     key = (unit, wb)
     if key not in cache:
-        prob = prepare_unit(pop, cfg, unit, wb, pad_blocks=False)
+        prob = study.prepare(unit, wb, pad_blocks=False)
         D, areas = prob.private, prob.areas
         workload = build_workload(cfg, cfg.queries[0], D.domain, areas)
         exact = workload_counts(D, workload)
@@ -790,15 +794,15 @@ def _unit_instance(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool, cac
     return cache[key]
 
 
-def _audit_tables_unit(cfg: ExperimentConfig, pop: Dataset, unit: str, wb: bool, eps: float, seed: int,
-                       cache: dict) -> dict:
+def _audit_tables_unit(study: Study, unit: str, wb: bool, eps: float, seed: int, cache: dict) -> dict:
     """Laplace tables (and the synthetic file fitted to them) of one unit, on its own D: the bound over the
     real pairs, the whole-release checks, the replay over many pairs, the structure."""
     from synth.release import _census_sensitivity
 
+    cfg = study.cfg
     a = cfg.release.audit
     relation = parse_relation(cfg.release.relation)
-    D, areas, workload, exact, pairs, pair_counts, per_person = _unit_instance(cfg, pop, unit, wb, cache)
+    D, areas, workload, exact, pairs, pair_counts, per_person = _unit_instance(study, unit, wb, cache)
     pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
     rng0 = np.random.default_rng(0)
     backend = _noise(cfg, seed, "tables", unit, wb, eps)
@@ -880,13 +884,13 @@ def _keyed_release(backend, release: int):
     return KeyedNoise(backend.seed, release) if getattr(backend, "keyed", False) else backend
 
 
-def _roots(cfg: ExperimentConfig, pop: Dataset, units: list[str], wb: bool) -> list[list[str]]:
+def _roots(study: Study, units: list[str], wb: bool) -> list[list[str]]:
     """The audited units grouped by the root of their TopDown release (one production tree each)."""
     from experiments.release.topdown import topdown_shape
 
     by_root: dict = {}
     for u in units:
-        by_root.setdefault(topdown_shape(cfg, pop, u, wb)[0], []).append(u)
+        by_root.setdefault(topdown_shape(study, u, wb)[0], []).append(u)
     return list(by_root.values())
 
 
@@ -1014,8 +1018,8 @@ def _opendp_accounting(budgets, gaussian: bool, total) -> tuple[str, dict]:
     return "pass", info
 
 
-def _audit_topdown_root(cfg: ExperimentConfig, pop: Dataset, units: list[str], wb: bool, eps: float,
-                        seed: int, cache: dict) -> AuditResult:
+def _audit_topdown_root(study: Study, units: list[str], wb: bool, eps: float, seed: int,
+                        cache: dict) -> AuditResult:
     """TopDown on its production tree (every level, every node), on the real data of every unit under the
     root: the bound over real pairs (the cells they touch, drawn by the publishing function with the
     production key schedule), the whole-release checks, the OpenDP accounting, the replay over many pairs
@@ -1023,13 +1027,14 @@ def _audit_topdown_root(cfg: ExperimentConfig, pop: Dataset, units: list[str], w
     from experiments.release.topdown import publish_topdown, topdown_root, topdown_tree
     from synth.topdown import QUERIES, rho_for
 
+    cfg = study.cfg
     a = cfg.release.audit
     relation = parse_relation(cfg.release.relation)
     gaussian = cfg.release.topdown.accounting == "zcdp"
     key = ("topdown", units[0], wb)
     if key not in cache:  # the real tree, its pairs and replay neighbours: the same at every ε
-        td = topdown_root(cfg, pop, units[0], wb)
-        real = {u: private_half(pop, cfg, u, wb) for u in td.nodes}
+        td = topdown_root(study, units[0], wb)
+        real = {u: study.private_half(u, wb) for u in td.nodes}
         cache[key] = {"td": td, "real": real}
     td, real = cache[key]["td"], cache[key]["real"]
     n_levels = len(td.shape.levels)
@@ -1136,7 +1141,7 @@ def _audit_topdown_root(cfg: ExperimentConfig, pop: Dataset, units: list[str], w
     # replay: recorded releases, many neighbours of the real tree
     checks["post_processing"] = _topdown_replay(cfg, eps, td, cache[key]["neighbours"], recorded)
     if "structure" not in cache[key]:  # releases at the smallest ε of the grid: one check for every ε
-        cache[key]["structure"] = _topdown_structure(cfg, pop, units[0], wb, td.nodes)
+        cache[key]["structure"] = _topdown_structure(study, units[0], wb, td.nodes)
     checks["structure"] = cache[key]["structure"]
     if "root_total" in cfg.release.invariants:
         info["not_audited"] = "the root's total: a declared invariant under replace-one (release.invariants)"
@@ -1196,8 +1201,8 @@ def _tail_from_stats(stats: list, gaussian: bool, expected: float = 30.0) -> flo
 # ---- programs made outside censusrecon: the black-box audit ------------------------------------------
 
 
-def audit_program(cfg: ExperimentConfig, pop, spec: ReleaseProgramConfig, unit: str, wb: bool, eps: float,
-                  seed: int, cache: dict):
+def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool, eps: float, seed: int,
+                  cache: dict):
     """The black-box audit of a program at ``eps`` on ``unit``'s own D: ``runs`` whole releases of D and
     of each real neighbour of it (:func:`experiments.release.audit._real_pairs`: a person moved between
     blocks of different areas, changed to the rarest and the commonest type, the type in most cells;
@@ -1210,11 +1215,12 @@ def audit_program(cfg: ExperimentConfig, pop, spec: ReleaseProgramConfig, unit: 
     from experiments.release.program import program_seed, run_program
     from synth.audit import independence_pvalue, laplace_shape_pvalue, tail_pvalue
 
+    cfg = study.cfg
     a = cfg.release.audit
     runs = spec.audit_runs or a.runs
     mech = PROGRAM_PREFIX + spec.name
-    _, _, _, exact, pairs, pair_counts, _ = _unit_instance(cfg, pop, unit, wb, cache)
-    layout, inputs, pair_inputs = _program_instance(cfg, pop, unit, wb, cache)
+    _, _, _, exact, pairs, pair_counts, _ = _unit_instance(study, unit, wb, cache)
+    layout, inputs, pair_inputs = _program_instance(study, unit, wb, cache)
     y1_rows = run_program(cfg, spec, inputs, eps, runs, program_seed(seed, unit, wb, eps, "D"))
     y1 = layout.to_queries(y1_rows)
     pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
@@ -1292,19 +1298,18 @@ def audit_program(cfg: ExperimentConfig, pop, spec: ReleaseProgramConfig, unit: 
     return AuditResult(mech, eps, best[0], runs, a.confidence, best[1], checks, details)
 
 
-def _program_instance(cfg: ExperimentConfig, pop, unit: str, wb: bool, cache: dict) -> tuple:
+def _program_instance(study: Study, unit: str, wb: bool, cache: dict) -> tuple:
     """The contract's inputs for the unit's D and for each of its real neighbours (the pairs of
     :func:`_unit_instance`), with the layout of the published cells: the same at every ε and for every
     program."""
-    from experiments.problem import unit_blocks
     from experiments.release.files import unit_layout
     from experiments.release.program import program_inputs
 
     key = ("program", unit, wb)
     if key not in cache:
-        D, areas, _, _, pairs, _, _ = _unit_instance(cfg, pop, unit, wb, cache)
-        layout = unit_layout(cfg, pop, unit, wb)
-        blocks = unit_blocks(pop, cfg, unit)[0] if wb else None
+        D, areas, _, _, pairs, _, _ = _unit_instance(study, unit, wb, cache)
+        layout = unit_layout(study, unit, wb)
+        blocks = study.blocks(unit)[0] if wb else None
         cache[key] = layout, [program_inputs(d, unit, layout, blocks, areas) for d in [D] + [d2 for _, d2 in pairs]]
     layout, (inputs, *pair_inputs) = cache[key]
     return layout, inputs, pair_inputs

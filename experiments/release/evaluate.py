@@ -18,9 +18,8 @@ from experiments.config import NOT_DP as NOT_DP_MECHS
 from experiments.config import FILE_PREFIX, PROGRAM_PREFIX, ConfigError, ExperimentConfig, ReidentificationConfig
 from experiments.metrics import (MARGINS_ATTACK, effective_u, k_grid, match_rate_curve, strength_by_runs,
                                  unique_persons)
-from experiments.problem import (_stable, attributes, baseline_curves, build_priors, build_workload, exact_answers,
-                                 load_population, occupied_units, prepare_unit, rap_settings, select_units,
-                                 unit_blocks, unit_key)
+from experiments.problem import (Study, _stable, baseline_curves, build_workload, exact_answers, rap_settings,
+                                 resolve, unit_key)
 from experiments.progress import UnitProgress
 from experiments.release.audit import audit_release, failed_audits, record_audit
 from experiments.release.files import FILE_NOTE, file_published, read_release_files, unit_layout
@@ -90,18 +89,18 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                           "so evaluate-release needs include_target: false")
     t_start = time.perf_counter()
     r = cfg.release
-    pop = load_population(cfg)  # fail on bad data before anything is written
-    units, empty = occupied_units(pop, cfg, select_units(pop, cfg))
+    study = resolve(cfg)  # the config resolved once against its data; bad data fails before anything is written
+    pop, units, empty = study.pop, study.units, study.empty_units
     for wb in cfg.target.with_block:
         if wb:
-            check_block_list(cfg, pop, units[0])
+            check_block_list(study, units[0])
         if parse_relation(r.relation) is Relation.ADD_REMOVE and "unit_total" not in r.invariants:
-            first = prepare_unit(pop, cfg, units[0], wb, pad_blocks=False)
+            first = study.prepare(units[0], wb, pad_blocks=False)
             try:  # n must come from the noisy tables: they must publish a total or a partition
                 total_queries(build_workload(cfg, cfg.queries[0], first.private.domain, first.areas))
             except PrivacyError as e:
                 raise ConfigError(str(e)) from None
-    files = read_release_files(cfg, pop, units)  # a file that does not fit fails here, before anything runs
+    files = read_release_files(study, units)  # a file that does not fit fails here, before anything runs
     # a unit's result is for these files and programs only
     inputs = {**{f"{m}@{s:g}": tf.digest for (m, s), tf in files.items()}, **program_digests(cfg)}
     run_dir = release_dir(out_root, cfg)
@@ -142,7 +141,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                 found = 0
             n_ledger = len(ledger.entries)
             t_unit = time.perf_counter()
-            unit_curves, unit_util, unit_exact, unit_micro = _evaluate_unit(cfg, pop, unit, wb, ledger, bar,
+            unit_curves, unit_util, unit_exact, unit_micro = _evaluate_unit(study, unit, wb, ledger, bar,
                                                                             topdown_cache, run_dir, files)
             write_parquet(stem.with_suffix(".parquet"), unit_curves)
             if unit_micro is not None:  # before the JSON: a unit counts as done only with all its files
@@ -172,7 +171,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                       "this code and config (seed "
                       f"{audits[0].details.get('audit_seed')}); its result stands, so it is not run again")
     else:
-        audits = audit_release(cfg, pop, progress=progress)
+        audits = audit_release(study, progress=progress)
     risks, risk_note = measure_risks(cfg, micro)
     write_json(run_dir / "risks.json", {"note": risk_note})
     if len(risks):
@@ -201,7 +200,8 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                        ("strength", "strength")):
         if exact_statuses[kind]:
             write_parquet(run_dir / f"{name}.parquet", pd.DataFrame(exact_statuses[kind]))
-    facts = {"units": units, "empty_units": empty, "levels": list(pop.geography.levels[1:]), "attributes": attributes(cfg, pop)}
+    facts = {"units": units, "empty_units": empty, "levels": list(pop.geography.levels[1:]),
+             "attributes": list(study.attributes)}
     write_json(run_dir / "manifest.json", {
         "name": cfg.name, "config_hash": cfg.digest(), "code_fingerprint": code_fingerprint(),
         "versions": versions(), "jax": jax_info(), "seeds": {"experiment": cfg.seed, "population": cfg.data.seed},
@@ -213,14 +213,15 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     return run_dir
 
 
-def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledger, bar,
+def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
                    topdown_cache: dict | None = None, run_dir: Path | None = None,
                    files: dict | None = None) -> tuple[pd.DataFrame, list, list]:
     """All releases of one unit, each attacked; plus the exact-table attack and the baselines.
     ``files``: the release files made elsewhere (:func:`experiments.release.files.read_release_files`)."""
+    cfg = study.cfg
     r = cfg.release
     topdown_cache = {} if topdown_cache is None else topdown_cache
-    prob = prepare_unit(pop, cfg, unit, wb, pad_blocks=False)  # every listed block, empty ones included
+    prob = study.prepare(unit, wb, pad_blocks=False)  # every listed block, empty ones included
     D, H = prob.private, prob.holdout
     truth = D.keys()
     u = effective_u(D.distinct(), H.distinct())
@@ -295,7 +296,7 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
             curves.append(c.assign(epsilon=math.inf, setting=math.inf, mechanism="exact", method="exact",
                                    utility_error=0.0, **common))
     bar.update()
-    priors = build_priors(pop, cfg, prob)
+    priors = study.priors(prob)
     for b, curve, _ in baseline_curves(cfg, priors, unit, truth, ks, u, lambda b: tie_rng):
         curves.append(curve.assign(epsilon=np.nan, setting=np.nan, mechanism="baseline", method=b,
                                    utility_error=np.nan, **common))
@@ -310,9 +311,9 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
             if mech.startswith(PROGRAM_PREFIX):
                 spec = r.program(mech)
                 if "program_inputs" not in cache:  # the same D, cells and domain for every program and ε
-                    cache["layout"] = unit_layout(cfg, pop, unit, wb)
+                    cache["layout"] = unit_layout(study, unit, wb)
                     cache["program_inputs"] = program_inputs(D, unit, cache["layout"],
-                                                             unit_blocks(pop, cfg, unit)[0] if wb else None, prob.areas)
+                                                             study.blocks(unit)[0] if wb else None, prob.areas)
                 values = run_program(cfg, spec, cache["program_inputs"], setting, 1,
                                      program_seed(cfg.seed, "release", unit, wb, mech, setting))[0]
                 pub = tables_published(mech, cache["layout"].to_queries(values), w, PROGRAM_NOTE)
@@ -333,7 +334,7 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
                             invariants=own_invariants(cfg, mech, wb))
             elif mech == "targeted_swapping":
                 if "pool" not in cache:
-                    cache["pool"] = swap_pool(cfg, pop, unit)
+                    cache["pool"] = swap_pool(study, unit)
                 pub = publish_targeted_swapping(cfg, setting, D, w, rng, cache["pool"])
                 ledger.note(mech, "numpy (seeded)", pub.publication_note, swap_rate=setting, **pub.facts, **extra,
                             invariants=own_invariants(cfg, mech, wb))
@@ -344,7 +345,7 @@ def _evaluate_unit(cfg: ExperimentConfig, pop, unit: str, wb: bool, ledger: Ledg
             else:
                 backend = _backend(cfg, unit, mech, setting)
                 if mech == "topdown":
-                    pub, extra_td = _topdown_published(cfg, pop, unit, wb, setting, topdown_cache, w, backend,
+                    pub, extra_td = _topdown_published(study, unit, wb, setting, topdown_cache, w, backend,
                                                        run_dir)
                 else:
                     pub = publish(cfg, mech, setting, D, w, backend, rng, key=unit_key(cfg, "fit", unit, setting))
@@ -423,14 +424,15 @@ def bureau_measures(cfg: ExperimentConfig, D: Dataset, reconstruction: np.ndarra
     return out
 
 
-def _topdown_published(cfg: ExperimentConfig, pop, unit: str, wb: bool, setting: float, cache: dict, w, backend,
+def _topdown_published(study: Study, unit: str, wb: bool, setting: float, cache: dict, w, backend,
                        run_dir: Path | None) -> tuple[Published, dict]:
     """``unit``'s share of the TopDown release of its root at ``setting``: one tree per root and one
     release per root and ε, shared by every unit under it; each release's MDF is written once to
     ``run_dir/mdf/`` (so an interrupted evaluation keeps it)."""
+    cfg = study.cfg
     trees, releases = cache.setdefault("trees", {}), cache.setdefault("releases", {})
     if (unit, wb) not in trees:
-        td = topdown_root(cfg, pop, unit, wb)
+        td = topdown_root(study, unit, wb)
         trees.update({(other, wb): td for other in td.nodes})
     td = trees[(unit, wb)]
     key = (td.root, wb, setting)

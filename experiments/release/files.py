@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.config import ConfigError, ExperimentConfig, ReleaseFileConfig
-from experiments.problem import prepare_unit, table_cells, unit_blocks
+from experiments.problem import Study, table_cells
 from microdata.census import CensusWorkload, placed_cells
 from microdata.errors import CensusReconError
 
@@ -59,15 +59,16 @@ class Layout:
         return out / copies[None, :]
 
 
-def unit_layout(cfg: ExperimentConfig, pop, unit: str, with_block: bool) -> Layout:
+def unit_layout(study: Study, unit: str, with_block: bool) -> Layout:
     """The published cells of ``unit`` in file order (table by table, cell by cell, block by block),
     each with its query in :func:`experiments.problem.build_workload`'s workload of the unit."""
-    prob = prepare_unit(pop, cfg, unit, with_block, pad_blocks=False)
+    cfg = study.cfg
+    prob = study.prepare(unit, with_block, pad_blocks=False)
     domain = prob.private.domain
     cells, areas = table_cells(cfg, cfg.queries[0], domain, prob.areas)
     w = CensusWorkload.build(domain, cells, areas=areas)  # as build_workload builds it, from the same cells
     query = {label: i for i, label in enumerate(w.labels)}
-    full = dict(zip(domain.attribute("BLOCK").values, unit_blocks(pop, cfg, unit)[0])) if with_block else {}
+    full = dict(zip(domain.attribute("BLOCK").values, study.blocks(unit)[0])) if with_block else {}
     seen: dict[tuple, int] = {}
     rows = []
     for c, place, level, key in placed_cells(domain, cells, "BLOCK", areas):
@@ -79,11 +80,11 @@ def unit_layout(cfg: ExperimentConfig, pop, unit: str, with_block: bool) -> Layo
     return Layout(unit, with_block, df, w)
 
 
-def template(cfg: ExperimentConfig, pop, units: list[str]) -> pd.DataFrame:
+def template(study: Study, units: list[str]) -> pd.DataFrame:
     """The rows a tables file for these units must have, value empty: per block when any variant
     keeps BLOCK (a variant without it sums the blocks), else per unit."""
-    wb = any(cfg.target.with_block)
-    parts = [unit_layout(cfg, pop, u, wb).rows.assign(unit=u) for u in units]
+    wb = any(study.cfg.target.with_block)
+    parts = [unit_layout(study, u, wb).rows.assign(unit=u) for u in units]
     df = pd.concat(parts, ignore_index=True)
     return df.assign(value=np.nan)[list(TABLE_COLUMNS)]
 
@@ -91,7 +92,7 @@ def template(cfg: ExperimentConfig, pop, units: list[str]) -> pd.DataFrame:
 def write_template(cfg: ExperimentConfig, to: str | Path, force: bool = False) -> tuple[Path, int, int]:
     """Write :func:`template` for the config's units to ``to`` (CSV or Parquet by extension), never over
     an existing file unless ``force``; return the path, its rows and its units."""
-    from experiments.problem import load_population, occupied_units, select_units
+    from experiments.problem import resolve
     from experiments.results import atomic_write_text, write_parquet
 
     path = Path(to)
@@ -99,9 +100,9 @@ def write_template(cfg: ExperimentConfig, to: str | Path, force: bool = False) -
         raise ConfigError(f"{path}: the template is written as CSV (.csv) or Parquet (.parquet)")
     if path.exists() and not force:
         raise ConfigError(f"{path} exists and is never replaced: choose another path, or pass --force")
-    pop = load_population(cfg)
-    units, _ = occupied_units(pop, cfg, select_units(pop, cfg))
-    df = template(cfg, pop, units)
+    study = resolve(cfg)
+    units = study.units
+    df = template(study, units)
     if path.suffix.lower() == ".parquet":
         write_parquet(path, df)
     else:
@@ -243,7 +244,7 @@ class MicrodataFile:
     file's columns, codes and public block list: every code is checked as the person file's are."""
 
     def __init__(self, cfg: ExperimentConfig, spec: ReleaseFileConfig, units: list[str]):
-        from experiments.problem import load_population
+        from experiments.problem import load_population, resolve
 
         self.spec = spec
         self.path = Path(cfg.data_file(spec.path))
@@ -262,21 +263,21 @@ class MicrodataFile:
             raise ConfigError(f"release file {self.path} has no persons in {cfg.target.level} {absent[0]}, one of the "
                               f"units evaluated" + (f" (nor in {len(absent) - 1} more)" if len(absent) > 1 else ""))
         self.cfg = cfg
+        self.study = resolve(cfg, self.pop)  # the file's persons, over the config's units and public block list
         self.digest = file_digest(self.path)
 
     def rows(self, unit: str, with_block: bool):
         """The file's persons of ``unit`` over the attack domain (BLOCK from the public block list)."""
-        from experiments.problem import unit_data
-
-        return unit_data(self.pop, self.cfg, unit, with_block)
+        return self.study.unit_data(unit, with_block)
 
 
-def read_release_files(cfg: ExperimentConfig, pop, units: list[str]) -> dict[tuple, TablesFile | MicrodataFile]:
+def read_release_files(study: Study, units: list[str]) -> dict[tuple, TablesFile | MicrodataFile]:
     """Every file of ``release.files``, read and checked against every unit and variant before
     anything runs (a file that does not fit is a one-line error naming file, row and value): per
     (file:<name>, setting); a tables file carries the layouts of every (unit, variant) in ``.layouts``."""
     from experiments.config import FILE_PREFIX
 
+    cfg, pop = study.cfg, study.pop
     r = cfg.release
     out = {}
     for spec in r.files:
@@ -286,7 +287,7 @@ def read_release_files(cfg: ExperimentConfig, pop, units: list[str]) -> dict[tup
     if not specs:
         return out
     fine = any(cfg.target.with_block)  # the file is checked against the finest variant evaluated
-    layouts = {(u, wb): unit_layout(cfg, pop, u, wb) for u in units for wb in dict.fromkeys(cfg.target.with_block)}
+    layouts = {(u, wb): unit_layout(study, u, wb) for u in units for wb in dict.fromkeys(cfg.target.with_block)}
     check = {u: layouts[(u, fine)] for u in units}
     level = cfg.target.level
     geo = pop.geography

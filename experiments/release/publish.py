@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from experiments.config import ConfigError, ExperimentConfig
-from experiments.problem import _stable, exact_answers, rap_settings, unit_blocks
+from experiments.problem import Study, _stable, exact_answers, rap_settings
 from microdata.dataset import Dataset
 from microdata.geography import FROM_ROWS
 from microdata.marginals import Workload, marginal_counts
@@ -122,19 +122,18 @@ def publish_swapping(cfg: ExperimentConfig, rate: float, D: Dataset, workload, r
     return pub
 
 
-def swap_pool(cfg: ExperimentConfig, pop: Dataset, unit: str) -> Dataset:
+def swap_pool(study: Study, unit: str) -> Dataset:
     """The persons targeted swapping may bring in: those of the unit's enclosing area (its county, for a
     tract) outside the unit, over the attack attributes."""
-    from experiments.problem import attributes
-
+    pop = study.pop
     geo = pop.geography
-    level = cfg.target.level
+    level = study.level
     parents = geo.coarser(level)
     if not parents:
         raise ConfigError(f"targeted swapping swaps with another area of the enclosing unit, and a {level} has none")
     parent = geo.parent(level, unit, parents[0])
     rows = np.flatnonzero((geo.units(parents[0]) == parent) & (geo.units(level) != unit))
-    return pop.take(rows).project([a for a in attributes(cfg, pop) if a != "BLOCK"])
+    return pop.take(rows).project([a for a in study.attributes if a != "BLOCK"])
 
 
 def publish_targeted_swapping(cfg: ExperimentConfig, rate: float, D: Dataset, workload, rng: np.random.Generator,
@@ -240,11 +239,11 @@ def neighbours_of(cfg: ExperimentConfig, mechanism: str) -> tuple[str, str]:
     return what, "; ".join(exact) or "nothing"
 
 
-def check_block_list(cfg: ExperimentConfig, pop: Dataset, unit: str) -> None:
+def check_block_list(study: Study, unit: str) -> None:
     """Tables per block may be released only over a public block list, or a list from the persons
     that the agency declares it publishes as it is (``release.invariants: [occupied_blocks]``)."""
-    _, source = unit_blocks(pop, cfg, unit)
-    if source == FROM_ROWS and "occupied_blocks" not in cfg.release.invariants:
+    _, source = study.blocks(unit)
+    if source == FROM_ROWS and "occupied_blocks" not in study.cfg.release.invariants:
         raise ConfigError(
             "this data has no public block list: its blocks would be "
             f"{FROM_ROWS}. Publishing tables per block over that list reveals which blocks have anyone in them, "

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.config import ConfigError, ExperimentConfig
-from experiments.problem import build_workload, private_half
+from experiments.problem import Study, build_workload
 from experiments.release.publish import Published, _labels
 from microdata.dataset import Dataset
 from microdata.geography import FROM_ROWS
@@ -40,14 +40,15 @@ class TopDownRoot:
         return self.tree.shape
 
 
-def topdown_shape(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bool) -> tuple[str, TreeShape, dict, str]:
+def topdown_shape(study: Study, unit: str, with_block: bool) -> tuple[str, TreeShape, dict, str]:
     """The public shape of the tree a TopDown release of ``unit`` runs over: the unit's ancestor at
     ``release.topdown.root`` and, level by level, every unit inside it from the public unit list
     (empty ones included, whatever their size), down to the target level and, with BLOCK, its
     blocks. No person row decides whether a node exists. Without a public list the units come from
     the rows, which only a declared ``occupied_blocks`` invariant allows."""
-    geo = pop.geography
-    level, root_level = cfg.target.level, cfg.release.topdown.root
+    cfg = study.cfg
+    geo = study.pop.geography
+    level, root_level = study.level, cfg.release.topdown.root
     if root_level not in geo.coarser(level):
         raise ConfigError(f"release.topdown.root {root_level!r} must be coarser than the target level {level!r}; "
                           f"choose from {list(geo.coarser(level))}")
@@ -111,11 +112,12 @@ def topdown_tree(cfg: ExperimentConfig, shape: TreeShape, nodes: dict, halves: d
     return build_tree(shape, leaf)
 
 
-def topdown_root(cfg: ExperimentConfig, pop: Dataset, unit: str, with_block: bool) -> TopDownRoot:
+def topdown_root(study: Study, unit: str, with_block: bool) -> TopDownRoot:
     """The tree a TopDown release of ``unit`` runs over (:func:`topdown_shape`), every unit of the
     target level in it holding its private half D (the holdouts stay out of every release)."""
-    root, shape, nodes, source = topdown_shape(cfg, pop, unit, with_block)
-    halves = {u: private_half(pop, cfg, u, with_block) for u in nodes}
+    cfg = study.cfg
+    root, shape, nodes, source = topdown_shape(study, unit, with_block)
+    halves = {u: study.private_half(u, with_block) for u in nodes}
     person_domain = next(iter(halves.values())).domain
     person_domain = person_domain.project([a for a in person_domain.names if a != "BLOCK"])
     strategy = topdown_strategy(cfg, person_domain)

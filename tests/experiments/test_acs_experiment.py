@@ -4,7 +4,8 @@ import pandas as pd
 import pytest
 
 from experiments.config import ConfigError, parse_config
-from experiments.runner import load_population, run_experiment
+from experiments.problem import load_population
+from experiments.runner import run_experiment
 from tests.acs_fixture import make_acs_root
 
 

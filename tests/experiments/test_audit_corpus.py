@@ -15,7 +15,7 @@ import synth.keyed
 import synth.release
 import synth.topdown
 from experiments.config import load_config
-from experiments.problem import load_population
+from experiments.problem import load_population, resolve
 from experiments.release.audit import audit_release
 from experiments.release.publish import publish
 from synth.keyed import KeyedNoise
@@ -280,7 +280,7 @@ def test_the_unmodified_code_passes_the_corpus_settings(root, tiny_pop):
     ran it): what the production tree's slow test checks at the shipped settings, on a county root."""
     for cfg in (_cfg(root, "release.mechanisms=[laplace_tables]"), load_config(root / "configs" / "release_tiny.yaml", TD),
                 load_config(root / "configs" / "release_tiny.yaml", TD + ["release.topdown.accounting=zcdp"])):
-        bad = _failures(audit_release(cfg, tiny_pop))
+        bad = _failures(audit_release(resolve(cfg, tiny_pop)))
         assert not bad, bad
 
 
@@ -289,7 +289,7 @@ def test_each_tables_bug_of_the_corpus_fails_the_audit(bug, root, tiny_pop, monk
     over, patches, caught = TABLE_BUGS[bug]
     cfg = _cfg(root, *(["release.mechanisms=[laplace_tables]"] + list(over)))
     _patch(monkeypatch, patches, bug)
-    bad = _failures(audit_release(cfg, tiny_pop))
+    bad = _failures(audit_release(resolve(cfg, tiny_pop)))
     for mech, check in caught.items():
         assert mech in bad and check in bad[mech], (bug, bad)
 
@@ -300,11 +300,11 @@ def test_each_topdown_bug_of_the_corpus_fails_the_audit(bug, root, tiny_pop, mon
     cfg = load_config(root / "configs" / "release_tiny.yaml", TD + over)
     if bug.startswith("block-level"):
         from experiments.release.topdown import topdown_root
-        from experiments.problem import select_units
 
-        _broadcast_block_detailed.width = topdown_root(cfg, tiny_pop, select_units(tiny_pop, cfg)[0], True).strategy.types
+        study = resolve(cfg, tiny_pop)
+        _broadcast_block_detailed.width = topdown_root(study, study.units[0], True).strategy.types
     _patch(monkeypatch, patches, bug)
-    bad = _failures(audit_release(cfg, tiny_pop))
+    bad = _failures(audit_release(resolve(cfg, tiny_pop)))
     assert "topdown" in bad and check in bad["topdown"], (bug, bad)
 
 
@@ -320,12 +320,12 @@ def test_the_corpus_has_twenty_bugs_across_every_class():
 def test_a_single_release_equals_the_batch_element_drawn_with_the_same_key(root, tiny_pop):
     """One path: the release that is published and the releases the audit draws are one function; cell by
     cell, the cells a pair touches equal the whole release's."""
-    from experiments.problem import build_workload, prepare_unit, select_units
+    from experiments.problem import build_workload, select_units
     from experiments.release.topdown import publish_topdown, topdown_root
 
     cfg = _cfg(root, "target.with_block=[true]")
     unit = select_units(tiny_pop, cfg)[0]
-    D = prepare_unit(tiny_pop, cfg, unit, True, pad_blocks=False).private
+    D = resolve(cfg, tiny_pop).prepare(unit, True, pad_blocks=False).private
     w = build_workload(cfg, cfg.queries[0], D.domain)
     rng = np.random.default_rng(0)
     for mech in ("laplace_tables", "perturbed_histogram"):
@@ -342,7 +342,7 @@ def test_a_single_release_equals_the_batch_element_drawn_with_the_same_key(root,
             assert np.array_equal(full, batch[1])
     for accounting in ("pure", "zcdp"):
         c = load_config(root / "configs" / "release_tiny.yaml", TD + [f"release.topdown.accounting={accounting}"])
-        td = topdown_root(c, tiny_pop, unit, True)
+        td = topdown_root(resolve(c, tiny_pop), unit, True)
         one = publish_topdown(c, td, 1.0, KeyedNoise(9, release=4)).measurements
         batch = publish_topdown(c, td, 1.0, KeyedNoise(9), runs=[1, 4]).measurements
         for x, y in zip(one.detailed + one.tables, batch.detailed + batch.tables):
@@ -356,9 +356,9 @@ def test_a_single_release_equals_the_batch_element_drawn_with_the_same_key(root,
 def test_audit_seeds_are_fresh_and_recorded(root, tiny_pop):
     cfg = load_config(root / "configs" / "release_tiny.yaml",
                       [x for x in FAST if not x.startswith("release.audit.seed")] + ["release.mechanisms=[smoothed_histogram]"])
-    a, b = audit_release(cfg, tiny_pop), audit_release(cfg, tiny_pop)
+    a, b = audit_release(resolve(cfg, tiny_pop)), audit_release(resolve(cfg, tiny_pop))
     assert a[0].details["audit_seed_source"] == "fresh" and a[0].details["audit_seed"] != b[0].details["audit_seed"]
-    given = audit_release(cfg, tiny_pop, seed=123)
+    given = audit_release(resolve(cfg, tiny_pop), seed=123)
     assert given[0].details["audit_seed"] == 123 and given[0].details["audit_seed_source"] == "given"
 
 
@@ -372,7 +372,7 @@ def test_each_tables_bug_fails_the_audit_at_the_shipped_settings(bug, root, monk
     cfg = load_config(root / "configs" / "release_tiny.yaml", mechs + rest)
     pop = load_population(cfg)
     _patch(monkeypatch, patches, bug)
-    bad = _failures(audit_release(cfg, pop))
+    bad = _failures(audit_release(resolve(cfg, pop)))
     for mech, check in caught.items():
         assert mech in bad and check in bad[mech], (bug, bad)
 
@@ -387,9 +387,9 @@ def test_each_topdown_bug_fails_the_audit_at_the_shipped_settings(bug, root, mon
     if bug.startswith("block-level"):
         from experiments.release.topdown import topdown_root
 
-        _broadcast_block_detailed.width = topdown_root(cfg, pop, "01001000100", True).strategy.types
+        _broadcast_block_detailed.width = topdown_root(resolve(cfg, pop), "01001000100", True).strategy.types
     _patch(monkeypatch, patches, bug)
-    bad = _failures(audit_release(cfg, pop))
+    bad = _failures(audit_release(resolve(cfg, pop)))
     assert "topdown" in bad and check in bad["topdown"], (bug, bad)
 
 
@@ -407,7 +407,7 @@ def test_the_discrete_gaussian_truncated_at_5_sigma_fails_on_the_production_tree
                                 "release.audit.replay_pairs=2", "release.audit.replay_draws=1"])
     pop = load_population(cfg)
     monkeypatch.setattr(KeyedNoise, "gaussian", _truncated_at_5_sigma)
-    bad = _failures(audit_release(cfg, pop))
+    bad = _failures(audit_release(resolve(cfg, pop)))
     assert "topdown" in bad and "noise_tail" in bad["topdown"], bad
 
 

@@ -10,6 +10,7 @@ import pytest
 from experiments import runner
 from experiments.cli import main
 from experiments.config import load_config
+from experiments.problem import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = {"unit", "method", "k", "k_over_u", "num_candidates", "num_matched", "match_rate"}
@@ -89,13 +90,13 @@ def test_interrupted_run_leaves_no_half_written_file_and_resumes(tmp_path, root,
     real = runner.run_units
     calls = {"n": 0}
 
-    def crash_on_second(pop, cfg, tasks, *a, **k):
+    def crash_on_second(study, tasks, *a, **k):
         calls["n"] += len(tasks)
         if calls["n"] == 2:
             raise KeyboardInterrupt
-        return real(pop, cfg, tasks, *a, **k)
+        return real(study, tasks, *a, **k)
 
-    monkeypatch.setattr(runner, "units_per_call", lambda cfg, pop: 1)  # one unit per call: crash between units
+    monkeypatch.setattr(runner, "units_per_call", lambda study: 1)  # one unit per call: crash between units
     monkeypatch.setattr(runner, "run_units", crash_on_second)
     with pytest.raises(KeyboardInterrupt):
         runner.run_experiment(cfg, tmp_path, progress=False)
@@ -125,9 +126,9 @@ def test_resume_does_not_reuse_units_computed_by_other_code(tmp_path, root, monk
     calls = {"n": 0}
     real = runner.run_units
 
-    def counting(pop, cfg, tasks, *a, **k):
+    def counting(study, tasks, *a, **k):
         calls["n"] += len(tasks)
-        return real(pop, cfg, tasks, *a, **k)
+        return real(study, tasks, *a, **k)
 
     monkeypatch.setattr(runner, "run_units", counting)
     runner.run_experiment(cfg, tmp_path, progress=False)
@@ -144,16 +145,16 @@ def test_units_attacked_together_get_exactly_the_results_they_get_alone(tmp_path
     calls = []
     real = runner.run_units
 
-    def recording(pop, cfg, tasks, *a, **k):
+    def recording(study, tasks, *a, **k):
         calls.append(len(tasks))
-        return real(pop, cfg, tasks, *a, **k)
+        return real(study, tasks, *a, **k)
 
     monkeypatch.setattr(runner, "run_units", recording)
-    monkeypatch.setattr(runner, "units_per_call", lambda cfg, pop: 3)
+    monkeypatch.setattr(runner, "units_per_call", lambda study: 3)
     together = pd.read_parquet(runner.run_experiment(cfg, tmp_path / "a", progress=False) / "match_rate.parquet")
     assert max(calls) > 1  # several units really shared calls
     calls.clear()
-    monkeypatch.setattr(runner, "units_per_call", lambda cfg, pop: 1)
+    monkeypatch.setattr(runner, "units_per_call", lambda study: 1)
     alone = pd.read_parquet(runner.run_experiment(cfg, tmp_path / "b", progress=False) / "match_rate.parquet")
     assert max(calls) == 1
     pd.testing.assert_frame_equal(together, alone)
@@ -239,10 +240,10 @@ def test_tracts_with_block_are_padded_to_a_bucket_and_share_one_program(root, mo
     cfg = load_config(root / "configs" / "census" / "tracts.yaml",
                       ["target.units=4", "attack.runs=2", "attack.steps=5", "attack.rows=20",
                        "attack.init=[random]", "target.block_bucket=64"])
-    pop = runner.load_population(cfg)
-    units = runner.select_units(pop, cfg)
-    real = [runner.prepare_unit(pop, cfg, u, True, pad_blocks=False).private.domain.size("BLOCK") for u in units]
-    padded = [runner.prepare_unit(pop, cfg, u, True) for u in units]
+    study = resolve(cfg)
+    units = study.units
+    real = [study.prepare(u, True, pad_blocks=False).private.domain.size("BLOCK") for u in units]
+    padded = [study.prepare(u, True) for u in units]
     assert len(set(real)) > 1  # the tracts really have different block counts
     assert {p.private.domain.size("BLOCK") for p in padded} == {64}
     for p, n in zip(padded, real):  # nobody lives in a padding block, and nothing is guessed there
@@ -256,7 +257,7 @@ def test_tracts_with_block_are_padded_to_a_bucket_and_share_one_program(root, mo
         return real_units(plan, targets, *a, **k)
 
     monkeypatch.setattr(runner, "rap_rank_units", recording)
-    out = runner.run_units(pop, cfg, [(u, True) for u in units])
+    out = runner.run_units(study, [(u, True) for u in units])
     assert calls == [len(units)]  # one plan for all four tracts: one stream of calls
     assert all(len(df) for df, _ in out)
 

@@ -74,25 +74,23 @@ def test_the_papers_strength_is_one_setting(root):
 def test_whole_units_attack_every_person_and_refuse_what_needs_a_holdout(root):
     import numpy as np
 
-    from experiments.problem import build_priors, load_population, prepare_unit
+    from experiments.problem import load_population, resolve
 
     base = ["target.whole_units=true", "baselines=[county, state, national, chance]", "attack.init=[random]"]
     cfg = load_config(root / "configs" / "tiny.yaml", base)
     pop = load_population(cfg)
     unit = pop.geography.unit_ids("tract")[0]
-    prob = prepare_unit(pop, cfg, unit, with_block=True)
+    prob = resolve(cfg, pop).prepare(unit, with_block=True)
     assert len(prob.private) == int(pop.geography.mask("tract", unit).sum()) and len(prob.holdout) == 0
     listed = len(pop.geography.units_within("tract", unit, "block")[0])
     w = prob.block_weights  # an outsider's guess of where persons live: uniform over the public block list
     assert np.all(w[:listed] == 1) and np.all(w[listed:] == 0)
-    assert "holdout" not in build_priors(pop, cfg, prob)
+    assert "holdout" not in resolve(cfg, pop).priors(prob)
     with pytest.raises(ConfigError, match="no D_holdout"):
         load_config(root / "configs" / "tiny.yaml", ["target.whole_units=true"])
     # with a release, every mechanism releases (and the audit audits) the whole unit, as a file made elsewhere does
-    from experiments.problem import private_half
-
     rel = load_config(root / "configs" / "release_tiny.yaml", ["target.whole_units=true",
                                                                "baselines=[county, state, national, chance]"])
     rpop = load_population(rel)
     unit = rpop.geography.unit_ids("tract")[0]
-    assert len(private_half(rpop, rel, unit, False)) == int(rpop.geography.mask("tract", unit).sum())
+    assert len(resolve(rel, rpop).private_half(unit, False)) == int(rpop.geography.mask("tract", unit).sum())

@@ -7,7 +7,7 @@ import pytest
 from baselines.holdout import holdout_split
 from baselines.priors import ChancePrior
 from experiments.config import load_config
-from experiments.problem import _stable, build_priors, load_population, prepare_unit, select_units
+from experiments.problem import _stable, load_population, resolve, select_units
 from microdata.dataset import Dataset
 from microdata.domain import Domain
 
@@ -20,7 +20,7 @@ def _private_rows(pop, cfg, unit):
     return rows[private.codes[:, 0]]
 
 
-def _changed_by_d(root, with_block, build=build_priors) -> list[str]:
+def _changed_by_d(root, with_block, build=None) -> list[str]:
     """The baselines whose ranking or support changes when D's persons get other attributes and
     every public input stays the same."""
     cfg = load_config(root / "configs" / "tiny.yaml", ["baselines=[holdout, county, state, national, chance]",
@@ -33,9 +33,10 @@ def _changed_by_d(root, with_block, build=build_priors) -> list[str]:
     for j, size in enumerate(pop.domain.sizes):  # D's persons get other ages, sexes, races: a different D
         codes[d_rows, j] = rng.integers(0, size, len(d_rows))
     changed = Dataset(pop.domain, codes, pop.geography)
-    before, after = prepare_unit(pop, cfg, unit, with_block), prepare_unit(changed, cfg, unit, with_block)
+    before, after = resolve(cfg, pop).prepare(unit, with_block), resolve(cfg, changed).prepare(unit, with_block)
     assert not np.array_equal(before.private.codes, after.private.codes)  # D really changed
     assert np.array_equal(before.holdout.codes, after.holdout.codes)  # the public inputs did not
+    build = build or (lambda people, cfg, prob: resolve(cfg, people).priors(prob))  # the priors the runs build
     p0, p1 = build(pop, cfg, before), build(changed, cfg, after)
     assert set(p0) == set(p1) == set(cfg.baselines.methods)
     out = []
@@ -56,6 +57,6 @@ def test_every_baseline_ranking_is_unchanged_when_only_d_changes(root, with_bloc
 def test_a_baseline_that_reads_d_is_caught(root):
     """The check above can fail: the old chance baseline (one-way margins of D) is caught."""
     def reading_d(pop, cfg, prob):
-        return {**build_priors(pop, cfg, prob), "chance": ChancePrior.from_data(prob.private)}
+        return {**resolve(cfg, pop).priors(prob), "chance": ChancePrior.from_data(prob.private)}
 
     assert _changed_by_d(root, False, reading_d) == ["chance"]

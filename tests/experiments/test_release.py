@@ -12,15 +12,41 @@ from experiments.config import ConfigError, ToleranceConfig, load_config, parse_
 from experiments.release.evaluate import evaluate_release, lift_table
 
 
+_RESOLVED: dict = {}  # how often release_run's evaluation read the data and chose its units
+
+
 @pytest.fixture(scope="module")
 def release_run(tmp_path_factory, root=None):
     from pathlib import Path
 
+    import experiments.problem as problem
+
     root = Path(__file__).resolve().parents[2]
     out = tmp_path_factory.mktemp("rel")
-    # the config as it is, but the audit's runs: its power is the audit tests' subject
-    return evaluate_release(load_config(root / "configs" / "release_tiny.yaml", ["release.audit.runs=5000"]), out,
-                            progress=False)
+    calls: dict = {"load_population": 0, "select_units": 0}
+
+    def counted(name):
+        real = getattr(problem, name)
+
+        def wrapper(*a, **k):
+            calls[name] += 1
+            return real(*a, **k)
+        return wrapper
+
+    with pytest.MonkeyPatch.context() as mp:  # how often the data is read and the target units chosen
+        for name in calls:
+            mp.setattr(problem, name, counted(name))
+        # the config as it is, but the audit's runs: its power is the audit tests' subject
+        run = evaluate_release(load_config(root / "configs" / "release_tiny.yaml", ["release.audit.runs=5000"]), out,
+                               progress=False)
+    _RESOLVED.update(calls)
+    return run
+
+
+def test_the_config_is_resolved_once(release_run):
+    """evaluate-release reads the data and chooses its units once (experiments.problem.resolve); every
+    unit, release, attack and audit after that reads the Study, not the raw config again."""
+    assert _RESOLVED == {"load_population": 1, "select_units": 1}
 
 
 def test_release_evaluation_writes_its_files(release_run):
@@ -319,7 +345,7 @@ def test_the_decision_is_on_the_first_screen_of_the_report(release_run):
 def test_the_table_error_printed_is_the_cell_weighted_error_of_the_published_tables(root, capsys):
     """Recomputed from a published release cell by cell (every cell of the declared tables once, no derived
     totals): the figure the verdict and the terminal print."""
-    from experiments.problem import build_workload, prepare_unit, select_units
+    from experiments.problem import build_workload, resolve, select_units
     from experiments.release.publish import publish
     from experiments.release.report import utility_summary
     from synth.keyed import KeyedNoise
@@ -331,7 +357,7 @@ def test_the_table_error_printed_is_the_cell_weighted_error_of_the_published_tab
     pop = load_population(cfg)
     rows, cells, errs = [], 0, 0.0
     for unit in select_units(pop, cfg)[:2]:
-        D = prepare_unit(pop, cfg, unit, True, pad_blocks=False).private
+        D = resolve(cfg, pop).prepare(unit, True, pad_blocks=False).private
         w = build_workload(cfg, cfg.queries[0], D.domain)
         pub = publish(cfg, "laplace_tables", 1.0, D, w, KeyedNoise(3), np.random.default_rng(0))
         exact = workload_counts(D, w)

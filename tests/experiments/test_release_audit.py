@@ -16,7 +16,7 @@ import synth.noise
 import synth.release
 from experiments.cli import main
 from experiments.config import ConfigError, load_config
-from experiments.problem import build_workload, load_population, prepare_unit, select_units
+from experiments.problem import build_workload, load_population, resolve, select_units
 from experiments.release.publish import publish
 from experiments.release.audit import audit_release
 from microdata.dataset import Dataset
@@ -53,8 +53,8 @@ BUGS = {
         [], {(synth.histogram, "smoothed_delta"): lambda e, n, c, r: _delta(10 * e, n, c, r)}, {"smoothed_histogram"}),
     "a block list taken from the persons": (
         ["target.with_block=[true]", "release.mechanisms=[laplace_tables, perturbed_histogram]"],
-        {(experiments.problem, "unit_blocks"): lambda pop, cfg, unit: (sorted(set(
-            pop.geography.units("block")[pop.geography.mask(cfg.target.level, unit)].tolist())), FROM_ROWS)},
+        {(experiments.problem.Study, "blocks"): lambda study, unit: (sorted(set(
+            study.pop.geography.units("block")[study.pop.geography.mask(study.level, unit)].tolist())), FROM_ROWS)},
         {"laplace_tables", "perturbed_histogram"}),
 }
 
@@ -66,14 +66,14 @@ def test_each_injected_bug_is_caught_by_the_audit(bug, root, monkeypatch):
     pop = load_population(cfg)
     for (module, name), fake in patches.items():
         monkeypatch.setattr(module, name, fake)
-    failures = _failures(audit_release(cfg, pop))
+    failures = _failures(audit_release(resolve(cfg, pop)))
     assert caught <= set(failures), (bug, failures)
 
 
 def test_the_unmodified_mechanisms_pass_the_audit_with_and_without_block(root):
     for over in ([], ["target.with_block=[true]", "release.relation=add_remove",
                       "release.mechanisms=[laplace_tables, synthetic, perturbed_histogram]"]):
-        results = audit_release(_cfg(root, *over))
+        results = audit_release(resolve(_cfg(root, *over)))
         assert results and not _failures(results), _failures(results)
         assert all(r.checks for r in results)
 
@@ -134,7 +134,7 @@ def test_a_one_person_block_changes_no_shape_when_its_resident_is_replaced(root)
     assert blocks[0] not in set(neighbour.geography.units("block")[neighbour.geography.mask("tract", unit)].tolist())
     shapes = []
     for people in (pop, neighbour):
-        prob = prepare_unit(people, cfg, unit, True, pad_blocks=False)
+        prob = resolve(cfg, people).prepare(unit, True, pad_blocks=False)
         D = prob.private
         w = build_workload(cfg, cfg.queries[0], D.domain)
         tables = publish(cfg, "laplace_tables", 1.0, D, w, SimulationNoise(0), np.random.default_rng(0))
@@ -164,7 +164,7 @@ def test_under_add_remove_no_release_depends_on_n(mechanism, root):
     noise of the other shifted by the person): everything published must agree."""
     cfg = _cfg(root, "release.relation=add_remove", "attack.steps=30", "release.mechanisms=[laplace_tables]")
     pop = load_population(cfg)
-    D = prepare_unit(pop, cfg, select_units(pop, cfg)[0], False, pad_blocks=False).private
+    D = resolve(cfg, pop).prepare(select_units(pop, cfg)[0], False, pad_blocks=False).private
     D2 = Dataset(D.domain, np.vstack([D.codes, D.codes[:1]]))
     w = build_workload(cfg, cfg.queries[0], D.domain)
     source = "laplace_tables" if mechanism == "synthetic" else mechanism
@@ -187,9 +187,8 @@ def test_a_data_derived_block_list_is_refused_unless_declared(root, tmp_path, mo
     from experiments.config import ConfigError
     from experiments.release.evaluate import evaluate_release
 
-    from_rows = BUGS["a block list taken from the persons"][1][(experiments.problem, "unit_blocks")]
-    monkeypatch.setattr(experiments.problem, "unit_blocks", from_rows)
-    monkeypatch.setattr(experiments.release.publish, "unit_blocks", from_rows)
+    from_rows = BUGS["a block list taken from the persons"][1][(experiments.problem.Study, "blocks")]
+    monkeypatch.setattr(experiments.problem.Study, "blocks", from_rows)
     cfg = _cfg(root, "target.with_block=[true]")
     with pytest.raises(ConfigError, match="no public block list"):
         evaluate_release(cfg, tmp_path, progress=False)
@@ -214,7 +213,7 @@ def test_topdown_passes_the_audit_on_its_production_path(root, accounting):
     """The production tree, every node; zCDP (a minute) is slow: the corpus's unmodified-code test audits it on a
     county root in the default run."""
     cfg = load_config(root / "configs" / "release_agency.yaml", AGENCY + [f"release.topdown.accounting={accounting}"])
-    ok = audit_release(cfg, load_population(cfg))
+    ok = audit_release(resolve(cfg, load_population(cfg)))
     assert [r.mechanism for r in ok] == ["topdown"] and not _failures(ok), _failures(ok)
     assert set(ok[0].checks) >= {"noise_scale", "noise_shape", "noise_tail", "noise_independence", "accounting",
                                  "post_processing", "structure"}
@@ -278,7 +277,7 @@ def test_every_mechanism_of_the_demo_and_agency_configs_passes_its_audit_at_ever
     """Slow (about 5 minutes): the default run covers the same contract on the tiny config and on TopDown
     at ε = 2 of the agency config."""
     for name in ("release_demo.yaml", "release_agency.yaml"):
-        results = audit_release(load_config(root / "configs" / name))
+        results = audit_release(resolve(load_config(root / "configs" / name)))
         assert results and not _failures(results), (name, _failures(results))
 
 

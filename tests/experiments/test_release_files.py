@@ -10,7 +10,7 @@ import pytest
 
 from experiments.cli import main
 from experiments.config import ConfigError, load_config
-from experiments.problem import load_population, occupied_units, prepare_unit, select_units
+from experiments.problem import load_population, occupied_units, resolve, select_units
 from experiments.release.files import read_release_files, template, unit_layout
 from microdata.example import write_agency_example
 from synth.release import workload_counts
@@ -31,10 +31,10 @@ def agency(tmp_path_factory):
     cfg = load_config(CONFIG, over + [f"release.files=[{{name: x, path: {d / 'none.csv'}}}]"])
     pop = load_population(cfg)
     units, _ = occupied_units(pop, cfg, select_units(pop, cfg))
-    truth = template(cfg, pop, units)
+    truth = template(resolve(cfg, pop), units)
     for u in units:  # the exact counts of every row, through each row's query
-        lay = unit_layout(cfg, pop, u, True)
-        exact = workload_counts(prepare_unit(pop, cfg, u, True, pad_blocks=False).private, lay.workload)
+        lay = unit_layout(resolve(cfg, pop), u, True)
+        exact = workload_counts(resolve(cfg, pop).prepare(u, True, pad_blocks=False).private, lay.workload)
         truth.loc[truth["unit"] == u, "value"] = exact[lay.rows["query"].to_numpy()]
     return d, over, truth, units
 
@@ -54,28 +54,28 @@ def test_every_row_maps_to_its_query_and_copies_of_one_query_are_averaged(agency
     d, over, truth, units = agency
     cfg = _cfg(over, ("exact", _write(d, truth, "exact.csv"), "null"))
     pop = load_population(cfg)
-    files = read_release_files(cfg, pop, units)
+    files = read_release_files(resolve(cfg, pop), units)
     tf = files[("file:exact", 0.0)]
     for u in units:  # the exact file reads back as the exact counts, in the workload's order
         lay = tf.layouts[(u, True)]
-        exact = workload_counts(prepare_unit(pop, cfg, u, True, pad_blocks=False).private, lay.workload)
+        exact = workload_counts(resolve(cfg, pop).prepare(u, True, pad_blocks=False).private, lay.workload)
         assert np.array_equal(tf.counts(u, lay), exact)
     # a table published twice (ALL, a second block total) is two measurements of each block's total query:
     # hand-made copies 10 and 14 of one of them read as 12
     twice = over + ["queries={kind: tables, tables: [{name: TOTAL, level: block, by: []}, {name: ALL, level: block, "
                     "by: []}, {name: SEX_BY_AGE, level: block, by: [SEX]}]}"]
     cfg2 = _cfg(twice, ("exact", d / "none.csv", "null"))
-    lay = unit_layout(cfg2, pop, units[0], True)
+    lay = unit_layout(resolve(cfg2, pop), units[0], True)
     dup = lay.rows[lay.rows.duplicated("query", keep=False)]
     assert set(dup["table"]) == {"TOTAL", "ALL"} and len(dup) == 2 * (lay.rows["table"] == "TOTAL").sum()
-    rows = template(cfg2, pop, units)
+    rows = template(resolve(cfg2, pop), units)
     rows["value"] = 1.0
     q = dup["query"].iloc[0]
     for v, (_, r) in zip((10.0, 14.0), dup[dup["query"] == q].iterrows()):
         rows.loc[(rows["unit"] == units[0]) & (rows["table"] == r["table"]) & (rows["geography"] == r["geography"]),
                  "value"] = v
     cfg2 = _cfg(twice, ("dup", _write(d, rows, "dup.csv"), "null"))
-    tf2 = read_release_files(cfg2, pop, units)[("file:dup", 0.0)]
+    tf2 = read_release_files(resolve(cfg2, pop), units)[("file:dup", 0.0)]
     got = tf2.counts(units[0], tf2.layouts[(units[0], True)])
     assert got[q] == 12.0 and np.all(np.delete(got, q) == 1.0)
 
@@ -89,10 +89,10 @@ def test_the_example_agencys_own_pipeline_writes_the_layout_the_tool_reads(agenc
     path = write_agency_release(d / "inputs", epsilon=1e9, force=True)
     cfg = _cfg(over, ("agency", path, 1e9))
     pop = load_population(cfg)
-    tf = read_release_files(cfg, pop, units)[("file:agency", 1e9)]
+    tf = read_release_files(resolve(cfg, pop), units)[("file:agency", 1e9)]
     for u in units:
         lay = tf.layouts[(u, True)]
-        exact = workload_counts(prepare_unit(pop, cfg, u, True, pad_blocks=False).private, lay.workload)
+        exact = workload_counts(resolve(cfg, pop).prepare(u, True, pad_blocks=False).private, lay.workload)
         assert np.array_equal(tf.counts(u, lay), exact)
     assert tf.skipped > 0  # six tracts in the file, two evaluated
 
@@ -101,9 +101,9 @@ def test_a_variant_without_block_reads_each_cell_as_the_sum_of_its_blocks(agency
     d, over, truth, units = agency
     cfg = _cfg(over + ["target.with_block=[true, false]"], ("exact", _write(d, truth, "exact2.csv"), "null"))
     pop = load_population(cfg)
-    tf = read_release_files(cfg, pop, units)[("file:exact", 0.0)]
+    tf = read_release_files(resolve(cfg, pop), units)[("file:exact", 0.0)]
     lay = tf.layouts[(units[0], False)]
-    exact = workload_counts(prepare_unit(pop, cfg, units[0], False, pad_blocks=False).private, lay.workload)
+    exact = workload_counts(resolve(cfg, pop).prepare(units[0], False, pad_blocks=False).private, lay.workload)
     assert np.array_equal(tf.counts(units[0], lay), exact)
 
 
@@ -127,7 +127,7 @@ def test_a_file_that_does_not_fit_is_a_one_line_error_naming_file_row_and_value(
     path = _write(d, edit(truth.copy()), "bad.csv")
     cfg = _cfg(over, ("bad", path, 1.0))
     with pytest.raises(ConfigError, match=says) as e:
-        read_release_files(cfg, load_population(cfg), units)
+        read_release_files(resolve(cfg, load_population(cfg)), units)
     assert "\n" not in str(e.value) and str(path) in str(e.value)
 
 
@@ -137,9 +137,9 @@ def test_a_parquet_file_with_float_cell_numbers_reads_as_the_csv_does(agency):
     truth.assign(cell=truth["cell"].astype(float)).to_parquet(path)
     cfg = _cfg(over, ("pq", path, "null"))
     pop = load_population(cfg)
-    tf = read_release_files(cfg, pop, units)[("file:pq", 0.0)]
+    tf = read_release_files(resolve(cfg, pop), units)[("file:pq", 0.0)]
     lay = tf.layouts[(units[0], True)]
-    exact = workload_counts(prepare_unit(pop, cfg, units[0], True, pad_blocks=False).private, lay.workload)
+    exact = workload_counts(resolve(cfg, pop).prepare(units[0], True, pad_blocks=False).private, lay.workload)
     assert np.array_equal(tf.counts(units[0], lay), exact)
 
 
@@ -195,19 +195,19 @@ def test_a_microdata_file_is_read_with_the_person_files_codes_and_tabulated(agen
     persons.to_csv(path, index=False)  # the persons themselves, published as they are: tables exact
     cfg = load_config(CONFIG, over + [f"release.files=[{{name: rows, kind: microdata, path: {path}}}]"])
     pop = load_population(cfg)
-    mf = read_release_files(cfg, pop, units)[("file:rows", 0.0)]
+    mf = read_release_files(resolve(cfg, pop), units)[("file:rows", 0.0)]
     from experiments.release.files import file_published
 
-    lay = unit_layout(cfg, pop, units[0], True)
+    lay = unit_layout(resolve(cfg, pop), units[0], True)
     pub = file_published("file:rows", mf, units[0], True, lay.workload)
-    exact = workload_counts(prepare_unit(pop, cfg, units[0], True, pad_blocks=False).private, lay.workload)
-    whole = prepare_unit(pop, cfg, units[0], True, pad_blocks=False).private
+    exact = workload_counts(resolve(cfg, pop).prepare(units[0], True, pad_blocks=False).private, lay.workload)
+    whole = resolve(cfg, pop).prepare(units[0], True, pad_blocks=False).private
     assert np.array_equal(pub.counts, exact) and len(pub.rows) == len(whole) > 0
     bad = persons.copy()
     bad.loc[3, "race"] = "Martian"
     bad.to_csv(path, index=False)
     with pytest.raises(ConfigError, match=f"release file 'rows' \\(microdata\\): {path} row 5, column race: 'Martian'"):
-        read_release_files(cfg, pop, units)
+        read_release_files(resolve(cfg, pop), units)
     persons[persons["tract"] != units[0].split(":")[-1]].to_csv(path, index=False)
     with pytest.raises(ConfigError, match=f"has no persons in tract {units[0]}"):
-        read_release_files(cfg, pop, units)
+        read_release_files(resolve(cfg, pop), units)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from experiments.config import ConfigError, load_config
-from experiments.problem import load_population
+from experiments.problem import load_population, resolve
 from experiments.release.audit import audit_release
 from synth.adapters import opendp_tables
 from synth.adapters.contract import most_cells_per_person, true_counts
@@ -51,7 +51,7 @@ def test_a_copy_of_the_opendp_adapter_with_half_its_noise_fails_its_black_box_au
     d, over = agency
     bad = load_config(CONFIG, over + ["release.audit.runs=1000", "release.programs=[{name: halved, function: "
                                       f"'{Path(__file__)}:halved', noise: laplace}}]"])
-    [caught] = audit_release(bad, load_population(bad), seed=3)
+    [caught] = audit_release(resolve(bad, load_population(bad)), seed=3)
     assert not caught.passed and caught.checks["noise_scale"].startswith("fail"), caught.checks_summary()
 
 
@@ -83,9 +83,9 @@ def test_a_program_that_breaks_the_contract_is_a_one_line_error(agency):
     cfg = load_config(CONFIG, over + ["release.programs=[{name: w, function: "
                                       f"'{Path(__file__)}:wrong_shape'}}]"])
     with pytest.raises(ConfigError, match=r"returned an array of shape \(\d+, \d+\); the contract is"):
-        audit_release(cfg, load_population(cfg), seed=1)
+        audit_release(resolve(cfg, load_population(cfg)), seed=1)
     with pytest.raises(ConfigError, match="give exactly one of function and command"):
         load_config(CONFIG, over + ["release.programs=[{name: n}]"])
     cfg = load_config(CONFIG, over + ["release.programs=[{name: m, command: [/no/such/python, x.py]}]"])
     with pytest.raises(ConfigError, match="cannot run /no/such/python"):
-        audit_release(cfg, load_population(cfg), seed=1)
+        audit_release(resolve(cfg, load_population(cfg)), seed=1)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from experiments.config import load_config
-from experiments.problem import load_population, prepare_unit, select_units, unit_blocks
+from experiments.problem import load_population, resolve, select_units
 from experiments.release.audit import audit_release
 from experiments.release.files import unit_layout
 from experiments.release.program import program_inputs, run_program
@@ -34,9 +34,9 @@ def test_the_smartnoise_adapter_tabulates_a_synthetic_file_over_the_public_domai
     cfg = _program(over, synthesizer)
     pop = load_population(cfg)
     unit = select_units(pop, cfg)[0]
-    prob = prepare_unit(pop, cfg, unit, True, pad_blocks=False)
-    lay = unit_layout(cfg, pop, unit, True)
-    inputs = program_inputs(prob.private, unit, lay, unit_blocks(pop, cfg, unit)[0], prob.areas)
+    prob = resolve(cfg, pop).prepare(unit, True, pad_blocks=False)
+    lay = unit_layout(resolve(cfg, pop), unit, True)
+    inputs = program_inputs(prob.private, unit, lay, resolve(cfg, pop).blocks(unit)[0], prob.areas)
     y = run_program(cfg, cfg.release.programs[0], inputs, 2.0, 1, 0)[0]
     exact = workload_counts(prob.private, lay.workload)[lay.rows["query"].to_numpy()]
     total = lay.rows["table"].eq("TOTAL").to_numpy()
@@ -51,7 +51,7 @@ def test_the_smartnoise_adapter_tabulates_a_synthetic_file_over_the_public_domai
 @pytest.mark.slow(seconds=300)
 def test_the_smartnoise_audit_passes_and_says_how_far_a_few_releases_reach(program_agency):
     d, over = program_agency
-    [res] = audit_release(_program(over, "mst", runs=10), load_population(_program(over, "mst")), seed=4)
+    [res] = audit_release(resolve(_program(over, "mst", runs=10), load_population(_program(over, "mst"))), seed=4)
     assert res.passed and res.checks["bound_power"].startswith("not run: with 10 releases"), res.checks_summary()
 
 
@@ -60,8 +60,8 @@ def _first_measurements_audit(cfg, eps=2.0):
 
     pop = load_population(cfg)
     unit, cache = select_units(pop, cfg)[0], {}
-    pairs = _unit_instance(cfg, pop, unit, True, cache)[4]
-    _, inputs, pair_inputs = _program_instance(cfg, pop, unit, True, cache)
+    pairs = _unit_instance(resolve(cfg, pop), unit, True, cache)[4]
+    _, inputs, pair_inputs = _program_instance(resolve(cfg, pop), unit, True, cache)
     return _audit_first_measurements(cfg, cfg.release.programs[0], inputs, pair_inputs, pairs, eps, (4, unit, True),
                                      0.99, "program:mst")
 

@@ -8,7 +8,7 @@ import pytest
 
 from experiments.cli import main
 from experiments.config import ConfigError, load_config, parse_config
-from experiments.problem import load_population, select_units
+from experiments.problem import load_population, resolve, select_units
 from microdata.example import write_agency_example
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +104,7 @@ def test_no_progress_bar_off_a_terminal(capsys, root):
 
     cfg = load_config(root / "configs" / "release_tiny.yaml", ["release.audit.runs=2000", "release.epsilons=[1.0]",
                                                                "release.mechanisms=[laplace_tables]"])
-    audit_release(cfg, progress=True)
+    audit_release(resolve(cfg), progress=True)
     err = capsys.readouterr().err
     assert "\r" not in err and "audits" not in err
 

@@ -137,14 +137,14 @@ def test_ray_exact_sweep_killed_with_sigkill_loses_no_finished_tract_and_recompu
 
 
 def test_a_sweep_task_gives_the_same_curves_as_the_full_run(tmp_path, root):
-    from experiments.problem import load_population, select_units
+    from experiments.problem import load_population, resolve, select_units
     from experiments.runner import run_unit
 
     cfg = load_config(root / "configs" / "tiny.yaml", OVERRIDES)
     pop = load_population(cfg)
     unit = select_units(pop, cfg)[0]
-    full, _ = run_unit(pop, cfg, unit, False)
-    part, _ = run_unit(pop, cfg, unit, False, only={"baselines"})
+    full, _ = run_unit(resolve(cfg, pop), unit, False)
+    part, _ = run_unit(resolve(cfg, pop), unit, False, only={"baselines"})
     cols = ["method", "k", "num_matched"]
     merged = part[cols].merge(full[cols], on=["method", "k"], suffixes=("", "_full"))
     assert len(merged) == len(part) and (merged.num_matched == merged.num_matched_full).all()

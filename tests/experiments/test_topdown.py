@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from experiments.config import load_config
-from experiments.problem import build_workload, load_population, prepare_unit
+from experiments.problem import build_workload, load_population, resolve
 from experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
 from experiments.release.audit import _topdown_structure
 from microdata.dataset import Dataset
@@ -27,7 +27,7 @@ def agency():
 
 def test_the_mdf_tabulates_to_every_published_table_at_every_level(agency):
     cfg, pop = agency
-    td = topdown_root(cfg, pop, UNIT, True)
+    td = topdown_root(resolve(cfg, pop), UNIT, True)
     rel = publish_topdown(cfg, td, 1.0, SimulationNoise(5))
     est = rel.estimates
     check_consistent(td.shape, est)  # children add up to their parent in every cell, at every level
@@ -45,7 +45,7 @@ def test_the_mdf_tabulates_to_every_published_table_at_every_level(agency):
             np.add.at(agg, td.shape.parent[lv], counts)
             assert np.array_equal(agg, td.strategy.tabulate(est[lv - 1]))
     for unit in td.nodes:  # each target unit's published tables are its MDF rows' exact tables
-        D = prepare_unit(pop, cfg, unit, True, pad_blocks=False).private
+        D = resolve(cfg, pop).prepare(unit, True, pad_blocks=False).private
         w = build_workload(cfg, cfg.queries[0], D.domain)
         pub = topdown_unit(td, est, unit, w, rel.record, False, "")
         assert np.array_equal(pub.counts, workload_counts(pub.rows, w)) and len(pub.rows) == (mdf["UNIT"] == unit).sum()
@@ -59,7 +59,7 @@ def test_the_mdf_tabulates_to_every_published_table_at_every_level(agency):
 def test_the_tree_comes_from_the_public_list_whoever_lives_there(agency):
     cfg, pop = agency
     geo = pop.geography
-    td = topdown_root(cfg, pop, UNIT, True)
+    td = topdown_root(resolve(cfg, pop), UNIT, True)
     assert [len(i) for i in td.shape.ids] == [1, 4, 112]  # every listed block, empty ones included
     # one tract down to a single resident, then to none: the same tree
     other = np.flatnonzero(geo.units("tract") == "01001000200")
@@ -68,27 +68,26 @@ def test_the_tree_comes_from_the_public_list_whoever_lives_there(agency):
         sub = pop.take(np.setdiff1d(np.arange(len(pop)), drop))
         people = Dataset(sub.domain, sub.codes, Geography(sub.geography.levels, sub.geography.ids,
                                                           catalogue=geo.catalogue))
-        shapes.append(topdown_root(cfg, people, UNIT, True).shape.key())
+        shapes.append(topdown_root(resolve(cfg, people), UNIT, True).shape.key())
     assert shapes[0] == shapes[1] == td.shape.key()
-    assert _topdown_structure(cfg, pop, UNIT, True, td.nodes) == "pass"
+    assert _topdown_structure(resolve(cfg, pop), UNIT, True, td.nodes) == "pass"
 
 
 def test_a_county_target_keeps_its_tracts_in_the_tree_and_publishes_tract_tables_per_tract():
     """Attacking whole counties with SF1's tract table PCT12: the tree keeps the tract level between
     the county and its blocks (as 2020's did), the county's blocks are its leaves in the order of its
     BLOCK values, and PCT12 is published per tract, each over its listed blocks."""
-    from experiments.problem import unit_blocks
     from experiments.release.topdown import topdown_shape
 
     cfg = load_config(pathlib.Path(__file__).parents[2] / "configs" / "release_agency.yaml",
                       ["target.level=county", "target.unit_ids=['01001']", "release.topdown.root=state",
                        "release.mechanisms=[topdown]", "baselines=[holdout, state, chance]"])
     pop = load_population(cfg)
-    _, shape, nodes, _ = topdown_shape(cfg, pop, "01001", True)
+    _, shape, nodes, _ = topdown_shape(resolve(cfg, pop), "01001", True)
     assert shape.levels == ["state", "county", "tract", "block"]
-    blocks, _ = unit_blocks(pop, cfg, "01001")
+    blocks, _ = resolve(cfg, pop).blocks("01001")
     assert shape.ids[-1][nodes["01001"][2]].tolist() == blocks
-    prob = prepare_unit(pop, cfg, "01001", True, pad_blocks=False)
+    prob = resolve(cfg, pop).prepare("01001", True, pad_blocks=False)
     w = build_workload(cfg, cfg.queries[0], prob.private.domain, prob.areas)
     tracts = pop.geography.units_within("county", "01001", "tract")[0]
     assert len(tracts) == 4 and dict(w.cells_per_table)["PCT12"] == 209 * 4
@@ -99,5 +98,5 @@ def test_a_county_target_keeps_its_tracts_in_the_tree_and_publishes_tract_tables
         build_workload(cfg, cfg.queries[0], prob.private.domain)
     # the auditor's two blocks lie in different tracts: a person moving between them changes both tracts' tables
     from experiments.release.audit import _frame
-    frame, areas = _frame(cfg, pop, "01001", True)
+    frame, areas = _frame(resolve(cfg, pop), "01001", True)
     assert frame.size("BLOCK") == 2 and [m for _, m in areas["tract"]] == [[0], [1]]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from experiments.config import ConfigError, load_config
-from experiments.problem import load_population, prepare_unit, select_units, unit_blocks
+from experiments.problem import load_population, resolve, select_units
 from experiments.release.audit import audit_release
 from experiments.release.files import unit_layout
 from experiments.release.program import program_inputs, run_program
@@ -33,9 +33,9 @@ def test_the_tumult_adapter_releases_the_declared_tables_with_integer_noise(prog
     cfg = _program(over)
     pop = load_population(cfg)
     unit = select_units(pop, cfg)[0]
-    prob = prepare_unit(pop, cfg, unit, True, pad_blocks=False)
-    lay = unit_layout(cfg, pop, unit, True)
-    inputs = program_inputs(prob.private, unit, lay, unit_blocks(pop, cfg, unit)[0], prob.areas)
+    prob = resolve(cfg, pop).prepare(unit, True, pad_blocks=False)
+    lay = unit_layout(resolve(cfg, pop), unit, True)
+    inputs = program_inputs(prob.private, unit, lay, resolve(cfg, pop).blocks(unit)[0], prob.areas)
     y = run_program(cfg, cfg.release.programs[0], inputs, 2.0, 40, 0)
     exact = workload_counts(prob.private, lay.workload)[lay.rows["query"].to_numpy()]
     noise = y - exact[None, :]
@@ -50,7 +50,7 @@ def test_a_table_with_overlapping_cells_is_refused_with_its_name(program_agency)
                            "by: [{AGE: [[0, 17], [10, 64]]}]}]}"])
     pop = load_population(cfg)
     with pytest.raises(ConfigError, match="table T has cells that overlap"):
-        audit_release(cfg, pop, seed=1)
+        audit_release(resolve(cfg, pop), seed=1)
 
 
 @pytest.mark.slow(seconds=300)
@@ -58,7 +58,7 @@ def test_a_copy_of_the_tumult_adapter_with_half_the_noise_fails_its_black_box_au
     """Slow (Spark: minutes for its batches of 300 releases): the adapter passes; a copy of its file that gives each table
     twice its share of ε (half the noise) fails on noise_scale."""
     d, over = program_agency
-    ok = audit_release(_program(over, runs=300), load_population(_program(over)), seed=2)
+    ok = audit_release(resolve(_program(over, runs=300), load_population(_program(over))), seed=2)
     assert ok[0].passed, ok[0].checks_summary()
     source = ADAPTER.read_text()
     halved = source.replace("share = epsilon / len(tables)", "share = 2 * epsilon / len(tables)").replace(
@@ -67,5 +67,5 @@ def test_a_copy_of_the_tumult_adapter_with_half_the_noise_fails_its_black_box_au
     copy = tmp_path / "tumult_tables.py"
     copy.write_text(halved)
     (tmp_path / "contract.py").write_text((ADAPTER.parent / "contract.py").read_text())
-    bad = audit_release(_program(over, copy, runs=300), load_population(_program(over)), seed=2)
+    bad = audit_release(resolve(_program(over, copy, runs=300), load_population(_program(over))), seed=2)
     assert not bad[0].passed and bad[0].checks["noise_scale"].startswith("fail"), bad[0].checks_summary()
