@@ -62,7 +62,29 @@ def evaluate(job: dict, confidence: float = 0.95) -> list[dict]:
     import pandas as pd
     from anonymeter.evaluators import InferenceEvaluator, LinkabilityEvaluator, SinglingOutEvaluator
 
+    import polars as pl
+    from anonymeter.evaluators import linkability_evaluator
+
     np.random.seed(job["seed"])  # anonymeter samples its targets with pandas' global generator
+    pl.set_random_seed(job["seed"])  # and rows for its singling-out checks with polars'
+    # its singling-out baseline picks query values from each column's distinct values, listed by polars in hash
+    # order, which changes from process to process: listed in order of first appearance instead
+    if not getattr(pl.Series.unique, "_first_appearance", False):
+        by_hash = pl.Series.unique
+
+        def unique(self, *, maintain_order: bool = True):
+            return by_hash(self, maintain_order=maintain_order)
+
+        unique._first_appearance = True
+        pl.Series.unique = unique
+    # its random-guess baseline for linkability draws from an unseeded numpy generator: the same draw (each
+    # attack's n_neighbors distinct published rows), from the job's seed, so that a rerun prints the same figures
+    links_rng = np.random.default_rng([job["seed"], 1])
+
+    def seeded_links(n_synthetic: int, n_attacks: int, n_neighbors: int):
+        return np.stack([links_rng.choice(n_synthetic, size=n_neighbors, replace=False) for _ in range(n_attacks)])
+
+    linkability_evaluator._random_links = seeded_links
     ori, syn, control = (pd.read_parquet(job[k]) for k in ("ori", "syn", "control"))
     # anonymeter's random-guess baseline for inference draws published rows and aligns them with the targets
     # by index: published rows in the targets' own order (a swapped file keeps D's order) would make that

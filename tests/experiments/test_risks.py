@@ -33,6 +33,9 @@ def test_publishing_d_itself_is_a_risk_and_publishing_other_persons_is_not():
     # where someone lives (UNIT, BLOCK) is what the attacker knows, never the secret
     assert set(out.risk) == {"singling_out", "linkability", "inference:AGE", "inference:SEX", "inference:RACE"}
     assert (out.ci_low <= out.value).all() and (out.value <= out.ci_high).all()
+    # a rerun prints the same figures, anonymeter's random-guess baselines included
+    again, _ = measure([RiskJob("others", 1.0, D, others, control)])
+    pd.testing.assert_frame_equal(again.reset_index(drop=True), out[out.mechanism == "others"].reset_index(drop=True))
 
 
 def test_without_anonymeter_the_risks_say_why_they_were_not_run(monkeypatch, tmp_path):
