@@ -169,9 +169,9 @@ def exact_bench(out: dict, blocks: int = 24) -> None:
 EXACT_2010_GOAL_S = 60.0
 
 
-def exact_2010_bench(out: dict, persons: int = 4257) -> None:
+def exact_2010_bench(out: dict, persons: int = 4257, blocks: float = 85.6) -> None:
     """The exact attack on a whole tract of the 2010-shaped population (microdata.population2010)
-    whose size is nearest 2010's average: every SF1 table, the solve, the 38-bin zero variability of
+    nearest 2010's average in persons and occupied blocks: every SF1 table, the solve, the 38-bin zero variability of
     every block on all the tables (certification on the Bureau's schema) and every block's Bureau
     solution variability (solvar). Single-year certificates are not part of it."""
     from microdata.census import AGE_BIN38_OF_AGE
@@ -180,7 +180,11 @@ def exact_2010_bench(out: dict, persons: int = 4257) -> None:
 
     pop = census2010_population(0, Census2010Spec(states=1, counties_per_state=1, tracts_per_county=8))
     geo = pop.geography
-    tr = min(geo.unit_ids("tract"), key=lambda t: abs(int(geo.mask("tract", t).sum()) - persons))
+    def off(t):  # how far a tract is from 2010's average in persons and in occupied blocks (log ratios)
+        rows = geo.mask("tract", t)
+        return abs(np.log(rows.sum() / persons)) + abs(np.log(len(np.unique(geo.units("block")[rows])) / blocks))
+
+    tr = min(geo.unit_ids("tract"), key=off)
     tract = pop.take(np.flatnonzero(geo.mask("tract", tr))).project(["AGE", "SEX", "HISP", "CENRACE"])
     names, code = np.unique(tract.geography.units("block"), return_inverse=True)
     tract = tract.with_column(Attribute("BLOCK", tuple(b[-4:] for b in names)), code, 0)
