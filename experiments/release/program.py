@@ -164,11 +164,15 @@ def _worker(argv: list[str], name: str):
     proc = _WORKERS.get(key, (None,))[0]
     if proc is not None and proc.poll() is None:
         return _WORKERS[key]
+    if proc is not None:  # it ended (a crash, a kill): its log goes with it, a new worker gets its own
+        Path(_WORKERS.pop(key)[1]).unlink(missing_ok=True)
     log = tempfile.NamedTemporaryFile(prefix="censusrecon-program-", suffix=".log", delete=False)
     try:
         proc = subprocess.Popen(argv + ["--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                 text=True)
     except OSError as e:
+        log.close()
+        Path(log.name).unlink(missing_ok=True)
         raise ConfigError(f"release.programs {name!r}: cannot run {argv[0]} ({e.strerror}); is its environment "
                           "made? (see its make target)") from None
     _WORKERS[key] = (proc, log.name)
@@ -212,6 +216,7 @@ def _run_command(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tupl
         if not answer:  # the worker died: its last words
             last = (Path(log).read_text(errors="replace").strip().splitlines() or ["no message"])[-1]
             _WORKERS.pop(tuple(argv), None)
+            Path(log).unlink(missing_ok=True)
             raise ConfigError(f"release.programs {spec.name!r} stopped (exit status {proc.poll()}): {last}")
         if answer != "ok":
             raise ConfigError(f"release.programs {spec.name!r} failed: {answer.removeprefix('error: ')}")

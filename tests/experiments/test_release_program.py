@@ -78,7 +78,10 @@ def test_a_program_is_run_over_the_grid_attacked_and_audited_end_to_end_as_a_com
     assert (util["mechanism"] == "program:opendp_cmd").any()
 
 
-def test_a_program_that_breaks_the_contract_is_a_one_line_error(agency):
+def test_a_program_that_breaks_the_contract_is_a_one_line_error(agency, tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where a command's log is kept while it runs
     d, over = agency
     cfg = load_config(CONFIG, over + ["release.programs=[{name: w, function: "
                                       f"'{Path(__file__)}:wrong_shape'}}]"])
@@ -89,3 +92,4 @@ def test_a_program_that_breaks_the_contract_is_a_one_line_error(agency):
     cfg = load_config(CONFIG, over + ["release.programs=[{name: m, command: [/no/such/python, x.py]}]"])
     with pytest.raises(ConfigError, match="cannot run /no/such/python"):
         audit_release(resolve(cfg, load_population(cfg)), seed=1)
+    assert not list(tmp_path.glob("censusrecon-program-*")), "a command that never ran left its log behind"
