@@ -44,8 +44,11 @@ def topdown_shape(study: Study, unit: str, with_block: bool) -> tuple[str, TreeS
     """The public shape of the tree a TopDown release of ``unit`` runs over: the unit's ancestor at
     ``release.topdown.root`` and, level by level, every unit inside it from the public unit list
     (empty ones included, whatever their size), down to the target level and, with BLOCK, its
-    blocks. No person row decides whether a node exists. Without a public list the units come from
-    the rows, which only a declared ``occupied_blocks`` invariant allows."""
+    blocks. Where the tracts' blocks carry census GEOIDs and some tract under the root has more than one
+    block group (a block number's first digit), the block groups are a level between the tracts and
+    their blocks, as in 2020's production tree. No person row decides whether a node exists. Without
+    a public list the units come from the rows, which only a declared ``occupied_blocks`` invariant
+    allows."""
     cfg = study.cfg
     geo = study.pop.geography
     level, root_level = study.level, cfg.release.topdown.root
@@ -65,6 +68,8 @@ def topdown_shape(study: Study, unit: str, with_block: bool) -> tuple[str, TreeS
             sources.add(src)
             ids[li] += kids
             parent[li] += [p] * len(kids)
+    if with_block and levels[-2] == "tract":
+        ids, parent, levels = _with_block_groups(ids, parent, levels)
     if FROM_ROWS in sources and "occupied_blocks" not in cfg.release.invariants:
         raise ConfigError(
             f"this data has no public list of its units: TopDown's tree under {root_level} {root} would be "
@@ -81,6 +86,30 @@ def topdown_shape(study: Study, unit: str, with_block: bool) -> tuple[str, TreeS
         leaves = sorted(np.flatnonzero(ancestor == i).tolist(), key=lambda b: shape.ids[-1][b]) if with_block else []
         nodes[str(u)] = (u_level, i, leaves)
     return root, shape, nodes, (FROM_ROWS if FROM_ROWS in sources else next(iter(sources)))
+
+
+def _with_block_groups(ids: list, parent: list, levels: list[str]) -> tuple[list, list, list[str]]:
+    """The tree's last two levels (tracts, blocks) with the block groups between them, where the blocks
+    are census GEOIDs (a block group is a GEOID's first 12 characters) and some tract has two or more;
+    else the tree as it is. The blocks keep their order within each tract."""
+    from microdata.describe import block_groups
+
+    blocks = np.asarray(ids[-1], dtype=str)
+    groups = block_groups(blocks) if len(blocks) else None
+    if groups is None:
+        return ids, parent, levels
+    tract_of = np.asarray(parent[-1])
+    if len({(t, g) for t, g in zip(tract_of.tolist(), groups.tolist())}) == len(set(tract_of.tolist())):
+        return ids, parent, levels  # one block group per tract: the level would repeat the tracts
+    bg_ids, bg_parent, index = [], [], {}
+    for t, g in zip(tract_of.tolist(), groups.tolist()):
+        if (t, g) not in index:
+            index[(t, g)] = len(bg_ids)
+            bg_ids.append(g)
+            bg_parent.append(t)
+    block_parent = [index[(t, g)] for t, g in zip(tract_of.tolist(), groups.tolist())]
+    return ids[:-1] + [bg_ids, ids[-1]], parent[:-1] + [bg_parent, block_parent], \
+        levels[:-1] + ["block_group", "block"]
 
 
 def person_types(data: Dataset, person_domain) -> np.ndarray:

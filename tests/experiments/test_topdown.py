@@ -100,3 +100,29 @@ def test_a_county_target_keeps_its_tracts_in_the_tree_and_publishes_tract_tables
     from experiments.release.audit import _frame
     frame, areas = _frame(resolve(cfg, pop), "01001", True)
     assert frame.size("BLOCK") == 2 and [m for _, m in areas["tract"]] == [[0], [1]]
+
+
+def test_block_groups_are_a_level_of_the_tree_where_tracts_have_several():
+    """On the 2010-shaped population (block numbers whose first digit is the block group), the tree has
+    the block groups between the tracts and their blocks, as 2020's production tree; its release is
+    consistent level by level. The compact population's tracts have one each, and no such level."""
+    cfg = load_config(pathlib.Path(__file__).parents[2] / "configs" / "release_agency.yaml",
+                      ["data.population={shape: '2010', states: 1, counties_per_state: 1, tracts_per_county: 2}",
+                       "attributes=[SEX, HISP]", "queries.tables=[P1]", "target.units=2",
+                       "target.unit_ids=['01001000100', '01001000200']", "release.epsilons=[1.0]",
+                       "release.mechanisms=[topdown]"])
+    study = resolve(cfg)
+    td = topdown_root(study, "01001000100", True)
+    assert td.shape.levels == ["county", "tract", "block_group", "block"]
+    groups, blocks = td.shape.ids[2], td.shape.ids[3]
+    assert len(groups) > 2  # more block groups than tracts
+    assert all(b.startswith(groups[p]) for b, p in zip(blocks, td.shape.parent[3]))
+    assert all(g.startswith(td.shape.ids[1][p]) for g, p in zip(groups, td.shape.parent[2]))
+    for unit in td.nodes:  # each tract's leaves are its listed blocks, in its BLOCK order
+        assert td.shape.ids[-1][td.nodes[unit][2]].tolist() == study.blocks(unit)[0]
+    rel = publish_topdown(cfg, td, 1.0, SimulationNoise(5))
+    check_consistent(td.shape, rel.estimates)
+    assert rel.estimates[0].sum() == td.tree.hist[0].sum()  # the root total, exact
+    compact = load_config(pathlib.Path(__file__).parents[2] / "configs" / "release_agency.yaml",
+                          ["release.epsilons=[1.0]", "release.mechanisms=[topdown]"])
+    assert "block_group" not in topdown_root(resolve(compact), UNIT, True).shape.levels
