@@ -188,7 +188,9 @@ def plot_metrics(df: pd.DataFrame, calib: pd.DataFrame, out_base: Path, title: s
 
 def plot_population(stats, out_base: Path, title: str = "") -> list[Path]:
     """The by-block-size statistics of ``microdata.describe.describe`` beside their 2010 figures:
-    share of blocks and persons per bin, modal share, Σp² and uniqueness on {block, sex, 38-bin age}."""
+    share of blocks and persons per bin, modal share, Σp² and uniqueness on {block, sex, 38-bin age};
+    then, in ``<out_base>_validation``, each validation statistic's distance from its 2010 figure in
+    tolerances (red where outside)."""
     from microdata.describe import SIZE_LABELS
 
     by = {s.name: s for s in stats}
@@ -210,7 +212,23 @@ def plot_population(stats, out_base: Path, title: str = "") -> list[Path]:
     axes[0].legend(fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
-    return save_figure(fig, out_base)
+    paths = save_figure(fig, out_base)
+    held = [s for s in stats if not s.tuned and s.within is not None]
+    if held:  # the statistics the generator was never fitted to: how far each is from 2010, in tolerances
+        out_base = Path(out_base)
+        fig, ax = plt.subplots(figsize=(7.5, 0.35 * len(held) + 1.2))
+        off = [(s.value - s.target) / s.tolerance for s in held]
+        y = np.arange(len(held))[::-1]
+        ax.axvspan(-1, 1, color="#dddddd", label="within tolerance")
+        ax.barh(y, off, color=["#0055cc" if s.within else "#cc3300" for s in held])
+        ax.set_yticks(y, [s.name for s in held], fontsize=8)
+        ax.axvline(0, color="#555555", lw=0.8)
+        ax.set_xlabel("(this population − 2010) / tolerance")
+        ax.set_title("validation statistics (never tuned on): red where outside their tolerance", fontsize=9)
+        ax.legend(fontsize=8, loc="lower right")
+        ax.grid(alpha=0.3, axis="x")
+        paths += save_figure(fig, out_base.with_name(out_base.name + "_validation"))
+    return paths
 
 
 def plot_bureau(pooled: dict[str, dict], bureau_by_size: dict[str, tuple], out_base: Path, title: str = "") -> list[Path]:

@@ -117,7 +117,7 @@ def test_describe_population_command(tmp_path, capsys):
     assert main(["describe-population", str(cfg), "--plot", str(tmp_path / "fig")]) == 0
     out = capsys.readouterr().out
     assert "modal_pct[1-9]" in out and "93.5" in out and "statistics outside their tolerance" in out
-    assert (tmp_path / "fig.png").exists()
+    assert (tmp_path / "fig.png").exists() and (tmp_path / "fig_validation.png").exists()
     tiny = tmp_path / "t.yaml"
     tiny.write_text("name: t\ndata: {population: {states: 1, counties_per_state: 1, tracts_per_county: 2}}\n"
                     "attributes: [AGE, SEX, HISP, CENRACE]\ntarget: {level: tract, units: 1}\n")
