@@ -84,6 +84,9 @@ def evaluate(job: dict, confidence: float = 0.95) -> list[dict]:
     def seeded_links(n_synthetic: int, n_attacks: int, n_neighbors: int):
         return np.stack([links_rng.choice(n_synthetic, size=n_neighbors, replace=False) for _ in range(n_attacks)])
 
+    if not hasattr(linkability_evaluator, "_random_links"):  # a release of anonymeter that draws it otherwise
+        raise RuntimeError("this anonymeter has no linkability_evaluator._random_links to seed: its random-guess "
+                           "baseline would differ from run to run; pin anonymeter as `make risk-env` does")
     linkability_evaluator._random_links = seeded_links
     ori, syn, control = (pd.read_parquet(job[k]) for k in ("ori", "syn", "control"))
     # anonymeter's random-guess baseline for inference draws published rows and aligns them with the targets
