@@ -248,7 +248,7 @@ def describe(data: Dataset, tract_level: str = "tract", block_level: str = "bloc
         "two_or_more_pct": 100 * np.mean(group == 6),
         "diversity_index_pct": 100 * (1 - np.sum(shares ** 2)),
     }
-    values.update(_more_values(data, block, tract, bg, cell, race_attr, group_quarters))
+    values.update(_more_values(data, block, tract, bg, cell, bc, race_attr, group, group_quarters))
     for name, (t, tol, src) in TARGETS.items():
         stats.append(Statistic(name, float(values[name]), t, tol, src))
     for name, (t, tol, src) in VALIDATION.items():
@@ -260,37 +260,34 @@ def describe(data: Dataset, tract_level: str = "tract", block_level: str = "bloc
 
 
 def _more_values(data: Dataset, block: np.ndarray, tract: np.ndarray, bg: np.ndarray | None, cell: np.ndarray,
-                 race_attr: str, group_quarters: np.ndarray | None) -> dict[str, float]:
+                 bc: pd.Series, race_attr: str, group: np.ndarray,
+                 group_quarters: np.ndarray | None) -> dict[str, float]:
     """The values of ``VALIDATION`` and of the tract, block-group, age-by-group and group-quarters
-    entries of ``TARGETS`` (block and tract index per person, their block group ids or None)."""
-    from microdata.population import race_group
-
+    entries of ``TARGETS``: per person its block and tract index, block group id (or None), 126-cell
+    race × ethnicity and 7-group RACE; ``bc`` the persons per (block, cell)."""
     age, hisp, race = data.column("AGE"), data.column("HISP"), data.column(race_attr)
     n = len(data)
     r7 = race7_1980(race) if race_attr == "CENRACE" else race
     h14 = hisp * 7 + r7
     adult = age >= 18
 
-    def small_cells(unit, cat, k, lo, hi, rows=None):  # share of unit x category cells with lo..hi persons
+    def small_cells(unit, cat, k, hi, rows=None):  # per unit (with persons in ``rows``) x category: 1..hi persons?
         rows = np.ones(n, bool) if rows is None else rows
-        units = np.unique(unit[rows])
         counts = np.zeros((unit.max() + 1, k), np.int64)
         np.add.at(counts, (unit[rows], cat[rows]), 1)
-        counts = counts[units]
-        return counts, ((counts >= lo) & (counts <= hi))
+        counts = counts[np.unique(unit[rows])]
+        return (counts >= 1) & (counts <= hi)
 
     def cell_share(unit, cat, k):
-        _, small = small_cells(unit, cat, k, 1, 2)
+        small = small_cells(unit, cat, k, 2)
         return 100 * small.mean() if small.size else np.nan
 
     def any_small_adult(unit, cat, k):
-        _, small = small_cells(unit, cat, k, 1, 14, adult)
+        small = small_cells(unit, cat, k, 14, adult)
         return 100 * small.any(axis=1).mean() if small.size else np.nan
 
     # the block's 126-cell mode is unique and held by two or more persons (else the Bureau falls back)
-    bc = pd.DataFrame({"b": block, "c": cell}).groupby(["b", "c"]).size().rename("k").reset_index()
-    top = bc.groupby("b")["k"].transform("max")
-    lead = bc[bc["k"] == top].groupby("b")["k"].agg(["size", "first"])
+    lead = bc[bc == bc.groupby(level="b").transform("max")].groupby(level="b").agg(["size", "first"])
     unique_modal = (lead["size"] == 1) & (lead["first"] >= 2)
     # the perfect attacker's self-linkage precision: within each {block, sex, age} cell a person is
     # linked to a record of the cell at random, right with probability n_cr / n_c
@@ -298,7 +295,6 @@ def _more_values(data: Dataset, block: np.ndarray, tract: np.ndarray, bg: np.nda
     ncr = key.groupby(["b", "s", "a", "c"]).size()
     nc = ncr.groupby(level=["b", "s", "a"]).transform("sum")
     self_link = float((ncr ** 2 / nc).sum() / max(n, 1))
-    group = race if race_attr == "RACE" else race_group(race)
     hisp_rows, white_rows = hisp == 1, (hisp == 0) & (group == 0)
     tract_sizes = np.bincount(tract)
     values = {
