@@ -276,13 +276,13 @@ def _describe_population(args) -> int:
     from microdata.describe import describe, format_table
 
     cfg = load_config(args.config, args.overrides)
-    pop = load_population(cfg)
-    gq = None
-    if cfg.data.source == "embedded" and cfg.data.population.shape == "2010":  # the generator knows who is in GQ
-        from microdata.sources import embedded_group_quarters
+    with_gq = None
+    if cfg.data.source == "embedded":  # the 2010-shaped generator knows who lives in group quarters
+        from microdata.sources import embedded_2010
 
-        gq = embedded_group_quarters(cfg.data.model_dump(mode="python"))
-    stats = describe(pop, group_quarters=gq)
+        with_gq = embedded_2010(cfg.data.model_dump(mode="python"))
+    pop = load_population(cfg, None if with_gq is None else with_gq[0])
+    stats = describe(pop, group_quarters=None if with_gq is None else with_gq[1])
     if args.json:
         for s in stats:
             print(json.dumps({"statistic": s.name, "value": round(s.value, 4), "target_2010": s.target,

@@ -31,16 +31,17 @@ log = logging.getLogger(__name__)
 _INIT_POOL_ROWS = 20_000
 
 
-def load_population(cfg: ExperimentConfig) -> Dataset:
+def load_population(cfg: ExperimentConfig, persons: Dataset | None = None) -> Dataset:
     """The persons of the configured source (all of them; units are picked later), loaded through
-    the source's entry in :data:`microdata.sources.SOURCES`, then checked against the config."""
+    the source's entry in :data:`microdata.sources.SOURCES` (or ``persons``, when the caller has read
+    them already), then checked against the config."""
     d = cfg.data
     src = source(d.source)
     dumped = d.model_dump(mode="python")
     for k in DATA_PATH_KEYS:  # relative paths are read from the config's folder
         if dumped.get(k) is not None:
             dumped[k] = cfg.data_file(dumped[k])
-    pop = src.load({k: dumped[k] for k in src.keys}, cfg.attributes)
+    pop = src.load({k: dumped[k] for k in src.keys}, cfg.attributes) if persons is None else persons
     check_census_tables(cfg, pop)
     missing = [a for a in attributes(cfg, pop) if a not in pop.domain]
     if missing:

@@ -26,28 +26,33 @@ class Source:
     default_attributes: tuple[str, ...] | None = None
 
 
+def _population_keys(s: dict) -> tuple[str, dict]:
+    """The embedded population's shape and its other keys set in the ``data`` section ``s``."""
+    p = {k: v for k, v in dict(s.get("population") or {}).items() if v is not None}
+    return p.pop("shape", "compact"), p
+
+
 def _embedded(s: dict, attributes) -> Dataset:
     from microdata.population import PopulationSpec, embedded_population
 
-    p = {k: v for k, v in dict(s.get("population") or {}).items() if v is not None}
-    if p.pop("shape", "compact") == "2010":
-        from microdata.population2010 import Census2010Spec, census2010_population
-
-        return census2010_population(s.get("seed", 0), Census2010Spec(**p))
+    with_gq = embedded_2010(s)
+    if with_gq is not None:
+        return with_gq[0]
+    _, p = _population_keys(s)
     if "blocks_per_tract" in p:
         p["blocks_per_tract"] = tuple(p["blocks_per_tract"])
     return embedded_population(s.get("seed", 0), PopulationSpec(**p))
 
 
-def embedded_group_quarters(s: dict) -> np.ndarray | None:
-    """Each person's group-quarters flag in the embedded 2010-shaped population of the ``data`` section
-    ``s`` (the generator places them; the person rows do not say), or None for another shape."""
-    p = {k: v for k, v in dict(s.get("population") or {}).items() if v is not None}
-    if p.pop("shape", "compact") != "2010":
+def embedded_2010(s: dict) -> tuple[Dataset, np.ndarray] | None:
+    """The embedded 2010-shaped population of the ``data`` section ``s`` and each person's group-quarters
+    flag (the generator places them; the person rows do not say), or None for another shape."""
+    shape, p = _population_keys(s)
+    if shape != "2010":
         return None
     from microdata.population2010 import Census2010Spec, census2010_population
 
-    return census2010_population(s.get("seed", 0), Census2010Spec(**p), group_quarters=True)[1]
+    return census2010_population(s.get("seed", 0), Census2010Spec(**p), group_quarters=True)
 
 
 def _nist(s: dict, attributes) -> Dataset:
