@@ -57,26 +57,29 @@ def _compile_once() -> None:
     numba.jit = cached
 
 
+def _distinct_values_in_order() -> None:
+    """anonymeter's singling-out baseline picks query values from each column's distinct values, which polars
+    lists in hash order, changing from process to process: listed in order of first appearance instead, so a
+    rerun prints the same figures. Once per worker process (the worker runs nothing else)."""
+    import polars as pl
+
+    by_hash = pl.Series.unique
+
+    def unique(self, *, maintain_order: bool = True):
+        return by_hash(self, maintain_order=maintain_order)
+
+    pl.Series.unique = unique
+
+
 def evaluate(job: dict, confidence: float = 0.95) -> list[dict]:
     import numpy as np
     import pandas as pd
-    from anonymeter.evaluators import InferenceEvaluator, LinkabilityEvaluator, SinglingOutEvaluator
-
     import polars as pl
-    from anonymeter.evaluators import linkability_evaluator
+    from anonymeter.evaluators import (InferenceEvaluator, LinkabilityEvaluator, SinglingOutEvaluator,
+                                       linkability_evaluator)
 
     np.random.seed(job["seed"])  # anonymeter samples its targets with pandas' global generator
     pl.set_random_seed(job["seed"])  # and rows for its singling-out checks with polars'
-    # its singling-out baseline picks query values from each column's distinct values, listed by polars in hash
-    # order, which changes from process to process: listed in order of first appearance instead
-    if not getattr(pl.Series.unique, "_first_appearance", False):
-        by_hash = pl.Series.unique
-
-        def unique(self, *, maintain_order: bool = True):
-            return by_hash(self, maintain_order=maintain_order)
-
-        unique._first_appearance = True
-        pl.Series.unique = unique
     # its random-guess baseline for linkability draws from an unseeded numpy generator: the same draw (each
     # attack's n_neighbors distinct published rows), from the job's seed, so that a rerun prints the same figures
     links_rng = np.random.default_rng([job["seed"], 1])
@@ -120,6 +123,7 @@ def main(argv: list[str]) -> int:
         print("usage: anonymeter_worker.py JOBS.json RESULTS.json", file=sys.stderr)
         return 2
     _compile_once()
+    _distinct_values_in_order()
     spec = json.loads(open(argv[0], encoding="utf-8").read())
     rows = [row for job in spec["jobs"] for row in evaluate(job, spec.get("confidence", 0.95))]
     with open(argv[1], "w", encoding="utf-8") as f:
