@@ -110,8 +110,8 @@ def block_size_pmf_2010(max_block: int = MAX_BLOCK) -> np.ndarray:
     return p / p.sum()
 
 
-#: 2010's mean household size by the householder's group (the 8 groups of ``_GROUP``: not Hispanic
-#: White, Black, AIAN, Asian, NHPI, some other race alone, two or more; Hispanic), relative to all
+#: 2010's mean household size by the householder's group (8 groups: not Hispanic and White, Black, AIAN,
+#: Asian, NHPI, some other race alone or two or more races; Hispanic of any race), relative to all
 #: households: CPS 2004 Table AVG1 (Hispanic 3.34, Black alone 2.64, Asian alone 2.90, the remaining
 #: races 2.84, all 2.57; non-Hispanic White 2.43, derived from White alone 2.54 less its Hispanic
 #: householders).

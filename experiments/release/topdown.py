@@ -98,18 +98,15 @@ def _with_block_groups(ids: list, parent: list, levels: list[str]) -> tuple[list
     groups = block_groups(blocks) if len(blocks) else None
     if groups is None:
         return ids, parent, levels
-    tract_of = np.asarray(parent[-1])
-    if len({(t, g) for t, g in zip(tract_of.tolist(), groups.tolist())}) == len(set(tract_of.tolist())):
+    pairs = list(zip(parent[-1], groups.tolist()))  # each block's (tract node, block group)
+    index: dict = {}
+    for pair in pairs:  # the groups numbered in order of appearance
+        index.setdefault(pair, len(index))
+    if len(index) == len(set(parent[-1])):
         return ids, parent, levels  # one block group per tract: the level would repeat the tracts
-    bg_ids, bg_parent, index = [], [], {}
-    for t, g in zip(tract_of.tolist(), groups.tolist()):
-        if (t, g) not in index:
-            index[(t, g)] = len(bg_ids)
-            bg_ids.append(g)
-            bg_parent.append(t)
-    block_parent = [index[(t, g)] for t, g in zip(tract_of.tolist(), groups.tolist())]
-    return ids[:-1] + [bg_ids, ids[-1]], parent[:-1] + [bg_parent, block_parent], \
-        levels[:-1] + ["block_group", "block"]
+    groups_level, blocks_parent = [g for _, g in index], [index[p] for p in pairs]
+    return (ids[:-1] + [groups_level, ids[-1]], parent[:-1] + [[t for t, _ in index], blocks_parent],
+            levels[:-1] + ["block_group", "block"])
 
 
 def person_types(data: Dataset, person_domain) -> np.ndarray:
