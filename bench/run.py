@@ -13,6 +13,7 @@ for this backend (``reconstruct.rap.default_batch``).
     python bench/run.py --full     # the K = 100 × T = 1000 fits for real (long on a CPU)
     python bench/run.py --quick    # a smoke run: tiny sizes, figures meaningless
     python bench/run.py --topdown  # TopDown's estimation for one county only (QP solvers compared)
+    python bench/run.py --steps-only  # the step rates and fractions of peak only (about 4 minutes)
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ from reconstruct.rap import RAPSettings, default_batch, rap_rank, use_cpu_cores_
 MARGINAL_GOALS_S = {2: 15.0, 3: 300.0}
 #: the goal for the census step (24-block tract, every SF1 table, n' = 300), run-steps/s
 CENSUS_GOAL_PER_S = 600.0
+#: the goal for the 2010-sized census step (85 blocks, every SF1 table, n' = 1,000, float32): the
+#: fraction of the day's float32 matmul peak, in the FLOPs the step must do
+CENSUS85_GOAL_FRAC = 0.60
 
 # An ACS-coverage-like domain: 17 attributes, one-hot width 107.
 SIZES = (10, 24, 5, 2, 9, 5, 4, 5, 4, 2, 2, 3, 2, 9, 2, 17, 2)
@@ -75,19 +79,29 @@ def timed_runs(plan, targets, dom, runs, steps, settings):
     return time.perf_counter() - t
 
 
-def step_rate(plan, targets, dom, runs, steps, settings):
+def step_rate(plan, targets, dom, runs, steps, settings, repeats: int = 3):
     """Run-steps per second of the compiled step itself: fits of ``steps`` and of 3 x ``steps``
     steps (the same program, one more block per ``steps``), differenced, so that what both
-    have once (initialisation, rounding, ranking, dispatch) cancels."""
-    one = timed_runs(plan, targets, dom, runs, steps, settings)
-    three = timed_runs(plan, targets, dom, runs, 3 * steps, settings)
-    if three - one < 0.2 * three:  # too few steps to tell them from the rest (--quick): plain rate
-        return runs * 3 * steps / three
-    return runs * 2 * steps / (three - one)
+    have once (initialisation, rounding, ranking, dispatch) cancels. The best of ``repeats``
+    differences, as the peak is the best of three: the machine is shared, and a neighbour's
+    load only ever slows a run down."""
+    best = 0.0
+    for _ in range(repeats):
+        one = timed_runs(plan, targets, dom, runs, steps, settings)
+        three = timed_runs(plan, targets, dom, runs, 3 * steps, settings)
+        if three - one < 0.2 * three:  # too few steps to tell them from the rest (--quick): plain rate
+            best = max(best, runs * 3 * steps / three)
+        else:
+            best = max(best, runs * 2 * steps / (three - one))
+    return best
 
 
 def step_rates(name, plan, targets, dom, rows, steps, peaks, out):
-    """Run-steps/s (and fraction of the dtype's peak) for dense and error-sampled steps, per dtype."""
+    """Run-steps/s for dense and error-sampled steps, per dtype, and the dense step's FLOP rate as a
+    fraction of the dtype's peak: of the FLOPs its matmuls do (``frac_peak``) and of the FLOPs it
+    must do (``useful_frac_peak``: each queried cell once, no by-products; see the plans'
+    ``useful_flops_per_step``). bfloat16 is also given as a fraction of the float32 peak (the
+    same work done faster is what a user sees)."""
     for precision in ("float32", "bfloat16"):
         if usable_dtype(precision) != precision:
             print(f"{name}: {precision} not usable on this backend; skipped")
@@ -97,12 +111,19 @@ def step_rates(name, plan, targets, dom, rows, steps, peaks, out):
         tag = "" if precision == "float32" else "_bf16"
         dense = step_rate(plan, targets, dom, batch, steps, s)
         frac = plan.flops_per_step(rows) * dense / (peaks[precision] * 1e9)
-        err = step_rate(plan, targets, dom, batch, steps, dataclasses.replace(s, sampling="error"))
+        useful = plan.useful_flops_per_step(rows) * dense / (peaks[precision] * 1e9)
+        err = step_rate(plan, targets, dom, batch, steps, dataclasses.replace(s, sampling="error"), repeats=1)
         out[f"step_{name}{tag}_per_s"] = round(dense, 2)
         out[f"step_{name}{tag}_frac_peak"] = round(frac, 3)
+        out[f"step_{name}{tag}_useful_frac_peak"] = round(useful, 3)
         out[f"step_{name}{tag}_error_sampled_per_s"] = round(err, 2)
-        print(f"{name} {precision}: dense {dense:.1f} run-steps/s ({frac:.1%} of {precision} peak, batch {batch}); "
-              f"error-sampled {err:.1f} run-steps/s")
+        of32 = ""
+        if precision != "float32":
+            f32 = plan.useful_flops_per_step(rows) * dense / (peaks["float32"] * 1e9)
+            out[f"step_{name}{tag}_useful_frac_f32_peak"] = round(f32, 3)
+            of32 = f", {f32:.1%} of the float32 peak"
+        print(f"{name} {precision}: dense {dense:.1f} run-steps/s ({frac:.1%} of {precision} peak in the FLOPs done, "
+              f"{useful:.1%} in the FLOPs needed{of32}; batch {batch}); error-sampled {err:.1f} run-steps/s")
 
 
 def census_problem(rows_cap: int = 900, blocks: int | None = None):
@@ -250,6 +271,8 @@ def main() -> None:
     ap.add_argument("--units-runs", type=int, default=10, help="K in the many-units figure")
     ap.add_argument("--units-steps", type=int, default=100, help="T in the many-units figure")
     ap.add_argument("--topdown", action="store_true", help="only TopDown's estimation for one county")
+    ap.add_argument("--steps-only", action="store_true",
+                    help="only the steps' rates (2-way, 3-way, census; no end-to-end fits, exact attack or TopDown)")
     ap.add_argument("--topdown-solvers", default="clarabel,osqp",
                     help="QP solvers to time (highs too is possible: over 10 minutes here)")
     args = ap.parse_args()
@@ -276,9 +299,11 @@ def main() -> None:
         plan = MarginalPlan.build(w)
         t = answer(d, w)
         print(f"{k}-way: {len(w.marginals)} marginals, {w.num_queries} queries, "
-              f"{plan.flops_per_step(rows) / 1e9:.3f} GFLOP per step")
+              f"{plan.flops_per_step(rows) / 1e9:.3f} GFLOP per step, {plan.useful_flops_per_step(rows) / 1e9:.3f} needed")
         steps = (5 if args.quick else (200 if k == 2 else 20))
         step_rates(f"{k}way", plan, t, d.domain, rows, steps, peaks, out)
+        if args.steps_only:
+            continue
         K, T = (100, 1000) if args.full else ((2, 10) if args.quick else ((16, 1000) if k == 2 else (4, 100)))
         times = {}
         for precision in peaks:  # every usable dtype, end to end
@@ -313,8 +338,16 @@ def main() -> None:
     bplan = ProductPlan.build(bw)
     print(f"census SF1 tables, 2010-sized tract: {bw.num_queries} cells, {len(big)} people, "
           f"{big.domain.size('BLOCK')} blocks, n' = 1000")
-    step_rates("census85", bplan, bw.answer(big), big.domain, 1000, 3 if args.quick else 6, peaks, out)
+    step_rates("census85", bplan, bw.answer(big), big.domain, 1000, 3 if args.quick else 30, peaks, out)
+    frac85 = out["step_census85_useful_frac_peak"]
+    out["step_census85_goal_frac_peak"] = CENSUS85_GOAL_FRAC
+    out["step_census85_goal_met"] = frac85 >= CENSUS85_GOAL_FRAC
+    print(f"census 85-block step goal {CENSUS85_GOAL_FRAC:.0%} of the float32 peak (float32, FLOPs needed): "
+          f"{'MET' if frac85 >= CENSUS85_GOAL_FRAC else 'NOT MET'} ({frac85:.1%})")
 
+    if args.steps_only:
+        print(json.dumps(out))
+        return
     exact_bench(out)
     exact_2010_bench(out)
 

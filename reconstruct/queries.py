@@ -259,6 +259,17 @@ class MarginalPlan:
         ss = self.layout.stacked_sizes
         return sum(mid.product_rows(ss) for mid in self.middles) + self.layout.width
 
+    def useful_flops_per_step(self, rows: int) -> float:
+        """The FLOPs a step must do: each distinct marginal's cells once, 6n' per cell of a marginal
+        of two or more attributes (its answer, a contraction over the n' rows, and the two
+        cotangent contractions of its two sides) and n' per cell of a 1-way marginal (a row sum).
+        What ``flops_per_step`` counts beyond this is by-product: the Gram matrix's symmetric
+        half and its diagonal blocks (an attribute with itself), and a middle's (a, b, c) cells
+        that no query asks for."""
+        sizes = self.layout.sizes
+        cells = [float(np.prod([sizes[a] for a in m])) for m in self.marginals]
+        return float(sum(c * (rows if len(m) == 1 else 6 * rows) for c, m in zip(cells, self.marginals)))
+
     def flops_per_step(self, rows: int) -> float:
         """Multiply-add FLOPs of one loss-and-gradient evaluation (forward + backward matmuls)."""
         W = self.layout.width
@@ -460,8 +471,9 @@ def _best_split(q: np.ndarray, n_sets: Sequence[int], splits=None):
     for left, right in splits:
         lc, li = _unique_rows(q[:, left], [n_sets[j] for j in left])
         rc, ri = _unique_rows(q[:, right], [n_sets[j] for j in right])
-        # per side: the forward's product, the factors, prefix, suffix and share products, and
-        # one scatter-add pass per attribute for the shares' sums into its set rows
+        # per side, passes over its rows: the forward's product, and per attribute a share and its
+        # scatter-add (an estimate: the prefix tree reads fewer; on the bench's 85-block tract the
+        # split it picks was the fastest of four measured, 2-3x the others)
         passes = len(lc) * (4 * len(left) - 1) + len(rc) * (4 * len(right) - 1)
         cost = 6 * len(lc) * len(rc) + _ELEMENT_COST * passes
         if best is None or cost < best[0]:
@@ -508,28 +520,90 @@ def _segment_sum(x: jax.Array, ids: np.ndarray, segments: int) -> jax.Array:
                                indices_are_sorted=bool(np.all(ids[1:] >= ids[:-1])))
 
 
+def _set_rows(size: int, sets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How an attribute's set sums are formed without a matmul by a mostly-identity 0/1 matrix:
+    the values that are a set by themselves are read as they are (``direct``, ascending), the
+    other sets are one small matmul by their membership matrix (``other``: values × sets); ``row``
+    gives each set's row among [direct values, other sets]."""
+    row = np.full(len(sets), -1, np.int64)
+    seen: dict[int, int] = {}
+    for i, vals in enumerate(sets):
+        if len(vals) == 1 and vals[0] not in seen:
+            seen[vals[0]] = i
+    direct = np.array(sorted(seen), np.int64)
+    for pos, v in enumerate(direct):
+        row[seen[int(v)]] = pos
+    rest = [i for i in range(len(sets)) if row[i] < 0]
+    row[rest] = len(direct) + np.arange(len(rest))
+    return direct, membership_matrix(size, [sets[i] for i in rest]), row
+
+
+def _prefix_tree(attrs: Sequence[int], combos: np.ndarray, cuts: Sequence[int] | None = None) -> tuple:
+    """A side's distinct set combinations (rows of ``combos``, sorted lexicographically) as a
+    prefix tree, cut at the prefix lengths ``cuts`` (default: every length below the last but the
+    last one's parent is the rest, see :func:`_tree_cuts`). Per level: (parent of each prefix
+    among the previous level's or None, ((attribute, the prefix's set index of it), ...) for the
+    attributes the level adds). The last level's prefixes are the combinations themselves, in
+    their order."""
+    k = len(attrs)
+    cuts = list(cuts) if cuts is not None else _tree_cuts(k)
+    ids = []  # per cut: (first row of each distinct prefix, the prefix id of every row)
+    for length in cuts:
+        key = np.zeros(len(combos), np.int64)
+        for c in range(length):
+            key = key * (int(combos[:, c].max()) + 1 if len(combos) else 1) + combos[:, c]
+        _, first, ident = np.unique(key, return_index=True, return_inverse=True)
+        if not np.array_equal(np.argsort(first), np.arange(len(first))):
+            raise ValueError("a side's combinations must be sorted lexicographically")
+        ids.append((first, np.asarray(ident).reshape(-1)))
+    out = []
+    for i, length in enumerate(cuts):
+        first = ids[i][0]
+        start = cuts[i - 1] if i else 0
+        par = ids[i - 1][1][first] if i else None
+        out.append((par, tuple((attrs[c], combos[first, c]) for c in range(start, length))))
+    return tuple(out)
+
+
+def _tree_cuts(k: int) -> list[int]:
+    """Where a side of k attributes is cut: the combinations' parents (all attributes but the
+    last, their rows one row-wise product) and the combinations (their parents' rows times the
+    last attribute's). A level per attribute was measured slower on XLA:CPU: each level's few
+    rows cost kernels (gathers, products, scatter-adds) and save little memory traffic (on the
+    85-block bench tract: 235 run-steps/s with two levels, 214 with one per attribute, one run
+    each on a noisy day: no slower, and fewer kernels)."""
+    return [k] if k == 1 else [k - 1, k]
+
+
 @dataclass(frozen=True, eq=False)
 class ProductPlan:
     """Relaxed answers of product queries (census table cells), batched: no loop over queries.
 
     A query restricts each attribute a to a value set S_a; on relaxed rows its answer is
     (1/n') Σ_r Π_a Σ_{v∈S_a} P_a[v, r]. Per attribute, the summed probabilities of all its
-    distinct sets are one matmul S_a = M_aᵀ · P_a (M_a the 0/1 membership matrix). The queries
-    fall in parts (by where they are published: the per-block cells, the unit's, when that is
-    cheaper than one part), and in each part the attributes are split in two sides: each side's
-    distinct set combinations become rows of the row-wise product of their S_a rows (L and R),
-    one matmul L · Rᵀ answers every (left × right) combination of the part at once, and its
-    queries are gathered from it. Splits and parts are the ones of least cost (:func:`_best_split`):
-    a matmul computes some combinations no query asks for, and in exchange the row-wise
-    products, which are memory traffic, are few (a 24-block tract with every SF1 table: per
-    block 72 × 551 product rows and for the unit 3 × 1,664, instead of 25 groups × 4,051).
+    distinct sets are S_a = M_aᵀ · P_a (M_a the 0/1 membership matrix), formed without most of
+    that matmul: a set of one value is that row of P_a as it is, and only the other sets (ranges,
+    totals) are one small matmul. The queries fall in parts (by where they are published: the
+    per-block cells, the unit's, when that is cheaper than one part), and in each part the
+    attributes are split in two sides: each side's distinct set combinations become rows of the
+    row-wise product of their S_a rows (L and R), and one matmul L · Rᵀ answers every
+    (left × right) combination of the part at once. The dense vector is every part's whole
+    product: queries are read from it where they lie (``dense_index``), by-products carry no loss,
+    and no step gathers or scatters the answers. Splits and parts are the ones of least cost
+    (:func:`_best_split`): a matmul computes some combinations no query asks for, and in exchange
+    the row-wise products, which are memory traffic, are few (a 24-block tract with every SF1
+    table: per block 72 × 551 product rows and for the unit 3 × 1,664, instead of 25 groups ×
+    4,051). A side's rows are built on a two-level prefix tree (:func:`_prefix_tree`): the
+    distinct combinations of all its attributes but the last, then each combination as its
+    parent's row times the last attribute's set sums, so that the big level's product and its
+    cotangent's shares read two factors, not one per attribute.
 
     The gradient is written by hand, as plain contractions: Ḡ holds the answers' cotangents at
     their (left, right) places; L̄ = Ḡ · R and R̄ = Ḡᵀ · L; each factor's share is the side's
-    cotangent times the other factors (prefix and suffix products, never a division), summed
-    into its attribute's set rows; and P̄_a = M_a · S̄_a. Operands are cast to the matmul dtype,
-    every product and accumulation stays float32. Tested against autodiff of the plain
-    definition (:func:`reference_product_answers`).
+    cotangent times the level's other factors (never a division), summed into its attribute's
+    set rows or its parents' rows; and P̄_a is the transpose of forming S_a. Operands are cast to
+    the matmul dtype, every product and accumulation stays float32. Tested against autodiff of
+    the plain definition (:func:`reference_product_answers`).
     """
 
     layout: Layout
@@ -578,20 +652,36 @@ class ProductPlan:
                    memberships=tuple(tuple(tuple(sorted(s)) for s in sets) for sets in workload.value_sets),
                    parts=parts, num_queries=len(q))
 
+    @functools.cached_property
+    def _bases(self) -> tuple[int, ...]:
+        """Where each part's (left rows × right rows) block starts in the dense vector."""
+        return tuple(int(x) for x in np.cumsum([0] + [len(p.left_combos) * len(p.right_combos) for p in self.parts]))
+
     @property
     def dense_size(self) -> int:
-        return self.num_queries
+        return self._bases[-1]
 
     @functools.cached_property
     def dense_index(self) -> np.ndarray:
-        return np.arange(self.num_queries, dtype=np.int64)
+        """Each query's place in the dense vector (workload order): the dense vector is every
+        part's whole (left × right) product, by-products included, so that no step gathers the
+        queries out of it or scatters their cotangents back."""
+        idx = np.zeros(self.num_queries, np.int64)
+        for base, p in zip(self._bases, self.parts):
+            idx[np.array(p.queries, np.int64)] = (base + np.array(p.query_left, np.int64) * len(p.right_combos)
+                                                  + np.array(p.query_right, np.int64))
+        return idx
 
     @functools.cached_property
     def dense_mask(self) -> np.ndarray:
-        return np.ones(self.num_queries, np.float32)
+        m = np.zeros(self.dense_size, np.float32)
+        m[self.dense_index] = 1.0
+        return m
 
     def dense_targets(self, targets) -> np.ndarray:
-        return np.asarray(targets, dtype=np.float32)
+        t = np.zeros(self.dense_size, np.float32)
+        t[self.dense_index] = np.asarray(targets, dtype=np.float32)
+        return t
 
     def _n_sets(self, j: int) -> int:
         return len(self.memberships[j]) if j < len(self.memberships) else 1
@@ -601,22 +691,32 @@ class ProductPlan:
         """Rows of n' floats one run keeps for its gradient: the set sums and every part's products."""
         return sum(len(p.left_combos) + len(p.right_combos) for p in self.parts) + sum(len(m) for m in self.memberships)
 
+    @functools.cached_property
+    def _set_rows(self):
+        return tuple(_set_rows(self.layout.sizes[j], self.memberships[j]) for j in range(len(self.memberships)))
+
     def flops_per_step(self, rows: int) -> float:
-        """The matmuls of a step: every part's answers and both sides' cotangents, and the set
-        sums with their cotangents (the scatter-adds into the set rows are passes, not matmuls)."""
+        """The matmuls of a step: every part's answers and both sides' cotangents, and the sums of
+        the sets that are not single values, with their cotangents (the row-wise products, the
+        scatter-adds and the single values read as they are: passes, not matmuls)."""
         main = sum(3 * len(p.left_combos) * len(p.right_combos) for p in self.parts)
-        sets = 2 * sum(len(m) * self.layout.sizes[j] for j, m in enumerate(self.memberships))
+        sets = 2 * sum(other.size for _, other, _ in self._set_rows)
         return 2.0 * rows * (main + sets)
 
-    def _membership(self, j: int) -> np.ndarray:
-        return membership_matrix(self.layout.sizes[j], self.memberships[j]) if j < len(self.layout.sizes) \
-            else np.ones((1, 1), np.float32)
+    def useful_flops_per_step(self, rows: int) -> float:
+        """``flops_per_step`` less the by-products: a part's (left × right) cells that are no query
+        cost the same multiply-adds and answer nothing."""
+        main = sum(3 * len(p.queries) for p in self.parts)
+        sets = 2 * sum(other.size for _, other, _ in self._set_rows)
+        return 2.0 * rows * (main + sets)
 
     def answers(self, P: jax.Array, dtype: str = "float32") -> jax.Array:
-        return self.dense_answers(P, dtype)
+        """Relaxed answers in workload order."""
+        return self.dense_answers(P, dtype)[jnp.asarray(self.dense_index)]
 
     def dense_answers(self, P: jax.Array, dtype: str = "float32") -> jax.Array:
-        """Answers of the probabilities P (W × n'), workload order, with the hand-written gradient."""
+        """The dense vector (see ``dense_index``) of the probabilities P (W × n'), with the
+        hand-written gradient."""
         return self._dense_fn(dtype)[0](P)
 
     def dense_answers_of_logits(self, logits: jax.Array, dtype: str = "float32") -> jax.Array:
@@ -627,70 +727,120 @@ class ProductPlan:
     @functools.lru_cache(maxsize=None)
     def _dense_fn(self, dtype: str):
         dt = DTYPES[dtype]
-        d = len(self.layout.sizes)
-        members = [self._membership(j) for j in range(d + 1)]  # numpy (constants of each trace); d: padding
-        parts = []
-        for p in self.parts:
-            sides = [(p.left, np.array(p.left_combos, np.int32).reshape(len(p.left_combos), -1)),
-                     (p.right, np.array(p.right_combos, np.int32).reshape(len(p.right_combos), -1))]
-            flat = np.array(p.query_left, np.int64) * len(p.right_combos) + np.array(p.query_right, np.int64)
-            parts.append((sides, flat, len(p.left_combos), len(p.right_combos)))
-        order = np.concatenate([np.array(p.queries, np.int64) for p in self.parts])
-        inverse = np.argsort(order)  # workload position -> position in the parts' concatenation
-        one_part = len(self.parts) == 1 and np.array_equal(order, np.arange(len(order)))
+        set_rows = self._set_rows
+        # each set's row in its attribute's set sums (the padding attribute d has one, of ones)
+        rows_of_set = [r for _, _, r in set_rows] + [np.zeros(1, np.int64)]
+
+        def tree(attrs, combos):
+            combos = np.array(combos, np.int64).reshape(len(combos), -1)
+            return tuple((par, tuple((a, rows_of_set[a][val]) for a, val in factors))
+                         for par, factors in _prefix_tree(attrs, combos))
+
+        parts = [(tree(p.left, p.left_combos), tree(p.right, p.right_combos)) for p in self.parts]
+        bases = self._bases
 
         def set_sums(P):
-            """Per attribute, the (sets × n') summed probabilities, float32 (exact 0/1 weights)."""
-            n = P.shape[1]
-            return [jnp.asarray(members[j].T) @ P[self.layout.rows_of(j)] if j < d else jnp.ones((1, n), jnp.float32)
-                    for j in range(d + 1)]
+            """Per attribute, the (sets × n') summed probabilities, float32, rows in ``rows_of_set``
+            order: the single values as they are, then the other sets by one small exact matmul."""
+            out = []
+            for j, (direct, other, _) in enumerate(set_rows):
+                Pj = P[self.layout.rows_of(j)]
+                pieces = [gather(Pj, direct)] if len(direct) else []
+                if other.shape[1]:
+                    pieces.append(jnp.asarray(other.T) @ Pj)
+                out.append(pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=0))
+            return out + [jnp.ones((1, P.shape[1]), jnp.float32)]
 
-        def side_product(S, attrs, combos):
-            out = S[attrs[0]][combos[:, 0]]
-            for c in range(1, len(attrs)):
-                out = out * S[attrs[c]][combos[:, c]]
+        def set_sums_cotangent(dS, n):
+            """The transpose of :func:`set_sums`: the (W × n') cotangent of P."""
+            out = []
+            for j, (direct, other, _) in enumerate(set_rows):
+                if dS[j] is None:  # an attribute no query restricts
+                    out.append(jnp.zeros((self.layout.sizes[j], n), jnp.float32))
+                    continue
+                k = len(direct)
+                dP = scatter(dS[j][:k], direct, self.layout.sizes[j]) if k else None
+                if other.shape[1]:
+                    more = jnp.asarray(other) @ dS[j][k:]
+                    dP = more if dP is None else dP + more
+                out.append(dP)
+            return jnp.concatenate(out, axis=0)
+
+        def gather(S, idx, again=False):
+            """S[idx] for static rows ``idx``, as a slice when they are consecutive. ``again``: the
+            backward's gather of rows the forward gathered too, written so that it is not merged
+            with the forward's (each is then fused into its one consumer, instead of materialised
+            once and read twice: measured faster)."""
+            if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):
+                return S[int(idx[0]):int(idx[0]) + len(idx)]
+            rows = jnp.asarray(idx, jnp.int32)
+            return jnp.take(S, rows, axis=0, mode="clip") if again else S[rows]
+
+        def scatter(x, idx, segments):
+            """The transpose of :func:`gather`: rows of x summed into ``segments`` rows at ``idx``."""
+            if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):
+                return jnp.pad(x, ((int(idx[0]), segments - int(idx[0]) - len(idx)), (0, 0)))
+            return _segment_sum(x, idx, segments)
+
+        def accumulate(dS, a, x):
+            """dS[a] += x, where None is zero (no zero buffers to fill and add to)."""
+            dS[a] = x if dS[a] is None else dS[a] + x
+
+        def product(rows):
+            out = rows[0]
+            for r in rows[1:]:
+                out = out * r
             return out
+
+        def side_product(S, trie):
+            """The side's rows, level by level of its prefix tree: each level's rows are their
+            parents' rows times the set sums of the attributes it adds. Returns every level (the
+            backward reads them)."""
+            levels = []
+            for par, factors in trie:
+                rows = [gather(S[a], val) for a, val in factors]
+                levels.append(product(rows if par is None else [gather(levels[-1], par)] + rows))
+            return levels
+
+        def side_cotangent(S, trie, levels, dX, dS):
+            """The side's cotangent dX, walked down its prefix tree: at each level, each attribute's
+            share (dX times the level's other factors: its parents' rows and the other attributes'
+            set sums) is summed into its set rows, and the parents' share into the parents' rows."""
+            for j in range(len(trie) - 1, -1, -1):
+                par, factors = trie[j]
+                rows = [gather(S[a], val, True) for a, val in factors]
+                if par is not None:
+                    rows.append(gather(levels[j - 1], par, True))
+                for i, (a, val) in enumerate(factors):
+                    others = rows[:i] + rows[i + 1:]
+                    accumulate(dS, a, scatter(product([dX] + others), val, self._n_sets(a)))
+                if par is None:
+                    break
+                dX = scatter(product([dX] + rows[:-1]), par, len(trie[j - 1][1][0][1]))
 
         def forward(P):
             S = set_sums(P)
             outs, kept = [], []
-            for sides, flat, _, _ in parts:
-                L = side_product(S, *sides[0])
-                R = side_product(S, *sides[1])
-                outs.append(_dot_t(L, R, dt).reshape(-1)[flat])  # (left rows × right rows), gathered
-                kept.append((L, R))
-            out = outs[0] if one_part else jnp.concatenate(outs)[inverse]
+            for left_tree, right_tree in parts:
+                left, right = side_product(S, left_tree), side_product(S, right_tree)
+                L, R = left[-1], right[-1]
+                # (left rows × right rows); the taller side is the matmul's first operand, so that
+                # it is read in the layout the backward's matmul reads it in (not transposed twice)
+                outs.append((_dot_t(R, L, dt).T if R.shape[0] > L.shape[0] else _dot_t(L, R, dt)).reshape(-1))
+                kept.append((left, right))
+            out = outs[0] if len(outs) == 1 else jnp.concatenate(outs)
             return out / P.shape[1], (S, kept)
-
-        def side_cotangent(S, attrs, combos, dX, dS):
-            """The factors' shares of a side's cotangent dX, added into dS per attribute."""
-            k = len(attrs)
-            factors = [S[attrs[c]][combos[:, c]] for c in range(k)]
-            before = [None] * k  # products of the factors before c and after c
-            after = [None] * k
-            for c in range(1, k):
-                before[c] = factors[c - 1] if before[c - 1] is None else before[c - 1] * factors[c - 1]
-            for c in range(k - 2, -1, -1):
-                after[c] = factors[c + 1] if after[c + 1] is None else after[c + 1] * factors[c + 1]
-            for c, a in enumerate(attrs):
-                share = dX
-                for other in (before[c], after[c]):
-                    if other is not None:
-                        share = share * other
-                dS[a] = dS[a] + _segment_sum(share, combos[:, c], self._n_sets(a))
 
         def backward(res, g):
             S, kept = res
             n = S[-1].shape[1]
             g = g / n
-            dS = [jnp.zeros_like(s) for s in S]
-            for (sides, flat, n_left, n_right), (L, R), p in zip(parts, kept, self.parts):
-                gp = g if one_part else g[np.array(p.queries, np.int64)]
-                G = jnp.zeros(n_left * n_right, jnp.float32).at[flat].set(gp, unique_indices=True)
-                G = G.reshape(n_left, n_right)
-                side_cotangent(S, *sides[0], _dot(G, R, dt), dS)
-                side_cotangent(S, *sides[1], _dot(G.T, L, dt), dS)
-            return jnp.concatenate([jnp.asarray(members[j]) @ dS[j] for j in range(d)], axis=0)
+            dS = [None] * len(S)
+            for i, ((left_tree, right_tree), (left, right)) in enumerate(zip(parts, kept)):
+                G = g[bases[i]:bases[i + 1]].reshape(left[-1].shape[0], right[-1].shape[0])
+                side_cotangent(S, left_tree, left, _dot(G, right[-1], dt), dS)
+                side_cotangent(S, right_tree, right, _dot(G.T, left[-1], dt), dS)
+            return set_sums_cotangent(dS, n)
 
         @jax.custom_vjp
         def dense(P):
