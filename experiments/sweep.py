@@ -50,16 +50,80 @@ def plan_tasks(cfg: ExperimentConfig) -> list[Task]:
     return [Task(u, wb, m, s) for s in cfg.sweep.seeds for wb in cfg.target.with_block for u in units for m in methods]
 
 
-def run_task(cfg_json: dict, task: Task, out_dir: str, fingerprint: str, base_dir: str | None = None) -> str:
+#: seconds between the driver's looks at its running tasks' progress (a line only when one moved)
+PROGRESS_EVERY_S = 60.0
+
+
+class TaskProgress:
+    """A running task's progress where the sweep's driver can read it: ``<task id>.progress.json``
+    beside its result, rewritten atomically after each compiled batch of RAP runs (runs done of
+    K, what is being fitted, seconds since the task started) and removed when the task's result
+    is written. It stands in for the run's tqdm bar in :func:`experiments.runner.run_units`."""
+
+    def __init__(self, path: Path, task: str, say=None):
+        self.path, self.task, self.say = Path(path), task, say
+        self.t0 = self.said = time.perf_counter()
+        self.what, self.n, self.total = "", 0, 0
+
+    def reset(self, total: int) -> None:
+        self.n, self.total = 0, total
+        self._write()
+
+    def set_description(self, text: str) -> None:
+        self.what = text
+        self._write()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        self._write()
+        now = time.perf_counter()
+        if self.say is not None and now - self.said >= PROGRESS_EVERY_S:  # in the driver's process (local)
+            self.said = now
+            self.say(f"  running {self.task}: {self.what} {self.n}/{self.total} ({(now - self.t0) / 60:.1f} min so far)")
+
+    def _write(self) -> None:
+        write_json(self.path, {"task": self.task, "what": self.what, "done": self.n, "total": self.total,
+                               "seconds": round(time.perf_counter() - self.t0, 1)})
+
+    def close(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def running_lines(out: Path, seen: dict) -> list[str]:
+    """One line for each running task whose progress moved since ``seen`` (updated in place):
+    what it fits, runs done of K and its minutes so far."""
+    lines = []
+    for f in sorted(Path(out).glob("*.progress.json")):
+        try:
+            p = json.loads(f.read_text())
+        except (json.JSONDecodeError, OSError):  # a task finishing as we look
+            continue
+        state = (p.get("what"), p.get("done"))
+        if seen.get(p["task"]) == state or not p.get("total"):
+            continue
+        seen[p["task"]] = state
+        lines.append(f"  running {p['task']}: {p['what']} {p['done']}/{p['total']} "
+                     f"({p['seconds'] / 60:.1f} min so far)")
+    return lines
+
+
+def run_task(cfg_json: dict, task: Task, out_dir: str, fingerprint: str, base_dir: str | None = None,
+             say=None) -> str:
     """Run one task and write its result atomically under ``out_dir``; returns the task id.
-    ``base_dir`` is the config's folder, where its relative data paths are read from."""
+    ``base_dir`` is the config's folder, where its relative data paths are read from. While it
+    runs, its RAP fits' progress is in ``<task id>.progress.json`` (:class:`TaskProgress`), and
+    ``say`` (the local backend's) also gets a line a minute."""
     from experiments.problem import resolve
     from experiments.runner import run_unit
 
     t0 = time.perf_counter()
     cfg = parse_config(cfg_json).model_copy(update={"seed": task.seed}).with_base_dir(base_dir)
-    df, facts = run_unit(resolve(cfg), task.unit, task.with_block, only={task.method})
     out = Path(out_dir)
+    progress = TaskProgress(out / f"{task.id}.progress.json", task.id, say)
+    try:
+        df, facts = run_unit(resolve(cfg), task.unit, task.with_block, runs_bar=progress, only={task.method})
+    finally:
+        progress.close()
     write_parquet(out / f"{task.id}.parquet", df.assign(seed=task.seed))
     marker = {"task": task.__dict__, "code_fingerprint": fingerprint, "seconds": facts["seconds"],
               "wall_seconds": round(time.perf_counter() - t0, 3), "rows": facts["rows"]}
@@ -97,7 +161,7 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
     tasks = plan_tasks(cfg)
     out = run_dir / "tasks"
     out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob(".*.tmp"):  # left by a task killed mid-write; its result was never published
+    for stale in [*out.glob(".*.tmp"), *out.glob("*.progress.json")]:  # left by tasks killed mid-way
         stale.unlink(missing_ok=True)
     write_yaml(run_dir / "config.yaml", cfg.model_dump(mode="json"))
     fingerprint = code_fingerprint()
@@ -108,7 +172,7 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
     bar.found(skipped, run_dir)
     if backend == "local":
         for t in todo:
-            run_task(cfg_json, t, str(out), fingerprint, cfg.base_dir)
+            run_task(cfg_json, t, str(out), fingerprint, cfg.base_dir, say=bar.say)
             bar.update(1, t.id)
     else:
         try:
@@ -122,10 +186,14 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
         try:
             remote = ray.remote(num_cpus=1)(run_task)
             pending = [remote.remote(cfg_json, t, str(out), fingerprint, cfg.base_dir) for t in todo]
+            seen: dict = {}
             while pending:
-                done, pending = ray.wait(pending, num_returns=1)
+                done, pending = ray.wait(pending, num_returns=1, timeout=PROGRESS_EVERY_S)
                 for d in done:
                     bar.update(1, ray.get(d))
+                if not done:  # a minute without a finished task: say how the running ones are doing
+                    for line in running_lines(out, seen):
+                        bar.say(line)
         finally:
             if started_here:
                 ray.shutdown()

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from experiments.config import ConfigError, load_config
-from experiments.sweep import plan_tasks, sweep
+from experiments.sweep import TaskProgress, plan_tasks, running_lines, sweep
 
 OVERRIDES = ["target.units=2", "target.with_block=[false]", "attack.init=[random]", "attack.runs=2",
              "attack.steps=20", "attack.rows=40", "sweep.seeds=[0,1]", "sweep.num_cpus=2", "grid_points=10"]
@@ -30,6 +30,29 @@ def test_local_sweep_runs_each_task_once_and_a_rerun_skips_them(tmp_path, root, 
     assert f"resuming: {TASKS} of {TASKS} sweep tasks already done" in capsys.readouterr().err
     df = pd.read_parquet(Path(first["run_dir"]) / "sweep_match_rate.parquet")
     assert set(df.seed) == {0, 1} and {"rap_rank", "one_way_margins", "holdout", "county"} <= set(df.method)
+    assert not list((Path(first["run_dir"]) / "tasks").glob("*.progress.json"))  # each removed with its task
+
+
+def test_a_running_task_says_how_far_its_fits_are_and_the_driver_says_it_once_per_move(tmp_path):
+    said = []
+    p = TaskProgress(tmp_path / "t1.progress.json", "t1", say=said.append)
+    p.reset(total=100)
+    p.set_description("rap_rank K runs")
+    seen: dict = {}
+    assert "running t1: rap_rank K runs 0/100 (" in running_lines(tmp_path, seen)[0]  # started
+    assert running_lines(tmp_path, seen) == []  # not moved since: said once
+    p.update(2)
+    p.update(2)
+    lines = running_lines(tmp_path, seen)
+    assert len(lines) == 1 and "4/100" in lines[0]
+    p.update(2)
+    assert "6/100" in running_lines(tmp_path, seen)[0]
+    assert said == []  # the local driver hears at most a line a minute
+    p.said -= 61
+    p.update(2)
+    assert len(said) == 1 and "8/100" in said[0]
+    p.close()
+    assert not (tmp_path / "t1.progress.json").exists() and running_lines(tmp_path, seen) == []
 
 
 def _ray_stop():
