@@ -530,9 +530,29 @@ def write_sweep_report(run_dir: str | Path) -> Path:
     curves = average_curves(per, 10, by=["variant", "method"])
     pick = curves[curves["k_over_u"].round(2).isin([0.1, 0.5, 1.0])]
     table = pick.pivot_table(index=["variant", "method"], columns="k_over_u", values="match_rate", sort=False)
+    persons_path = run_dir / "persons.parquet"
+    if persons_path.exists() and len(pd.read_parquet(persons_path)):
+        summary_p = summarise_persons(pd.read_parquet(persons_path))
+        doc.h(2, "Who is reconstructed (every unit and seed)")
+        doc.p("Persons whose exact row is unique in D and among the method's top u candidates, against the best "
+              "baseline of each unit (the one that finds the most); the difference per unit is the mean across "
+              f"(unit, seed) pairs with its {CONFIDENCE:.0%} Student t interval.")
+        doc.table(["BLOCK", "method", "persons reconstructed", "by the best baselines", "difference per unit",
+                   "units", "persons in D"],
+                  [["yes" if r["variant"] else "no", r["method"], int(r["persons"]), int(r["baseline_persons"]),
+                    difference_words(r), int(r["units"]), int(r["persons_in_d"])] for _, r in summary_p.iterrows()])
     doc.h(2, "Match rate (mean over every unit and seed)")
     doc.table(["BLOCK", "method", "k/u = 0.1", "0.5", "1.0"],
               [["yes" if v else "no", m] + [f"{x:.3f}" for x in row.to_numpy()] for (v, m), row in table.iterrows()])
+    if (run_dir / "match_rate.png").exists():
+        doc.img(run_dir / "match_rate.png", "match rate")
+    _strength_section(doc, run_dir)
+    seconds = summary.get("task_seconds", {})
+    rap = {k: v for k, v in seconds.items() if "_rap_rank" in k}
+    if rap:
+        doc.p(f"RAP-Rank tasks: {len(rap)}, median {np.median(list(rap.values())) / 60:.1f} min each (K = "
+              f"{cfg.attack.runs}, T = {cfg.attack.steps}, n' = {cfg.attack.rows}); the sweep's call took "
+              f"{summary['seconds'] / 60:.1f} min in all.")
     exact_path = run_dir / "exact_units.parquet"
     if exact_path.exists():
         units = json.loads((run_dir / "exact_units.json").read_text())

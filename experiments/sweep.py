@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.config import ConfigError, ExperimentConfig, parse_config
+from experiments.metrics import persons_reconstructed
 from experiments.progress import UnitProgress
 from experiments.results import code_fingerprint, write_json, write_parquet, write_yaml
 
@@ -127,6 +128,9 @@ def run_task(cfg_json: dict, task: Task, out_dir: str, fingerprint: str, base_di
     write_parquet(out / f"{task.id}.parquet", df.assign(seed=task.seed))
     marker = {"task": task.__dict__, "code_fingerprint": fingerprint, "seconds": facts["seconds"],
               "wall_seconds": round(time.perf_counter() - t0, 3), "rows": facts["rows"]}
+    if facts.get("strength"):  # a RAP task: persons by its first k runs, pooled into strength.parquet
+        marker["strength"] = [dict(x, unit=task.unit, variant=task.with_block, seed=task.seed) for x in facts["strength"]]
+        marker["rap"] = facts.get("rap", {})
     if task.method == "exact":  # what the state's tables pool: solve, certificates, by block size, agreement, reid
         marker["unit_facts"] = {k: facts[k] for k in ("unit", "with_block", "rows", "exact", "agreement",
                                                       "reidentification") if k in facts}
@@ -199,16 +203,31 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
                 ray.shutdown()
     bar.close()
     frames = [pd.read_parquet(out / f"{t.id}.parquet") for t in tasks]
-    write_parquet(run_dir / "sweep_match_rate.parquet", pd.concat(frames, ignore_index=True))
+    curves = pd.concat(frames, ignore_index=True)
+    write_parquet(run_dir / "sweep_match_rate.parquet", curves)
+    # persons reconstructed against the best baseline, each (unit, seed) a unit of its own
+    per_seed = curves.assign(unit=curves["unit"].astype(str) + " seed " + curves["seed"].astype(str))
+    write_parquet(run_dir / "persons.parquet", persons_reconstructed(per_seed))
+    if not curves.empty and curves["method"].nunique() > 1:
+        from experiments.plots import plot_match_rate
+
+        plot_match_rate(per_seed, run_dir / "match_rate", title=f"{cfg.name}: {per_seed['unit'].nunique()} "
+                        f"{cfg.target.level}s × seeds")
+    markers = {t.id: json.loads((out / f"{t.id}.json").read_text()) for t in tasks}
+    strength = [dict(x, unit=f"{x['unit']} seed {x['seed']}") for m in markers.values() for x in m.get("strength", [])]
+    if strength:
+        write_parquet(run_dir / "strength.parquet", pd.DataFrame(strength))
     summary = {"tasks_total": len(tasks), "tasks_run": len(todo), "tasks_skipped": skipped,
                "seconds": round(time.perf_counter() - t0, 2), "run_dir": str(run_dir)}
     exact = [t for t in tasks if t.method == "exact"]
     if exact:
-        summary["exact"] = pool_exact(run_dir, [json.loads((out / f"{t.id}.json").read_text()) for t in exact])
+        summary["exact"] = pool_exact(run_dir, [markers[t.id] for t in exact])
+    summary["task_seconds"] = {t.id: markers[t.id]["wall_seconds"] for t in tasks}
     write_json(run_dir / "sweep.json", summary)
     from experiments.report import write_sweep_report
 
     summary["report"] = str(write_sweep_report(run_dir))
+    summary.pop("task_seconds")  # in sweep.json and the report; too long for the terminal's last line
     return summary
 
 

@@ -31,6 +31,13 @@ def test_local_sweep_runs_each_task_once_and_a_rerun_skips_them(tmp_path, root, 
     df = pd.read_parquet(Path(first["run_dir"]) / "sweep_match_rate.parquet")
     assert set(df.seed) == {0, 1} and {"rap_rank", "one_way_margins", "holdout", "county"} <= set(df.method)
     assert not list((Path(first["run_dir"]) / "tasks").glob("*.progress.json"))  # each removed with its task
+    # what a run reports, pooled over the tasks: persons against the best baseline, the strength table
+    persons = pd.read_parquet(Path(first["run_dir"]) / "persons.parquet")
+    assert set(persons["method"]) == {"rap_rank", "one_way_margins"} and persons["unit"].nunique() == 4  # 2 × 2 seeds
+    strength = pd.read_parquet(Path(first["run_dir"]) / "strength.parquet")
+    assert set(strength["runs"]) == {1, 2} and strength["unit"].nunique() == 4
+    report = Path(first["report"]).read_text()
+    assert "## Who is reconstructed" in report and "## Attack strength" in report
 
 
 def test_a_running_task_says_how_far_its_fits_are_and_the_driver_says_it_once_per_move(tmp_path):
