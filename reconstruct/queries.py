@@ -540,8 +540,8 @@ def _set_rows(size: int, sets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _prefix_tree(attrs: Sequence[int], combos: np.ndarray, cuts: Sequence[int] | None = None) -> tuple:
     """A side's distinct set combinations (rows of ``combos``, sorted lexicographically) as a
-    prefix tree, cut at the prefix lengths ``cuts`` (default: every length below the last but the
-    last one's parent is the rest, see :func:`_tree_cuts`). Per level: (parent of each prefix
+    prefix tree, cut at the prefix lengths ``cuts`` (default :func:`_tree_cuts`: the combinations'
+    parents, then the combinations). Per level: (parent of each prefix
     among the previous level's or None, ((attribute, the prefix's set index of it), ...) for the
     attributes the level adds). The last level's prefixes are the combinations themselves, in
     their order."""
@@ -568,8 +568,8 @@ def _prefix_tree(attrs: Sequence[int], combos: np.ndarray, cuts: Sequence[int] |
 def _tree_cuts(k: int) -> list[int]:
     """Where a side of k attributes is cut: the combinations' parents (all attributes but the
     last, their rows one row-wise product) and the combinations (their parents' rows times the
-    last attribute's). A level per attribute was measured slower on XLA:CPU: each level's few
-    rows cost kernels (gathers, products, scatter-adds) and save little memory traffic (on the
+    last attribute's). A level per attribute was no faster on XLA:CPU: each level's few rows
+    cost kernels (gathers, products, scatter-adds) and save little memory traffic (on the
     85-block bench tract: 235 run-steps/s with two levels, 214 with one per attribute, one run
     each on a noisy day: no slower, and fewer kernels)."""
     return [k] if k == 1 else [k - 1, k]
