@@ -110,8 +110,9 @@ def step_rates(name, plan, targets, dom, rows, steps, peaks, out):
         batch = default_batch(s, 1 << 20, plan)
         tag = "" if precision == "float32" else "_bf16"
         dense = step_rate(plan, targets, dom, batch, steps, s)
+        needed = plan.useful_flops_per_step(rows) * dense / 1e9  # GFLOP/s of the work the step must do
         frac = plan.flops_per_step(rows) * dense / (peaks[precision] * 1e9)
-        useful = plan.useful_flops_per_step(rows) * dense / (peaks[precision] * 1e9)
+        useful = needed / peaks[precision]
         err = step_rate(plan, targets, dom, batch, steps, dataclasses.replace(s, sampling="error"), repeats=1)
         out[f"step_{name}{tag}_per_s"] = round(dense, 2)
         out[f"step_{name}{tag}_frac_peak"] = round(frac, 3)
@@ -119,7 +120,7 @@ def step_rates(name, plan, targets, dom, rows, steps, peaks, out):
         out[f"step_{name}{tag}_error_sampled_per_s"] = round(err, 2)
         of32 = ""
         if precision != "float32":
-            f32 = plan.useful_flops_per_step(rows) * dense / (peaks["float32"] * 1e9)
+            f32 = needed / peaks["float32"]
             out[f"step_{name}{tag}_useful_frac_f32_peak"] = round(f32, 3)
             of32 = f", {f32:.1%} of the float32 peak"
         print(f"{name} {precision}: dense {dense:.1f} run-steps/s ({frac:.1%} of {precision} peak in the FLOPs done, "

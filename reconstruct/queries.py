@@ -513,8 +513,8 @@ def _segment_sum(x: jax.Array, ids: np.ndarray, segments: int) -> jax.Array:
     ``x`` whatever the number of segments. Measured against one matmul by the (segments × rows)
     0/1 matrix, which costs segments × rows × n' multiply-adds: 1.2-5x faster on XLA:CPU from
     25 segments up and as fast at 3 (rows 72-1,664, n' = 300, one core), and 1.5-2.3x faster for
-    the whole census step. ``ids`` sorted (a side's first attribute: its combinations are in
-    lexicographic order) lets XLA skip the sort."""
+    the whole census step. ``ids`` sorted (a prefix tree's parents, and a side's first attribute:
+    its combinations are in lexicographic order) lets XLA skip the sort."""
     ids = np.asarray(ids)
     return jax.ops.segment_sum(x, jnp.asarray(ids, jnp.int32), segments,
                                indices_are_sorted=bool(np.all(ids[1:] >= ids[:-1])))
@@ -699,16 +699,19 @@ class ProductPlan:
         """The matmuls of a step: every part's answers and both sides' cotangents, and the sums of
         the sets that are not single values, with their cotangents (the row-wise products, the
         scatter-adds and the single values read as they are: passes, not matmuls)."""
-        main = sum(3 * len(p.left_combos) * len(p.right_combos) for p in self.parts)
-        sets = 2 * sum(other.size for _, other, _ in self._set_rows)
-        return 2.0 * rows * (main + sets)
+        cells = sum(len(p.left_combos) * len(p.right_combos) for p in self.parts)
+        return self._step_flops(rows, cells)
 
     def useful_flops_per_step(self, rows: int) -> float:
         """``flops_per_step`` less the by-products: a part's (left × right) cells that are no query
         cost the same multiply-adds and answer nothing."""
-        main = sum(3 * len(p.queries) for p in self.parts)
+        return self._step_flops(rows, self.num_queries)
+
+    def _step_flops(self, rows: int, cells: int) -> float:
+        """2n' per multiply-add: three matmul cells (the answer and both sides' cotangents) per cell
+        computed, and the other sets' sums with their cotangents."""
         sets = 2 * sum(other.size for _, other, _ in self._set_rows)
-        return 2.0 * rows * (main + sets)
+        return 2.0 * rows * (3 * cells + sets)
 
     def answers(self, P: jax.Array, dtype: str = "float32") -> jax.Array:
         """Relaxed answers in workload order."""
@@ -766,20 +769,26 @@ class ProductPlan:
                 out.append(dP)
             return jnp.concatenate(out, axis=0)
 
+        def consecutive(idx) -> int | None:
+            """The first of static rows ``idx`` when they are consecutive (a slice), else None."""
+            return int(idx[0]) if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))) else None
+
         def gather(S, idx, again=False):
             """S[idx] for static rows ``idx``, as a slice when they are consecutive. ``again``: the
             backward's gather of rows the forward gathered too, written so that it is not merged
             with the forward's (each is then fused into its one consumer, instead of materialised
             once and read twice: measured faster)."""
-            if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):
-                return S[int(idx[0]):int(idx[0]) + len(idx)]
+            start = consecutive(idx)
+            if start is not None:
+                return S[start:start + len(idx)]
             rows = jnp.asarray(idx, jnp.int32)
             return jnp.take(S, rows, axis=0, mode="clip") if again else S[rows]
 
         def scatter(x, idx, segments):
             """The transpose of :func:`gather`: rows of x summed into ``segments`` rows at ``idx``."""
-            if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):
-                return jnp.pad(x, ((int(idx[0]), segments - int(idx[0]) - len(idx)), (0, 0)))
+            start = consecutive(idx)
+            if start is not None:
+                return jnp.pad(x, ((start, segments - start - len(idx)), (0, 0)))
             return _segment_sum(x, idx, segments)
 
         def accumulate(dS, a, x):
@@ -787,10 +796,7 @@ class ProductPlan:
             dS[a] = x if dS[a] is None else dS[a] + x
 
         def product(rows):
-            out = rows[0]
-            for r in rows[1:]:
-                out = out * r
-            return out
+            return functools.reduce(jnp.multiply, rows)
 
         def side_product(S, trie):
             """The side's rows, level by level of its prefix tree: each level's rows are their

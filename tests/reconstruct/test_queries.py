@@ -140,3 +140,16 @@ def test_exact_counts_by_matmul_equal_bincounts_across_chunks(small_data, monkey
     got = queries.exact_counts(MarginalPlan.build(w), big.codes)
     assert got.dtype == np.int64
     assert np.array_equal(got, np.concatenate([marginal_counts(big, m) for m in w.marginals]))
+
+
+def test_flops_a_marginal_step_must_do_are_counted_by_hand():
+    """Sizes 2, 3, 4, all 2-way marginals: 2·3 + 2·4 + 3·4 = 26 cells, 6n' each (the answer and two
+    cotangent contractions). The step computes the whole 9 × 9 Gram matrix and (R + Rᵀ)·P: 2 · 81 · 2n'.
+    All 3-way: one marginal of 24 cells, and the middle's matmul computes exactly those, 3 × 24 × 2n'."""
+    dom = Domain.from_sizes({"A": 2, "B": 3, "C": 4})
+    n = 10
+    two = MarginalPlan.build(Workload.all_kway(dom, 2))
+    assert two.useful_flops_per_step(n) == 26 * 6 * n
+    assert two.flops_per_step(n) == 2 * 81 * 2 * n
+    three = MarginalPlan.build(Workload.all_kway(dom, 3))
+    assert three.useful_flops_per_step(n) == three.flops_per_step(n) == 24 * 6 * n
