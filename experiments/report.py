@@ -17,6 +17,7 @@ from experiments.metrics import (CONFIDENCE, OUTSIDE_COLUMNS, SATURATION_SHARE, 
                                  strength_table, summarise_persons, variant_label)
 from experiments.doc import Doc
 from experiments.results import results_kind, time_words
+from experiments.sweep import by_seed
 from microdata.census import TABLE_SETS
 
 
@@ -526,13 +527,12 @@ def write_sweep_report(run_dir: str | Path) -> Path:
           f"{cfg.target.level}s, seeds {', '.join(map(str, sorted(df['seed'].unique())))}), "
           f"{summary['tasks_run']} computed by the last call, {summary['tasks_skipped']} found finished; "
           f"{summary['seconds']:.0f} s for that call.")
-    per = df.assign(unit=df["unit"].astype(str) + " seed " + df["seed"].astype(str))
-    curves = average_curves(per, 10, by=["variant", "method"])
+    curves = average_curves(by_seed(df), 10, by=["variant", "method"])
     pick = curves[curves["k_over_u"].round(2).isin([0.1, 0.5, 1.0])]
     table = pick.pivot_table(index=["variant", "method"], columns="k_over_u", values="match_rate", sort=False)
-    persons_path = run_dir / "persons.parquet"
-    if persons_path.exists() and len(pd.read_parquet(persons_path)):
-        summary_p = summarise_persons(pd.read_parquet(persons_path))
+    persons = pd.read_parquet(run_dir / "persons.parquet") if (run_dir / "persons.parquet").exists() else None
+    if persons is not None and len(persons):
+        summary_p = summarise_persons(persons)
         doc.h(2, "Who is reconstructed (every unit and seed)")
         doc.p("Persons whose exact row is unique in D and among the method's top u candidates, against the best "
               "baseline of each unit (the one that finds the most); the difference per unit is the mean across "

@@ -76,15 +76,16 @@ class TaskProgress:
 
     def update(self, n: int = 1) -> None:
         self.n += n
-        self._write()
-        now = time.perf_counter()
-        if self.say is not None and now - self.said >= PROGRESS_EVERY_S:  # in the driver's process (local)
-            self.said = now
-            self.say(f"  running {self.task}: {self.what} {self.n}/{self.total} ({(now - self.t0) / 60:.1f} min so far)")
+        state = self._write()
+        if self.say is not None and time.perf_counter() - self.said >= PROGRESS_EVERY_S:  # the driver's process
+            self.said = time.perf_counter()
+            self.say(running_line(state))
 
-    def _write(self) -> None:
-        write_json(self.path, {"task": self.task, "what": self.what, "done": self.n, "total": self.total,
-                               "seconds": round(time.perf_counter() - self.t0, 1)})
+    def _write(self) -> dict:
+        state = {"task": self.task, "what": self.what, "done": self.n, "total": self.total,
+                 "seconds": round(time.perf_counter() - self.t0, 1)}
+        write_json(self.path, state)
+        return state
 
     def close(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -103,9 +104,19 @@ def running_lines(out: Path, seen: dict) -> list[str]:
         if seen.get(p["task"]) == state or not p.get("total"):
             continue
         seen[p["task"]] = state
-        lines.append(f"  running {p['task']}: {p['what']} {p['done']}/{p['total']} "
-                     f"({p['seconds'] / 60:.1f} min so far)")
+        lines.append(running_line(p))
     return lines
+
+
+def running_line(p: dict) -> str:
+    """A running task's progress (a :class:`TaskProgress` state) as one line."""
+    return f"  running {p['task']}: {p['what']} {p['done']}/{p['total']} ({p['seconds'] / 60:.1f} min so far)"
+
+
+def by_seed(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows with ``unit`` and ``seed`` columns, each (unit, seed) pair a unit of its own: how a
+    sweep pools seeds, as a run pools units."""
+    return df.assign(unit=df["unit"].astype(str) + " seed " + df["seed"].astype(str))
 
 
 def run_task(cfg_json: dict, task: Task, out_dir: str, fingerprint: str, base_dir: str | None = None,
@@ -130,7 +141,6 @@ def run_task(cfg_json: dict, task: Task, out_dir: str, fingerprint: str, base_di
               "wall_seconds": round(time.perf_counter() - t0, 3), "rows": facts["rows"]}
     if facts.get("strength"):  # a RAP task: persons by its first k runs, pooled into strength.parquet
         marker["strength"] = [dict(x, unit=task.unit, variant=task.with_block, seed=task.seed) for x in facts["strength"]]
-        marker["rap"] = facts.get("rap", {})
     if task.method == "exact":  # what the state's tables pool: solve, certificates, by block size, agreement, reid
         marker["unit_facts"] = {k: facts[k] for k in ("unit", "with_block", "rows", "exact", "agreement",
                                                       "reidentification") if k in facts}
@@ -205,8 +215,7 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
     frames = [pd.read_parquet(out / f"{t.id}.parquet") for t in tasks]
     curves = pd.concat(frames, ignore_index=True)
     write_parquet(run_dir / "sweep_match_rate.parquet", curves)
-    # persons reconstructed against the best baseline, each (unit, seed) a unit of its own
-    per_seed = curves.assign(unit=curves["unit"].astype(str) + " seed " + curves["seed"].astype(str))
+    per_seed = by_seed(curves)
     write_parquet(run_dir / "persons.parquet", persons_reconstructed(per_seed))
     if not curves.empty and curves["method"].nunique() > 1:
         from experiments.plots import plot_match_rate
@@ -214,9 +223,9 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
         plot_match_rate(per_seed, run_dir / "match_rate", title=f"{cfg.name}: {per_seed['unit'].nunique()} "
                         f"{cfg.target.level}s × seeds")
     markers = {t.id: json.loads((out / f"{t.id}.json").read_text()) for t in tasks}
-    strength = [dict(x, unit=f"{x['unit']} seed {x['seed']}") for m in markers.values() for x in m.get("strength", [])]
+    strength = [x for m in markers.values() for x in m.get("strength", [])]
     if strength:
-        write_parquet(run_dir / "strength.parquet", pd.DataFrame(strength))
+        write_parquet(run_dir / "strength.parquet", by_seed(pd.DataFrame(strength)))
     summary = {"tasks_total": len(tasks), "tasks_run": len(todo), "tasks_skipped": skipped,
                "seconds": round(time.perf_counter() - t0, 2), "run_dir": str(run_dir)}
     exact = [t for t in tasks if t.method == "exact"]
