@@ -25,7 +25,7 @@ timeout 420 .venv-gpu/bin/python bench/run.py --full --units 50 --units-runs 100
 start=$(date +%s)
 timeout 300 .venv-gpu/bin/censusrecon evaluate-release configs/release_agency.yaml --out results-gpu --no-progress \
   --set attack.strength=paper --set 'release.epsilons=[2.0]' --set 'release.mechanisms=[laplace_tables, topdown]' \
-  --set 'target.unit_ids=["01001000100"]' --set release.audit.runs=20000 > results-gpu.log 2>&1 \
+  --set 'target.unit_ids=["01005000100"]' --set release.audit.runs=20000 > results-gpu.log 2>&1 \
   && echo "{\"release_paper_strength_one_tract_s\": $(( $(date +%s) - start ))}" \
   || echo "{\"release_paper_strength_one_tract_s\": null, \"log\": \"results-gpu.log\"}"
 start=$(date +%s)

@@ -242,7 +242,7 @@ def topdown_bench(out: dict, solvers=("clarabel", "osqp")) -> None:
     from experiments.release.topdown import publish_topdown, topdown_root
     from synth.noise import SimulationNoise
 
-    cfg = load_config("configs/release_agency.yaml", ["queries.tables=sf1", "release.epsilons=[2.0]"])
+    cfg = load_config("configs/agency/release_agency_compact.yaml", ["queries.tables=sf1", "release.epsilons=[2.0]"])
     pop = load_population(cfg)
     t0 = time.perf_counter()
     td = topdown_root(resolve(cfg, pop), cfg.target.unit_ids[0], True)

@@ -14,11 +14,11 @@ class UnitProgress:
     still visible without a bar's control characters. ``enabled=False`` says nothing at all but
     what must be said (a resumed run's units found done, an interruption)."""
 
-    def __init__(self, total: int, desc: str, enabled: bool = True, stream=None):
+    def __init__(self, total: int, desc: str, enabled: bool = True, stream=None, leave: bool = True):
         self.total, self.desc, self.enabled = total, desc, enabled
         self.stream = stream or sys.stderr
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.bar = tqdm(total=total, desc=desc, unit="unit", file=self.stream, disable=not self.tty)
+        self.bar = tqdm(total=total, desc=desc, unit="unit", file=self.stream, disable=not self.tty, leave=leave)
         self.done = 0
         self.t0 = time.perf_counter()
 
@@ -34,6 +34,11 @@ class UnitProgress:
             self.say(f"resuming: {n} of {self.total} {self.desc} already done in {where}")
             self.done += n
             self.bar.update(n)
+
+    def skip(self, n: int) -> None:
+        """Count ``n`` units done earlier without a line each (the caller says it once)."""
+        self.done += n
+        self.bar.update(n)
 
     def postfix(self, text: str) -> None:
         if self.tty:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from experiments.config import NOT_DP as NOT_DP_MECHS
 from experiments.config import FILE_PREFIX, PROGRAM_PREFIX, ConfigError, ExperimentConfig, ReidentificationConfig
@@ -27,7 +26,7 @@ from experiments.release.program import PROGRAM_NOTE, program_digests, program_i
 from experiments.release.publish import (Published, _backend, _fit_note, check_block_list, neighbours_of,
                                          own_invariants, publish, publish_cell_key, publish_swapping,
                                          publish_targeted_swapping, swap_pool, tables_published)
-from experiments.release.report import plot_release, release_persons, unit_selection, write_report
+from experiments.release.report import plot_release, release_persons, setting_label, unit_selection, write_report
 from experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
 from experiments.results import (code_fingerprint, jax_info, run_seconds, versions, write_json, write_parquet,
                                  write_yaml)
@@ -114,7 +113,8 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     exact_statuses: dict = {"status": [], "agreement": [], "reidentification": [], "strength": []}
     micro: list[pd.DataFrame] = []  # per unit: D, D_holdout and every published microdata file
     units_bar = UnitProgress(len(tasks), "units", progress)
-    bar = tqdm(total=len(tasks) * per_unit, desc="releases attacked", disable=not units_bar.tty, leave=False)
+    # a line per release attacked where there is no terminal: a 2010-sized tract's releases take minutes each
+    bar = UnitProgress(len(tasks) * per_unit, "releases attacked", progress, leave=False)
     fingerprint = code_fingerprint()
     found = 0
     resumed: list[dict] = []  # the facts of units finished by an earlier call (their time counts too)
@@ -132,7 +132,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                 ledger.entries.extend(facts["ledger"])
                 for kind, rows_ in facts.get("exact_attack", {}).items():
                     exact_statuses[kind].extend(rows_)
-                bar.update(per_unit)
+                bar.skip(per_unit)
                 found += 1
                 resumed.append(facts)
                 continue
@@ -295,7 +295,7 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
         if c is not None:
             curves.append(c.assign(epsilon=math.inf, setting=math.inf, mechanism="exact", method="exact",
                                    utility_error=0.0, **common))
-    bar.update()
+    bar.update(1, f"{unit}: exact tables")
     priors = study.priors(prob)
     for b, curve, _ in baseline_curves(cfg, priors, unit, truth, ks, u, lambda b: tie_rng):
         curves.append(curve.assign(epsilon=np.nan, setting=np.nan, mechanism="baseline", method=b,
@@ -372,7 +372,7 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
                 if c is not None:
                     curves.append(c.assign(epsilon=eps_col, setting=setting, mechanism=mech, method="exact",
                                            utility_error=err, **common))
-            bar.update()
+            bar.update(1, f"{unit}: {mech}, {setting_label(mech, setting)}")
     published = len(micro) > 2
     return (pd.concat(curves, ignore_index=True), utility, exact_status,
             pd.concat(micro, ignore_index=True) if published else None)

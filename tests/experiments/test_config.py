@@ -65,9 +65,9 @@ def test_overrides_apply_and_change_the_hash(root):
 def test_the_papers_strength_is_one_setting(root):
     from experiments.config import PAPER_STRENGTH
 
-    cfg = load_config(root / "configs" / "release_agency.yaml", ["attack.strength=paper"])
+    cfg = load_config(root / "configs" / "agency" / "release_agency_compact.yaml", ["attack.strength=paper"])
     assert (cfg.attack.runs, cfg.attack.steps, cfg.attack.rows) == (100, 1000, 1000) == tuple(PAPER_STRENGTH.values())
-    plain = load_config(root / "configs" / "release_agency.yaml")
+    plain = load_config(root / "configs" / "agency" / "release_agency_compact.yaml")
     assert plain.attack.runs == 24 and plain.digest() != cfg.digest()  # a different attack, a different results dir
 
 

@@ -21,7 +21,7 @@ UNIT = "01001000100"
 
 @pytest.fixture(scope="module")
 def agency():
-    cfg = load_config(pathlib.Path(__file__).parents[2] / "configs" / "release_agency.yaml", ["release.epsilons=[1.0]", "release.mechanisms=[topdown]"])
+    cfg = load_config(pathlib.Path(__file__).parents[2] / "configs" / "agency" / "release_agency_compact.yaml", ["release.epsilons=[1.0]", "release.mechanisms=[topdown]"])
     return cfg, load_population(cfg)
 
 
@@ -79,7 +79,7 @@ def test_a_county_target_keeps_its_tracts_in_the_tree_and_publishes_tract_tables
     BLOCK values, and PCT12 is published per tract, each over its listed blocks."""
     from experiments.release.topdown import topdown_shape
 
-    cfg = load_config(pathlib.Path(__file__).parents[2] / "configs" / "release_agency.yaml",
+    cfg = load_config(pathlib.Path(__file__).parents[2] / "configs" / "agency" / "release_agency_compact.yaml",
                       ["target.level=county", "target.unit_ids=['01001']", "release.topdown.root=state",
                        "release.mechanisms=[topdown]", "baselines=[holdout, state, chance]"])
     pop = load_population(cfg)
@@ -106,7 +106,7 @@ def test_block_groups_are_a_level_of_the_tree_where_tracts_have_several():
     """On the 2010-shaped population (block numbers whose first digit is the block group), the tree has
     the block groups between the tracts and their blocks, as 2020's production tree; its release is
     consistent level by level. The compact population's tracts have one each, and no such level."""
-    cfg = load_config(pathlib.Path(__file__).parents[2] / "configs" / "release_agency.yaml",
+    cfg = load_config(pathlib.Path(__file__).parents[2] / "configs" / "agency" / "release_agency_compact.yaml",
                       ["data.population={shape: '2010', states: 1, counties_per_state: 1, tracts_per_county: 2}",
                        "attributes=[SEX, HISP]", "queries.tables=[P1]", "target.units=2",
                        "target.unit_ids=['01001000100', '01001000200']", "release.epsilons=[1.0]",
@@ -123,6 +123,6 @@ def test_block_groups_are_a_level_of_the_tree_where_tracts_have_several():
     rel = publish_topdown(cfg, td, 1.0, SimulationNoise(5))
     check_consistent(td.shape, rel.estimates)
     assert rel.estimates[0].sum() == td.tree.hist[0].sum()  # the root total, exact
-    compact = load_config(pathlib.Path(__file__).parents[2] / "configs" / "release_agency.yaml",
+    compact = load_config(pathlib.Path(__file__).parents[2] / "configs" / "agency" / "release_agency_compact.yaml",
                           ["release.epsilons=[1.0]", "release.mechanisms=[topdown]"])
     assert "block_group" not in topdown_root(resolve(compact), UNIT, True).shape.levels
