@@ -140,7 +140,8 @@ def run_task(cfg_json: dict, task: Task, out_dir: str, fingerprint: str, base_di
     marker = {"task": task.__dict__, "code_fingerprint": fingerprint, "seconds": facts["seconds"],
               "wall_seconds": round(time.perf_counter() - t0, 3), "rows": facts["rows"]}
     if facts.get("strength"):  # a RAP task: persons by its first k runs, pooled into strength.parquet
-        marker["strength"] = [dict(x, unit=task.unit, variant=task.with_block, seed=task.seed) for x in facts["strength"]]
+        marker["strength"] = [dict(x, unit=task.unit, variant=task.with_block, seed=task.seed)
+                              for x in facts["strength"]]
     if task.method == "exact":  # what the state's tables pool: solve, certificates, by block size, agreement, reid
         marker["unit_facts"] = {k: facts[k] for k in ("unit", "with_block", "rows", "exact", "agreement",
                                                       "reidentification") if k in facts}

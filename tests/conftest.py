@@ -26,6 +26,12 @@ def root() -> Path:
     return ROOT
 
 
+@pytest.fixture(scope="session")
+def compact_agency() -> Path:
+    """The agency config on the compact population: the tests' county (01001, 4 tracts, no block groups)."""
+    return ROOT / "configs" / "agency" / "release_agency_compact.yaml"
+
+
 @pytest.fixture
 def small_data() -> Dataset:
     rng = np.random.default_rng(0)

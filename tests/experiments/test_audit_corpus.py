@@ -379,10 +379,10 @@ def test_each_tables_bug_fails_the_audit_at_the_shipped_settings(bug, root, monk
 
 @pytest.mark.slow(seconds=2000)  # 11 to 34 min each, measured on 2026-12-02
 @pytest.mark.parametrize("bug", list(TOPDOWN_BUGS))
-def test_each_topdown_bug_fails_the_audit_at_the_shipped_settings(bug, root, monkeypatch):
-    """Slow (minutes each): ``censusrecon audit configs/agency/release_agency_compact.yaml`` at its settings, TopDown alone."""
+def test_each_topdown_bug_fails_the_audit_at_the_shipped_settings(bug, monkeypatch, compact_agency):
+    """Slow (minutes each): ``censusrecon audit`` of the compact agency config at its settings, TopDown alone."""
     over, patches, check = TOPDOWN_BUGS[bug]
-    cfg = load_config(root / "configs" / "agency" / "release_agency_compact.yaml", ["release.mechanisms=[topdown]"] + over)
+    cfg = load_config(compact_agency, ["release.mechanisms=[topdown]"] + over)
     pop = load_population(cfg)
     if bug.startswith("block-level"):
         from experiments.release.topdown import topdown_root
@@ -398,11 +398,11 @@ def _truncated_at_5_sigma(self, releases, stream, cells, sigma):
 
 
 @pytest.mark.slow(seconds=1800)
-def test_the_discrete_gaussian_truncated_at_5_sigma_fails_on_the_production_tree(root, monkeypatch):
+def test_the_discrete_gaussian_truncated_at_5_sigma_fails_on_the_production_tree(monkeypatch, compact_agency):
     """Slow (minutes): the reviewers' truncation, which passed the earlier audit even at 50,000 runs: beyond 5σ
     the discrete Gaussian puts 6 draws in 10 million, so it shows only over whole production releases (100
     of them hold 330 million block-level draws, 190 of them beyond 5σ)."""
-    cfg = load_config(root / "configs" / "agency" / "release_agency_compact.yaml",
+    cfg = load_config(compact_agency,
                       AGENCY + ["release.topdown.accounting=zcdp", "release.audit.whole_releases=100",
                                 "release.audit.replay_pairs=2", "release.audit.replay_draws=1"])
     pop = load_population(cfg)

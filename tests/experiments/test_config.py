@@ -62,12 +62,12 @@ def test_overrides_apply_and_change_the_hash(root):
         load_config(root / "configs" / "nope.yaml")
 
 
-def test_the_papers_strength_is_one_setting(root):
+def test_the_papers_strength_is_one_setting(compact_agency):
     from experiments.config import PAPER_STRENGTH
 
-    cfg = load_config(root / "configs" / "agency" / "release_agency_compact.yaml", ["attack.strength=paper"])
+    cfg = load_config(compact_agency, ["attack.strength=paper"])
     assert (cfg.attack.runs, cfg.attack.steps, cfg.attack.rows) == (100, 1000, 1000) == tuple(PAPER_STRENGTH.values())
-    plain = load_config(root / "configs" / "agency" / "release_agency_compact.yaml")
+    plain = load_config(compact_agency)
     assert plain.attack.runs == 24 and plain.digest() != cfg.digest()  # a different attack, a different results dir
 
 

@@ -286,24 +286,24 @@ def test_release_config_errors():
         evaluate_release(parse_config({"name": "x"}), "/tmp/none", progress=False)
 
 
-def test_ledger_entries_carry_only_their_own_invariants(root):
+def test_ledger_entries_carry_only_their_own_invariants(compact_agency):
     from experiments.release.publish import own_invariants
 
-    cfg = load_config(root / "configs" / "agency" / "release_agency_compact.yaml", ["release.invariants=[root_total, unit_total]"])
+    cfg = load_config(compact_agency, ["release.invariants=[root_total, unit_total]"])
     assert own_invariants(cfg, "topdown", True) == ["root_total"]
     assert own_invariants(cfg, "laplace_tables", True) == ["unit_total"]
     assert own_invariants(cfg, "swapping", True) == [] and own_invariants(cfg, "synthetic", True) == ["unit_total"]
-    cfg = load_config(root / "configs" / "agency" / "release_agency_compact.yaml", ["release.invariants=[occupied_blocks]"])
+    cfg = load_config(compact_agency, ["release.invariants=[occupied_blocks]"])
     assert own_invariants(cfg, "swapping", True) == ["occupied_blocks"] and own_invariants(cfg, "swapping", False) == []
 
 
-def test_units_chosen_by_their_size_are_recorded_as_outside_epsilon(release_run, root):
+def test_units_chosen_by_their_size_are_recorded_as_outside_epsilon(release_run, compact_agency):
     from experiments.release.report import unit_selection
 
     ledger = json.loads((release_run / "ledger.json").read_text())
     assert ledger["unit_selection"]["data_dependent"]  # release_tiny picks 2 tracts among those of >= 20 persons
     assert "Outside ε:" in (release_run / "report.md").read_text()
-    named = load_config(root / "configs" / "agency" / "release_agency_compact.yaml")  # its units are named: a public choice
+    named = load_config(compact_agency)  # its units are named: a public choice
     assert unit_selection(named) == {"data_dependent": False,
                                      "how": "named in the config: " + ", ".join(named.target.unit_ids)}
 

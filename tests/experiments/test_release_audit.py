@@ -209,10 +209,10 @@ AGENCY = ["release.epsilons=[2.0]", "release.audit.runs=5000", "release.mechanis
 
 
 @pytest.mark.parametrize("accounting", ["pure", pytest.param("zcdp", marks=pytest.mark.slow(seconds=90))])
-def test_topdown_passes_the_audit_on_its_production_path(root, accounting):
+def test_topdown_passes_the_audit_on_its_production_path(accounting, compact_agency):
     """The production tree, every node; zCDP (a minute) is slow: the corpus's unmodified-code test audits it on a
     county root in the default run."""
-    cfg = load_config(root / "configs" / "agency" / "release_agency_compact.yaml", AGENCY + [f"release.topdown.accounting={accounting}"])
+    cfg = load_config(compact_agency, AGENCY + [f"release.topdown.accounting={accounting}"])
     ok = audit_release(resolve(cfg, load_population(cfg)))
     assert [r.mechanism for r in ok] == ["topdown"] and not _failures(ok), _failures(ok)
     assert set(ok[0].checks) >= {"noise_scale", "noise_shape", "noise_tail", "noise_independence", "accounting",
@@ -223,10 +223,10 @@ def test_topdown_passes_the_audit_on_its_production_path(root, accounting):
     assert "declared invariant" in root_audit["not_audited"]
 
 
-def test_swapping_is_not_audited_and_its_ledger_entry_says_it_is_not_dp(root, tmp_path):
+def test_swapping_is_not_audited_and_its_ledger_entry_says_it_is_not_dp(tmp_path, compact_agency):
     from experiments.release.evaluate import evaluate_release
 
-    cfg = load_config(root / "configs" / "agency" / "release_agency_compact.yaml",
+    cfg = load_config(compact_agency,
                       ['target.unit_ids=["01001000100"]', "release.epsilons=[2.0]", "release.swap_rates=[0.2]",
                        "data.population.tracts_per_county=2",  # TopDown's tree: the county, 2 tracts, their blocks
                        "release.audit.runs=1000", "attack.runs=2", "attack.steps=20", "grid_points=10",

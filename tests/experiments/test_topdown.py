@@ -1,7 +1,6 @@
 """TopDown as 2020 ran it: the tree from the public unit list, one MDF whose tabulations are every
 published table, and the same shape for neighbours that empty a block or a whole unit."""
 
-import pathlib
 
 import numpy as np
 import pytest
@@ -20,8 +19,8 @@ UNIT = "01001000100"
 
 
 @pytest.fixture(scope="module")
-def agency():
-    cfg = load_config(pathlib.Path(__file__).parents[2] / "configs" / "agency" / "release_agency_compact.yaml", ["release.epsilons=[1.0]", "release.mechanisms=[topdown]"])
+def agency(compact_agency):
+    cfg = load_config(compact_agency, ["release.epsilons=[1.0]", "release.mechanisms=[topdown]"])
     return cfg, load_population(cfg)
 
 
@@ -73,13 +72,13 @@ def test_the_tree_comes_from_the_public_list_whoever_lives_there(agency):
     assert _topdown_structure(resolve(cfg, pop), UNIT, True, td.nodes) == "pass"
 
 
-def test_a_county_target_keeps_its_tracts_in_the_tree_and_publishes_tract_tables_per_tract():
+def test_a_county_target_keeps_its_tracts_in_the_tree_and_publishes_tract_tables_per_tract(compact_agency):
     """Attacking whole counties with SF1's tract table PCT12: the tree keeps the tract level between
     the county and its blocks (as 2020's did), the county's blocks are its leaves in the order of its
     BLOCK values, and PCT12 is published per tract, each over its listed blocks."""
     from experiments.release.topdown import topdown_shape
 
-    cfg = load_config(pathlib.Path(__file__).parents[2] / "configs" / "agency" / "release_agency_compact.yaml",
+    cfg = load_config(compact_agency,
                       ["target.level=county", "target.unit_ids=['01001']", "release.topdown.root=state",
                        "release.mechanisms=[topdown]", "baselines=[holdout, state, chance]"])
     pop = load_population(cfg)
@@ -102,11 +101,11 @@ def test_a_county_target_keeps_its_tracts_in_the_tree_and_publishes_tract_tables
     assert frame.size("BLOCK") == 2 and [m for _, m in areas["tract"]] == [[0], [1]]
 
 
-def test_block_groups_are_a_level_of_the_tree_where_tracts_have_several():
+def test_block_groups_are_a_level_of_the_tree_where_tracts_have_several(compact_agency):
     """On the 2010-shaped population (block numbers whose first digit is the block group), the tree has
     the block groups between the tracts and their blocks, as 2020's production tree; its release is
     consistent level by level. The compact population's tracts have one each, and no such level."""
-    cfg = load_config(pathlib.Path(__file__).parents[2] / "configs" / "agency" / "release_agency_compact.yaml",
+    cfg = load_config(compact_agency,
                       ["data.population={shape: '2010', states: 1, counties_per_state: 1, tracts_per_county: 2}",
                        "attributes=[SEX, HISP]", "queries.tables=[P1]", "target.units=2",
                        "target.unit_ids=['01001000100', '01001000200']", "release.epsilons=[1.0]",
@@ -123,6 +122,5 @@ def test_block_groups_are_a_level_of_the_tree_where_tracts_have_several():
     rel = publish_topdown(cfg, td, 1.0, SimulationNoise(5))
     check_consistent(td.shape, rel.estimates)
     assert rel.estimates[0].sum() == td.tree.hist[0].sum()  # the root total, exact
-    compact = load_config(pathlib.Path(__file__).parents[2] / "configs" / "agency" / "release_agency_compact.yaml",
-                          ["release.epsilons=[1.0]", "release.mechanisms=[topdown]"])
+    compact = load_config(compact_agency, ["release.epsilons=[1.0]", "release.mechanisms=[topdown]"])
     assert "block_group" not in topdown_root(resolve(compact), UNIT, True).shape.levels
