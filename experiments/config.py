@@ -48,6 +48,10 @@ class PopulationConfig(_Strict):
             "drawn uniformly")
     block_size_median: float | None = Field(None, gt=0, description="compact only: the median persons per occupied "
             "block")
+    race_mix: Literal["dirichlet", "rarity"] | None = Field(None, description="2010 only: how areas' race x "
+            "ethnicity mixes vary around their parent's. dirichlet (the default): a rare group all but absent "
+            "from most areas; rarity: rare groups spread thinly over most areas, as 2010's are (fitted to "
+            "the tuned and block-group statistics; within every validation statistic's tolerance on seed 0)")
 
     @model_validator(mode="after")
     def _keys_of_shape(self):
@@ -56,6 +60,8 @@ class PopulationConfig(_Strict):
             if bad:
                 raise ValueError(f"{bad} set for shape '2010', whose block sizes and blocks per tract are "
                                  f"2010's; they apply to shape 'compact' only")
+        elif self.race_mix is not None:
+            raise ValueError("race_mix applies to shape '2010' only (the compact population has mixes of its own)")
         return self
 
 

@@ -39,6 +39,7 @@ def _embedded(s: dict, attributes) -> Dataset:
     if with_gq is not None:
         return with_gq[0]
     _, p = _population_keys(s)
+    p.pop("race_mix", None)  # the 2010 shape's only (the config says so when it is set for another)
     if "blocks_per_tract" in p:
         p["blocks_per_tract"] = tuple(p["blocks_per_tract"])
     return embedded_population(s.get("seed", 0), PopulationSpec(**p))
@@ -50,8 +51,10 @@ def embedded_2010(s: dict) -> tuple[Dataset, np.ndarray] | None:
     shape, p = _population_keys(s)
     if shape != "2010":
         return None
-    from microdata.population2010 import Census2010Spec, census2010_population
+    from microdata.population2010 import RARITY_MIX, Census2010Spec, census2010_population
 
+    if p.pop("race_mix", "dirichlet") == "rarity":
+        p = {**RARITY_MIX, **p}
     return census2010_population(s.get("seed", 0), Census2010Spec(**p), group_quarters=True)
 
 

@@ -4,12 +4,13 @@ import numpy as np
 import pytest
 
 from microdata.dataset import Dataset
-from microdata.describe import SIZE_LABELS, TARGETS, TARGETS_BY_BIN, describe, format_table
+from microdata.describe import (BLOCK_GROUP_TARGETS, SIZE_LABELS, TARGETS, TARGETS_BY_BIN, VALIDATION, describe,
+                                format_table)
 from microdata.errors import CensusReconError
 from microdata.geography import Geography, UnitCatalogue
 from microdata.population import person_domain
-from microdata.population2010 import (BLOCK_BINS_2010, MAX_BLOCK, Census2010Spec, _bin_pmf, block_size_pmf_2010,
-                                      census2010_population, single_year_age_2010)
+from microdata.population2010 import (BLOCK_BINS_2010, MAX_BLOCK, RARITY_MIX, Census2010Spec, _bin_pmf,
+                                      block_size_pmf_2010, census2010_population, single_year_age_2010)
 
 
 def _hand_made() -> Dataset:
@@ -70,14 +71,34 @@ def stats2010():
 
 def test_2010_shape_holds_every_statistic_within_its_tolerance(stats2010):
     measured = [s for s in stats2010 if s.target is not None and s.tuned]
-    assert len(measured) == 7 * len(TARGETS_BY_BIN) + len(TARGETS)
-    off = [(s.name, round(s.value, 2), s.target, s.tolerance) for s in measured if not s.within]
+    assert len(measured) == 7 * len(TARGETS_BY_BIN) + len(TARGETS) + len(BLOCK_GROUP_TARGETS)
+    # the default (Dirichlet) mixes were fitted to every tuned statistic but the block groups' small groups,
+    # which they miss: a rare group all but absent from most block groups (calibration page)
+    off = [(s.name, round(s.value, 2), s.target, s.tolerance) for s in measured
+           if not s.within and s.name not in BLOCK_GROUP_TARGETS]
     assert not off, off
+    assert {s.name for s in measured if not s.within} >= {"bgs_small_adult_race7_pct", "bgs_small_adult_hisp14_pct"}
     by = {s.name: s.value for s in stats2010}
     assert by["persons"] > 600_000 and by["largest_block"] >= 1000  # every bin is populated
     # the clustering falls with block size as 2010's does (households in small blocks)
     modal = [by[f"modal_pct[{b}]"] for b in SIZE_LABELS]
     assert modal[0] > modal[1] > modal[2] > modal[3] > modal[4]
+
+
+def test_rarity_mixes_hold_every_validation_statistic_within_tolerance():
+    """race_mix: rarity (the mixes' dispersion fitted to the tuned and block-group statistics, never to the
+    validation ones) on the 200-tract population, seed 0: every validation statistic within its tolerance,
+    and every tuned one but the block groups with an adult race group of 1-14 (88.6% against 95.7 ± 6:
+    the fit's one miss, said on the calibration page)."""
+    spec = Census2010Spec(states=10, counties_per_state=4, tracts_per_county=5, **RARITY_MIX)
+    data, gq = census2010_population(0, spec, group_quarters=True)
+    stats = describe(data, group_quarters=gq)
+    off = [(s.name, round(s.value, 2), s.target, s.tolerance, s.tuned) for s in stats if s.within is False]
+    assert [o[0] for o in off] == ["bgs_small_adult_race7_pct"], off
+    assert sum(not s.tuned for s in stats if s.within) == len(VALIDATION)
+    default = {s.name: s for s in describe(census2010_population(0, Census2010Spec(states=10, counties_per_state=4,
+                                                                                   tracts_per_county=5)))}
+    assert not default["tracts_small_adult_race7_pct"].within  # what the rarity mix mends
 
 
 def test_compact_population_is_reported_outside_2010():
@@ -94,6 +115,13 @@ def test_spec_and_config_refuse_bad_input(tmp_path):
         Census2010Spec(tract_persons=(50.0, 0.3))
     with pytest.raises(CensusReconError, match="group_age_shift"):
         Census2010Spec(group_age_shift=(1.0, 2.0))
+    with pytest.raises(CensusReconError, match="rarity_exponent"):
+        Census2010Spec(rarity_exponent=3.0)
+    compact = tmp_path / "k.yaml"
+    compact.write_text("name: k\ndata: {population: {race_mix: rarity}}\nattributes: [AGE, SEX]\n"
+                       "target: {level: tract, units: 1}\n")
+    with pytest.raises(ConfigError, match="race_mix applies to shape '2010' only"):
+        load_config(compact)
     cfg = tmp_path / "c.yaml"
     cfg.write_text("name: c\ndata: {population: {shape: '2010', blocks_per_tract: [4, 8]}}\n"
                    "attributes: [AGE, SEX]\ntarget: {level: tract, units: 1}\n")
@@ -137,6 +165,10 @@ def test_validation_statistics_on_hand_made_populations():
     assert v["small_cells_block_hisp14_pct"] == pytest.approx(100 * 5 / 42)
     assert v["small_cells_tract_hisp14_pct"] == pytest.approx(100 * 5 / 28)
     assert v["blocks_small_adult_race7_pct"] == 100.0 and v["tracts_small_adult_race7_pct"] == 100.0
+    # each tract's blocks lie in its block group 1, so the block groups' figures are the tracts' here
+    assert v["small_cells_bg_race7_pct"] == pytest.approx(100 * 3 / 14) and s["small_cells_bg_race7_pct"].tuned
+    assert v["small_cells_bg_hisp14_pct"] == pytest.approx(100 * 5 / 28)
+    assert v["bgs_small_adult_race7_pct"] == 100.0 and v["bgs_small_adult_hisp14_pct"] == 100.0
     # only block 1's mode (NH White, 2 persons) is unique and held by two or more
     assert v["unique_modal_blocks_pct"] == pytest.approx(100 / 3)
     assert v["cef_self_linkage_pct"] == pytest.approx(100.0)  # every {block, sex, age} cell holds one person
@@ -153,7 +185,11 @@ def test_validation_statistics_on_hand_made_populations():
     # blocks 1001 and 2001 lie in block groups 1 and 2 of one tract
     bgs = Dataset(person_domain(), np.array([[30, 0, 0, 0, 0]] * 3),
                   Geography.from_parts(np.ones(3, int), np.ones(3, int), np.full(3, 100), np.array([1001, 1002, 2001])))
-    assert {x.name: x.value for x in describe(bgs)}["persons_per_block_group"] == 1.5
+    by = {x.name: x.value for x in describe(bgs)}
+    assert by["persons_per_block_group"] == 1.5
+    # White 2 in block group 1 and 1 in block group 2: both small; the tract's White 3 is not
+    assert by["small_cells_bg_race7_pct"] == pytest.approx(100 * 2 / 14)
+    assert by["small_cells_tract_race7_pct"] == pytest.approx(0.0)
     table = format_table(describe(data))
     assert table.index("modal_pct") < table.index("validation statistics") < table.index("small_cells_tract_race7")
 
