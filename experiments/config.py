@@ -51,8 +51,8 @@ class PopulationConfig(_Strict):
     race_mix: Literal["dirichlet", "rarity"] | None = Field(None, description="2010 only: how areas' race x "
             "ethnicity mixes vary around their parent's. dirichlet (the default): a rare group all but absent "
             "from most areas; rarity: rare groups spread thinly over most areas, as 2010's are (fitted to "
-            "the tuned and block-group statistics; every validation statistic within its tolerance on 4 seeds of 8, "
-            "some of the blocks' segregation outside: docs/pages/calibration.md)")
+            "the tuned statistics, the block groups' among them; every validation statistic within its tolerance on "
+            "6 seeds of 8: docs/pages/calibration.md)")
 
     @model_validator(mode="after")
     def _keys_of_shape(self):
