@@ -191,8 +191,8 @@ class Census2010Spec:
             raise CensusReconError(f"mixed_couple must be a probability, got {self.mixed_couple}")
         for name in ("rarity_exponent", "tract_rarity_exponent"):
             value = getattr(self, name)
-            if value is not None and not -1.0 <= value <= 2.0:
-                raise CensusReconError(f"{name} must be in [-1, 2], got {value}")
+            if value is not None and not 0.0 < value <= 2.0:  # a share of 0 to a power <= 0 is no shape
+                raise CensusReconError(f"{name} must be in (0, 2], got {value}")
         if len(self.group_age_shift) != 8:
             raise CensusReconError(f"group_age_shift needs one shift per group (8), got {len(self.group_age_shift)}")
 
