@@ -207,8 +207,8 @@ def describe(data: Dataset, tract_level: str = "tract", block_level: str = "bloc
 
     # race × ethnicity: the block's mode and Σp² (person-weighted)
     bg = block_groups(geo.units(block_level))
-    fallback_group = tract if bg is None else np.unique(bg, return_inverse=True)[1]
-    mode = block_modes(block, fallback_group, cell, fallback=0)
+    bgi = None if bg is None else np.unique(bg, return_inverse=True)[1].reshape(-1)  # each person's block group
+    mode = block_modes(block, tract if bgi is None else bgi, cell, fallback=0)
     modal = cell == mode
     bc = pd.DataFrame({"b": block, "c": cell}).groupby(["b", "c"]).size()
     p2_block = (bc / size[bc.index.get_level_values("b")]).pow(2).groupby(level="b").sum().to_numpy()
@@ -259,10 +259,8 @@ def describe(data: Dataset, tract_level: str = "tract", block_level: str = "bloc
         "two_or_more_pct": 100 * np.mean(group == 6),
         "diversity_index_pct": 100 * (1 - np.sum(shares ** 2)),
     }
-    values.update(_more_values(data, block, tract, bg, cell, bc, race_attr, group, group_quarters))
-    for name, (t, tol, src) in TARGETS.items():
-        stats.append(Statistic(name, float(values[name]), t, tol, src))
-    for name, (t, tol, src) in BLOCK_GROUP_TARGETS.items():
+    values.update(_more_values(data, block, tract, bgi, cell, bc, race_attr, group, group_quarters))
+    for name, (t, tol, src) in (TARGETS | BLOCK_GROUP_TARGETS).items():
         stats.append(Statistic(name, float(values[name]), t, tol, src))
     for name, (t, tol, src) in VALIDATION.items():
         stats.append(Statistic(name, float(values[name]), t, tol, src, tuned=False))
@@ -272,18 +270,18 @@ def describe(data: Dataset, tract_level: str = "tract", block_level: str = "bloc
     return stats
 
 
-def _more_values(data: Dataset, block: np.ndarray, tract: np.ndarray, bg: np.ndarray | None, cell: np.ndarray,
+def _more_values(data: Dataset, block: np.ndarray, tract: np.ndarray, bgi: np.ndarray | None, cell: np.ndarray,
                  bc: pd.Series, race_attr: str, group: np.ndarray,
                  group_quarters: np.ndarray | None) -> dict[str, float]:
     """The values of ``VALIDATION`` and of the tract, block-group, age-by-group and group-quarters
-    entries of ``TARGETS``: per person its block and tract index, block group id (or None), 126-cell
+    entries of ``TARGETS`` and of ``BLOCK_GROUP_TARGETS``: per person its block, tract and block group index
+    (the last None where blocks are not GEOIDs), 126-cell
     race × ethnicity and 7-group RACE; ``bc`` the persons per (block, cell)."""
     age, hisp, race = data.column("AGE"), data.column("HISP"), data.column(race_attr)
     n = len(data)
     r7 = race7_1980(race) if race_attr == "CENRACE" else race
     h14 = hisp * 7 + r7
     adult = age >= 18
-    bgi = np.unique(bg, return_inverse=True)[1].reshape(-1) if bg is not None else None
 
     def small_cells(unit, cat, k, hi, rows=None):  # per unit (with persons in ``rows``) x category: 1..hi persons?
         rows = np.ones(n, bool) if rows is None else rows
@@ -331,7 +329,7 @@ def _more_values(data: Dataset, block: np.ndarray, tract: np.ndarray, bg: np.nda
         "median_age_nh_white": float(np.median(age[white_rows])) if white_rows.any() else np.nan,
         "median_persons_per_tract": float(np.median(tract_sizes)),
         "tracts_in_design_range_pct": 100 * float(np.mean((tract_sizes >= 1200) & (tract_sizes <= 8000))),
-        "persons_per_block_group": n / len(np.unique(bg)) if bg is not None else np.nan,
+        "persons_per_block_group": n / (bgi.max() + 1) if bgi is not None else np.nan,
         "group_quarters_pct": 100 * float(np.mean(group_quarters)) if group_quarters is not None else np.nan,
     }
     return values
