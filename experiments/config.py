@@ -49,10 +49,10 @@ class PopulationConfig(_Strict):
     block_size_median: float | None = Field(None, gt=0, description="compact only: the median persons per occupied "
             "block")
     race_mix: Literal["dirichlet", "rarity"] | None = Field(None, description="2010 only: how areas' race x "
-            "ethnicity mixes vary around their parent's. dirichlet (the default): a rare group all but absent "
-            "from most areas; rarity: rare groups spread thinly over most areas, as 2010's are (fitted to "
-            "the tuned statistics, the block groups' among them; every validation statistic within its tolerance on "
-            "6 seeds of 8: docs/pages/calibration.md)")
+            "ethnicity mixes vary around their parent's. rarity (the default): rare groups spread thinly over "
+            "most areas, as 2010's are (fitted to the tuned statistics, the block groups' among them; every validation "
+            "statistic within its tolerance on 6 seeds of 8: docs/pages/calibration.md); dirichlet: a rare group all but "
+            "absent from most areas, numerous in a few (the mixes of every 2010-shape figure before 2026-12-03)")
 
     @model_validator(mode="after")
     def _keys_of_shape(self):

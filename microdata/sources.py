@@ -51,10 +51,10 @@ def embedded_2010(s: dict) -> tuple[Dataset, np.ndarray] | None:
     shape, p = _population_keys(s)
     if shape != "2010":
         return None
-    from microdata.population2010 import RARITY_MIX, Census2010Spec, census2010_population
+    from microdata.population2010 import DIRICHLET_MIX, Census2010Spec, census2010_population
 
-    if p.pop("race_mix", "dirichlet") == "rarity":
-        p = {**RARITY_MIX, **p}
+    if p.pop("race_mix", "rarity") == "dirichlet":  # the spec's defaults are the rarity mixes
+        p = {**DIRICHLET_MIX, **p}
     return census2010_population(s.get("seed", 0), Census2010Spec(**p), group_quarters=True)
 
 
