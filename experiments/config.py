@@ -50,9 +50,10 @@ class PopulationConfig(_Strict):
             "block")
     race_mix: Literal["dirichlet", "rarity"] | None = Field(None, description="2010 only: how areas' race x "
             "ethnicity mixes vary around their parent's. rarity (the default): rare groups spread thinly over "
-            "most areas, as 2010's are (fitted to the tuned statistics, the block groups' among them; every validation "
-            "statistic within its tolerance on 6 seeds of 8: docs/pages/calibration.md); dirichlet: a rare group all but "
-            "absent from most areas, numerous in a few (the mixes of every 2010-shape figure before 2026-12-03)")
+            "most areas, as 2010's are (fitted to the tuned statistics, the block groups' among them; every "
+            "validation statistic within its tolerance on 6 seeds of 8: docs/pages/calibration.md); dirichlet: "
+            "a rare group all but absent from most areas, numerous in a few (the mixes of every 2010-shape "
+            "figure before 2026-12-03)")
 
     @model_validator(mode="after")
     def _keys_of_shape(self):
