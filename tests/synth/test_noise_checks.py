@@ -118,3 +118,20 @@ def test_the_exact_laplace_scale_bound_is_where_the_sum_of_absolute_draws_reache
         x = rng.geometric(1 - r2, 200) - rng.geometric(1 - r2, 200)
         hits += laplace_scale_upper_exact(200, int(np.abs(x).sum()), 0.95) >= 2
     assert 0.92 < hits / 400 <= 1
+
+
+def test_the_shape_test_s_subsample_takes_no_draw_twice():
+    """Five releases of 204,624 correct discrete Laplace draws each (a level of 7 block groups x 29,232 types,
+    scale 32.5), 200,000 of each kept for the shape test as the TopDown audit keeps them: drawn without
+    replacement the pooled chi-square accepts; drawn with replacement (the defect of 2026-12-03) a draw taken
+    twice counts twice, the bins vary about twice as much as the test assumes, and correct noise fails."""
+    from experiments.release.audit import shape_subsample
+
+    rng = np.random.default_rng(3)
+    releases = [_discrete_laplace(rng, 32.5, 204_624) for _ in range(5)]
+    kept = [shape_subsample(x, rng) for x in releases]
+    assert all(k.size == 200_000 for k in kept) and shape_subsample(releases[0][:1000], rng).size == 1000
+    assert np.unique(shape_subsample(np.arange(204_624), rng)).size == 200_000  # each draw at most once
+    assert laplace_shape_pvalue(np.concatenate(kept)) > 1e-4
+    twice = [x[rng.integers(0, x.size, 200_000)] for x in releases]
+    assert laplace_shape_pvalue(np.concatenate(twice)) < 1e-6
