@@ -81,6 +81,29 @@ def test_hand_written_gradients_match_autodiff_of_the_definition(k):
     assert np.abs(got16 - want).max() < 2e-2 * np.abs(want).max()  # bfloat16 operands, same gradient
 
 
+@pytest.mark.parametrize("bands", [2, 3, (1,), (3, 4, 9), tuple(range(1, 16))])
+def test_gram_bands_give_the_whole_gram_matrix_answers_and_gradient(bands):
+    """The 2-way step in row bands of the Gram matrix's upper part (cuts inside an attribute, at its
+    edges, one band a row) answers and differentiates exactly as the whole Gram matrix does."""
+    dom = Domain.from_sizes({"A": 3, "B": 4, "C": 2, "D": 5, "E": 2})
+    w = Workload.all_kway(dom, 2, lower=True)
+    whole, plan = MarginalPlan.build(w, gram_bands=1), MarginalPlan.build(w, gram_bands=bands)
+    assert len(plan.gram) > 1 and whole.gram == ((0, 16),) and plan.key != whole.key
+    assert plan.dense_size < whole.dense_size
+    L = _random_logits(plan, n=13, seed=7)
+    np.testing.assert_allclose(np.asarray(plan.answers(probabilities(L, plan.layout))),
+                               np.asarray(_reference(w, plan, L)), atol=1e-6)
+    target = jnp.asarray(np.random.default_rng(1).random(w.num_queries), dtype=jnp.float32)
+
+    def loss(p, L):
+        return jnp.sum((p.dense_answers_of_logits(L)[jnp.asarray(p.dense_index)] - target) ** 2)
+
+    np.testing.assert_allclose(np.asarray(jax.grad(lambda L: loss(plan, L))(L)),
+                               np.asarray(jax.grad(lambda L: loss(whole, L))(L)), rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="band starts"):
+        MarginalPlan.build(w, gram_bands=(0, 5))
+
+
 def test_a_tall_middle_computed_the_other_way_round_gives_the_same_answers_and_gradient():
     from reconstruct.queries import _swap_forward
 
@@ -144,12 +167,17 @@ def test_exact_counts_by_matmul_equal_bincounts_across_chunks(small_data, monkey
 
 def test_flops_a_marginal_step_must_do_are_counted_by_hand():
     """Sizes 2, 3, 4, all 2-way marginals: 2·3 + 2·4 + 3·4 = 26 cells, 6n' each (the answer and two
-    cotangent contractions). The step computes the whole 9 × 9 Gram matrix and (R + Rᵀ)·P: 2 · 81 · 2n'.
-    All 3-way: one marginal of 24 cells, and the middle's matmul computes exactly those, 3 × 24 × 2n'."""
+    cotangent contractions). In one band the step computes the whole 9 × 9 Gram matrix and (R + Rᵀ)·P:
+    2 · 81 · 2n'; in bands starting at rows 2 and 5 (A, then B, then C) the Gram part is 2·9 + 3·7 + 4·4
+    = 55 cells. All 3-way: one marginal of 24 cells, and the middle's matmul computes exactly those,
+    3 × 24 × 2n'."""
     dom = Domain.from_sizes({"A": 2, "B": 3, "C": 4})
     n = 10
-    two = MarginalPlan.build(Workload.all_kway(dom, 2))
+    two = MarginalPlan.build(Workload.all_kway(dom, 2), gram_bands=1)
     assert two.useful_flops_per_step(n) == 26 * 6 * n
     assert two.flops_per_step(n) == 2 * 81 * 2 * n
+    banded = MarginalPlan.build(Workload.all_kway(dom, 2), gram_bands=(2, 5))
+    assert banded.gram == ((0, 2), (2, 5), (5, 9)) and banded.dense_size == 55
+    assert banded.flops_per_step(n) == 2 * (55 + 81) * n
     three = MarginalPlan.build(Workload.all_kway(dom, 3))
     assert three.useful_flops_per_step(n) == three.flops_per_step(n) == 24 * 6 * n
