@@ -113,10 +113,11 @@ class _Middle:
 
 
 #: Row bands of a 2-way step's Gram matrix (see :class:`MarginalPlan`): k bands compute (k + 1) / 2k of
-#: its cells, in k matmuls instead of one. 3 measured fastest on the bench's 17 attributes (W = 107, n' =
-#: 1,000, float32, bands 1 / 2 / 3 / 4 / 6 alternating in one process, 2026-12-03): best of 3 runs 2,260 /
-#: 3,379 / 3,622 / 2,315 / 2,175 run-steps/s, medians 1,561 / 2,199 / 2,271 / 1,987 / 1,784; bfloat16, 1
-#: against 3 bands: best 3,404 against 5,565, medians 3,207 against 3,128.
+#: its cells, in k matmuls instead of one. 3 bands do 17% fewer FLOPs a step on the bench's 17 attributes
+#: (W = 107, n' = 1,000) and were not slower: alternating in one process (2026-12-03), float32 medians
+#: 1,971 against 2,024 and 1,740 against 1,903 run-steps/s (whole Gram against 3 bands, 5 runs each, twice),
+#: inside the machine's noise (a first, noisier run of 1-6 bands gave 3 bands +45%; a 2-band Gram alone
+#: measured 3% slower on 2026-12-02).
 GRAM_BANDS = 3
 
 
