@@ -61,7 +61,7 @@ def main() -> None:
     targets = answer(data, w)
     key = jax.random.key(0)
     print(f"backend {jax.default_backend()}; {len(SIZES)} attributes, {len(w.marginals)} {args.k}-way marginals, "
-          f"{w.num_queries} queries, {len(plan.middles) + plan.two_way} forward matmuls per step; n'={args.rows}")
+          f"{w.num_queries} queries, {len(plan.middles) + len(plan.gram)} forward matmuls per step; n'={args.rows}")
 
     batch = max(2, default_batch(RAPSettings(rows=args.rows), args.runs, plan))
     one = RAPSettings(rows=args.rows, steps=args.steps, batch=1, steps_per_call=args.steps)
