@@ -232,7 +232,6 @@ class MarginalPlan:
         base = 0
         base1 = base
         base += W if one_way else 0
-        base2 = base
         gram = _gram_bands(W, GRAM_BANDS if gram_bands is None else gram_bands) if two_way else ()
         band_base = {}
         for lo, hi in gram:
