@@ -233,9 +233,10 @@ class MarginalPlan:
         base1 = base
         base += W if one_way else 0
         gram = _gram_bands(W, GRAM_BANDS if gram_bands is None else gram_bands) if two_way else ()
-        band_base = {}
-        for lo, hi in gram:
-            band_base[lo] = base
+        band_lo = np.asarray([lo for lo, _ in gram], dtype=np.int64)  # each band's first row, ascending
+        band_at = np.zeros(len(gram), dtype=np.int64)  # where each band starts in the dense vector
+        for b, (lo, hi) in enumerate(gram):
+            band_at[b] = base
             base += (hi - lo) * (W - lo)
         mid_base = {}
         for mid in middles:
@@ -259,10 +260,9 @@ class MarginalPlan:
                 idx = base1 + off[sp[0]] + sv[0]
             elif len(m) == 2:
                 i, j = off[sp[0]] + sv[0], off[sp[1]] + sv[1]  # j > i: the upper part
-                starts = np.asarray(sorted(band_base))
-                band = np.searchsorted(starts, i, side="right") - 1
-                lo = starts[band]
-                idx = np.asarray([band_base[b] for b in starts])[band] + (i - lo) * (W - lo) + j - lo
+                band = np.searchsorted(band_lo, i, side="right") - 1
+                lo = band_lo[band]
+                idx = band_at[band] + (i - lo) * (W - lo) + j - lo
             elif len(m) == 3:
                 b0, mid, (first, second, other) = mid_base[sp[1]]
                 # (first, second, other) factor of each of the cell's sorted attributes
