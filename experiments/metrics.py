@@ -307,11 +307,21 @@ def units_to_decide(mean: float, sd: float, confidence: float, power: float = PL
 
 
 def difference_words(x) -> str:
-    """'+5.2 per unit (95% interval −1.0 to +11.4, 4 units)'."""
+    """'+5.2 per unit (95% interval −1.0 to +11.4, 4 units)'; with the units' unique persons known, also
+    the mean of each unit's share of them with its interval (:func:`summarise_persons`).
+
+    >>> x = {"difference_mean": 5.2, "ci_low": -1.0, "ci_high": 11.4, "units": 4, "share_mean": 0.026,
+    ...      "share_low": -0.005, "share_high": 0.057}
+    >>> print(difference_words(x))
+    +5.2 per unit (95% interval -1.0 to +11.4, 4 units; +2.6% of each unit's persons unique in D, -0.5% to +5.7%)
+    """
     if not np.isfinite(x["ci_low"]):
         return f"{x['difference_mean']:+.1f} per unit (1 unit: no interval)"
+    share = x.get("share_mean", np.nan)
+    share = (f"; {100 * share:+.1f}% of each unit's persons unique in D, {100 * x['share_low']:+.1f}% "
+             f"to {100 * x['share_high']:+.1f}%" if pd.notna(share) else "")
     return (f"{x['difference_mean']:+.1f} per unit ({CONFIDENCE:.0%} interval {x['ci_low']:+.1f} to "
-            f"{x['ci_high']:+.1f}, {int(x['units'])} units)")
+            f"{x['ci_high']:+.1f}, {int(x['units'])} units{share})")
 
 
 def unit_names(values: pd.Series) -> str:
@@ -322,11 +332,33 @@ def unit_names(values: pd.Series) -> str:
     return ", ".join(f"{name} ({n} unit{'s' if n > 1 else ''})" for name, n in counts.items())
 
 
+def unique_share(per_unit: pd.DataFrame, value: str = "difference") -> pd.Series:
+    """Each unit's ``value`` as a share of its persons unique in D (``n_unique``): what a tolerance given
+    as a share of them (``release.tolerance.share_of_unique``) is measured against. A unit with no one
+    unique in D has nothing to reconstruct: 0.
+
+    >>> unique_share(pd.DataFrame({"difference": [10, 0, 3], "n_unique": [100, 0, 12]})).tolist()
+    [0.1, 0.0, 0.25]
+    """
+    n = per_unit["n_unique"].astype(np.float64)
+    return (per_unit[value].astype(np.float64) / n.where(n > 0)).fillna(0.0)
+
+
 def summarise_persons(per_unit: pd.DataFrame, by=("variant", "method"), **extra) -> pd.DataFrame:
     """Across units, per group of ``by``: total persons reconstructed by each attack and by the best
     baselines (named when known), the persons of D and those unique in D (the denominators), and the
     mean difference per unit with its standard error and t interval (:func:`add_interval`).
-    ``extra``: more named aggregations, as ``DataFrame.agg`` takes them."""
+    ``extra``: more named aggregations, as ``DataFrame.agg`` takes them.
+
+    When each unit's persons unique in D are known (``n_unique``), also the difference as a share of
+    them, unit by unit (:func:`unique_share`): ``share_mean``, the mean over units, with its
+    :data:`CONFIDENCE` t interval ``share_low`` / ``share_high``. Units of different sizes differ in
+    persons found partly because they differ in size; their shares do not."""
+    from scipy.stats import t as student
+
+    if "n_unique" in per_unit:
+        per_unit = per_unit.assign(_share=unique_share(per_unit))
+        extra = {"share_mean": ("_share", "mean"), "_share_std": ("_share", "std"), **extra}
     g = per_unit.groupby(list(by), sort=False, dropna=False)
     agg = dict(units=("unit", "nunique"), persons=("persons_reconstructed", "sum"),
                baseline_persons=("baseline_persons", "sum"), persons_in_d=("n_rows", "sum"),
@@ -335,7 +367,13 @@ def summarise_persons(per_unit: pd.DataFrame, by=("variant", "method"), **extra)
         agg["unique_in_d"] = ("n_unique", "sum")
     if "best_baseline" in per_unit:
         agg["best_baselines"] = ("best_baseline", unit_names)
-    return add_interval(g.agg(**agg, **extra).reset_index())
+    out = add_interval(g.agg(**agg, **extra).reset_index())
+    if "n_unique" in per_unit:  # the same interval as add_interval's, of the shares
+        n = out["units"].to_numpy(dtype=np.float64)
+        sem = np.nan_to_num(out.pop("_share_std").to_numpy(dtype=np.float64)) / np.sqrt(np.maximum(n, 1))
+        half = np.where(n > 1, student.ppf(0.5 + CONFIDENCE / 2, np.maximum(n - 1, 1)) * sem, np.inf)
+        out = out.assign(share_low=out["share_mean"] - half, share_high=out["share_mean"] + half)
+    return out
 
 
 def outside_shares(df: pd.DataFrame) -> pd.DataFrame:

@@ -281,7 +281,9 @@ def write_run_report(run_dir: str | Path) -> Path:
     doc.p("A person is *reconstructed* when their exact row is unique in D (no one else in D shares it) and the "
           "method ranks it among its top u candidates. The best baseline of a unit is the baseline that finds the "
           f"most such persons there; the difference is per unit: the mean across units with its {CONFIDENCE:.0%} "
-          "Student t interval, the interval the terminal and the release verdict print.")
+          "Student t interval, the interval the terminal prints; with it, the difference as a share of each unit's "
+          "persons unique in D (the mean over units, with its interval), the measure of a release verdict's default "
+          "tolerance.")
     for v in variants:
         s = summary[summary["variant"] == v]
         doc.h(3, variant_label(v, variants))

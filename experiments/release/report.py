@@ -17,8 +17,8 @@ from experiments.config import FILE_PREFIX, NOT_DP, PROGRAM_PREFIX  # noqa: E402
 from experiments.doc import Doc  # noqa: E402
 from experiments.metrics import (CONFIDENCE, PLAN_MAX_UNITS, PLAN_POWER, SATURATION_SHARE,  # noqa: E402
                                  average_curves, best_baselines, difference_words, saturation, saturation_words,
-                                 strength_sequence, strength_table, summarise_persons, unit_names, units_to_decide,
-                                 upper_limit, variant_label)
+                                 strength_sequence, strength_table, summarise_persons, unique_share, unit_names,
+                                 units_to_decide, upper_limit, variant_label)
 from experiments.plots import save_figure  # noqa: E402
 from experiments.results import time_words  # noqa: E402
 from synth.release import DERIVED_ROWS  # noqa: E402
@@ -53,33 +53,40 @@ def release_persons(df: pd.DataFrame) -> pd.DataFrame:
 def summarise_release_persons(per_unit: pd.DataFrame, tolerance=None) -> pd.DataFrame:
     """Across units, per variant, mechanism, attack and setting: persons reconstructed and found by
     the best baselines (sums), the denominators (persons in D, unique in D), the mean difference
-    per unit with its two-sided t interval (``beyond_spread`` when it lies above 0), and which
-    attacks and baselines were the best.
+    per unit with its two-sided t interval, and which attacks and baselines were the best.
 
-    Against ``tolerance`` (a :class:`~experiments.config.ToleranceConfig`, default its default) each
-    unit tolerates t_u persons (``per_unit``, or ``share_of_unique`` × its persons unique in D):
-    ``tolerance`` is their mean, ``excess_upper`` / ``excess_lower`` the one-sided upper / lower
-    :data:`CONFIDENCE` limits of the mean difference, taken as mean t + the limit of the mean of
-    (difference − t_u), and ``margin_mean`` / ``margin_std`` that mean and its spread (for plans)."""
+    The verdict's figures are in the tolerance's own measure (``scale``): with ``share_of_unique``
+    (the default, :class:`~experiments.config.ToleranceConfig`) each unit's excess is its share of
+    the unit's persons unique in D (``share``), with ``per_unit`` it is persons (``persons``).
+    ``tolerance`` is what each unit tolerates in that measure, ``excess_upper`` / ``excess_lower``
+    the one-sided upper / lower :data:`CONFIDENCE` Student t limits of the mean excess over units,
+    ``margin_mean`` / ``margin_std`` the mean and spread of (excess − tolerance) (for plans), and
+    ``beyond_spread`` whether the two-sided interval of the mean excess lies above 0 (the gate on the
+    exact tables). Measuring each unit against its own tolerance keeps units of different sizes
+    comparable: a tract twice as large finds about twice the persons, not twice the share."""
     from experiments.config import ToleranceConfig
 
     tol = tolerance or ToleranceConfig()
     if tol.per_unit is not None:
-        allowed = pd.Series(float(tol.per_unit), index=per_unit.index)
+        scale, excess, allowed = "persons", per_unit["difference"].astype(np.float64), float(tol.per_unit)
     elif "n_unique" in per_unit:
-        allowed = tol.share_of_unique * per_unit["n_unique"].astype(np.float64)
+        scale, excess, allowed = "share", unique_share(per_unit), float(tol.share_of_unique)
     else:
         from experiments.config import ConfigError
 
         raise ConfigError("release.tolerance.share_of_unique needs the persons unique in D of each unit, which "
                           "these results do not have; give release.tolerance.per_unit instead")
-    per_unit = per_unit.assign(_allowed=allowed, _margin=per_unit["difference"] - allowed)
+    per_unit = per_unit.assign(_margin=excess - allowed)
     out = summarise_persons(per_unit, ("variant", "mechanism", "attack", "setting"),
-                            best_attacks=("best_attack", unit_names), tolerance=("_allowed", "mean"),
-                            margin_mean=("_margin", "mean"), margin_std=("_margin", "std"))
+                            best_attacks=("best_attack", unit_names), margin_mean=("_margin", "mean"),
+                            margin_std=("_margin", "std"))
     up = [upper_limit(m, sd, n) for m, sd, n in zip(out["margin_mean"], out["margin_std"], out["units"])]
     low = [-upper_limit(-m, sd, n) for m, sd, n in zip(out["margin_mean"], out["margin_std"], out["units"])]
-    return out.assign(excess_upper=out["tolerance"] + np.array(up), excess_lower=out["tolerance"] + np.array(low))
+    out = out.assign(scale=scale, tolerance=allowed, excess_mean=out["margin_mean"] + allowed,
+                     excess_upper=allowed + np.array(up), excess_lower=allowed + np.array(low))
+    if scale == "share":
+        out["beyond_spread"] = out["share_low"] > 0
+    return out
 
 
 def published_rows(util: pd.DataFrame) -> pd.DataFrame:
@@ -162,11 +169,29 @@ def exact_row(persons: pd.DataFrame, variant):
     return e.iloc[0] if len(e) else None
 
 
+def excess_words(x, value: float, signed: bool = True) -> str:
+    """A figure in the verdict's measure (``x['scale']``): '+2.4% of each unit's persons unique in D'
+    (a share) or '+3.1 per unit' (persons); unsigned for a tolerance.
+
+    >>> excess_words({"scale": "share"}, 0.0243), excess_words({"scale": "persons"}, 3.14, signed=False)
+    ("+2.4% of each unit's persons unique in D", '3.1 per unit')
+    """
+    if not np.isfinite(value):
+        return "+∞ (one unit: no spread)"
+    sign = "+" if signed else ""
+    if x.get("scale", "persons") == "share":
+        return f"{100 * value:{sign}.1f}% of each unit's persons unique in D"
+    return f"{value:{sign}.1f} per unit"
+
+
 def limit_words(x, tol_words: str) -> str:
-    """'upper 95% limit +3.1 per unit, against 5.0 tolerated (1% of persons unique in D)'."""
-    up = x["excess_upper"]
-    return (f"upper {CONFIDENCE:.0%} limit {'+∞ (one unit: no spread)' if not np.isfinite(up) else f'{up:+.1f}'} "
-            f"per unit, against {x['tolerance']:.1f} tolerated ({tol_words})")
+    """'upper 95% limit +3.1 per unit, against 5.0 per unit tolerated (5 persons per unit)', or in
+    shares: 'upper 95% limit +2.4% of each unit's persons unique in D, against 1% tolerated'."""
+    if x.get("scale", "persons") == "share":
+        return (f"upper {CONFIDENCE:.0%} limit {excess_words(x, x['excess_upper'])}, against "
+                f"{100 * x['tolerance']:g}% tolerated")
+    return (f"upper {CONFIDENCE:.0%} limit {excess_words(x, x['excess_upper'])}, against "
+            f"{x['tolerance']:.1f} tolerated ({tol_words})")
 
 
 def _units_plan(need: int | None, have: int) -> str:
@@ -191,8 +216,8 @@ def decision_plan(status: str, x, exact, strength: dict | None, mechanism: str) 
                 "raise attack.runs (K) and attack.steps (T)") if weak else ""
     parts = []
     if status == "cannot_decide":
-        sd = float(exact["difference_sem"]) * math.sqrt(exact["units"])  # the spread over units
-        need = units_to_decide(float(exact["difference_mean"]), sd, 0.5 + CONFIDENCE / 2)
+        # the excess in the verdict's measure and its spread over units (excess − tolerance spreads as much)
+        need = units_to_decide(float(exact["excess_mean"]), float(exact["margin_std"]), 0.5 + CONFIDENCE / 2)
         if need is not None:
             parts.append(_units_plan(need, int(exact["units"])) + " would show the attack on the exact tables beyond "
                          "the best guess")
@@ -205,10 +230,10 @@ def decision_plan(status: str, x, exact, strength: dict | None, mechanism: str) 
         where = setting_label(mechanism, x["setting"])
         if need is not None:
             parts.append(_units_plan(need, int(x["units"])) + f" would show {where} safe, were its excess "
-                         f"({x['difference_mean']:+.1f} per unit) and spread what this evaluation saw")
+                         f"({excess_words(x, x['excess_mean'])}) and spread what this evaluation saw")
         else:
-            parts.append(f"no number of units shows {where} safe: its excess ({x['difference_mean']:+.1f} per unit) is "
-                         f"not below the tolerance ({x['tolerance']:.1f}); evaluate "
+            parts.append(f"no number of units shows {where} safe: its excess ({excess_words(x, x['excess_mean'])}) "
+                         f"is not below the tolerance ({excess_words(x, x['tolerance'], signed=False)}); evaluate "
                          f"{more_protective(mechanism)} or accept a larger "
                          "tolerance")
     if stronger:
@@ -288,8 +313,8 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant, strength: d
                 row.update(status="none_safe", x=x)
                 text = (f"**{mech}**: not safe at any setting evaluated: even at the most protective, {where}, the best "
                         f"attack reconstructs {persons_words(x)} against {int(x['baseline_persons'])} by the best guess, "
-                        f"{difference_words(x)}; lower {CONFIDENCE:.0%} limit {x['excess_lower']:+.1f} per unit, above "
-                        f"the {x['tolerance']:.1f} tolerated ({tol_words}).")
+                        f"{difference_words(x)}; lower {CONFIDENCE:.0%} limit {excess_words(x, x['excess_lower'])}, "
+                        f"above the {excess_words(x, x['tolerance'], signed=False)} tolerated ({tol_words}).")
             else:
                 row.update(status="not_shown_safe", x=x)
                 row["plan"] = decision_plan("not_shown_safe", x, e, strength, mech)
@@ -426,6 +451,8 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
     ax.axhline(base.mean(), color="#d95f02", ls="--", lw=1.5,
                label=f"best guess without the release ({CONFIDENCE:.0%} t interval across units)")
     tol = float(p["tolerance"].mean()) if "tolerance" in p and len(p) else None
+    if tol is not None and len(p) and p["scale"].iloc[0] == "share":  # a share of each unit's unique persons
+        tol *= float(p["unique_in_d"].iloc[0]) / float(p["units"].iloc[0])  # at the units' mean size
     if tol is not None and np.isfinite(tol):
         ax.axhline(base.mean() + tol, color="#1b9e77", ls=":", lw=1.5,
                    label=f"tolerated: best guess + {tol:.1f} ({cfg.release.tolerance.words()})")
@@ -642,7 +669,10 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
               "candidates from the release. The *best attack* on a unit is the attack that reconstructs the most "
               "persons there; the *best guess* is the baseline that finds the most such persons there (both named). "
               f"Difference: best attack minus best guess, mean per unit with its {CONFIDENCE:.0%} Student t interval "
-              "over units; *beyond spread* when the interval lies above 0.")
+              "over units, and the same as a share of each unit's persons unique in D (the mean of the units' shares, "
+              "with its interval). *Beyond spread* when the interval of the tolerance's measure lies above 0: the "
+              + ("share (a large unit finds more persons than a small one because it is larger; the shares of "
+                 "units of different sizes agree better)." if cfg.release.tolerance.per_unit is None else "persons."))
         rows = []
         order = {m: i for i, m in enumerate(["exact", *cfg.release.evaluated])}
         best_rows = p[p["attack"] == BEST_ATTACK]
@@ -783,6 +813,14 @@ DECISION_WORDS = {"safe": "shown safe up to", "none_safe": "not safe at any sett
                   "not shown safe", "cannot_decide": "cannot decide"}
 
 
+def _limit_cell(x) -> str:
+    """The decision table's 'upper limit / tolerated' cell, in the verdict's measure."""
+    share = x.get("scale", "persons") == "share"
+    up, tol = x["excess_upper"], x["tolerance"]
+    up_s = "+∞" if not np.isfinite(up) else f"{100 * up:+.1f}%" if share else f"{up:+.1f}"
+    return f"{up_s} / {100 * tol:g}%" if share else f"{up_s} / {tol:.1f}"
+
+
 def _decision_section(doc: Doc, cfg, persons: pd.DataFrame, verdicts: dict, audits, entries) -> None:
     """The decision, first: per mechanism the verdict against the tolerance, the figures it rests on,
     the audit and whether the backend is fit for publication; what would decide an undecided verdict;
@@ -805,9 +843,12 @@ def _decision_section(doc: Doc, cfg, persons: pd.DataFrame, verdicts: dict, audi
         doc.p("Audit of the publishing code: **not run**.")
     for v, (_, rows) in verdicts.items():
         units = int(persons.loc[persons["variant"] == v, "units"].max()) if len(persons) else 0
+        shares = tol.per_unit is None
         doc.p(f"{variant_label(v, variants).capitalize()}, {units} units. Tolerance: **{tol.words()}** reconstructed "
               "beyond the best guess without the release; a setting is safe only when the upper 95% limit of that "
-              "excess is below it (the settings tested from the most protective, stopping at the first not shown safe).")
+              "excess is below it (the settings tested from the most protective, stopping at the first not shown safe)"
+              + ("; each unit's excess is measured as a share of its own persons unique in D, the mean over units "
+                 "tested." if shares else "."))
         table = []
         for r in rows:
             x = r["x"]
@@ -822,11 +863,11 @@ def _decision_section(doc: Doc, cfg, persons: pd.DataFrame, verdicts: dict, audi
             verdict = f"**{DECISION_WORDS[r['status']]}" + (f" {where}**" if r["status"] == "safe" else "**")
             table.append([r["mechanism"], verdict, where,
                           f"{int(x['persons'])} / {int(x['baseline_persons'])}" if x is not None else "",
-                          (f"{x['excess_upper']:+.1f} / {x['tolerance']:.1f}" if np.isfinite(x["excess_upper"]) else
-                           f"+∞ / {x['tolerance']:.1f}") if x is not None else "",
+                          _limit_cell(x) if x is not None else "",
                           f"{r['table_error']:.2f}" if "table_error" in r else "", audit, fit])
         doc.table(["mechanism", "verdict", "figures at", "persons reconstructed: best attack / best guess",
-                   "excess per unit: upper 95% limit / tolerated", "table error per cell", "audit",
+                   f"excess{' (share of unique persons)' if shares else ' per unit'}: upper {CONFIDENCE:.0%} limit / "
+                   "tolerated", "table error per cell", "audit",
                    "fit for publication"], table, numeric={3, 4, 5})
         plans = [f"**{r['mechanism']}**: {r['plan']}" for r in rows if r["plan"]]
         doc.ul(plans)

@@ -82,6 +82,25 @@ def test_persons_reconstructed_against_the_best_baseline_of_each_unit():
     assert s.persons.tolist() == [4] and s.baseline_persons.tolist() == [2] and s.difference_sem.tolist() == [0.0]
 
 
+def test_units_of_different_sizes_are_also_compared_as_shares_of_their_unique_persons():
+    """Differences 10, 22, 27 on units of 100, 200, 300 persons unique in D: shares 0.1, 0.11, 0.09,
+    mean 0.1, sd 0.01, interval 0.1 ± t(0.975, 2)·0.01/√3 = 0.0752 to 0.1248, beyond 0, where the
+    persons themselves (mean 19.667, sd 8.737) give −2.0 to 41.4; the persons' interval is unchanged."""
+    def per_unit(sizes):
+        return pd.DataFrame({"variant": False, "method": "rap_rank", "unit": ["a", "b", "c"], "u": 5, "n_rows": 900,
+                             "n_unique": sizes, "persons_reconstructed": [30, 40, 50],
+                             "baseline_persons": [20, 18, 23], "difference": [10, 22, 27]})
+
+    s = summarise_persons(per_unit([100, 200, 300])).iloc[0]
+    half = 4.302653 * 0.01 / 3 ** 0.5
+    assert s.share_mean == pytest.approx(0.1) and s.unique_in_d == 600
+    assert s.share_low == pytest.approx(0.1 - half, abs=1e-6) and s.share_high == pytest.approx(0.1 + half, abs=1e-6)
+    assert s.difference_sem == pytest.approx(8.736895 / 3 ** 0.5, abs=1e-5) and not s.beyond_spread
+    assert s.ci_low == pytest.approx(59 / 3 - 4.302653 * 8.736895 / 3 ** 0.5, abs=1e-4)
+    no_size = summarise_persons(per_unit([100, 200, 300]).drop(columns="n_unique")).iloc[0]
+    assert no_size.difference_sem == pytest.approx(s.difference_sem) and "share_mean" not in no_size
+
+
 def test_lift_is_computed_per_variant_never_pooled():
     rows = []
     for v, rap, base in ((True, 0.9, 0.1), (False, 0.8, 0.6)):

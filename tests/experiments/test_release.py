@@ -101,9 +101,9 @@ def test_more_noise_means_less_lift_fewer_persons_and_more_error(release_run):
         persons.setting == 0.1].groupby("mechanism").persons_reconstructed.sum().max()
 
 
-def _hand_made(exact_rap, eps8_rap):
+def _hand_made(exact_rap, eps8_rap, sizes=(20, 20, 20)):
     """Three units: baselines (holdout the best), the exact tables and ε = 1, 8 attacked by RAP-Rank
-    and the trivial attack; persons unique in D 20 per unit of 50."""
+    and the trivial attack; persons unique in D ``sizes`` (20 per unit of 50 unless given)."""
     rows = []
     base = {"a": 10, "b": 12, "c": 11}
     by = {math.inf: {"rap_rank": exact_rap, "one_way_margins": [0, 0, 0]},
@@ -112,12 +112,12 @@ def _hand_made(exact_rap, eps8_rap):
     for i, unit in enumerate(base):
         for method, n in (("holdout", base[unit]), ("county", base[unit] - 3)):
             rows.append(dict(variant=False, unit=unit, setting=float("nan"), mechanism="baseline", method=method,
-                             k=5, u=5, num_matched_unique=n, n_rows=50, n_unique=20))
+                             k=5, u=5, num_matched_unique=n, n_rows=50, n_unique=sizes[i]))
         for eps, attacks in by.items():
             for method, ns in attacks.items():
                 rows.append(dict(variant=False, unit=unit, setting=eps, mechanism="exact" if eps == math.inf else
                                  "laplace_tables", method=method, k=5, u=5, num_matched_unique=ns[i], n_rows=50,
-                                 n_unique=20))
+                                 n_unique=sizes[i]))
     return pd.DataFrame(rows)
 
 
@@ -167,6 +167,35 @@ def test_not_significant_is_not_safe_when_the_upper_limit_exceeds_the_tolerance(
     (v,) = verdict_rows(summarise_release_persons(per), pd.DataFrame(), False)
     assert v["status"] == "not_shown_safe" and "no number of units shows ε = 1 safe" in v["plan"]
     assert "smaller ε" in v["plan"]
+
+
+def test_units_of_different_sizes_are_judged_on_the_share_of_their_unique_persons():
+    """The exact tables find 10, 22, 27 persons more than the best guess on units of 100, 200, 300
+    persons unique in D: shares 0.10, 0.11, 0.09, so the attack is beyond the best guess, where the
+    same differences on equal units (spread 8.7 persons) are not. At ε = 1 the best attack finds 1, 0,
+    2 more: shares 0.01, 0, 0.00667 against 1% tolerated; margins 0, −0.01, −0.00333 (mean −0.00444,
+    sd 0.00509): upper limit 0.01 − 0.00444 + t(0.95, 2)·0.00509/√3 = 0.01414 > 0.01, not shown safe,
+    and 0.01 + the margin's mean = 0.00556 is the excess its plan quotes."""
+    from experiments.release.report import release_persons, summarise_release_persons, verdict_rows
+
+    util = pd.DataFrame(columns=["variant", "mechanism", "setting", "table", "cells", "mae_per_cell",
+                                 "share_off_10pct"])
+    per = release_persons(_hand_made([20, 34, 38], [30, 33, 32], sizes=(100, 200, 300)))
+    s = summarise_release_persons(per)
+    s = s[s.attack == "best attack"].set_index("setting")
+    assert s.loc[math.inf, "beyond_spread"] and s.loc[math.inf, "share_mean"] == pytest.approx(0.1)
+    assert not s.loc[math.inf, "ci_low"] > 0  # the persons' own interval reaches below 0
+    one = s.loc[1.0]
+    assert one.scale == "share" and one.tolerance == 0.01 and one.excess_mean == pytest.approx(0.01 / 1.8)
+    sd = float(np.std([0, -0.01, -0.01 / 3], ddof=1))
+    assert one.margin_std == pytest.approx(sd) and one.excess_upper == pytest.approx(
+        0.01 - 0.04 / 9 + 2.919986 * sd / 3 ** 0.5, abs=1e-7)
+    (v,) = verdict_rows(summarise_release_persons(per), util, False)
+    assert v["status"] == "not_shown_safe" and "+0.6% of each unit's persons unique in D" in v["plan"]
+    assert "upper 95% limit +1.4% of each unit's persons unique in D, against 1% tolerated" in v["text"]
+    same = release_persons(_hand_made([20, 34, 38], [30, 33, 32], sizes=(200, 200, 200)))
+    (v,) = verdict_rows(summarise_release_persons(same), util, False)
+    assert v["status"] == "cannot_decide"
 
 
 def test_a_later_setting_is_never_called_safe_after_one_that_is_not():
