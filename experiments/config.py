@@ -410,11 +410,13 @@ class ToleranceConfig(_Strict):
     """What the publication board accepts: persons reconstructed by the best attack beyond the best
     guess without the release, per unit. A setting is called safe only when the one-sided upper 95%
     limit of that excess across units is below the tolerance (an equivalence test); give one of the
-    two forms."""
+    two forms. The excess is measured in the form's own terms: each unit's share of its own persons
+    unique in D, or persons."""
 
     share_of_unique: float | None = Field(
         0.01, gt=0, le=1, description="the tolerance as a share of each unit's persons unique in D (default 1%: "
-        "a unit of 500 persons unique in D tolerates 5 more persons reconstructed than the best guess finds)")
+        "a unit of 500 persons unique in D tolerates 5 more persons reconstructed than the best guess finds); "
+        "each unit's excess is taken as a share of its own unique persons and their mean over units is tested")
     per_unit: float | None = Field(None, gt=0, description="the tolerance in persons per unit, the same for every "
                                                            "unit (replaces the default share_of_unique)")
 
