@@ -185,7 +185,7 @@ def excess_words(x, value: float, signed: bool = True) -> str:
 
 
 def limit_words(x, tol_words: str) -> str:
-    """'upper 95% limit +3.1 per unit, against 5.0 per unit tolerated (5 persons per unit)', or in
+    """'upper 95% limit +3.1 per unit, against 5.0 tolerated (5 persons per unit)', or in
     shares: 'upper 95% limit +2.4% of each unit's persons unique in D, against 1% tolerated'."""
     if x.get("scale", "persons") == "share":
         return (f"upper {CONFIDENCE:.0%} limit {excess_words(x, x['excess_upper'])}, against "
