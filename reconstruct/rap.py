@@ -172,10 +172,6 @@ _ADAM_STEP_BOUND = 3.2
 _DRIFT = 24.0
 
 
-#: steps per iteration of the compiled step loop (``jax.lax.scan``'s ``unroll``)
-STEP_UNROLL = 1
-
-
 def recentre_every(settings: RAPSettings) -> int:
     """Steps between recentrings of the logits: each attribute's maximum is reset to 0, and
     until the next reset no logit can move more than ``_DRIFT``, so the step's softmax needs no
@@ -219,7 +215,7 @@ def _build_program(plan, settings: RAPSettings, with_pool: bool):
             return (optax.apply_updates(logits, updates), opt_state), None
 
         def steps_then_recentre(carry, keys):
-            (logits, opt_state), _ = jax.lax.scan(step, carry, keys, unroll=STEP_UNROLL)
+            (logits, opt_state), _ = jax.lax.scan(step, carry, keys)
             return (recentre(logits, layout), opt_state), None
 
         every = recentre_every(settings)
