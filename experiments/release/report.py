@@ -814,7 +814,13 @@ DECISION_WORDS = {"safe": "shown safe up to", "none_safe": "not safe at any sett
 
 
 def _limit_cell(x) -> str:
-    """The decision table's 'upper limit / tolerated' cell, in the verdict's measure."""
+    """The decision table's 'upper limit / tolerated' cell, in the verdict's measure.
+
+    >>> _limit_cell({"scale": "share", "excess_upper": -0.0152, "tolerance": 0.01})
+    '-1.5% / 1%'
+    >>> _limit_cell({"scale": "persons", "excess_upper": float("inf"), "tolerance": 2.0})
+    '+∞ / 2.0'
+    """
     share = x.get("scale", "persons") == "share"
     up, tol = x["excess_upper"], x["tolerance"]
     up_s = "+∞" if not np.isfinite(up) else f"{100 * up:+.1f}%" if share else f"{up:+.1f}"
