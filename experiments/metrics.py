@@ -229,6 +229,22 @@ def persons_reconstructed(df: pd.DataFrame) -> pd.DataFrame:
 CONFIDENCE = 0.95
 
 
+def t_half_width(units, sd) -> tuple[np.ndarray, np.ndarray]:
+    """The standard error of a mean over ``units`` with standard deviation ``sd`` (a missing sd as 0),
+    and the half width of its two-sided :data:`CONFIDENCE` Student t interval (inf for one unit: no
+    spread to estimate). Arrays, one entry per group.
+
+    >>> sem, half = t_half_width([4, 1], [2.0, np.nan])
+    >>> sem.tolist(), half.round(3).tolist()
+    ([1.0, 0.0], [3.182, inf])
+    """
+    from scipy.stats import t as student
+
+    n = np.asarray(units, dtype=np.float64)
+    sem = np.nan_to_num(np.asarray(sd, dtype=np.float64)) / np.sqrt(np.maximum(n, 1))
+    return sem, np.where(n > 1, student.ppf(0.5 + CONFIDENCE / 2, np.maximum(n - 1, 1)) * sem, np.inf)
+
+
 def add_interval(out: pd.DataFrame, std: str = "difference_std", mean: str = "difference_mean") -> pd.DataFrame:
     """Add the standard error and a two-sided :data:`CONFIDENCE` Student t interval of a mean across
     ``units`` (``difference_sem``, ``ci_low``, ``ci_high``): honest for a handful of units, where
@@ -239,12 +255,7 @@ def add_interval(out: pd.DataFrame, std: str = "difference_std", mean: str = "di
     >>> t["ci_low"].round(3).tolist(), t["ci_high"].round(3).tolist()
     ([-0.182, -inf], [6.182, inf])
     """
-    from scipy.stats import t as student
-
-    n = out["units"].to_numpy(dtype=np.float64)
-    sd = out[std].to_numpy(dtype=np.float64)
-    sem = np.nan_to_num(sd) / np.sqrt(np.maximum(n, 1))
-    half = np.where(n > 1, student.ppf(0.5 + CONFIDENCE / 2, np.maximum(n - 1, 1)) * sem, np.inf)
+    sem, half = t_half_width(out["units"], out[std])
     out = out.assign(difference_sem=sem, ci_low=out[mean] - half, ci_high=out[mean] + half)
     out["beyond_spread"] = out["ci_low"] > 0
     return out.drop(columns=std)
@@ -354,8 +365,6 @@ def summarise_persons(per_unit: pd.DataFrame, by=("variant", "method"), **extra)
     them, unit by unit (:func:`unique_share`): ``share_mean``, the mean over units, with its
     :data:`CONFIDENCE` t interval ``share_low`` / ``share_high``. Units of different sizes differ in
     persons found partly because they differ in size; their shares do not."""
-    from scipy.stats import t as student
-
     if "n_unique" in per_unit:
         per_unit = per_unit.assign(_share=unique_share(per_unit))
         extra = {"share_mean": ("_share", "mean"), "_share_std": ("_share", "std"), **extra}
@@ -369,9 +378,7 @@ def summarise_persons(per_unit: pd.DataFrame, by=("variant", "method"), **extra)
         agg["best_baselines"] = ("best_baseline", unit_names)
     out = add_interval(g.agg(**agg, **extra).reset_index())
     if "n_unique" in per_unit:  # the same interval as add_interval's, of the shares
-        n = out["units"].to_numpy(dtype=np.float64)
-        sem = np.nan_to_num(out.pop("_share_std").to_numpy(dtype=np.float64)) / np.sqrt(np.maximum(n, 1))
-        half = np.where(n > 1, student.ppf(0.5 + CONFIDENCE / 2, np.maximum(n - 1, 1)) * sem, np.inf)
+        _, half = t_half_width(out["units"], out.pop("_share_std"))
         out = out.assign(share_low=out["share_mean"] - half, share_high=out["share_mean"] + half)
     return out
 

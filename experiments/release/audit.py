@@ -1115,8 +1115,7 @@ def _audit_topdown_root(study: Study, units: list[str], wb: bool, eps: float, se
             for g, sel in bands[(li, q)].items():
                 groups.add(((li, q), g), x[sel])
             if sum(len(v) for v in samples[(li, q)]) < 1_000_000:
-                flat = x.ravel()
-                samples[(li, q)].append(shape_subsample(flat, rng))
+                samples[(li, q)].append(shape_subsample(x, rng))
             tails.setdefault((li, q), []).append(_tail_stats(x, gaussian))
             row.append(x.ravel()[pick[(li, q)][0]])
         indep.append(np.concatenate(row))

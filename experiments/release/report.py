@@ -17,8 +17,8 @@ from experiments.config import FILE_PREFIX, NOT_DP, PROGRAM_PREFIX  # noqa: E402
 from experiments.doc import Doc  # noqa: E402
 from experiments.metrics import (CONFIDENCE, PLAN_MAX_UNITS, PLAN_POWER, SATURATION_SHARE,  # noqa: E402
                                  average_curves, best_baselines, difference_words, saturation, saturation_words,
-                                 strength_sequence, strength_table, summarise_persons, unique_share, unit_names,
-                                 units_to_decide, upper_limit, variant_label)
+                                 strength_sequence, strength_table, summarise_persons, t_half_width, unique_share,
+                                 unit_names, units_to_decide, upper_limit, variant_label)
 from experiments.plots import save_figure  # noqa: E402
 from experiments.results import time_words  # noqa: E402
 from synth.release import DERIVED_ROWS  # noqa: E402
@@ -444,9 +444,7 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
     units = per_unit["unit"].nunique()
     base = per_unit.groupby("unit")["baseline_persons"].first()
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    from scipy.stats import t as student
-
-    half = student.ppf(0.5 + CONFIDENCE / 2, units - 1) * base.std(ddof=1) / np.sqrt(units) if units > 1 else 0.0
+    half = float(t_half_width([units], [base.std(ddof=1)])[1][0]) if units > 1 else 0.0
     ax.axhspan(base.mean() - half, base.mean() + half, color="#d95f02", alpha=0.15, lw=0)
     ax.axhline(base.mean(), color="#d95f02", ls="--", lw=1.5,
                label=f"best guess without the release ({CONFIDENCE:.0%} t interval across units)")
