@@ -489,6 +489,12 @@ def per_attribute(P: jax.Array, layout: Layout) -> list[jax.Array]:
 #: are memory traffic, the matmuls compute-bound (used only to choose a plan's sides and parts)
 _ELEMENT_COST = 48
 
+#: a side's big level of at most this many groups is formed group by group as broadcasts, one of
+#: more by gathers (see ``ProductPlan._dense_fn``'s ``broadcast``; the SF1 tables' sides have 1-6)
+BROADCAST_MAX_GROUPS = 12
+#: ... and of at most this many parents and sets in each group (the SF1 tables' 2010 tracts: up to 92)
+BROADCAST_MAX_TERMS = 128
+
 
 def _unique_rows(rows: np.ndarray, radices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(rows, axis=0, return_inverse=True)`` for rows of set indices (column j below
@@ -546,6 +552,8 @@ class _Part:
                                  "must be on one side)")
             splits = [(left, right)]
         cost, left, right, lc, li, rc, ri = _best_split(q[positions], n_sets, splits)
+        lc, li = _in_grouped_order(lc, li)
+        rc, ri = _in_grouped_order(rc, ri)
         ints = lambda a: tuple(int(x) for x in np.asarray(a).reshape(-1))  # noqa: E731
         return cost, cls(ints(positions), tuple(left), tuple(right), tuple(ints(r) for r in lc),
                          tuple(ints(r) for r in rc), ints(li), ints(ri))
@@ -561,6 +569,19 @@ def _segment_sum(x: jax.Array, ids: np.ndarray, segments: int) -> jax.Array:
     ids = np.asarray(ids)
     return jax.ops.segment_sum(x, jnp.asarray(ids, jnp.int32), segments,
                                indices_are_sorted=bool(np.all(ids[1:] >= ids[:-1])))
+
+
+def _pairwise_sum(terms: Sequence[jax.Array]) -> jax.Array:
+    """The sum of a short static list of arrays as a pairwise tree of adds: element-wise ops that
+    XLA fuses with the products they sum (each term its own slices of the operands) into one loop
+    over the output, nothing materialised. Two other forms measured slower on the 85-block step: a
+    reduce of the product is handed to XLA:CPU's YNNPACK fusion (jaxlib 0.10), which ran it as n'
+    tiny batched dots (2.6x slower in all); slices of one materialised product wrote the product
+    out first."""
+    terms = list(terms)
+    while len(terms) > 1:
+        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+    return terms[0]
 
 
 def _set_rows(size: int, sets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -581,41 +602,68 @@ def _set_rows(size: int, sets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return direct, membership_matrix(size, [sets[i] for i in rest]), row
 
 
-def _prefix_tree(attrs: Sequence[int], combos: np.ndarray, cuts: Sequence[int] | None = None) -> tuple:
-    """A side's distinct set combinations (rows of ``combos``, sorted lexicographically) as a
-    prefix tree, cut at the prefix lengths ``cuts`` (default :func:`_tree_cuts`: the combinations'
-    parents, then the combinations). Per level: (parent of each prefix
-    among the previous level's or None, ((attribute, the prefix's set index of it), ...) for the
-    attributes the level adds). The last level's prefixes are the combinations themselves, in
-    their order."""
-    k = len(attrs)
-    cuts = list(cuts) if cuts is not None else _tree_cuts(k)
-    ids = []  # per cut: (first row of each distinct prefix, the prefix id of every row)
-    for length in cuts:
-        key = np.zeros(len(combos), np.int64)
-        for c in range(length):
-            key = key * (int(combos[:, c].max()) + 1 if len(combos) else 1) + combos[:, c]
-        _, first, ident = np.unique(key, return_index=True, return_inverse=True)
-        if not np.array_equal(np.argsort(first), np.arange(len(first))):
-            raise ValueError("a side's combinations must be sorted lexicographically")
-        ids.append((first, np.asarray(ident).reshape(-1)))
-    out = []
-    for i, length in enumerate(cuts):
-        first = ids[i][0]
-        start = cuts[i - 1] if i else 0
-        par = ids[i - 1][1][first] if i else None
-        out.append((par, tuple((attrs[c], combos[first, c]) for c in range(start, length))))
-    return tuple(out)
+def _grouped_order(combos: np.ndarray) -> np.ndarray:
+    """The order of a side's combinations (rows of set indices, one column per attribute) that
+    :func:`_side_layout` reads: each combination is its parent (the sets of all attributes but the
+    last) and a set of the last attribute; parents whose children have the same last sets, in the
+    same order (a *signature*), are adjacent, each parent's children a run in that order. Groups
+    come in the order of their first parent (lexicographic), parents within a group and children
+    within a parent lexicographically.
+
+    >>> _grouped_order(np.array([[0, 0], [0, 1], [1, 0], [2, 0], [2, 1]])).tolist()
+    [0, 1, 3, 4, 2]
+    """
+    combos = np.asarray(combos, np.int64).reshape(len(combos), -1)
+    if combos.shape[1] < 2 or not len(combos):
+        return np.arange(len(combos))
+    lex = np.lexsort(combos.T[::-1])
+    c = combos[lex]
+    new_parent = np.r_[True, np.any(c[1:, :-1] != c[:-1, :-1], axis=1)]
+    starts = np.flatnonzero(new_parent)
+    runs: dict[tuple, list[np.ndarray]] = {}
+    for s, e in zip(starts, np.r_[starts[1:], len(c)]):
+        runs.setdefault(tuple(c[s:e, -1].tolist()), []).append(lex[s:e])
+    return np.concatenate([r for group in runs.values() for r in group])
 
 
-def _tree_cuts(k: int) -> list[int]:
-    """Where a side of k attributes is cut: the combinations' parents (all attributes but the
-    last, their rows one row-wise product) and the combinations (their parents' rows times the
-    last attribute's). A level per attribute was no faster on XLA:CPU: each level's few rows
-    cost kernels (gathers, products, scatter-adds) and save little memory traffic (on the
-    85-block bench tract: 235 run-steps/s with two levels, 214 with one per attribute, one run
-    each on a noisy day: no slower, and fewer kernels)."""
-    return [k] if k == 1 else [k - 1, k]
+def _in_grouped_order(combos: np.ndarray, inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A side's combinations in :func:`_grouped_order`, and the queries' indices into them remapped."""
+    order = _grouped_order(combos)
+    where = np.empty(len(order), np.int64)
+    where[order] = np.arange(len(order))
+    return np.asarray(combos)[order], where[np.asarray(inverse, np.int64)]
+
+
+def _side_layout(attrs: Sequence[int], combos: np.ndarray) -> tuple:
+    """How a side's rows (its combinations, in :func:`_grouped_order`) are formed: (parent factors,
+    last attribute, groups). The parents are the distinct combinations of all attributes but the
+    last, in order of first appearance, one row-wise product of their set rows (``parent factors``:
+    per attribute, the set index of each parent); each group is (first parent, parents, the last
+    attribute's sets): its rows are every parent of it times every one of those sets, parent-major,
+    a broadcast product with no gather of the big level's rows, and its cotangent's shares are two
+    reductions of the same block (over the sets, into the parents; over the parents, into the sets).
+    A one-attribute side is its set rows as they are (no parents: last attribute and groups None).
+    On the 85-block bench tract the 823 right rows fall in 6 groups (48 parents × 8 race sets, ...)."""
+    combos = np.asarray(combos, np.int64).reshape(len(combos), -1)
+    if len(attrs) == 1:
+        return ((attrs[0], combos[:, 0]),), None, None
+    new_parent = np.r_[True, np.any(combos[1:, :-1] != combos[:-1, :-1], axis=1)] if len(combos) else np.zeros(0, bool)
+    starts = np.flatnonzero(new_parent)
+    ends = np.r_[starts[1:], len(combos)]
+    parents = combos[starts, :-1]
+    if len({tuple(p) for p in parents.tolist()}) != len(parents):
+        raise ValueError("a side's combinations must be in grouped order (each parent's children one run)")
+    groups: list[list] = []  # [first parent, parents, sets]
+    for i, (s, e) in enumerate(zip(starts, ends)):
+        sets = tuple(combos[s:e, -1].tolist())
+        if groups and groups[-1][2] == sets:
+            groups[-1][1] += 1
+        else:
+            groups.append([i, 1, sets])
+    if len({g[2] for g in groups}) != len(groups):
+        raise ValueError("a side's combinations must be in grouped order (parents of one signature adjacent)")
+    factors = tuple((attrs[c], parents[:, c]) for c in range(len(attrs) - 1))
+    return factors, attrs[-1], tuple((first, count, np.array(sets, np.int64)) for first, count, sets in groups)
 
 
 @dataclass(frozen=True, eq=False)
@@ -636,17 +684,19 @@ class ProductPlan:
     (:func:`_best_split`): a matmul computes some combinations no query asks for, and in exchange
     the row-wise products, which are memory traffic, are few (a 24-block tract with every SF1
     table: per block 72 × 551 product rows and for the unit 3 × 1,664, instead of 25 groups ×
-    4,051). A side's rows are built on a two-level prefix tree (:func:`_prefix_tree`): the
-    distinct combinations of all its attributes but the last, then each combination as its
-    parent's row times the last attribute's set sums, so that the big level's product and its
-    cotangent's shares read two factors, not one per attribute.
+    4,051). A side's rows are built in two levels (:func:`_side_layout`): the distinct
+    combinations of all its attributes but the last (parents), then each combination as its
+    parent's row times the last attribute's set sums. Parents whose children have the same sets
+    are grouped, so each group's rows are a broadcast product of two small blocks and the big
+    level is never gathered, nor its cotangent's shares materialised: they are two reductions of
+    the group's block.
 
     The gradient is written by hand, as plain contractions: Ḡ holds the answers' cotangents at
     their (left, right) places; L̄ = Ḡ · R and R̄ = Ḡᵀ · L; each factor's share is the side's
     cotangent times the level's other factors (never a division), summed into its attribute's
-    set rows or its parents' rows; and P̄_a is the transpose of forming S_a. Operands are cast to
-    the matmul dtype, every product and accumulation stays float32. Tested against autodiff of
-    the plain definition (:func:`reference_product_answers`).
+    set rows or its parents' rows (reduced over a group's block); and P̄_a is the transpose of
+    forming S_a. Operands are cast to the matmul dtype, every product and accumulation stays
+    float32. Tested against autodiff of the plain definition (:func:`reference_product_answers`).
     """
 
     layout: Layout
@@ -777,12 +827,15 @@ class ProductPlan:
         # each set's row in its attribute's set sums (the padding attribute d has one, of ones)
         rows_of_set = [r for _, _, r in set_rows] + [np.zeros(1, np.int64)]
 
-        def tree(attrs, combos):
-            combos = np.array(combos, np.int64).reshape(len(combos), -1)
-            return tuple((par, tuple((a, rows_of_set[a][val]) for a, val in factors))
-                         for par, factors in _prefix_tree(attrs, combos))
+        def side(attrs, combos):
+            """:func:`_side_layout` with set indices turned into rows of the set sums."""
+            factors, last, groups = _side_layout(attrs, combos)
+            factors = tuple((a, rows_of_set[a][val]) for a, val in factors)
+            if groups is not None:
+                groups = tuple((first, count, rows_of_set[last][sets]) for first, count, sets in groups)
+            return factors, last, groups
 
-        parts = [(tree(p.left, p.left_combos), tree(p.right, p.right_combos)) for p in self.parts]
+        parts = [(side(p.left, p.left_combos), side(p.right, p.right_combos)) for p in self.parts]
         bases = self._bases
 
         def set_sums(P):
@@ -841,31 +894,71 @@ class ProductPlan:
         def product(rows):
             return functools.reduce(jnp.multiply, rows)
 
-        def side_product(S, trie):
-            """The side's rows, level by level of its prefix tree: each level's rows are their
-            parents' rows times the set sums of the attributes it adds. Returns every level (the
-            backward reads them)."""
-            levels = []
-            for par, factors in trie:
-                rows = [gather(S[a], val) for a, val in factors]
-                levels.append(product(rows if par is None else [gather(levels[-1], par)] + rows))
-            return levels
+        def broadcast(groups) -> bool:
+            """Whether a side's big level is formed group by group as broadcasts (see
+            :func:`_side_layout`) rather than by gathering each row's parent and set: the broadcasts
+            read and write less, but each group costs a few kernels, so sides of many small groups
+            are gathered, and each group's sums are unrolled, so sides of groups of over
+            ``BROADCAST_MAX_TERMS`` parents or sets are gathered too (a unit of hundreds of blocks on
+            a side would otherwise compile a sum of hundreds of terms). Measured on the SF1 tables (the minimum of 40-60 alternating trials of the
+            step's gradient, one device per core): the 85-block tract's 823 × 1,000 right side (6
+            groups) 15% faster broadcast, the 24-block tract's sides (551 × 300 in 6 groups, 72 × 300
+            in 1) 9% faster."""
+            return len(groups) <= BROADCAST_MAX_GROUPS and all(max(count, len(sets)) <= BROADCAST_MAX_TERMS
+                                                              for _, count, sets in groups)
 
-        def side_cotangent(S, trie, levels, dX, dS):
-            """The side's cotangent dX, walked down its prefix tree: at each level, each attribute's
-            share (dX times the level's other factors: its parents' rows and the other attributes'
-            set sums) is summed into its set rows, and the parents' share into the parents' rows."""
-            for j in range(len(trie) - 1, -1, -1):
-                par, factors = trie[j]
-                rows = [gather(S[a], val, True) for a, val in factors]
-                if par is not None:
-                    rows.append(gather(levels[j - 1], par, True))
-                for i, (a, val) in enumerate(factors):
-                    others = rows[:i] + rows[i + 1:]
-                    accumulate(dS, a, scatter(product([dX] + others), val, self._n_sets(a)))
-                if par is None:
-                    break
-                dX = scatter(product([dX] + rows[:-1]), par, len(trie[j - 1][1][0][1]))
+        def of_rows(groups):
+            """Each row's parent and last-attribute set row (the gathered form of the groups)."""
+            par = np.concatenate([np.repeat(np.arange(first, first + count), len(sets)) for first, count, sets in groups])
+            own = np.concatenate([np.tile(sets, count) for _, count, sets in groups])
+            return par, own
+
+        def side_product(S, layout):
+            """The side's rows (see :func:`_side_layout`): its parents' (or, with one attribute, its
+            only) rows, a row-wise product of gathered set rows, then each row as its parent's row
+            times its set's (per group a broadcast, or gathered). Returns (parents, rows) (the
+            backward reads both)."""
+            factors, last, groups = layout
+            parents = product([gather(S[a], val) for a, val in factors])
+            if groups is None:
+                return parents, parents
+            n = parents.shape[1]
+            if not broadcast(groups):
+                par, own = of_rows(groups)
+                return parents, gather(parents, par) * gather(S[last], own)
+            blocks = [(parents[first:first + count, None, :] * gather(S[last], sets)[None]).reshape(-1, n)
+                      for first, count, sets in groups]
+            return parents, blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=0)
+
+        def side_cotangent(S, layout, kept, dX, dS):
+            """The side's cotangent dX (rows × n'): each row's share summed into its parent's row and
+            its set's row (per group, two reductions of its block; or scatter-adds of the gathered
+            shares); then each parent attribute's share (the parents' cotangent times the other
+            attributes' set rows) summed into its set rows."""
+            factors, last, groups = layout
+            parents, _ = kept
+            if groups is not None and not broadcast(groups):
+                par, own = of_rows(groups)
+                accumulate(dS, last, scatter(dX * gather(parents, par, True), own, self._n_sets(last)))
+                dX = scatter(dX * gather(S[last], own, True), par, parents.shape[0])
+            elif groups is not None:
+                d_parents, d_sets, row = [], [], 0
+                for first, count, sets in groups:
+                    c, own = len(sets), gather(S[last], sets, True)
+                    # each term its own slice of dX (strided over a group's parents, or one parent's
+                    # sets), fused into the sum: a slice of the group's block read by both sums was
+                    # copied out first
+                    d_parents.append(_pairwise_sum([dX[row + j:row + count * c:c] * own[j] for j in range(c)]))
+                    d_sets.append(_pairwise_sum([dX[row + i * c:row + (i + 1) * c] * parents[first + i]
+                                                 for i in range(count)]))
+                    row += count * c
+                all_sets = np.concatenate([sets for _, _, sets in groups])
+                accumulate(dS, last, scatter(d_sets[0] if len(d_sets) == 1 else jnp.concatenate(d_sets), all_sets,
+                                             self._n_sets(last)))
+                dX = d_parents[0] if len(d_parents) == 1 else jnp.concatenate(d_parents)
+            rows = [gather(S[a], val, True) for a, val in factors]
+            for i, (a, val) in enumerate(factors):
+                accumulate(dS, a, scatter(product([dX] + rows[:i] + rows[i + 1:]), val, self._n_sets(a)))
 
         def forward(P):
             S = set_sums(P)

@@ -31,10 +31,16 @@ def _random_workload(seed: int, blocks: int = 5, pad: int = 2):
     return CensusWorkload.build(dom, cells)
 
 
+@pytest.mark.parametrize("broadcast", [False, True])
 @pytest.mark.parametrize("seed", range(2))
-def test_answers_and_gradient_equal_the_plain_definition_and_autodiff(seed):
+def test_answers_and_gradient_equal_the_plain_definition_and_autodiff(seed, broadcast, monkeypatch):
+    """Both ways a side's big level is formed (gathered, or group by group as broadcasts), on sides
+    of several groups (up to 7 parents × 4 sets)."""
+    from reconstruct import queries
     from reconstruct.relaxed import recentre
 
+    monkeypatch.setattr(queries, "BROADCAST_MAX_GROUPS", 1 << 30 if broadcast else -1)
+    monkeypatch.setattr(queries, "BROADCAST_MAX_TERMS", 1 << 30)
     w = _random_workload(seed)
     first = ProductPlan.build(w)  # the cheapest split and parts
     d = len(w.domain)
@@ -95,3 +101,20 @@ def test_flops_a_census_step_must_do_are_counted_by_hand():
     assert [(len(p.left_combos), len(p.right_combos)) for p in plan.parts] == [(4, 3)]
     assert plan.flops_per_step(n) == 2 * n * (3 * 12 + 2 * (3 + 2))
     assert plan.useful_flops_per_step(n) == 2 * n * (3 * 7 + 2 * (3 + 2))
+
+
+def test_a_side_is_laid_out_in_groups_of_parents_with_the_same_sets():
+    """Combinations (A, B): parents 0 and 2 have B's sets (0, 1), parent 1 has (0,) alone: grouped
+    order puts 0 and 2 together, then 1; the layout reads parents [0, 2, 1] and two groups."""
+    from reconstruct.queries import _grouped_order, _side_layout
+
+    combos = np.array([[0, 0], [0, 1], [1, 0], [2, 0], [2, 1]])
+    grouped = combos[_grouped_order(combos)]
+    assert grouped.tolist() == [[0, 0], [0, 1], [2, 0], [2, 1], [1, 0]]
+    factors, last, groups = _side_layout((3, 5), grouped)
+    assert [(a, v.tolist()) for a, v in factors] == [(3, [0, 2, 1])] and last == 5
+    assert [(first, count, sets.tolist()) for first, count, sets in groups] == [(0, 2, [0, 1]), (2, 1, [0])]
+    with pytest.raises(ValueError, match="grouped order"):
+        _side_layout((3, 5), combos[[0, 2, 1]])  # parent 0's children split by parent 1's
+    with pytest.raises(ValueError, match="grouped order"):
+        _side_layout((3, 5), combos)  # parents 0 and 2 share a signature but parent 1 sits between
