@@ -118,7 +118,10 @@ def softmax_backward(p: jax.Array, g: jax.Array, layout: Layout) -> jax.Array:
     ``p`` may be stored in a narrower dtype (a bfloat16 hot loop keeps only that copy)."""
     seg_np, member_np = _segments(layout)
     p = p.astype(jnp.float32)
-    return p * (g - (jnp.asarray(member_np) @ (p * g))[jnp.asarray(seg_np)])
+    # P ⊙ dP once, read by the segment sums and the result: dP (the answers' cotangent, assembled
+    # from per-attribute pieces) then has one reader and is fused into it, not written out
+    pg = p * g
+    return pg - p * (jnp.asarray(member_np) @ pg)[jnp.asarray(seg_np)]
 
 
 @functools.lru_cache(maxsize=None)
