@@ -67,7 +67,7 @@ java:
 # the job's own time beside the README's (a busy or slower machine shows here, not as a surprise)
 demo: $(STAMP)
 	@start=$$(date +%s); $(BIN)/censusrecon run configs/demo.yaml; rc=$$?; \
-	  echo "make demo: $$(( $$(date +%s) - start )) s here; the README's figure: about 220 s alone on a 2-core CPU"; \
+	  echo "make demo: $$(( $$(date +%s) - start )) s here; the README's figure: 220-253 s alone on a 2-core CPU"; \
 	  exit $$rc
 
 # the report's first-screen test runs in a real headless Chromium: Debian's, installed here where
