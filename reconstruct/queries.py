@@ -602,6 +602,13 @@ def _set_rows(size: int, sets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return direct, membership_matrix(size, [sets[i] for i in rest]), row
 
 
+def _parent_runs(combos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each run of rows with the same parent (all columns but the last) starts and ends."""
+    new_parent = np.r_[True, np.any(combos[1:, :-1] != combos[:-1, :-1], axis=1)] if len(combos) else np.zeros(0, bool)
+    starts = np.flatnonzero(new_parent)
+    return starts, np.r_[starts[1:], len(combos)]
+
+
 def _grouped_order(combos: np.ndarray) -> np.ndarray:
     """The order of a side's combinations (rows of set indices, one column per attribute) that
     :func:`_side_layout` reads: each combination is its parent (the sets of all attributes but the
@@ -618,10 +625,8 @@ def _grouped_order(combos: np.ndarray) -> np.ndarray:
         return np.arange(len(combos))
     lex = np.lexsort(combos.T[::-1])
     c = combos[lex]
-    new_parent = np.r_[True, np.any(c[1:, :-1] != c[:-1, :-1], axis=1)]
-    starts = np.flatnonzero(new_parent)
     runs: dict[tuple, list[np.ndarray]] = {}
-    for s, e in zip(starts, np.r_[starts[1:], len(c)]):
+    for s, e in zip(*_parent_runs(c)):
         runs.setdefault(tuple(c[s:e, -1].tolist()), []).append(lex[s:e])
     return np.concatenate([r for group in runs.values() for r in group])
 
@@ -647,9 +652,7 @@ def _side_layout(attrs: Sequence[int], combos: np.ndarray) -> tuple:
     combos = np.asarray(combos, np.int64).reshape(len(combos), -1)
     if len(attrs) == 1:
         return ((attrs[0], combos[:, 0]),), None, None
-    new_parent = np.r_[True, np.any(combos[1:, :-1] != combos[:-1, :-1], axis=1)] if len(combos) else np.zeros(0, bool)
-    starts = np.flatnonzero(new_parent)
-    ends = np.r_[starts[1:], len(combos)]
+    starts, ends = _parent_runs(combos)
     parents = combos[starts, :-1]
     if len({tuple(p) for p in parents.tolist()}) != len(parents):
         raise ValueError("a side's combinations must be in grouped order (each parent's children one run)")
@@ -900,16 +903,17 @@ class ProductPlan:
             read and write less, but each group costs a few kernels, so sides of many small groups
             are gathered, and each group's sums are unrolled, so sides of groups of over
             ``BROADCAST_MAX_TERMS`` parents or sets are gathered too (a unit of hundreds of blocks on
-            a side would otherwise compile a sum of hundreds of terms). Measured on the SF1 tables (the minimum of 40-60 alternating trials of the
-            step's gradient, one device per core): the 85-block tract's 823 × 1,000 right side (6
-            groups) 15% faster broadcast, the 24-block tract's sides (551 × 300 in 6 groups, 72 × 300
-            in 1) 9% faster."""
+            a side would otherwise compile a sum of hundreds of terms). Measured on the SF1 tables
+            (the minimum of 40-60 alternating trials of the step's gradient, one device per core):
+            the 85-block tract's 823 × 1,000 right side (6 groups) 15% faster broadcast, the
+            24-block tract's sides (551 × 300 in 6 groups, 72 × 300 in 1) 9% faster."""
             return len(groups) <= BROADCAST_MAX_GROUPS and all(max(count, len(sets)) <= BROADCAST_MAX_TERMS
                                                               for _, count, sets in groups)
 
         def of_rows(groups):
             """Each row's parent and last-attribute set row (the gathered form of the groups)."""
-            par = np.concatenate([np.repeat(np.arange(first, first + count), len(sets)) for first, count, sets in groups])
+            par = np.concatenate([np.repeat(np.arange(first, first + count), len(sets))
+                                  for first, count, sets in groups])
             own = np.concatenate([np.tile(sets, count) for _, count, sets in groups])
             return par, own
 
@@ -922,10 +926,10 @@ class ProductPlan:
             parents = product([gather(S[a], val) for a, val in factors])
             if groups is None:
                 return parents, parents
-            n = parents.shape[1]
             if not broadcast(groups):
                 par, own = of_rows(groups)
                 return parents, gather(parents, par) * gather(S[last], own)
+            n = parents.shape[1]
             blocks = [(parents[first:first + count, None, :] * gather(S[last], sets)[None]).reshape(-1, n)
                       for first, count, sets in groups]
             return parents, blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=0)
