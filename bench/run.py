@@ -79,6 +79,42 @@ def concurrent_peak_gflops(dtype, n: int = 2048, reps: int = 10) -> float:
                           len(devices), reps)
 
 
+def product_matmul_gflops(plan: ProductPlan, rows: int, reps: int = 10) -> tuple[float, float]:
+    """The matmuls of one float32 step of a census plan alone, at its shapes, every device at
+    once (one run each, as RAP's runs are): each part's answers (the taller side first, as the
+    step computes them) and both sides' cotangents, with the step's own matmul calls, on operands
+    in memory. Returns (GFLOP/s, matmul GFLOP a step). What a step would run at if nothing but
+    its matmuls took time: its fraction of the peak cannot exceed this one's."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from reconstruct.queries import _dot, _dot_t
+
+    devices = jax.devices()
+    sharding = NamedSharding(Mesh(np.array(devices), ("d",)), PartitionSpec("d"))
+    shapes = [(len(p.left_combos), len(p.right_combos)) for p in plan.parts]
+    rng = np.random.default_rng(0)
+    operands = [tuple(jax.device_put(rng.random((len(devices),) + shape, np.float32), sharding)
+                      for shape in ((nl, rows), (nr, rows), (nl, nr))) for nl, nr in shapes]
+
+    def one(ops):
+        out = []
+        for L, R, G in ops:
+            out.append(_dot_t(R, L, "float32").T if R.shape[0] > L.shape[0] else _dot_t(L, R, "float32"))
+            out += [_dot(G, R, "float32"), _dot(G.T, L, "float32")]
+        return out
+
+    f = jax.jit(jax.vmap(one))
+    jax.block_until_ready(f(operands))
+    flops = sum(6.0 * nl * nr * rows for nl, nr in shapes)
+    best = 0.0
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(reps):
+            jax.block_until_ready(f(operands))
+        best = max(best, len(devices) * flops * reps / (time.perf_counter() - t) / 1e9)
+    return best, flops / 1e9
+
+
 def data(sizes, n, seed=0) -> Dataset:
     dom = Domain.from_sizes({f"X{i}": s for i, s in enumerate(sizes)})
     rng = np.random.default_rng(seed)
@@ -371,6 +407,14 @@ def main() -> None:
         out["step_census85_useful_frac_all_devices_peak"] = round(of_both, 3)
         print(f"  (float32 matmul with every device at once, one matmul each, as RAP's runs are: {both:.0f} GFLOP/s; "
               f"the step does {of_both:.1%} of that)")
+    # the bound its own matmuls put on the goal's fraction: the step with nothing but them
+    mm_rate, mm_gflop = product_matmul_gflops(bplan, 1000, 2 if args.quick else 10)
+    bound = bplan.useful_flops_per_step(1000) / 1e9 * (mm_rate / mm_gflop) / peaks["float32"]
+    out["step_census85_matmuls_alone_gflops"] = round(mm_rate, 1)
+    out["step_census85_matmuls_alone_useful_frac_peak"] = round(bound, 3)
+    print(f"  (the step's own matmuls alone, at its shapes, every device at once: {mm_rate:.0f} GFLOP/s, so a step "
+          f"of nothing but them would reach {bound:.1%} of the float32 peak; the step reaches "
+          f"{frac85 / bound:.0%} of that bound)")
 
     if args.steps_only:
         print(json.dumps(out))
