@@ -5,8 +5,8 @@ measured first for each dtype (a large matmul, float32 and bfloat16 operands wit
 accumulation) and every step throughput is also given as a fraction of the peak of the dtype
 it uses; step rates difference fits of T and 3T steps, so that initialisation, rounding and
 ranking cancel. For the 2010-sized census step it also prints the bound its own matmuls put on
-that fraction (the step with nothing but them, timed alone in the same run). End-to-end K = 100 × T = 1000 times (answers, fits, rounding, ranking) are
-given for every usable dtype, measured on fewer runs/steps and projected linearly unless
+that fraction (the step with nothing but them, timed alone in the same run). End-to-end
+K = 100 × T = 1000 times (answers, fits, rounding, ranking) are given for every usable dtype, measured on fewer runs/steps and projected linearly unless
 ``--full`` is given (the JSON says which); ``rap_rank_*_s`` is the faster dtype's. Batches are the library defaults
 for this backend (``reconstruct.rap.default_batch``).
 
