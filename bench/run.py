@@ -6,9 +6,10 @@ accumulation) and every step throughput is also given as a fraction of the peak 
 it uses; step rates difference fits of T and 3T steps, so that initialisation, rounding and
 ranking cancel. For the 2010-sized census step it also prints the bound its own matmuls put on
 that fraction (the step with nothing but them, timed alone in the same run). End-to-end
-K = 100 × T = 1000 times (answers, fits, rounding, ranking) are given for every usable dtype, measured on fewer runs/steps and projected linearly unless
-``--full`` is given (the JSON says which); ``rap_rank_*_s`` is the faster dtype's. Batches are the library defaults
-for this backend (``reconstruct.rap.default_batch``).
+K = 100 × T = 1000 times (answers, fits, rounding, ranking) are given for every usable dtype,
+measured on fewer runs/steps and projected linearly unless ``--full`` is given (the JSON says
+which); ``rap_rank_*_s`` is the faster dtype's. Batches are the library defaults for this
+backend (``reconstruct.rap.default_batch``).
 
     python bench/run.py            # about 2 minutes on a 2-core CPU
     python bench/run.py --full     # the K = 100 × T = 1000 fits for real (long on a CPU)
