@@ -49,19 +49,32 @@ CENSUS85_GOAL_FRAC = 0.60
 SIZES = (10, 24, 5, 2, 9, 5, 4, 5, 4, 2, 2, 3, 2, 9, 2, 17, 2)
 
 
-def _matmul_gflops(dtype, a, matmuls: int, reps: int) -> float:
-    """GFLOP/s of squaring ``a``'s n x n matrices (``matmuls`` of them a call), the best of three: the
-    machine is shared."""
-    n = a.shape[-1]
-    f = jax.jit(lambda x: jnp.matmul(x.astype(dtype), x.astype(dtype), preferred_element_type=jnp.float32))
-    f(a).block_until_ready()
+def _best_gflops(f, args, flop: float, reps: int) -> float:
+    """GFLOP/s of ``f(*args)`` doing ``flop`` floating-point operations a call, the best of three
+    timings of ``reps`` calls after one to compile: the machine is shared."""
+    jax.block_until_ready(f(*args))
     best = 0.0
     for _ in range(3):
         t = time.perf_counter()
         for _ in range(reps):
-            f(a).block_until_ready()
-        best = max(best, matmuls * 2 * n**3 * reps / (time.perf_counter() - t) / 1e9)
+            jax.block_until_ready(f(*args))
+        best = max(best, flop * reps / (time.perf_counter() - t) / 1e9)
     return best
+
+
+def _per_device(*arrays):
+    """``arrays`` (each with a leading axis of one entry per device) split over this host's devices."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    sharding = NamedSharding(Mesh(np.array(jax.devices()), ("d",)), PartitionSpec("d"))
+    return tuple(jax.device_put(a, sharding) for a in arrays)
+
+
+def _matmul_gflops(dtype, a, matmuls: int, reps: int) -> float:
+    """GFLOP/s of squaring ``a``'s n x n matrices (``matmuls`` of them a call)."""
+    n = a.shape[-1]
+    f = jax.jit(lambda x: jnp.matmul(x.astype(dtype), x.astype(dtype), preferred_element_type=jnp.float32))
+    return _best_gflops(f, (a,), matmuls * 2 * n**3, reps)
 
 
 def peak_gflops(dtype, n: int = 2048, reps: int = 10) -> float:
@@ -73,48 +86,30 @@ def concurrent_peak_gflops(dtype, n: int = 2048, reps: int = 10) -> float:
     (one device per core, each fitting its own runs). Not the goal's denominator (that is
     :func:`peak_gflops`, the best the machine does), but the ceiling of a step's matmuls run that
     way: on XLA:CPU it measured 12-15% below one device on both cores, in the same runs."""
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-    devices = jax.devices()
-    sharding = NamedSharding(Mesh(np.array(devices), ("d",)), PartitionSpec("d"))
-    return _matmul_gflops(dtype, jax.device_put(jnp.ones((len(devices), n, n), jnp.float32), sharding),
-                          len(devices), reps)
+    devices = len(jax.devices())
+    return _matmul_gflops(dtype, *_per_device(jnp.ones((devices, n, n), jnp.float32)), devices, reps)
 
 
 def product_matmul_gflops(plan: ProductPlan, rows: int, reps: int = 10) -> tuple[float, float]:
     """The matmuls of one float32 step of a census plan alone, at its shapes, every device at
-    once (one run each, as RAP's runs are): each part's answers (the taller side first, as the
-    step computes them) and both sides' cotangents, with the step's own matmul calls, on operands
-    in memory. Returns (GFLOP/s, matmul GFLOP a step). What a step would run at if nothing but
-    its matmuls took time: its fraction of the peak cannot exceed this one's."""
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    once (one run each, as RAP's runs are): each part's answers and both sides' cotangents, with
+    the step's own matmul calls, on operands in memory. Returns (GFLOP/s, matmul GFLOP a step).
+    What a step would run at if nothing but its matmuls took time: its fraction of the peak
+    cannot exceed this one's."""
+    from reconstruct.queries import _block_answers, _dot
 
-    from reconstruct.queries import _dot, _dot_t
-
-    devices = jax.devices()
-    sharding = NamedSharding(Mesh(np.array(devices), ("d",)), PartitionSpec("d"))
+    devices = len(jax.devices())
     shapes = [(len(p.left_combos), len(p.right_combos)) for p in plan.parts]
     rng = np.random.default_rng(0)
-    operands = [tuple(jax.device_put(rng.random((len(devices),) + shape, np.float32), sharding)
-                      for shape in ((nl, rows), (nr, rows), (nl, nr))) for nl, nr in shapes]
+    operands = [_per_device(*(rng.random((devices,) + shape, np.float32)
+                              for shape in ((nl, rows), (nr, rows), (nl, nr)))) for nl, nr in shapes]
 
     def one(ops):
-        out = []
-        for L, R, G in ops:
-            out.append(_dot_t(R, L, "float32").T if R.shape[0] > L.shape[0] else _dot_t(L, R, "float32"))
-            out += [_dot(G, R, "float32"), _dot(G.T, L, "float32")]
-        return out
+        return [m for L, R, G in ops
+                for m in (_block_answers(L, R, "float32"), _dot(G, R, "float32"), _dot(G.T, L, "float32"))]
 
-    f = jax.jit(jax.vmap(one))
-    jax.block_until_ready(f(operands))
     flops = sum(6.0 * nl * nr * rows for nl, nr in shapes)
-    best = 0.0
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(reps):
-            jax.block_until_ready(f(operands))
-        best = max(best, len(devices) * flops * reps / (time.perf_counter() - t) / 1e9)
-    return best, flops / 1e9
+    return _best_gflops(jax.jit(jax.vmap(one)), (operands,), devices * flops, reps), flops / 1e9
 
 
 def data(sizes, n, seed=0) -> Dataset:
