@@ -22,7 +22,21 @@ SMARTNOISE_STAMP := $(SMARTNOISE_VENV)/.installed
 SMARTNOISE := smartnoise-synth==1.0.8
 SMARTNOISE_DEPS := "Faker>=17" "disjoint-set>=0.9,<0.10" "mbi>=1.1,<2" "pac-synth>=0.0.8,<0.0.9" "smartnoise-sql>=1.0.10" pyarrow
 
-.PHONY: demo test test-slow bench risk-env tumult-env smartnoise-env java browser clean
+# The GPU check (bench/gpu.sh) runs on a lent machine with no package index: Python 3.12 and its own JAX there.
+# `make gpu-wheels` downloads the wheels of what it lacks (bench/gpu_wheels.txt, cp312 manylinux) into .whl,
+# which travels with the working tree (64 MiB in all, the tree included). `make gpu-dry-env` makes
+# .venv-gpu-dry: only what that machine has (bench/gpu_machine.txt), with Python 3.12 where this machine has
+# one, so that `bench/gpu.sh --dry-run` (a test of make test) installs and runs exactly as it will there.
+GPU_WHEELS := .whl
+GPU_WHEELS_STAMP := $(GPU_WHEELS)/.downloaded
+GPU_PLATFORMS := --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
+  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any
+GPU_DRY_VENV := .venv-gpu-dry
+GPU_DRY_STAMP := $(GPU_DRY_VENV)/.installed
+# a Python 3.12 (the GPU machine's) if this machine has one: on PATH, or among pyenv's versions
+GPU_DRY_PYTHON ?= $(firstword $(foreach p,$(shell command -v python3.12 2>/dev/null) $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12),$(if $(shell $(p) -c 'print(1)' 2>/dev/null),$(p))) $(PYTHON))
+
+.PHONY: demo test test-slow bench risk-env tumult-env smartnoise-env java browser clean gpu-wheels gpu-dry-env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -56,6 +70,33 @@ $(SMARTNOISE_STAMP): Makefile
 
 smartnoise-env: $(SMARTNOISE_STAMP)
 
+$(GPU_WHEELS_STAMP): bench/gpu_wheels.txt
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  $(GPU_PLATFORMS) -d $(GPU_WHEELS) -r bench/gpu_wheels.txt
+	@tree=$$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1); whl=$$(du -cb $(GPU_WHEELS)/*.whl | tail -1 | cut -f1); \
+	  echo "GPU wheels: $$((whl >> 20)) MiB, with the tracked tree $$(((tree + whl) >> 20)) MiB of the 64 MiB that travel"; \
+	  [ $$((tree + whl)) -lt $$((64 << 20)) ] || { echo "over 64 MiB: the working tree and .whl cannot travel"; exit 1; }
+	touch $(GPU_WHEELS_STAMP)
+
+gpu-wheels: $(GPU_WHEELS_STAMP)
+
+# the dry run's environment: the GPU machine's packages (JAX's CPU wheels), and the wheels for its Python in
+# .whl (cp312) or, where this machine has no Python 3.12, in .whl-dry for the Python it has
+$(GPU_DRY_STAMP): bench/gpu_machine.txt bench/gpu_wheels.txt $(GPU_WHEELS_STAMP)
+	rm -rf $(GPU_DRY_VENV) && $(GPU_DRY_PYTHON) -m venv $(GPU_DRY_VENV)
+	$(GPU_DRY_VENV)/bin/python -m pip install --quiet -r bench/gpu_machine.txt
+	@if $(GPU_DRY_VENV)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then \
+	  echo $(GPU_WHEELS) > $(GPU_DRY_VENV)/wheels; \
+	else \
+	  echo "no Python 3.12 here: the dry run installs wheels for $$($(GPU_DRY_VENV)/bin/python --version) from .whl-dry"; \
+	  rm -rf .whl-dry && $(GPU_DRY_VENV)/bin/python -m pip download --quiet --no-deps --only-binary=:all: -d .whl-dry \
+	    -r bench/gpu_wheels.txt && echo .whl-dry > $(GPU_DRY_VENV)/wheels; \
+	fi
+	touch $(GPU_DRY_STAMP)
+
+gpu-dry-env: $(GPU_DRY_STAMP)
+
 # Java for Spark: Debian's, installed here where this user may (root with apt-get, as on CI)
 java:
 	@command -v java >/dev/null 2>&1 || \
@@ -84,7 +125,7 @@ browser:
 # single-threaded compiles, so two workers fill two cores (23 min in one process, under 10 in two;
 # a third worker gains nothing: 557 s against 563 s, measured on 2026-12-02)
 # the adapters' tests skip, saying why, where their environments cannot be made (Tumult: no Java)
-test: $(STAMP) $(RISK_STAMP) browser
+test: $(STAMP) $(RISK_STAMP) $(GPU_DRY_STAMP) browser
 	-@$(MAKE) --no-print-directory tumult-env
 	-@$(MAKE) --no-print-directory smartnoise-env
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile

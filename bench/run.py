@@ -16,6 +16,8 @@ backend (``reconstruct.rap.default_batch``).
     python bench/run.py --quick    # a smoke run: tiny sizes, figures meaningless
     python bench/run.py --topdown  # TopDown's estimation for one county only (QP solvers compared)
     python bench/run.py --steps-only  # the step rates and fractions of peak only (about 4 minutes)
+    python bench/run.py --parts 2way-fit,units --jsonl figures.jsonl  # chosen parts, in that order; each
+                                   # figure appended to figures.jsonl as it is measured (bench/gpu.sh does)
 """
 
 from __future__ import annotations
@@ -315,69 +317,75 @@ def topdown_bench(out: dict, solvers=("clarabel", "osqp")) -> None:
           + f" ({best / 60:.2f} of the 60 s target)")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--full", action="store_true", help="run K = 100 x T = 1000 for real")
-    ap.add_argument("--quick", action="store_true", help="smoke run with tiny sizes")
-    ap.add_argument("--rows", type=int, default=1000, help="n'")
-    ap.add_argument("--units", type=int, default=16, help="tracts in the many-units figure")
-    ap.add_argument("--units-runs", type=int, default=10, help="K in the many-units figure")
-    ap.add_argument("--units-steps", type=int, default=100, help="T in the many-units figure")
-    ap.add_argument("--topdown", action="store_true", help="only TopDown's estimation for one county")
-    ap.add_argument("--steps-only", action="store_true",
-                    help="only the steps' rates (2-way, 3-way, census; no end-to-end fits, exact attack or TopDown)")
-    ap.add_argument("--topdown-solvers", default="clarabel,osqp",
-                    help="QP solvers to time (highs too is possible: over 10 minutes here)")
-    args = ap.parse_args()
-    if args.topdown:
-        out = {}
-        topdown_bench(out, tuple(args.topdown_solvers.split(",")))
-        print(json.dumps(out))
-        return
-    use_cpu_cores_as_devices()  # as the CLI does: one JAX device per core
-    rows = 64 if args.quick else args.rows
-    out: dict = {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()], "rows": rows}
-    peaks = {"float32": peak_gflops(jnp.float32, 512 if args.quick else 2048)}
-    print(f"matmul peak: float32 {peaks['float32']:.0f} GFLOP/s", end="")
-    if usable_dtype("bfloat16") == "bfloat16":
-        peaks["bfloat16"] = peak_gflops(jnp.bfloat16, 512 if args.quick else 2048)
-        print(f", bfloat16 operands {peaks['bfloat16']:.0f} GFLOP/s", end="")
-    print()
-    out["peak_gflops"] = round(peaks["float32"], 1)
-    out["peak_gflops_bf16"] = round(peaks.get("bfloat16", 0.0), 1)
+class Figures(dict):
+    """The bench's figures. With ``path``, each figure is also appended to that file as a JSON line
+    (``{"name": value}``) the moment it is recorded, so that a run cut short (a GPU lease's limit, a
+    crash) keeps everything it measured before it stopped."""
 
+    def __init__(self, path: str | None = None):
+        super().__init__()
+        self.path = path
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        if self.path:
+            with open(self.path, "a") as f:
+                f.write(json.dumps({key: value}) + "\n")
+
+    def update(self, *args, **kwargs) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+
+#: every part of the bench, in the order a plain run does them
+PARTS = ("2way-steps", "2way-fit", "3way-steps", "3way-fit", "census", "census85", "exact", "exact2010",
+         "answers", "units", "topdown")
+#: the parts ``--steps-only`` keeps
+STEP_PARTS = ("2way-steps", "3way-steps", "census", "census85")
+
+
+def marginal_problem(k: int):
     d = data(SIZES, 20_000)
-    for k in (2, 3):
-        w = Workload.all_kway(d.domain, k)
-        plan = MarginalPlan.build(w)
-        t = answer(d, w)
-        print(f"{k}-way: {len(w.marginals)} marginals, {w.num_queries} queries, "
-              f"{plan.flops_per_step(rows) / 1e9:.3f} GFLOP per step, {plan.useful_flops_per_step(rows) / 1e9:.3f} needed")
-        steps = (5 if args.quick else (200 if k == 2 else 20))
-        step_rates(f"{k}way", plan, t, d.domain, rows, steps, peaks, out)
-        if args.steps_only:
-            continue
-        K, T = (100, 1000) if args.full else ((2, 10) if args.quick else ((16, 1000) if k == 2 else (4, 100)))
-        times = {}
-        for precision in peaks:  # every usable dtype, end to end
-            s = RAPSettings(rows=rows, steps=T, precision=precision, steps_per_call=min(T, RAPSettings.steps_per_call))
-            times[precision] = timed_runs(plan, t, d.domain, K, T, s) * (100 / K) * (1000 / T)
-            out[f"rap_rank_{k}way_{precision}_s"] = round(times[precision], 1)
-            print(f"RAP-Rank {k}-way K=100 x T=1000 ({precision}): {times[precision]:.0f} s (measured K={K}, T={T})")
-        best = min(times, key=times.get)
-        goal = MARGINAL_GOALS_S[k]
-        met = times[best] <= goal
-        out[f"rap_rank_{k}way_goal_s"] = goal
-        out[f"rap_rank_{k}way_goal_met"] = met
-        print(f"RAP-Rank {k}-way K=100 x T=1000 goal {goal:.0f} s on this machine: "
-              f"{'MET' if met else 'NOT MET'} ({times[best]:.0f} s, {best})")
-        out[f"rap_rank_{k}way_s"] = round(times[best], 1)
-        out[f"rap_rank_{k}way_precision"] = best
-        out[f"rap_rank_{k}way_measured"] = f"K={K}, T={T}" + ("" if args.full else ", projected to K=100, T=1000")
-        if k == 3:
-            out["rap_rank_3way_peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2)
-            print(f"peak RSS so far: {out['rap_rank_3way_peak_rss_gb']} GB")
+    w = Workload.all_kway(d.domain, k)
+    return d, w, MarginalPlan.build(w)
 
+
+def marginal_steps(k: int, args, peaks: dict, out: Figures) -> None:
+    d, w, plan = marginal_problem(k)
+    rows = args.rows
+    print(f"{k}-way: {len(w.marginals)} marginals, {w.num_queries} queries, "
+          f"{plan.flops_per_step(rows) / 1e9:.3f} GFLOP per step, {plan.useful_flops_per_step(rows) / 1e9:.3f} needed")
+    steps = (5 if args.quick else (200 if k == 2 else 20))
+    step_rates(f"{k}way", plan, answer(d, w), d.domain, rows, steps, peaks, out)
+
+
+def marginal_fit(k: int, args, peaks: dict, out: Figures) -> None:
+    """RAP-Rank K = 100 x T = 1000 end to end (answers, fits, rounding, ranking), every usable dtype."""
+    d, w, plan = marginal_problem(k)
+    t = answer(d, w)
+    K, T = (100, 1000) if args.full else ((2, 10) if args.quick else ((16, 1000) if k == 2 else (4, 100)))
+    times = {}
+    for precision in peaks:  # every usable dtype, end to end
+        s = RAPSettings(rows=args.rows, steps=T, precision=precision, steps_per_call=min(T, RAPSettings.steps_per_call))
+        times[precision] = timed_runs(plan, t, d.domain, K, T, s) * (100 / K) * (1000 / T)
+        out[f"rap_rank_{k}way_{precision}_s"] = round(times[precision], 1)
+        print(f"RAP-Rank {k}-way K=100 x T=1000 ({precision}): {times[precision]:.0f} s (measured K={K}, T={T})")
+    best = min(times, key=times.get)
+    goal = MARGINAL_GOALS_S[k]
+    met = times[best] <= goal
+    out[f"rap_rank_{k}way_goal_s"] = goal
+    out[f"rap_rank_{k}way_goal_met"] = met
+    print(f"RAP-Rank {k}-way K=100 x T=1000 goal {goal:.0f} s on this machine: "
+          f"{'MET' if met else 'NOT MET'} ({times[best]:.0f} s, {best})")
+    out[f"rap_rank_{k}way_s"] = round(times[best], 1)
+    out[f"rap_rank_{k}way_precision"] = best
+    out[f"rap_rank_{k}way_measured"] = f"K={K}, T={T}" + ("" if args.full else ", projected to K=100, T=1000")
+    if k == 3:
+        out["rap_rank_3way_peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2)
+        print(f"peak RSS so far: {out['rap_rank_3way_peak_rss_gb']} GB")
+
+
+def census24(args, peaks: dict, out: Figures) -> None:
     tract, cw = census_problem()
     cplan = ProductPlan.build(cw)
     print(f"census SF1 tables: {cw.num_queries} cells on a tract of {len(tract)} people, "
@@ -387,6 +395,9 @@ def main() -> None:
     out["step_census_goal_met"] = best >= CENSUS_GOAL_PER_S
     print(f"census step goal {CENSUS_GOAL_PER_S:.0f} run-steps/s: {'MET' if best >= CENSUS_GOAL_PER_S else 'NOT MET'} "
           f"({best:.0f}, the better dtype)")
+
+
+def census85(args, peaks: dict, out: Figures) -> None:
     big, bw = census_problem(blocks=85)
     bplan = ProductPlan.build(bw)
     print(f"census SF1 tables, 2010-sized tract: {bw.num_queries} cells, {len(big)} people, "
@@ -398,7 +409,7 @@ def main() -> None:
     print(f"census 85-block step goal {CENSUS85_GOAL_FRAC:.0%} of the float32 peak (float32, FLOPs needed): "
           f"{'MET' if frac85 >= CENSUS85_GOAL_FRAC else 'NOT MET'} ({frac85:.1%})")
     if len(jax.devices()) > 1:  # the ceiling of the step's matmuls as it runs: every device at once
-        both = concurrent_peak_gflops(jnp.float32, 512 if args.quick else 2048)
+        both = concurrent_peak_gflops(jnp.float32, _peak_size(args))
         of_both = bplan.useful_flops_per_step(1000) * out["step_census85_per_s"] / 1e9 / both
         out["peak_gflops_all_devices"] = round(both, 1)
         out["step_census85_useful_frac_all_devices_peak"] = round(of_both, 3)
@@ -413,12 +424,8 @@ def main() -> None:
           f"of nothing but them would reach {bound:.1%} of the float32 peak; the step reaches "
           f"{frac85 / bound:.0%} of that bound)")
 
-    if args.steps_only:
-        print(json.dumps(out))
-        return
-    exact_bench(out)
-    exact_2010_bench(out)
 
+def answers_bench(args, out: Figures) -> None:
     n_big = 100_000 if args.quick else 1_000_000
     big = data(SIZES, n_big)
     w2 = Workload.all_kway(big.domain, 2)
@@ -436,6 +443,9 @@ def main() -> None:
     print(f"exact answers: {rate / 1e6:.0f} M row-marginals/s (N = {n_big}, {len(w2.marginals)} 2-way marginals; "
           f"{rate / rate_bincount:.1f}x one bincount per marginal)")
 
+
+def units_bench(args, out: Figures) -> None:
+    """Many tracts' RAP-Rank in shared compiled calls (all 2-way, without BLOCK), then 8 of them one at a time."""
     from microdata.population import embedded_population
 
     pop = embedded_population(0)
@@ -449,25 +459,96 @@ def main() -> None:
     keys = [jax.random.key(i) for i in range(len(tracts))]
     K, T = args.units_runs, (20 if args.quick else args.units_steps)
     s = RAPSettings(rows=300, steps=T, steps_per_call=T)
+    out["units_per_s_setting"] = (f"{len(tracts)} tracts without BLOCK, all 2-way, K={K}, T={T}, n'=300, "
+                                  f"batch {default_batch(s, 1 << 20, plan)} (unit, run) pairs per call")
     rap_rank_units(plan, targets[:2], wk.domain, keys[:2], K, s)  # compile
     t0 = time.perf_counter()
     rap_rank_units(plan, targets, wk.domain, keys, K, s)
     together = time.perf_counter() - t0
-    out["units_per_s"] = round(len(tracts) / together, 3)
     out["units_seconds"] = round(together, 2)
+    out["units_per_s"] = round(len(tracts) / together, 3)
+    print(f"{len(tracts)} units in {together:.1f} s: {len(tracts) / together:.2f} units/s together "
+          f"({out['units_per_s_setting']})")
     alone_units = min(len(tracts), 8)  # one at a time is slow; 8 units give its rate
     t0 = time.perf_counter()
     for tgt, key in zip(targets[:alone_units], keys[:alone_units]):
         rap_rank(plan, tgt, wk.domain, key, K, s)
     alone = (time.perf_counter() - t0) * len(tracts) / alone_units
     out["units_per_s_one_at_a_time"] = round(len(tracts) / alone, 3)
-    out["units_per_s_setting"] = (f"{len(tracts)} tracts without BLOCK, all 2-way, K={K}, T={T}, n'=300, "
-                                  f"batch {default_batch(s, 1 << 20, plan)} (unit, run) pairs per call")
-    print(f"{len(tracts)} units in {together:.1f} s: {len(tracts) / together:.2f} units/s together, "
-          f"{len(tracts) / alone:.2f} one at a time "
-          f"({out['units_per_s_setting']})")
-    topdown_bench(out, tuple(args.topdown_solvers.split(",")))
+    print(f"  one at a time: {len(tracts) / alone:.2f} units/s (8 units timed)")
+
+
+def _peak_size(args) -> int:
+    """The peak's matmul size: large enough to fill the device (a GPU finishes 2048^3 in microseconds,
+    where launch and sync would dominate)."""
+    return 512 if args.quick else (8192 if jax.default_backend() == "gpu" else 2048)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--full", action="store_true", help="run K = 100 x T = 1000 for real")
+    ap.add_argument("--quick", action="store_true", help="smoke run with tiny sizes")
+    ap.add_argument("--rows", type=int, default=1000, help="n'")
+    ap.add_argument("--units", type=int, default=16, help="tracts in the many-units figure")
+    ap.add_argument("--units-runs", type=int, default=10, help="K in the many-units figure")
+    ap.add_argument("--units-steps", type=int, default=100, help="T in the many-units figure")
+    ap.add_argument("--topdown", action="store_true", help="only TopDown's estimation for one county")
+    ap.add_argument("--steps-only", action="store_true",
+                    help="only the steps' rates (2-way, 3-way, census; no end-to-end fits, exact attack or TopDown)")
+    ap.add_argument("--parts", default=",".join(PARTS),
+                    help=f"the parts to run, in this order, comma-separated (default: all: {','.join(PARTS)})")
+    ap.add_argument("--jsonl", default=None, metavar="PATH",
+                    help="also append each figure to PATH as a JSON line the moment it is measured")
+    ap.add_argument("--topdown-solvers", default="clarabel,osqp",
+                    help="QP solvers to time (highs too is possible: over 10 minutes here)")
+    args = ap.parse_args(argv)
+    if args.topdown:
+        args.parts = "topdown"
+    parts = [p for p in args.parts.split(",") if p]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        ap.error(f"unknown parts {unknown}; the parts are {', '.join(PARTS)}")
+    if args.steps_only:
+        parts = [p for p in parts if p in STEP_PARTS]
+    if args.quick:
+        args.rows = 64
+    out = Figures(args.jsonl)
+    if parts != ["topdown"]:
+        use_cpu_cores_as_devices()  # as the CLI does: one JAX device per core
+        out.update(backend=jax.default_backend(), devices=[str(d) for d in jax.devices()], jax=jax.__version__,
+                   rows=args.rows)
+        peaks = {"float32": peak_gflops(jnp.float32, _peak_size(args))}
+        print(f"matmul peak: float32 {peaks['float32']:.0f} GFLOP/s", end="")
+        if usable_dtype("bfloat16") == "bfloat16":
+            peaks["bfloat16"] = peak_gflops(jnp.bfloat16, _peak_size(args))
+            print(f", bfloat16 operands {peaks['bfloat16']:.0f} GFLOP/s", end="")
+        print()
+        out["peak_gflops"] = round(peaks["float32"], 1)
+        out["peak_gflops_bf16"] = round(peaks.get("bfloat16", 0.0), 1)
+    run = {"2way-steps": lambda: marginal_steps(2, args, peaks, out),
+           "2way-fit": lambda: marginal_fit(2, args, peaks, out),
+           "3way-steps": lambda: marginal_steps(3, args, peaks, out),
+           "3way-fit": lambda: marginal_fit(3, args, peaks, out),
+           "census": lambda: census24(args, peaks, out),
+           "census85": lambda: census85(args, peaks, out),
+           "exact": lambda: exact_bench(out),
+           "exact2010": lambda: exact_2010_bench(out),
+           "answers": lambda: answers_bench(args, out),
+           "units": lambda: units_bench(args, out),
+           "topdown": lambda: topdown_bench(out, tuple(args.topdown_solvers.split(",")))}
+    failed = []
+    for part in parts:
+        t0 = time.perf_counter()
+        try:
+            run[part]()
+        except Exception as exc:  # noqa: BLE001 - one part's failure must not lose the others' figures
+            failed.append(part)
+            out[f"{part}_error"] = f"{type(exc).__name__}: {exc}"[:500]
+            print(f"{part}: FAILED ({type(exc).__name__}: {exc})")
+        out[f"{part}_part_s"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(out))
+    if failed:
+        raise SystemExit(f"bench parts failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":
