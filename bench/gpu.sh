@@ -12,6 +12,8 @@
 #      (configs/census/tracts_2010.yaml) as the time left allows.
 # Every figure is a JSON line appended to $OUT/gpu.jsonl the moment it is measured, so a run cut short keeps
 # what it measured; logs beside it. Each step has its own time limit inside the whole run's.
+# GPU_STAGES (default tests,bench,tracts) runs fewer steps, GPU_BENCH_PARTS other bench parts, GPU_BUDGET_S
+# another limit for the whole run: a rerun inside a lease's last minutes measures only what is missing.
 #
 #   make gpu-wheels                 here, once (the wheels, pinned in bench/gpu_wheels.txt, into .whl)
 #   bash bench/gpu.sh               there, from the repository root, with .whl carried; $OUT receives the figures
@@ -31,6 +33,7 @@ else
   wheels=${GPU_WHEELS:-.whl}
   budget=${GPU_BUDGET_S:-470}
 fi
+stages=",${GPU_STAGES:-tests,bench,tracts},"
 out=${OUT:-results-gpu}
 mkdir -p "$out"
 figures=$out/gpu.jsonl
@@ -78,8 +81,9 @@ if [ "$dry" = 1 ]; then
   workers=1
 else
   tests=(tests/reconstruct reconstruct tests/microdata/test_census.py tests/synth synth)
-  workers=4
+  workers=8
 fi
+if [[ $stages == *,tests,* ]]; then
 t=$(date +%s)
 XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$(limit 130)" "$py" -m pytest -q -p no:cacheprovider -n "$workers" \
   --dist loadfile --junitxml="$out/tests.xml" "${tests[@]}" > "$out/tests.log" 2>&1
@@ -101,36 +105,42 @@ except (OSError, ET.ParseError) as exc:
 print(json.dumps(res))
 PY
 tail -1 "$figures"
+fi
 
 # 4. the bench, each figure a JSON line as it is measured
 if [ "$dry" = 1 ]; then
   bench=(--quick --parts 2way-fit,units,census)
 else
-  bench=(--full --parts 2way-fit,3way-fit,units,census85,census,2way-steps,3way-steps
+  bench=(--full --parts "${GPU_BENCH_PARTS:-2way-fit,3way-fit,units,census85,census,2way-steps,3way-steps}"
          --units 50 --units-runs 100 --units-steps 1000)
 fi
+if [[ $stages == *,bench,* ]]; then
 t=$(date +%s)
 timeout "$(limit 230)" "$py" bench/run.py "${bench[@]}" --jsonl "$figures" > "$out/bench.log" 2>&1
 rc=$?
 grep -E "MET|peak:|units in|FAILED" "$out/bench.log"
 line "{\"bench_rc\": $rc, \"bench_s\": $(since "$t")}"
+fi
 
-# 5. the paper's census experiment on 8 tracts of the 2010-shaped population, as much as fits
+# 5. the paper's census experiment on 8 tracts of the 2010-shaped population, as much as fits (its progress
+# bars in the log say how far it got)
 if [ "$dry" = 1 ]; then
-  tracts=(--set attack.strength=config --set attack.runs=2 --set attack.steps=10 --set attack.rows=50
+  tracts=(--no-progress --set attack.strength=config --set attack.runs=2 --set attack.steps=10 --set attack.rows=50
           --set target.units=1 --set 'baselines=[holdout]')
 else
   tracts=()
 fi
+if [[ $stages == *,tracts,* ]]; then
 t=$(date +%s)
 runs=$(mktemp -d "${TMPDIR:-/tmp}/censusrecon-gpu-runs.XXXXXX")
-timeout "$(limit 600)" "$site/bin/censusrecon" run configs/census/tracts_2010.yaml --out "$runs" --no-progress \
-  "${tracts[@]}" > "$out/tracts_2010.log" 2>&1
+timeout "$(limit 600)" "$site/bin/censusrecon" run configs/census/tracts_2010.yaml --out "$runs" "${tracts[@]}" > "$out/tracts_2010.log" 2>&1
 rc=$?
 done_units=$(ls "$runs"/*/*/units/*.json 2>/dev/null | wc -l)
 cp "$runs"/*/*/match_rate.png "$out/tracts_2010_match_rate.png" 2>/dev/null
 tail -12 "$out/tracts_2010.log"
 line "{\"tracts_2010_rc\": $rc, \"tracts_2010_s\": $(since "$t"), \"tracts_2010_units_done\": $done_units, \"tracts_2010_complete\": $([ $rc = 0 ] && echo true || echo false)}"
+rm -rf "$runs"
+fi
 
 line "{\"gpu_check_s\": $(since "$start")}"
-rm -rf "$site" "$runs"
+rm -rf "$site"

