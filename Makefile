@@ -36,7 +36,13 @@ GPU_DRY_STAMP := $(GPU_DRY_VENV)/.installed
 # a Python 3.12 (the GPU machine's) if this machine has one: on PATH, or among pyenv's versions
 GPU_DRY_PYTHON ?= $(firstword $(foreach p,$(shell command -v python3.12 2>/dev/null) $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12),$(if $(shell $(p) -c 'print(1)' 2>/dev/null),$(p))) $(PYTHON))
 
-.PHONY: demo test test-slow bench risk-env tumult-env smartnoise-env java browser clean gpu-wheels gpu-dry-env
+# the JAX tests (what bench/gpu.sh runs on the GPU) against the newest JAX this machine can install, in an
+# environment of its own with a Python it supports (0.11 and later need Python >= 3.12): make test-jax-newest
+JAX_TESTS := tests/reconstruct reconstruct tests/microdata/test_census.py tests/synth synth
+JAX_NEWEST_VENV := .venv-jax-newest
+
+.PHONY: demo test test-slow bench risk-env tumult-env smartnoise-env java browser clean gpu-wheels gpu-dry-env \
+  test-jax-newest
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -96,6 +102,12 @@ $(GPU_DRY_STAMP): bench/gpu_machine.txt bench/gpu_wheels.txt $(GPU_WHEELS_STAMP)
 	touch $(GPU_DRY_STAMP)
 
 gpu-dry-env: $(GPU_DRY_STAMP)
+
+test-jax-newest:
+	test -x $(JAX_NEWEST_VENV)/bin/python || $(GPU_DRY_PYTHON) -m venv $(JAX_NEWEST_VENV)
+	$(JAX_NEWEST_VENV)/bin/python -m pip install --quiet --upgrade -e . "jax<0.13" "jaxlib<0.13" pytest pytest-xdist opendp
+	@$(JAX_NEWEST_VENV)/bin/python -c 'import jax, sys; print("JAX", jax.__version__, "on Python", sys.version.split()[0])'
+	$(JAX_NEWEST_VENV)/bin/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider $(JAX_TESTS)
 
 # Java for Spark: Debian's, installed here where this user may (root with apt-get, as on CI)
 java:

@@ -1,0 +1,57 @@
+"""bench/gpu.sh, the GPU check, run dry here: the same script, the same offline install of the carried wheels
+into an environment holding only what the GPU machine has (.venv-gpu-dry, made by make test), its stages on the
+CPU at small sizes. Sessions lent the GPU are rare: the script must not rot between them."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = ROOT / ".venv-gpu-dry"
+
+
+def _machine_pin(name: str) -> str:
+    for line in (ROOT / "bench" / "gpu_machine.txt").read_text().splitlines():
+        if line.startswith(f"{name}=="):
+            return line.split("==")[1]
+    raise AssertionError(f"{name} is not pinned in bench/gpu_machine.txt")
+
+
+def _gpu_check(out: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    if not (VENV / ".installed").exists():
+        pytest.skip("no .venv-gpu-dry: make test makes it (make gpu-dry-env), with the GPU machine's packages")
+    run = subprocess.run(["bash", "bench/gpu.sh", *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "OUT": str(out), **env})
+    lines = [json.loads(x) for x in (out / "gpu.jsonl").read_text().splitlines()]
+    return run, lines
+
+
+def test_the_gpu_check_runs_dry_as_it_will_on_the_gpu_machine(tmp_path):
+    run, lines = _gpu_check(tmp_path, "--dry-run")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    figures = {k: v for line in lines for k, v in line.items()}
+    env = figures["environment"]
+    assert env["jax"] == _machine_pin("jax")  # the machine's JAX, not one installed beside it
+    assert env["unimportable"] == {}  # every module imports with the machine's packages and the carried wheels
+    assert env["versions"]["censusrecon"] is not None  # the project installed, offline, without its dependencies
+    assert figures["tests_rc"] == 0 and figures["tests"] > 0 and figures["failures"] == figures["errors"] == 0
+    assert figures["bench_rc"] == 0
+    for name in ("peak_gflops", "rap_rank_2way_s", "units_seconds", "step_census_per_s"):
+        assert figures[name] > 0, name
+    # each figure was appended as it was measured: the bench's lie between its start and its end
+    order = [next(iter(line)) for line in lines]
+    assert order.index("install_s") < order.index("peak_gflops") < order.index("units_seconds") < order.index("bench_rc")
+    assert figures["tracts_2010_complete"] and figures["tracts_2010_units_done"] == 1
+    assert (tmp_path / "tracts_2010_match_rate.png").stat().st_size > 0
+
+
+def test_the_gpu_check_refuses_clearly_where_jax_sees_no_gpu(tmp_path):
+    run, lines = _gpu_check(tmp_path, GPU_PYTHON=str(VENV / "bin" / "python"),
+                            GPU_WHEELS=(VENV / "wheels").read_text().strip() if (VENV / "wheels").exists() else ".whl")
+    assert run.returncode == 3
+    assert lines[-1] == {"refused": "JAX sees no GPU on this machine: nothing measured"}
+    assert "sees no GPU" in run.stderr
+    assert not any("tests_rc" in line or "peak_gflops" in line for line in lines)
