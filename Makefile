@@ -91,13 +91,17 @@ gpu-wheels: $(GPU_WHEELS_STAMP)
 # .whl (cp312) or, where this machine has no Python 3.12, in .whl-dry for the Python it has
 $(GPU_DRY_STAMP): bench/gpu_machine.txt bench/gpu_wheels.txt $(GPU_WHEELS_STAMP)
 	rm -rf $(GPU_DRY_VENV) && $(GPU_DRY_PYTHON) -m venv $(GPU_DRY_VENV)
-	$(GPU_DRY_VENV)/bin/python -m pip install --quiet -r bench/gpu_machine.txt
 	@if $(GPU_DRY_VENV)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then \
+	  $(GPU_DRY_VENV)/bin/python -m pip install --quiet -r bench/gpu_machine.txt && \
 	  echo $(GPU_WHEELS) > $(GPU_DRY_VENV)/wheels; \
 	else \
-	  echo "no Python 3.12 here: the dry run installs wheels for $$($(GPU_DRY_VENV)/bin/python --version) from .whl-dry"; \
+	  echo "no Python 3.12 here: the dry run uses $$($(GPU_DRY_VENV)/bin/python --version), the GPU machine's packages"; \
+	  echo "and the wheels unpinned (their pins need 3.12), the wheels for this Python in .whl-dry"; \
+	  sed 's/==.*//' bench/gpu_machine.txt > $(GPU_DRY_VENV)/machine-unpinned.txt && \
+	  $(GPU_DRY_VENV)/bin/python -m pip install --quiet -r $(GPU_DRY_VENV)/machine-unpinned.txt "jax<0.13" && \
+	  sed 's/==.*//' bench/gpu_wheels.txt > $(GPU_DRY_VENV)/wheels-unpinned.txt && \
 	  rm -rf .whl-dry && $(GPU_DRY_VENV)/bin/python -m pip download --quiet --no-deps --only-binary=:all: -d .whl-dry \
-	    -r bench/gpu_wheels.txt && echo .whl-dry > $(GPU_DRY_VENV)/wheels; \
+	    -r $(GPU_DRY_VENV)/wheels-unpinned.txt && echo .whl-dry > $(GPU_DRY_VENV)/wheels; \
 	fi
 	touch $(GPU_DRY_STAMP)
 
