@@ -18,6 +18,8 @@ from microdata.dataset import Dataset
 from microdata.domain import Attribute, Domain
 from microdata.geography import FROM_ROWS, Geography
 from experiments.metrics import lookup
+from experiments.release.yardstick import (cells_of, detailed_sensitivity, node_table_sensitivity, opendp_epsilon,
+                                           person_types, table_sensitivity, zcdp_rho)
 from microdata.marginals import Workload
 from synth.release import workload_counts
 from synth.audit import (AuditResult, NoiseGroups, ReplayNoise, ReplaySequence, audit_outputs, clipped_upper_excess,
@@ -231,61 +233,21 @@ def _frame(study: Study, unit: str, with_block: bool) -> tuple[Domain, dict | No
     return frame, areas
 
 
-def _cells_of(workload, codes: np.ndarray) -> np.ndarray:
-    """(rows × queries) 0/1: the released cells each row is counted in (computed from the rows,
-    as exact answers are, independently of any sensitivity computation)."""
-    codes = np.atleast_2d(codes)
-    if isinstance(workload, Workload):
-        out = np.zeros((len(codes), workload.num_queries), dtype=bool)
-        for off, m in zip(workload.offsets()[:-1], workload.marginals):
-            idx = [workload.domain.index(a) for a in m]
-            flat = np.ravel_multi_index(tuple(codes[:, i] for i in idx), workload.shape(m))
-            out[np.arange(len(codes)), off + flat] = True
-        return out
-    q = np.array(workload.queries, dtype=np.int64).reshape(len(workload.queries), len(workload.domain))
-    member = [workload.membership(j).astype(bool) for j in range(len(workload.domain))]
-    # only the queries some row can be in are computed: a query is out for every row when one of its
-    # attributes' sets holds none of the rows' values (another block's cells, for rows of one block)
-    alive = np.ones(len(q), dtype=bool)
-    for j, m in enumerate(member):
-        alive &= m[np.unique(codes[:, j])].any(axis=0)[q[:, j]]
-    keep = np.flatnonzero(alive)
-    hit = np.ones((len(codes), keep.size), dtype=bool)
-    for j, m in enumerate(member):
-        hit &= m[codes[:, j]][:, q[keep, j]]
-    out = np.zeros((len(codes), len(q)), dtype=bool)
-    out[:, keep] = hit
-    return out
-
-
-def _person_types(domain: Domain, block: int | None, limit: int = 200_000, seed: int = 0) -> np.ndarray:
-    """Every person type of ``domain`` (BLOCK fixed to ``block``), or ``limit`` of them at random."""
-    free = [j for j, a in enumerate(domain.names) if a != "BLOCK"]
-    sizes = [domain.sizes[j] for j in free]
-    total = int(np.prod(sizes))
-    flat = np.arange(total) if total <= limit else np.random.default_rng(seed).choice(total, limit, replace=False)
-    codes = np.zeros((len(flat), len(domain)), dtype=np.int64)
-    codes[:, free] = np.stack(np.unravel_index(flat, sizes), axis=1)
-    if "BLOCK" in domain:
-        codes[:, domain.index("BLOCK")] = block
-    return codes
-
-
 def _worst_pair(domain: Domain, workload, relation: Relation) -> tuple[Dataset, Dataset]:
     """Neighbours D, D′ whose released counts are as far apart as one person can make them:
     add/remove adds the person type counted in the most cells; replace-one replaces that person
     by the type, in another block, whose cells differ from theirs the most."""
     has_block = "BLOCK" in domain
-    a_types = _person_types(domain, 0 if has_block else None)
-    counts = np.concatenate([_cells_of(workload, a_types[i:i + 2000]).sum(axis=1) for i in range(0, len(a_types), 2000)])
+    a_types = person_types(domain, 0 if has_block else None)
+    counts = np.concatenate([cells_of(workload, a_types[i:i + 2000]).sum(axis=1) for i in range(0, len(a_types), 2000)])
     a = a_types[int(np.argmax(counts))]
     base = np.array([[(i + 2) % s for s in domain.sizes] for i in range(3)], dtype=np.int64)
     if relation is Relation.ADD_REMOVE:
         return Dataset(domain, base), Dataset(domain, np.vstack([base, a]))
     other = 1 if has_block and domain.size("BLOCK") > 1 else 0
-    b_types = _person_types(domain, other if has_block else None)
-    cells_a = _cells_of(workload, a[None, :])[0]
-    diff = np.concatenate([(_cells_of(workload, b_types[i:i + 2000]) != cells_a[None, :]).sum(axis=1)
+    b_types = person_types(domain, other if has_block else None)
+    cells_a = cells_of(workload, a[None, :])[0]
+    diff = np.concatenate([(cells_of(workload, b_types[i:i + 2000]) != cells_a[None, :]).sum(axis=1)
                            for i in range(0, len(b_types), 2000)])
     b = b_types[int(np.argmax(diff))]
     return Dataset(domain, np.vstack([base, a])), Dataset(domain, np.vstack([base, b]))
@@ -608,8 +570,8 @@ def _real_pairs(D: Dataset, workload, relation: Relation, areas: dict | None) ->
     common, rare = int(np.argmax(counts)), int(np.argmin(counts))
     has_block = "BLOCK" in D.domain
     pairs = []
-    all_types = _person_types(D.domain, 0 if has_block else None)
-    per_type = np.concatenate([_cells_of(workload, all_types[i:i + 2000]).sum(axis=1)
+    all_types = person_types(D.domain, 0 if has_block else None)
+    per_type = np.concatenate([cells_of(workload, all_types[i:i + 2000]).sum(axis=1)
                                for i in range(0, len(all_types), 2000)])
     if relation is Relation.ADD_REMOVE:
         t_most = int(dom.encode(all_types[int(np.argmax(per_type))][[D.domain.index(a) for a in dom.names]][None, :])[0])
@@ -633,11 +595,11 @@ def _real_pairs(D: Dataset, workload, relation: Relation, areas: dict | None) ->
         jb = D.domain.index("BLOCK")
         codes[row_c, jb] = _other_area_block(D, areas, int(codes[row_c, jb]))
         pairs.append(("a person moved to a block of another area", Dataset(D.domain, codes)))
-    cells_a = _cells_of(workload, D.codes[row_c][None, :])[0]
+    cells_a = cells_of(workload, D.codes[row_c][None, :])[0]
     cand = all_types.copy()
     if has_block:
         cand[:, D.domain.index("BLOCK")] = _other_area_block(D, areas, int(D.codes[row_c, D.domain.index("BLOCK")]))
-    diff = np.concatenate([(_cells_of(workload, cand[i:i + 2000]) != cells_a[None, :]).sum(axis=1)
+    diff = np.concatenate([(cells_of(workload, cand[i:i + 2000]) != cells_a[None, :]).sum(axis=1)
                            for i in range(0, len(cand), 2000)])
     b = cand[int(np.argmax(diff))]
     codes = D.codes.copy()
@@ -779,8 +741,8 @@ def _independence_columns(labels: np.ndarray, rng: np.random.Generator) -> np.nd
 
 def _unit_instance(study: Study, unit: str, wb: bool, cache: dict) -> tuple:
     """A unit's real instance, the same at every ε of one audit: D, its areas, the published workload, D's
-    exact counts, the real pairs with their counts, and the most cells one person lies in (found by this
-    audit from the workload's cells, independently of the release's sensitivity)."""
+    exact counts, the real pairs with their counts, and the tables' sensitivity under the declared relation
+    (the audit's own yardstick, by brute force over the unit's neighbours: never the release's)."""
     cfg = study.cfg
     key = (unit, wb)
     if key not in cache:
@@ -788,21 +750,19 @@ def _unit_instance(study: Study, unit: str, wb: bool, cache: dict) -> tuple:
         D, areas = prob.private, prob.areas
         workload = build_workload(cfg, cfg.queries[0], D.domain, areas)
         exact = workload_counts(D, workload)
-        pairs, per_type = _real_pairs(D, workload, parse_relation(cfg.release.relation), areas)
+        pairs, _ = _real_pairs(D, workload, parse_relation(cfg.release.relation), areas)
         cache[key] = (D, areas, workload, exact, pairs, [workload_counts(D2, workload) for _, D2 in pairs],
-                      int(per_type.max()))
+                      table_sensitivity(workload, D.codes, cfg.release.relation))
     return cache[key]
 
 
 def _audit_tables_unit(study: Study, unit: str, wb: bool, eps: float, seed: int, cache: dict) -> dict:
     """Laplace tables (and the synthetic file fitted to them) of one unit, on its own D: the bound over the
     real pairs, the whole-release checks, the replay over many pairs, the structure."""
-    from synth.release import _census_sensitivity
-
     cfg = study.cfg
     a = cfg.release.audit
     relation = parse_relation(cfg.release.relation)
-    D, areas, workload, exact, pairs, pair_counts, per_person = _unit_instance(study, unit, wb, cache)
+    D, areas, workload, exact, pairs, pair_counts, sens = _unit_instance(study, unit, wb, cache)
     pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
     rng0 = np.random.default_rng(0)
     backend = _noise(cfg, seed, "tables", unit, wb, eps)
@@ -842,17 +802,17 @@ def _audit_tables_unit(study: Study, unit: str, wb: bool, eps: float, seed: int,
         groups.add(("tables", f"place {p}"), noise[:, place == p])
     rng = np.random.default_rng(_stable("audit-sample", seed, unit))
     groups.keep(noise, 2_000_000, rng)
-    delta = _census_sensitivity(per_person, relation, 1)
     cols = _independence_columns(cell_label, rng)
     checks, info = _whole_checks(cfg, eps, groups.sums, np.concatenate(groups.sample), [noise], noise[:, cols],
-                                 {"tables": delta}, False, eps)
+                                 {"tables": sens.l1}, False, eps)
+    info["sensitivity"] = sens.as_dict()
     # the replay: recorded whole releases, many neighbours of the real data
     far = _far_datasets(D, a.replay_far, rng)
     neighbours = _replay_neighbours(D, relation, areas, a.replay_pairs, rng) + far
     values = [whole[i] for i in range(min(a.replay_draws, len(whole)))]
     checks["post_processing"] = _replay_pairs(cfg, "laplace_tables", eps, workload, D, neighbours, values)
     record = _publish(cfg, "laplace_tables", eps, D, workload, _keyed_release(backend, start), rng0).record
-    checks["accounting"], acc = _tables_accounting(record, eps)
+    checks["accounting"], acc = _tables_accounting(record, eps, sens.l1)
     info.update(acc)
     checks["structure"] = _structure_check(cfg, "laplace_tables", eps, workload, D, pairs[0][1]) if pairs else "not run"
     best = max(bounds, default=(0.0, "none", 0))
@@ -983,38 +943,56 @@ def _tree_neighbours(td, real: dict, relation: Relation, k: int, rng: np.random.
     return out
 
 
-def _tables_accounting(record, eps: float) -> tuple[str, dict]:
-    """The Laplace tables' one measurement through :func:`_opendp_accounting` (its scale and L1 sensitivity)."""
+def _tables_accounting(record, eps: float, sensitivity: int) -> tuple[str, dict]:
+    """The Laplace tables' one measurement through :func:`_opendp_accounting` (its scale, at the tables' L1
+    sensitivity as the yardstick finds it)."""
     from fractions import Fraction
 
     from synth.topdown import Budget
 
     b = Budget("unit", "tables", Fraction(repr(float(eps))), int(record.sensitivity), float(record.scale))
-    return _opendp_accounting([b], False, eps)
+    return _opendp_accounting([b], False, eps, lambda _: sensitivity)
 
 
-def _opendp_accounting(budgets, gaussian: bool, total) -> tuple[str, dict]:
-    """Every measurement's privacy map from OpenDP (:class:`synth.noise.OpenDPNoise`'s) beside our exact
-    figure: pure ε, the discrete Laplace map at the measurement's scale and L1 sensitivity; zCDP, the
-    discrete Gaussian map at unit L2 distance times the squared L2 sensitivity (the map is quadratic in
-    the distance). Their sum must not exceed the budget and each must agree with ours."""
+def _opendp_accounting(budgets, gaussian: bool, total, sensitivity) -> tuple[str, dict]:
+    """Every measurement's privacy map from OpenDP (:class:`synth.noise.OpenDPNoise`'s) at the scale it was
+    drawn with and the sensitivity the audit's yardstick finds for it (``sensitivity(budget)``; never the one
+    the release records): pure ε, the discrete Laplace map at that scale and L1 sensitivity; zCDP, the discrete
+    Gaussian map at unit L2 distance times the squared L2 sensitivity (the map is quadratic in the distance).
+    Their sum must not exceed the budget, nor may the release's own record (OpenDP's maps at the sensitivities it
+    records, which must not be below the yardstick's, and must agree with its own sum)."""
     try:
         lib = OpenDPNoise()
     except PrivacyError:
         return "not run: OpenDP is not installed (pip install 'censusrecon[dp]')", {}
-    ours, theirs = 0.0, 0.0
+
+    def spent(b, d):
+        return lib.gaussian_rho_map(b.scale, 1) * d if gaussian else lib.privacy_map(b.scale, int(d))
+
+    ours, recorded, theirs, under = 0.0, 0.0, 0.0, []
     for b in budgets:
-        if not b.sensitivity:
+        d = sensitivity(b)
+        if not d and not b.sensitivity:
             continue
-        theirs += (lib.gaussian_rho_map(b.scale, 1) * b.sensitivity if gaussian
-                   else lib.privacy_map(b.scale, int(b.sensitivity)))
-        ours += float(b.spent())
+        theirs += spent(b, d) if d else 0.0
+        if b.sensitivity:
+            recorded += spent(b, b.sensitivity)
+            ours += float(b.spent())
+        if b.sensitivity < d:
+            under.append(f"{b.level}/{b.query} {b.sensitivity} < {d}")
     what = "ρ" if gaussian else "ε"
     info = {f"opendp_{'rho' if gaussian else 'epsilon'}": theirs, f"exact_{'rho' if gaussian else 'epsilon'}": ours}
     if theirs > float(total) * (1 + 1e-9):
-        return f"fail: OpenDP's privacy maps add up to {what} = {theirs:.6g}, over the budget {float(total):.6g}", info
-    if abs(theirs - ours) > 1e-6 * max(ours, 1e-12):
-        return f"fail: OpenDP's maps give {what} = {theirs:.6g}, our exact sum {ours:.6g}", info
+        return (f"fail: OpenDP's privacy maps at the tables' sensitivities add up to {what} = {theirs:.6g}, over the "
+                f"budget {float(total):.6g}" + (f" (the release records sensitivities below them: {', '.join(under)})"
+                                                if under else "")), info
+    if under:
+        return f"fail: the release records sensitivities below the tables': {', '.join(under)}", info
+    if recorded > float(total) * (1 + 1e-9):  # its own ledger over the budget, whatever the tables' sensitivities
+        return (f"fail: the release's own record spends {what} = {recorded:.6g} by OpenDP's maps, over the budget "
+                f"{float(total):.6g} that ε = the declared one allows"), info
+    if abs(recorded - ours) > 1e-6 * max(ours, 1e-12):
+        return f"fail: OpenDP's maps give {what} = {recorded:.6g} for the release's record, its own sum {ours:.6g}", info
     return "pass", info
 
 
@@ -1034,7 +1012,7 @@ def _audit_topdown_root(study: Study, units: list[str], wb: bool, eps: float, se
     production key schedule), the whole-release checks, the OpenDP accounting, the replay over many pairs
     and draws, the structure."""
     from experiments.release.topdown import publish_topdown, topdown_root, topdown_tree
-    from synth.topdown import QUERIES, rho_for
+    from synth.topdown import QUERIES
 
     cfg = study.cfg
     a = cfg.release.audit
@@ -1121,10 +1099,18 @@ def _audit_topdown_root(study: Study, units: list[str], wb: bool, eps: float, se
         indep.append(np.concatenate(row))
         if r < a.replay_draws:
             recorded.append(m)
-    mult = 2 if relation is Relation.REPLACE_ONE else 1
-    per_type = int(np.diff(td.strategy.tables.tocsc().indptr).max())
-    sens = {(li, q): mult * (1 if q == "detailed" else per_type) for li in range(n_levels) for q in QUERIES}
-    budget = float(rho_for(eps, cfg.release.topdown.delta)) / 0.999999 if gaussian else eps
+    # the yardstick: each level's sensitivities from the relation and the tables' definitions over the person
+    # domain (never the release's strategy matrix or budgets), and the ρ an (ε, δ) release may spend
+    if "sensitivity" not in cache[key]:
+        pw = build_workload(cfg, cfg.queries[0], td.person_domain)
+        cache[key]["sensitivity"] = [
+            node_table_sensitivity(pw, td.person_domain.decode(np.flatnonzero(td.tree.hist[li].sum(axis=0) > 0)),
+                                   cfg.release.relation, len(td.shape.ids[li])) for li in range(n_levels)]
+    level_sens = cache[key]["sensitivity"]
+    sens = {(li, q): detailed_sensitivity(cfg.release.relation) if q == "detailed" else level_sens[li].l1
+            for li in range(n_levels) for q in QUERIES}
+    delta = cfg.release.topdown.delta
+    budget = zcdp_rho(eps, delta) if gaussian else eps
     shape_p = {k: (gaussian_shape_pvalue(np.concatenate(v)) if gaussian else laplace_shape_pvalue(np.concatenate(v)))
                for k, v in samples.items()}
     tail_p = {k: _tail_from_stats(v, gaussian) for k, v in tails.items()}
@@ -1144,8 +1130,17 @@ def _audit_topdown_root(study: Study, units: list[str], wb: bool, eps: float, se
                 noise_tail_p_value={lvl(k): v for k, v in tail_p.items()})
     # accounting by the library
     meas = recorded[0]
-    checks["accounting"], acc = _opendp_accounting(meas.budgets, gaussian, budget)
+    checks["accounting"], acc = _opendp_accounting(
+        meas.budgets, gaussian, budget,
+        lambda b: sens[(td.shape.levels.index(b.level), "detailed" if b.query == "detailed" else "tables")])
     info.update(acc)
+    info["sensitivity"] = {td.shape.levels[li]: dict(s.as_dict(), detailed=detailed_sensitivity(cfg.release.relation))
+                           for li, s in enumerate(level_sens)}
+    if gaussian:  # the declared conversion, checked by OpenDP's own map
+        e_map = opendp_epsilon(budget, delta)
+        info["conversion"] = {"rho": budget, "delta": delta, "opendp_epsilon": e_map}
+        checks["conversion"] = ("pass" if e_map <= eps * (1 + 1e-12) else
+                                f"fail: ρ = {budget:.6g} is ({e_map:.6g}, {delta:g})-DP by OpenDP's map, over ε = {eps:g}")
     # replay: recorded releases, many neighbours of the real tree
     checks["post_processing"] = _topdown_replay(cfg, eps, td, cache[key]["neighbours"], recorded)
     if "structure" not in cache[key]:  # releases at the smallest ε of the grid: one check for every ε

@@ -286,7 +286,7 @@ def test_the_cells_a_row_is_counted_in_are_its_one_row_counts(seed):
     """The auditor's cells of each row (computed only over the queries some row can be in) are exactly the
     workload's own counts of that row alone: rows of one block and rows of several, census tables per block
     and per tract."""
-    from experiments.release.audit import _cells_of
+    from experiments.release.yardstick import cells_of
     from tests.reconstruct.test_product_plan import _random_workload
 
     w = _random_workload(seed)
@@ -294,6 +294,6 @@ def test_the_cells_a_row_is_counted_in_are_its_one_row_counts(seed):
     codes = np.stack([rng.integers(0, s, 12) for s in w.domain.sizes], axis=1)
     for rows in (codes, np.where(np.arange(len(w.domain)) == 0, 1, codes)):  # several blocks, then block 1 only
         want = np.stack([w.counts(Dataset(w.domain, r[None, :])) for r in rows]).astype(bool)
-        got = _cells_of(w, rows)
+        got = cells_of(w, rows)
         assert got.shape == want.shape and (got == want).all()
         assert got.any() and not got.all()
