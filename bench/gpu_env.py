@@ -22,7 +22,8 @@ PACKAGES = ("microdata", "reconstruct", "baselines", "synth", "experiments")
 #: the distributions whose versions the report gives: what the project imports, from the machine or a wheel
 DISTRIBUTIONS = ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "optax", "numpy", "pandas", "pyarrow",
                  "matplotlib", "scipy", "pyyaml", "tqdm", "pydantic", "pydantic-core", "highspy", "clarabel", "osqp",
-                 "opendp", "pytest", "pytest-xdist", "setuptools", "censusrecon")
+                 "opendp", "pytest", "pytest-xdist", "setuptools", "wheel", "wrapt", "jinja2", "joblib",
+                 "censusrecon")
 
 
 def version(dist: str) -> str | None:
