@@ -559,30 +559,29 @@ def _other_area_block(D: Dataset, areas: dict | None, block: int) -> int:
     return other[-1] if other else (block + 1) % n
 
 
-def _real_pairs(D: Dataset, workload, relation: Relation, areas: dict | None) -> tuple[list, np.ndarray]:
+def _real_pairs(D: Dataset, workload, relation: Relation, areas: dict | None) -> list:
     """Neighbours of the real D under ``relation``: replace-one moves a real person to a block of another
     area, changes a person of the commonest type to the rarest and one of the rarest present type to the
     commonest, and replaces a person by the type whose cells differ most from theirs; add/remove adds the
-    type in most cells and removes a real person (of the commonest type). Also returns the released cells
-    of every person type (in the first block), counted from the workload's cells."""
+    type in most cells and removes a real person (of the commonest type)."""
     dom, types = _types_of(D)
     counts = np.bincount(types, minlength=dom.total_size) if len(D) else np.zeros(dom.total_size, np.int64)
     common, rare = int(np.argmax(counts)), int(np.argmin(counts))
     has_block = "BLOCK" in D.domain
     pairs = []
     all_types = person_types(D.domain, 0 if has_block else None)
-    per_type = np.concatenate([cells_of(workload, all_types[i:i + 2000]).sum(axis=1)
-                               for i in range(0, len(all_types), 2000)])
     if relation is Relation.ADD_REMOVE:
+        per_type = np.concatenate([cells_of(workload, all_types[i:i + 2000]).sum(axis=1)
+                                   for i in range(0, len(all_types), 2000)])
         t_most = int(dom.encode(all_types[int(np.argmax(per_type))][[D.domain.index(a) for a in dom.names]][None, :])[0])
         pairs.append((f"a person of the type in most cells ({int(per_type.max())}) added", _add_row(D, dom, t_most,
                                                                                                    0 if has_block else None)))
         if len(D):
             row = int(np.flatnonzero(types == common)[0])
             pairs.append(("a person of the commonest type removed", _drop_row(D, row)))
-        return pairs, per_type
+        return pairs
     if not len(D):
-        return pairs, per_type
+        return pairs
     row_c = int(np.flatnonzero(types == common)[0])
     pairs.append(("a person of the commonest type changed to the rarest", _with_type(D, row_c, dom, rare)))
     present = np.flatnonzero(counts > 0)
@@ -605,7 +604,7 @@ def _real_pairs(D: Dataset, workload, relation: Relation, areas: dict | None) ->
     codes = D.codes.copy()
     codes[row_c] = b
     pairs.append((f"a person replaced by the type differing in most cells ({int(diff.max())})", Dataset(D.domain, codes)))
-    return pairs, per_type
+    return pairs
 
 
 def _replay_neighbours(D: Dataset, relation: Relation, areas: dict | None, k: int,
@@ -750,7 +749,7 @@ def _unit_instance(study: Study, unit: str, wb: bool, cache: dict) -> tuple:
         D, areas = prob.private, prob.areas
         workload = build_workload(cfg, cfg.queries[0], D.domain, areas)
         exact = workload_counts(D, workload)
-        pairs, _ = _real_pairs(D, workload, parse_relation(cfg.release.relation), areas)
+        pairs = _real_pairs(D, workload, parse_relation(cfg.release.relation), areas)
         cache[key] = (D, areas, workload, exact, pairs, [workload_counts(D2, workload) for _, D2 in pairs],
                       table_sensitivity(workload, D.codes, cfg.release.relation))
     return cache[key]

@@ -248,10 +248,9 @@ def node_table_sensitivity(workload, present: np.ndarray, relation, nodes: int) 
     one = table_sensitivity(workload, present, rel)
     if rel == "add_remove" or nodes < 2:
         return one
-    types = person_types(workload.domain, None)
-    count = np.concatenate([cells_of(workload, types[i:i + CHUNK]).sum(axis=1) for i in range(0, len(types), CHUNK)])
+    most = table_sensitivity(workload, None, "add_remove").l1  # the most cells of any type
     px = cells_of(workload, np.unique(np.asarray(present, dtype=np.int64), axis=0)).sum(axis=1)
-    across = int(px.max() + count.max())
+    across = int(px.max()) + most
     if across >= one.l1:
         return Sensitivity(across, rel, one.how + f"; a person moved to another of the level's {nodes} nodes",
                            "a person of the type in most cells moved to another node as the type in most cells",
