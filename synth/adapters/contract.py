@@ -61,15 +61,21 @@ def serve(release) -> None:
 def true_counts(persons: pd.DataFrame, cells: pd.DataFrame, attributes: list[str]) -> np.ndarray:
     """Each cell's count of persons: those at the cell's geography with every listed attribute value."""
     out = np.zeros(len(cells), dtype=np.int64)
+    codes = {}
+    for a in attributes:  # each person's value as a position among the values persons have
+        labels, codes[a] = np.unique(persons[a].astype(str).to_numpy(), return_inverse=True)
+        codes[a] = (labels, codes[a])
     for (level, geo), idx in cells.groupby(["level", "geography"], sort=False).groups.items():
-        here = persons[persons[level if level != "unit" else "unit"] == geo]
-        for i in idx:
-            keep = np.ones(len(here), dtype=bool)
-            for a in attributes:
-                allowed = cells.at[i, a]
-                if allowed is not None:
-                    keep &= here[a].isin(allowed).to_numpy()
-            out[cells.index.get_loc(i)] = int(keep.sum())
+        here = (persons[level if level != "unit" else "unit"] == geo).to_numpy()
+        rows = cells.index.get_indexer(idx)
+        hit = np.ones((len(rows), int(here.sum())), dtype=bool)
+        for a in attributes:
+            labels, code = codes[a]
+            allowed = cells[a].to_numpy()[rows]
+            member = np.array([np.ones(len(labels), dtype=bool) if s is None else np.isin(labels, list(s))
+                               for s in allowed], dtype=bool).reshape(len(rows), len(labels))
+            hit &= member[:, code[here]]
+        out[rows] = hit.sum(axis=1)
     return out
 
 
@@ -79,18 +85,20 @@ def most_cells_per_person(cells: pd.DataFrame, domain: dict) -> int:
     attrs = domain["attributes"]
     names = list(attrs)
     grids = np.array(list(itertools.product(*[range(len(attrs[a])) for a in names])), dtype=np.int64)
+    hit = np.ones((len(cells), len(grids)), dtype=bool)  # cell × combination of values: counted there
+    for j, a in enumerate(names):
+        member = np.array([[True] * len(attrs[a]) if s is None else [v in set(s) for v in attrs[a]]
+                           for s in cells[a]], dtype=bool).reshape(len(cells), len(attrs[a]))
+        hit &= member[:, grids[:, j]]
+    where: dict = {}  # (level, geography) -> the cells published there
+    for i, key in enumerate(zip(cells["level"], cells["geography"])):
+        where.setdefault(key, []).append(i)
     best = 0
     for place in domain["places"]:
-        mine = cells[[(lv == "unit" and g == place["unit"]) or place.get(lv) == g
-                      for lv, g in zip(cells["level"], cells["geography"])]]
-        if not len(mine):
-            continue
-        hit = np.ones((len(mine), len(grids)), dtype=bool)
-        for j, a in enumerate(names):
-            member = np.array([[True] * len(attrs[a]) if s is None else [v in set(s) for v in attrs[a]]
-                               for s in mine[a]], dtype=bool)
-            hit &= member[:, grids[:, j]]
-        best = max(best, int(hit.sum(axis=0).max()))
+        mine = [i for lv, g in [("unit", place["unit"])] + [(lv, g) for lv, g in place.items() if lv != "unit"]
+                for i in where.get((lv, g), [])]
+        if mine:
+            best = max(best, int(hit[mine].sum(axis=0).max()))
     return best
 
 

@@ -10,6 +10,8 @@ randomness, so ``seed`` is not used: no two runs repeat."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 
@@ -19,9 +21,11 @@ except ImportError:  # run as a command in an environment of its own
     from contract import most_cells_per_person, true_counts
 
 
+@lru_cache(maxsize=64)
 def measurement(sensitivity: int, epsilon: float):
     """OpenDP's discrete Laplace on an integer vector at the smallest scale whose privacy map gives at
-    most ``epsilon`` for ``sensitivity`` (L1)."""
+    most ``epsilon`` for ``sensitivity`` (L1); kept per (sensitivity, ε), as its binary search takes a
+    fifth of a second and a program is called once per release."""
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
