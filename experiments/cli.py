@@ -12,12 +12,13 @@ from microdata.errors import CensusReconError
 
 #: exit statuses (the CLI's epilog and the docs' reference say them): 0 done and, for a release
 #: evaluation, decided; 1 unexpected error; 2 bad input (config, files, arguments); 3 a release
-#: evaluation that did not decide; 4 an audit failed (do not publish); 130 interrupted
+#: evaluation that did not decide, or an inconclusive audit; 4 an audit failed (do not publish); 130 interrupted
 EXIT_UNDECIDED = 3
 EXIT_AUDIT_FAILED = 4
 EXIT_STATUSES = ("exit status: 0 done (evaluate-release: every verdict decided); 1 unexpected error; 2 bad input "
                  "(config, file, argument); 3 evaluate-release undecided (cannot decide, or no setting shown safe "
-                 "nor unsafe: the terminal says what would decide it); 4 an audit failed: do not publish; "
+                 "nor unsafe: the terminal says what would decide it), or an audit inconclusive (a check could not "
+                 "run: not shown to keep its ε); 4 an audit failed: do not publish; "
                  "130 interrupted (rerun to resume)")
 
 _CONFIG_HELP = "a YAML experiment config (see configs/; every file there says which command runs it)"
@@ -331,23 +332,39 @@ def _audit(args) -> int:
         for r in results:
             print(json.dumps(r.as_dict()))
     else:
-        print(f"{'mechanism':<22}{'declared ε':>12}{'audited ε ≥':>14}   {'runs':>7}   checks")
+        print(f"{'mechanism':<22}{'declared ε':>12}{'audited ε ≥':>14}   {'runs':>7}   {'outcome':<13} checks")
         for r in results:
             flag = "" if r.epsilon_lower_bound <= r.declared_epsilon else "   EXCEEDS THE DECLARED ε"
             print(f"{r.mechanism:<22}{r.declared_epsilon:>12g}{r.epsilon_lower_bound:>14.3f}   {r.runs:>7}   "
-                  + r.checks_summary() + flag)
+                  f"{r.outcome.upper():<13} " + r.checks_summary() + flag)
         if results:
             d = results[0].details
-            print(f"audit seed {d['audit_seed']} ({d['audit_seed_source']}); units audited: "
-                  f"{', '.join(d['audited_units'])}; {time.perf_counter() - t0:.0f} s; recorded in {history}")
+            roles = d.get("unit_roles") or {}
+            units = ", ".join(f"{u} ({roles[u]})" if roles.get(u) not in (None, "all", "given") else u
+                              for u in d["audited_units"])
+            print(f"audit seed {d['audit_seed']} ({d['audit_seed_source']}); units audited: {units}; "
+                  f"{time.perf_counter() - t0:.0f} s; recorded in {history}")
     for e in earlier:
         print(f"EARLIER AUDIT FAILED ({e['when']}, seed {e['seed']}): {'; '.join(e['failed'])}; a later audit under "
               "another seed does not replace it", file=sys.stderr)
-    if not all(r.passed for r in results):
+    if any(r.outcome == "failed" for r in results):
         print("censusrecon: the audit failed: a mechanism's audited ε exceeds its declared ε or a check failed "
               f"(see above); do not publish with it (exit status {EXIT_AUDIT_FAILED})", file=sys.stderr)
         return EXIT_AUDIT_FAILED
+    if any(r.outcome == "inconclusive" for r in results):
+        print("censusrecon: the audit is inconclusive: " + "; ".join(_inconclusive_words(r) for r in results
+                                                                     if r.outcome == "inconclusive")
+              + f"; not shown to keep its ε, so not publishable on this audit's word (exit status {EXIT_UNDECIDED})",
+              file=sys.stderr)
+        return EXIT_UNDECIDED
     return 0
+
+
+def _inconclusive_words(r) -> str:
+    """One inconclusive audit result in a line: what did not run, and how many runs would certify the ε."""
+    needed = r.details.get("runs_to_certify")
+    return (f"{r.mechanism} at ε = {r.declared_epsilon:g}: {', '.join(r.unchecked())} not run"
+            + (f" ({needed:,} releases per neighbour would certify ε = {r.declared_epsilon:g})" if needed else ""))
 
 
 def _print_release_summary(run_dir, cfg) -> int:
@@ -404,12 +421,16 @@ def _print_release_summary(run_dir, cfg) -> int:
             if said:
                 print(f"  {'':<20} strength:{said.replace('**', '')}")
     audits = load_audits(run_dir)
-    failed = [a for a in audits if not a.passed]
+    failed = [a for a in audits if a.outcome == "failed"]
+    inconclusive = [a for a in audits if a.outcome == "inconclusive"]
     for a in failed:
         print(f"AUDIT FAILED: {a.mechanism} at ε = {a.declared_epsilon:g}: audited ε ≥ {a.epsilon_lower_bound:.3f}; "
               f"{a.checks_summary()}")
+    for a in inconclusive:
+        print(f"AUDIT INCONCLUSIVE (not passed): {_inconclusive_words(a)}; not shown to keep its ε: do not publish "
+              "it on this audit's word")
     unchecked = sorted({f"{k} ({c})" for a in audits for k, c in a.checks.items()
-                        if c.startswith(("declared", "not run"))})
+                        if c.startswith(("declared", "not applicable"))})
     if unchecked:
         print("not audited: " + "; ".join(unchecked))
     print(f"\nreport: {run_dir / 'report.html'}\n        {run_dir / 'report.md'}")
@@ -417,6 +438,10 @@ def _print_release_summary(run_dir, cfg) -> int:
         print("censusrecon: the audit of the publishing code failed (see above); do not publish with it "
               f"(exit status {EXIT_AUDIT_FAILED})", file=sys.stderr)
         return EXIT_AUDIT_FAILED
+    if inconclusive:
+        print(f"censusrecon: the audit of {', '.join(sorted({a.mechanism for a in inconclusive}))} is inconclusive "
+              f"(see above): not publishable on its word (exit status {EXIT_UNDECIDED})", file=sys.stderr)
+        return EXIT_UNDECIDED
     if undecided:
         print(f"censusrecon: undecided: see what would decide it above (exit status {EXIT_UNDECIDED})", file=sys.stderr)
         return EXIT_UNDECIDED

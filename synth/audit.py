@@ -12,6 +12,24 @@ from scipy.stats import beta
 from synth.mechanism import PrivacyError, Relation, parse_relation
 
 
+def check_state(value: str) -> str:
+    """What one audit check's value says: ``pass``; ``not run`` (it could have failed but did not run: the
+    audit is inconclusive); ``informational`` (a declared invariant, or nothing to check: "not
+    applicable: why"); else ``fail``.
+
+    >>> [check_state(v) for v in ("pass", "not run: x", "not applicable: x", "declared invariant: x", "fail: x")]
+    ['pass', 'not run', 'informational', 'informational', 'fail']
+    """
+    v = str(value)
+    if v == "pass":
+        return "pass"
+    if v.startswith("not run"):
+        return "not run"
+    if v.startswith(("declared", "not applicable")):
+        return "informational"
+    return "fail"
+
+
 @dataclass(frozen=True)
 class AuditResult:
     """What an audit certified: with probability ``confidence``, the mechanism's ε is at least
@@ -28,33 +46,52 @@ class AuditResult:
     details: dict = field(default_factory=dict)
 
     @property
+    def outcome(self) -> str:
+        """``failed`` (the bound exceeds the declared ε, or a check failed), ``inconclusive`` (no check
+        failed but one that could have did not run: "not run: why", e.g. too few releases for the bound to
+        certify the declared ε and no noise check to stand in), else ``passed``: every check that applies
+        ran and passed. Checks with nothing to check ("not applicable: why") and declared invariants
+        ("declared …") do not count either way; :meth:`checks_summary` names them."""
+        if self.epsilon_lower_bound > self.declared_epsilon or self.failed_checks():
+            return "failed"
+        return "inconclusive" if self.unchecked() else "passed"
+
+    @property
     def passed(self) -> bool:
-        """The bound stays at or below the declared ε and no check failed (a check that was not
-        run, or covers a declared invariant, did not fail; :meth:`checks_summary` says which)."""
-        return self.epsilon_lower_bound <= self.declared_epsilon and not self.failed_checks()
+        """Every applicable check ran and passed and the bound stays at or below the declared ε
+        (:attr:`outcome` is ``passed``; an inconclusive audit is not a passed one)."""
+        return self.outcome == "passed"
 
     def failed_checks(self) -> dict:
-        return {k: v for k, v in self.checks.items() if v != "pass" and not v.startswith(("declared", "not run"))}
+        return {k: v for k, v in self.checks.items() if check_state(v) == "fail"}
+
+    def unchecked(self) -> dict:
+        """The checks that could have failed but did not run ("not run: why")."""
+        return {k: v for k, v in self.checks.items() if check_state(v) == "not run"}
 
     def checks_summary(self) -> str:
         """What was checked, exactly: "FAILED name: why" for failed checks, else the checks that
-        passed, then each declared or not-run check with its reason (never "all pass" for those).
+        passed, then "NOT RUN name: why" for each that could have failed and did not, then each
+        declared or not-applicable check with its reason (never "all pass" for those).
 
-        >>> AuditResult("m", 1.0, 0.5, 10, 0.95, "e", {"a": "pass", "b": "not run: one block"}).checks_summary()
-        'pass: a; b not run: one block'
+        >>> AuditResult("m", 1.0, 0.5, 10, 0.95, "e", {"a": "pass", "b": "not applicable: one block"}).checks_summary()
+        'pass: a; b not applicable: one block'
+        >>> AuditResult("m", 1.0, 0.5, 10, 0.95, "e", {"a": "pass", "c": "not run: 10 runs"}).checks_summary()
+        'pass: a; NOT RUN c: 10 runs'
         """
         failed = self.failed_checks()
         if failed:
             return "FAILED " + "; ".join(f"{k}: {v}" for k, v in failed.items())
         passed = [k for k, v in self.checks.items() if v == "pass"]
-        rest = [f"{k} {v}" for k, v in self.checks.items() if v != "pass"]
-        return "; ".join(([f"pass: {', '.join(passed)}"] if passed else []) + rest) or "no checks"
+        missing = [f"NOT RUN {k}: {v.removeprefix('not run').lstrip(': ')}" for k, v in self.unchecked().items()]
+        rest = [f"{k} {v}" for k, v in self.checks.items() if check_state(v) == "informational"]
+        return "; ".join(([f"pass: {', '.join(passed)}"] if passed else []) + missing + rest) or "no checks"
 
     def as_dict(self) -> dict:
         return {"mechanism": self.mechanism, "declared_epsilon": self.declared_epsilon,
                 "epsilon_lower_bound": self.epsilon_lower_bound, "runs": self.runs,
                 "confidence": self.confidence, "event": self.event, "checks": dict(self.checks),
-                "passed": self.passed, **self.details}
+                "passed": self.passed, "outcome": self.outcome, **self.details}
 
 
 def clopper_pearson(successes, trials: int, alpha: float):

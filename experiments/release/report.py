@@ -780,11 +780,15 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
         doc.p(f"**An earlier audit of this code failed** ({e['when']}, seed {e['seed']}): {'; '.join(e['failed'])}. "
               "A later audit under another seed does not replace it (`audit_history.jsonl`).")
     if audits:
-        doc.table(["mechanism", "declared ε", "audited ε lower bound", "runs", "checks"],
+        roles = audits[0].details.get("unit_roles") or {}
+        if roles and set(roles.values()) - {"all", "given"}:
+            doc.p("Units audited, chosen to cover the size range: " + ", ".join(f"{u} ({r})" for u, r in roles.items())
+                  + ".")
+        doc.table(["mechanism", "declared ε", "audited ε lower bound", "runs", "outcome", "checks"],
                   [[a.mechanism, f"{a.declared_epsilon:g}",
                     f"{a.epsilon_lower_bound:.3f}" + ("" if a.epsilon_lower_bound <= a.declared_epsilon
                                                       else " **EXCEEDS**"),
-                    a.runs, a.checks_summary()] for a in audits],
+                    a.runs, a.outcome if a.passed else f"**{a.outcome}**", a.checks_summary()] for a in audits],
                   numeric={1, 2, 3})
     doc.h(2, "Ledger")
     doc.p(f"{len(entries)} releases recorded in `ledger.json` (relation, sensitivity, ε, scale, backend, where n and "
@@ -832,18 +836,25 @@ def _decision_section(doc: Doc, cfg, persons: pd.DataFrame, verdicts: dict, audi
     tol = cfg.release.tolerance
     variants = list(verdicts)
     doc.h(2, "Decision")
-    failed = [a for a in audits if not a.passed]
+    failed = [a for a in audits if a.outcome == "failed"]
+    inconclusive = [a for a in audits if a.outcome == "inconclusive"]
     if failed:
         doc.p("Audit of the publishing code: **FAILED: do not publish with this code.** " + "; ".join(
             f"{a.mechanism} at ε = {a.declared_epsilon:g}: {a.checks_summary()}" for a in failed))
-    elif audits:
+    if inconclusive:
+        doc.p("Audit of the publishing code: **INCONCLUSIVE (not passed)** for " + "; ".join(
+            f"{a.mechanism} at ε = {a.declared_epsilon:g} ({', '.join(a.unchecked())} could not run"
+            + (f"; {a.details['runs_to_certify']:,} releases per neighbour would certify it"
+               if a.details.get("runs_to_certify") else "") + ")" for a in inconclusive)
+            + ": not shown to keep its ε, so not publishable on this audit's word.")
+    if audits and not (failed or inconclusive):
         seed = audits[0].details.get("audit_seed")
         when = audits[0].details.get("recorded_by_audit_command")
         doc.p("Audit of the publishing code: **passed** for every audited mechanism and ε"
               + (f" (seed {seed}" if seed is not None else "")
               + (f"; run by `censusrecon audit` at {when} on the same code and config)" if when else
                  ")" if seed is not None else "") + "; details below.")
-    else:
+    elif not audits:
         doc.p("Audit of the publishing code: **not run**.")
     for v, (_, rows) in verdicts.items():
         units = int(persons.loc[persons["variant"] == v, "units"].max()) if len(persons) else 0
@@ -860,7 +871,7 @@ def _decision_section(doc: Doc, cfg, persons: pd.DataFrame, verdicts: dict, audi
             audit = ("not DP: not audited" if r["mechanism"] in NOT_DP else
                      "a file: not audited" if r["mechanism"].startswith(FILE_PREFIX) else "not run" if not mine else
                      "passed at ε = " + ", ".join(f"{a.declared_epsilon:g}" for a in mine) if all(a.passed for a in mine)
-                     else "**FAILED**")
+                     else "**FAILED**" if any(a.outcome == "failed" for a in mine) else "**INCONCLUSIVE**")
             entry = next((e for e in entries if e["mechanism"] == r["mechanism"]), None)
             fit = "" if entry is None else _fit_words(entry)
             where = setting_label(r["mechanism"], x["setting"]) if x is not None else ""
@@ -922,7 +933,8 @@ def audits_from_dicts(items: list[dict]) -> list:
 
     known = {"mechanism", "declared_epsilon", "epsilon_lower_bound", "runs", "confidence", "event", "checks"}
     return [AuditResult(a["mechanism"], a["declared_epsilon"], a["epsilon_lower_bound"], a["runs"], a["confidence"],
-                        a["event"], a.get("checks", {}), {k: v for k, v in a.items() if k not in known | {"passed"}})
+                        a["event"], a.get("checks", {}),
+                        {k: v for k, v in a.items() if k not in known | {"passed", "outcome"}})
             for a in items]
 
 

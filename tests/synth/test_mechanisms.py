@@ -313,15 +313,22 @@ def test_n_is_estimated_from_a_total_a_partition_or_refused():
 
 
 def test_an_audit_says_exactly_what_was_checked():
-    """A check not run, or covering a declared invariant, is neither a failure nor "all pass"."""
+    """A check with nothing to check, or covering a declared invariant, is neither a failure nor "all pass"; a check
+    that could have failed and did not run makes the audit inconclusive, never passed."""
     from synth.audit import AuditResult
 
     ok = AuditResult("m", 1.0, 0.4, 1000, 0.95, "e", {"structure": "pass", "noise_scale": "pass",
                                                       "block_list": "declared invariant: occupied_blocks"})
     assert ok.passed and ok.checks_summary() == ("pass: structure, noise_scale; block_list declared invariant: "
                                                  "occupied_blocks")
-    lone = AuditResult("m", 1.0, 0.4, 1000, 0.95, "e", {"block_list": "not run: one block"})
-    assert lone.passed and lone.checks_summary() == "block_list not run: one block"
+    lone = AuditResult("m", 1.0, 0.4, 1000, 0.95, "e", {"block_list": "not applicable: one block"})
+    assert lone.passed and lone.checks_summary() == "block_list not applicable: one block"
+    unrun = AuditResult("m", 1.0, 0.4, 1000, 0.95, "e", {"noise_scale": "pass", "accounting": "not run: no OpenDP"})
+    assert unrun.outcome == "inconclusive" and not unrun.passed and not unrun.failed_checks()
+    assert unrun.checks_summary() == "pass: noise_scale; NOT RUN accounting: no OpenDP"
+    assert unrun.as_dict()["outcome"] == "inconclusive" and unrun.as_dict()["passed"] is False
+    both = AuditResult("m", 1.0, 0.4, 1000, 0.95, "e", {"noise_scale": "fail: ε ≥ 2", "accounting": "not run: x"})
+    assert both.outcome == "failed"  # a failure outranks a check that did not run
     bad = AuditResult("m", 1.0, 0.4, 1000, 0.95, "e", {"structure": "pass", "noise_scale": "fail: ε ≥ 1.3"})
     assert not bad.passed and bad.checks_summary() == "FAILED noise_scale: fail: ε ≥ 1.3"
     assert not AuditResult("m", 1.0, 1.2, 1000, 0.95, "e", {"structure": "pass"}).passed  # the bound exceeds ε
