@@ -463,8 +463,18 @@ class AuditConfig(_Strict):
                             "block drawn at random) also replayed: post-processing may read nothing "
                             "but the measurements and the public facts, so any data must give the same output; a "
                             "tie broken or a rounding steered by the true counts shows at once")
-    units: Literal["all"] | int = Field("all", description="the units audited: all released units, or this many: the "
-                                        "largest and the rest by a hash of their ids (data-independent)")
+    units: Literal["all"] | int = Field(4, description="the units audited: all released units, or this many (at "
+                                        "least 4, or all when there are fewer): the smallest, the median, the largest "
+                                        "and one drawn with the audit's seed, then the rest drawn likewise; a bug "
+                                        "that shows only on small (or only on large) units is inside the range")
+
+    @field_validator("units")
+    @classmethod
+    def _cover(cls, v):
+        if v != "all" and v < 4:
+            raise ValueError(f"release.audit.units: {v} cannot cover the units' size range; give at least 4 (the "
+                             "smallest, the median, the largest and a random one) or 'all'")
+        return v
 
 
 class TopDownConfig(_Strict):
@@ -538,6 +548,13 @@ class ReleaseProgramConfig(_Strict):
     measurements: ProgramMeasurementsConfig | None = Field(
         None, description="audit also the program's first (Gaussian) measurements, many times: for a synthesizer "
         "whose whole releases are too slow to audit with power")
+    calls: Literal["single", "batch"] = Field(
+        "single", description="how the audit calls it. single: one release per call, each call with a seed of its own, "
+        "as publication calls it; batch: audit_runs releases per call (for a program too slow to start once per "
+        "release, e.g. a Spark session), and single_runs releases of the unit one per call besides, whose noise must "
+        "be the same law as the batches' (a program that behaves differently when asked for one release fails)")
+    single_runs: int = Field(50, ge=10, description="calls: batch: the releases drawn one per call (each its own seed) "
+                             "beside the batches")
 
     @model_validator(mode="after")
     def _one(self):

@@ -22,8 +22,8 @@ from experiments.release.yardstick import (cells_of, detailed_sensitivity, node_
                                            person_types, table_sensitivity, zcdp_rho)
 from microdata.marginals import Workload
 from synth.release import workload_counts
-from synth.audit import (AuditResult, NoiseGroups, ReplayNoise, ReplaySequence, audit_outputs, clipped_upper_excess,
-                         gaussian_shape_pvalue, gaussian_sigma_upper_stats, geometric_scale_upper,
+from synth.audit import (AuditResult, NoiseGroups, ReplayNoise, ReplaySequence, audit_outputs, check_state,
+                         clipped_upper_excess, gaussian_shape_pvalue, gaussian_sigma_upper_stats, geometric_scale_upper,
                          geometric_shape_pvalue, independence_pvalue, laplace_scale_upper, laplace_scale_upper_stats,
                          laplace_shape_pvalue, tail_pvalue, tail_threshold)
 from synth.histogram import SparseHistogram
@@ -72,7 +72,10 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     else:
         seed_source = "given"
     if units is None:
-        units = audited_units(study, study.units)
+        roles = unit_roles(study, study.units, seed)
+        units = list(roles)
+    else:
+        roles = {u: "given" for u in units}
     eps_list = r.audited_epsilons()
     mechanisms = r.dp_mechanisms  # swapping is not DP: there is no ε to audit
     per_unit = [m for m in mechanisms if m in ("laplace_tables", "synthetic")]
@@ -84,10 +87,12 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     jobs = len(cfg.target.with_block) * len(eps_list) * (len(mechanisms) + len(programs))
     bar = tqdm(total=jobs, desc="audits", disable=not (progress and sys.stderr.isatty()))
     out = []
-    common = {"audit_seed": seed, "audit_seed_source": seed_source, "audited_units": list(units)}
+    common = {"audit_seed": seed, "audit_seed_source": seed_source, "audited_units": list(units),
+              "unit_roles": roles}
+    anchor = next((u for u, role in roles.items() if role == "largest"), units[0])  # the histograms' frame
     for wb in cfg.target.with_block:
-        blocks_check = _block_list_check(study, units[0]) if wb else None
-        frame, _ = _frame(study, units[0], wb)
+        blocks_check = _block_list_check(study, anchor) if wb else None
+        frame, _ = _frame(study, anchor, wb)
         small = _histogram_pair(frame, parse_relation(r.relation))
         smallest = _histogram_pair(frame, parse_relation(r.relation), cells=SMOOTHED_CELLS)
         tables, cache = {}, {}  # the real instances, shared by every ε
@@ -131,8 +136,12 @@ def record_audit(history: Path, results: list[AuditResult], code: str) -> list[d
     entry = {"when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "code": code,
              "seed": d.get("audit_seed"), "seed_source": d.get("audit_seed_source"),
              "passed": all(r.passed for r in results),
+             "outcome": ("failed" if any(r.outcome == "failed" for r in results) else
+                         "inconclusive" if any(r.outcome == "inconclusive" for r in results) else "passed"),
              "failed": sorted({f"{r.mechanism} ε={r.declared_epsilon:g}: " + ", ".join(r.failed_checks() or ["bound"])
-                               for r in results if not r.passed})}
+                               for r in results if r.outcome == "failed"}),
+             "inconclusive": sorted({f"{r.mechanism} ε={r.declared_epsilon:g}: " + ", ".join(r.unchecked())
+                                     + " not run" for r in results if r.outcome == "inconclusive"})}
     history.parent.mkdir(parents=True, exist_ok=True)
     with history.open("a") as fh:
         fh.write(json.dumps(entry) + "\n")
@@ -147,21 +156,35 @@ def failed_audits(history: Path, code: str, besides: str | None = None) -> list[
     if not history.exists():
         return []
     entries = [json.loads(x) for x in history.read_text().splitlines() if x.strip()]
-    return [e for e in entries if not e["passed"] and e.get("code") == code and e.get("when") != besides]
+    return [e for e in entries if e.get("outcome", "passed" if e["passed"] else "failed") == "failed"
+            and e.get("code") == code and e.get("when") != besides]
 
 
-def audited_units(study: Study, units: list[str]) -> list[str]:
-    """The units an audit checks: all of them, or ``release.audit.units`` of them, the one with the most
-    persons and the rest in the order of a hash of their ids (so the sample does not depend on the data
-    beyond the largest unit, which the audit always includes)."""
+def audited_units(study: Study, units: list[str], seed: int = 0) -> list[str]:
+    """The units an audit checks: all of them, or ``release.audit.units`` of them chosen to cover the size
+    range: the smallest, the median and the largest (by persons; ties by id), then one drawn with the
+    audit's ``seed``, then the rest drawn likewise (:func:`unit_roles` says which is which). A bug that
+    shows only on small units, or only on large ones, falls inside what is audited."""
+    return list(unit_roles(study, units, seed))
+
+
+def unit_roles(study: Study, units: list[str], seed: int = 0) -> dict[str, str]:
+    """:func:`audited_units` with each unit's role in the choice ("smallest", "median", "largest",
+    "random", or "all" when every unit is audited), in the order audited."""
     cfg, pop = study.cfg, study.pop
     k = cfg.release.audit.units
     if k == "all" or k >= len(units):
-        return list(units)
+        return {u: "all" for u in units}
     sizes = {u: int(pop.geography.mask(cfg.target.level, u).sum()) for u in units}
-    largest = max(units, key=lambda u: (sizes[u], u))
-    rest = sorted((u for u in units if u != largest), key=lambda u: _stable("audit-sample", u))
-    return [largest] + rest[:k - 1]
+    by_size = sorted(units, key=lambda u: (sizes[u], u))
+    roles: dict[str, str] = {}
+    for role, u in (("smallest", by_size[0]), ("median", by_size[(len(by_size) - 1) // 2]),
+                    ("largest", by_size[-1])):
+        roles.setdefault(u, role)
+    rest = sorted((u for u in units if u not in roles), key=lambda u: _stable("audit-sample", seed, u))
+    for u in rest[:k - len(roles)]:
+        roles[u] = "random"
+    return roles
 
 
 def _combine_units(mech: str, eps: float, results: list, cfg: ExperimentConfig) -> AuditResult:
@@ -173,22 +196,26 @@ def _combine_units(mech: str, eps: float, results: list, cfg: ExperimentConfig) 
         results = [x["laplace_tables"] for x in results]
     worst = max(results, key=lambda x: x.epsilon_lower_bound)
     checks = {}
+    rank = {"fail": 3, "not run": 2, "pass": 1, "informational": 0}  # a unit's failure, then a check it could not run
     for res in results:
+        unit = res.details.get("unit") or res.details.get("root")
         for k, v in res.checks.items():
-            if v != "pass" and not str(v).startswith(("declared", "not run")):
-                unit = res.details.get("unit") or res.details.get("root")
-                checks[k] = f"{v} [{unit}]" if k not in checks or checks[k] == "pass" else checks[k]
-            else:
-                checks.setdefault(k, v)
+            state = check_state(v)
+            if k not in checks or rank[state] > rank[check_state(checks[k])]:
+                checks[k] = f"{v} [{unit}]" if state in ("fail", "not run") else v
     details = {"per_unit": {str(x.details.get("unit") or x.details.get("root")): x.as_dict() for x in results},
                "event_unit": str(worst.details.get("unit") or worst.details.get("root"))}
+    needed = [x.details["runs_to_certify"] for x in results if x.details.get("runs_to_certify")]
+    if needed:  # the releases per neighbour that would let the bound certify ε on every unit
+        details["runs_to_certify"] = max(needed)
     return AuditResult(mech, eps, worst.epsilon_lower_bound, worst.runs, worst.confidence, worst.event, checks, details)
 
 
 #: Statistical tests per audit result, by mechanism: the certified bound, the noise scale and the
 #: noise shape (tables, TopDown, the perturbed histogram); the bound alone (the smoothed histogram,
-#: which adds no noise to counts); a program's first measurements: their bound and their noise's ρ.
-TESTS = {"laplace_tables": 6, "topdown": 6, "perturbed_histogram": 3, "smoothed_histogram": 1, "program": 5,
+#: which adds no noise to counts); a program: its bound, noise scale, shape, tail, independence, repeats
+#: and call shape; a program's first measurements: their bound and their noise's ρ.
+TESTS = {"laplace_tables": 6, "topdown": 6, "perturbed_histogram": 3, "smoothed_histogram": 1, "program": 7,
          "measurements": 2}
 
 
@@ -457,7 +484,7 @@ def _topdown_structure(study: Study, unit: str, wb: bool, nodes: dict) -> str:
     level = cfg.target.level
     inside = np.flatnonzero(np.isin(geo.units(level), list(nodes)))
     if not len(inside):
-        return "not run: nobody lives under the root"
+        return "not applicable: nobody lives under the root"
     cases = []
     other = [u for u in nodes if u != unit and (geo.units(level) == u).any()]
     if other:  # a whole unit down to one resident, and then none
@@ -498,7 +525,7 @@ def _block_list_check(study: Study, unit: str) -> str:
     rows = np.flatnonzero(geo.mask(cfg.target.level, unit))
     blocks = sorted(set(geo.units("block")[rows].tolist()))
     if len(blocks) < 2:
-        return "not run: the unit has fewer than two occupied blocks"
+        return "not applicable: the unit has fewer than two occupied blocks"
     first = rows[geo.units("block")[rows] == blocks[0]][:1]
     second = rows[geo.units("block")[rows] == blocks[1]][:3]
     template = pop.take(np.concatenate([first, second]))
@@ -672,11 +699,14 @@ def _band_groups(exact: np.ndarray) -> dict:
 
 
 def _whole_checks(cfg: ExperimentConfig, eps: float, groups: dict, shape_sample: np.ndarray, tail_draws: list,
-                  indep: np.ndarray, sensitivity: dict, gaussian: bool, budget: float) -> tuple[dict, dict]:
+                  indep: np.ndarray, sensitivity: dict, gaussian: bool, budget: float,
+                  tail_stats: list | None = None) -> tuple[dict, dict]:
     """The checks over whole releases. ``groups``: (measurement, group) -> (n, Σ|x|, Σx²) of the noise;
     ``sensitivity``: measurement -> the most one person moves its cells (L1; for 0/1 cells also the squared
     L2), found by the audit. Each measurement's noise is bounded above by its least-noised group (a node,
-    a table, a band of true counts), so ε (ρ) from noise = Σ Δ / t (Δ / 2σ²) must not exceed ``budget``."""
+    a table, a band of true counts), so ε (ρ) from noise = Σ Δ / t (Δ / 2σ²) must not exceed ``budget``.
+    ``tail_stats``: more draws of the same noise (:func:`_tail_stats` of the pairs' releases, far more
+    than whole releases hold), for a far-tail test that reaches deeper (a clip at 10 scales shows)."""
     a = cfg.release.audit
     level = 1 - (1 - a.confidence) / max(len(groups), 1)
     per_meas: dict = {}
@@ -700,7 +730,9 @@ def _whole_checks(cfg: ExperimentConfig, eps: float, groups: dict, shape_sample:
               f"on the noise of its least-noised node, table or band of true counts, summed), over the declared "
               f"{budget:.4g} (assumes discrete {'Gaussian' if gaussian else 'Laplace'} noise, which noise_shape checks)"}
     p_shape = gaussian_shape_pvalue(shape_sample) if gaussian else laplace_shape_pvalue(shape_sample)
-    p_tail = min((tail_pvalue(x, gaussian) for x in tail_draws), default=1.0)
+    p_tails = [tail_pvalue(x, gaussian) for x in tail_draws] + ([_tail_from_stats(tail_stats, gaussian)]
+                                                                if tail_stats else [])
+    p_tail = min(1.0, len(p_tails) * min(p_tails)) if p_tails else 1.0  # Bonferroni over the draws' sets
     family = "Gaussian" if gaussian else "Laplace"
     checks["noise_shape"] = ("pass" if p_shape >= 1 - a.confidence else
                              f"fail: the noise added is not discrete {family} (chi-square over its whole range, "
@@ -765,7 +797,7 @@ def _audit_tables_unit(study: Study, unit: str, wb: bool, eps: float, seed: int,
     pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
     rng0 = np.random.default_rng(0)
     backend = _noise(cfg, seed, "tables", unit, wb, eps)
-    bounds = []
+    bounds, pair_tail = [], []  # the pairs' draws are publication noise too: the far tail is checked over them
     for i, (what, D2) in enumerate(pairs):
         c2 = pair_counts[i]
         idx = np.flatnonzero(c2 - exact)
@@ -777,6 +809,7 @@ def _audit_tables_unit(study: Study, unit: str, wb: bool, eps: float, seed: int,
         y2 = _publish(cfg, "laplace_tables", eps, D2, workload, backend, rng0, runs=r2, cells=idx).output.counts
         res = audit_outputs(y1, y2, exact[idx], (c2 - exact)[idx], eps, "laplace_tables", pair_conf)
         bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
+        pair_tail += [_tail_stats(y1 - exact[idx][None, :], False), _tail_stats(y2 - c2[idx][None, :], False)]
     # whole releases of the real D, each the very call that publishes one (a single release), numbered after
     # every pair's releases under the audit's key
     start = 2 * len(pairs) * a.runs
@@ -803,7 +836,7 @@ def _audit_tables_unit(study: Study, unit: str, wb: bool, eps: float, seed: int,
     groups.keep(noise, 2_000_000, rng)
     cols = _independence_columns(cell_label, rng)
     checks, info = _whole_checks(cfg, eps, groups.sums, np.concatenate(groups.sample), [noise], noise[:, cols],
-                                 {"tables": sens.l1}, False, eps)
+                                 {"tables": sens.l1}, False, eps, pair_tail)
     info["sensitivity"] = sens.as_dict()
     # the replay: recorded whole releases, many neighbours of the real data
     far = _far_datasets(D, a.replay_far, rng)
@@ -1224,32 +1257,61 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
     mech = PROGRAM_PREFIX + spec.name
     _, _, _, exact, pairs, pair_counts, _ = _unit_instance(study, unit, wb, cache)
     layout, inputs, pair_inputs = _program_instance(study, unit, wb, cache)
-    y1_rows = run_program(cfg, spec, inputs, eps, runs, program_seed(seed, unit, wb, eps, "D"))
+    y1_rows = program_draws(cfg, spec, inputs, eps, runs, (seed, unit, wb, eps, "D"))
     y1 = layout.to_queries(y1_rows)
     pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
     row_query = layout.rows["query"].to_numpy()
     noise = y1_rows - exact[row_query][None, :]
+    single = single_rows = None
+    if spec.calls == "batch":  # the shape publication uses, beside the batches the audit's power comes from
+        single_rows = program_draws(cfg, spec.model_copy(update={"calls": "single"}), inputs, eps, spec.single_runs,
+                                    (seed, unit, wb, eps, "single"))
+        single = single_rows - exact[row_query][None, :]
     checks: dict = {}
-    bounds, spent = [], []
+    bounds, spent, every_noise = [], [], [noise] + ([single] if single is not None else [])
     for i, (what, _) in enumerate(pairs):
         c2 = pair_counts[i]
         idx = np.flatnonzero(c2 - exact)
         if not idx.size:
             continue
-        y2 = layout.to_queries(run_program(cfg, spec, pair_inputs[i], eps, runs, program_seed(seed, unit, wb, eps, i)))
+        y2_rows = program_draws(cfg, spec, pair_inputs[i], eps, runs, (seed, unit, wb, eps, i))
+        every_noise.append(y2_rows - c2[row_query][None, :])
+        y2 = layout.to_queries(y2_rows)
         res = audit_outputs(y1[:, idx], y2[:, idx], exact[idx], (c2 - exact)[idx], eps, mech, pair_conf)
         bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
         if spec.noise == "laplace":  # every published copy of every moved cell, its own scale bounded above
             moved = np.flatnonzero(np.isin(row_query, idx))
-            e, _ = noise_epsilon(noise[:, moved], np.abs(c2 - exact)[row_query[moved]], pair_conf)
-            spent.append((e, what))
-    info: dict = {}
+            for shape, x in (("", noise), (" (the releases drawn one per call)", single)):
+                if x is not None:
+                    e, _ = noise_epsilon(x[:, moved], np.abs(c2 - exact)[row_query[moved]], pair_conf)
+                    spent.append((e, what + shape))
+    info: dict = {"program_calls": (f"{runs} releases per call (a batch), and {spec.single_runs} of D one per call"
+                                    if single is not None else f"one release per call, {runs} calls per input")}
+    checks["noise_repeats"], info["noise_repeats"] = _repeats_check(every_noise, a.confidence)
+    # the same seed twice, jointly: a program whose noise is a function of its seed is fine only while the seed
+    # it is given stays secret; one drawing from secure randomness (OpenDP, Tumult) never repeats
+    first = y1_rows[0] if single_rows is None else single_rows[0]
+    where = (seed, unit, wb, eps, "D" if spec.calls == "single" else "single", "call", 0)
+    again = run_program(cfg, spec, inputs, eps, 1, program_seed(*where))[0]
+    checks["seed_use"] = ("declared: its noise is a function of the seed it is given (two calls with the same seed "
+                          "gave the same release): the seed it is given when publishing must be secret"
+                          if np.array_equal(again, first) else
+                          "not applicable: two calls with the same seed gave different releases (fresh randomness)")
+    if single is not None:
+        checks["call_shape"], info["call_shape_p_value"] = _call_shape_check(noise, single, a.confidence,
+                                                                               spec.single_runs)
+    else:
+        checks["call_shape"] = ("not applicable: every release the audit drew came from a call of its own with a seed "
+                                "of its own, as publication calls the program")
+    # without a declared noise family there is no law to check the noise against: the bound alone decides, and
+    # where its releases are too few to certify the declared ε the audit is inconclusive (bound_power below)
     if spec.noise is None:
         for k in ("noise_scale", "noise_shape", "noise_tail", "noise_independence"):
-            checks[k] = "not run: the program declares no noise family (release.programs[].noise)"
+            checks[k] = "not applicable: the program declares no noise family (release.programs[].noise)"
     elif spec.noise == "gaussian":
         for k in ("noise_scale", "noise_shape", "noise_tail"):
-            checks[k] = "not run: checks of Gaussian noise from a program's outputs are not built yet"
+            checks[k] = ("not applicable: checks of Gaussian noise from a program's whole outputs are not built (its "
+                         "first measurements' are)")
     else:
         if not np.allclose(noise, np.rint(noise)):
             checks["noise_shape"] = ("fail: the program declares discrete Laplace noise on counts, but its outputs "
@@ -1283,22 +1345,119 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
             cfg, spec, inputs, pair_inputs, pairs, eps, (seed, unit, wb), pair_conf, mech)
         bounds += stage_bounds
         info.update(stage_info)
-        checks["post_processing"] = ("not run: the steps after its first measurements (selecting marginals, fitting "
-                                     "the model, sampling) show only in its whole releases' bound")
+        checks["post_processing"] = ("not applicable: the steps after its first measurements (selecting marginals, "
+                                     "fitting the model, sampling) show only in its whole releases' bound")
     else:
-        checks["post_processing"] = "not run: a black box shows its outputs only, not the measurements it post-processes"
+        checks["post_processing"] = ("not applicable: a black box shows its outputs only, not the measurements it "
+                                     "post-processes; its outputs are what the bound and the noise checks test")
     reach = bound_reach(runs, pair_conf)
     info["bound_reach"] = round(reach, 4)
     if reach < eps:
         reach_words = f"at most ε ≈ {reach:.2f}" if reach > 0 else "no ε at all"
-        checks["bound_power"] = (f"not run: with {runs} releases per neighbour the bound certifies {reach_words}, "
-                                 f"below the declared {eps:g}: an overspend above it shows only in the noise checks"
-                                 + ("" if spec.noise else " of its first measurements" if spec.measurements else
-                                    ", which this program's undeclared noise does not allow"))
+        needed = runs_to_certify(eps, pair_conf)
+        info["runs_to_certify"] = needed
+        said = (f"with {runs} releases per neighbour the bound certifies {reach_words}, below the declared {eps:g}")
+        if spec.noise == "laplace":
+            checks["bound_power"] = (f"not applicable: {said}; the noise checks, which ran, bound what the noise "
+                                     "spends")
+        else:
+            checks["bound_power"] = (f"not run: {said}, and no check of its noise stands in "
+                                     + ("(its first measurements' are only its first step)" if spec.measurements else
+                                        "(declare its noise family: release.programs[].noise)" if spec.noise is None
+                                        else "(Gaussian noise is checked only in first measurements)")
+                                     + f"; {needed:,} releases per neighbour would certify it")
     best = max(bounds, default=(0.0, "none", 0))
     details = dict(info, unit=unit, neighbours=[w for w, _ in pairs], differing_cells=[b[2] for b in bounds],
                    audited_on="the unit's own D, the program's whole releases (a black box)", program_runs=runs)
     return AuditResult(mech, eps, best[0], runs, a.confidence, best[1], checks, details)
+
+
+def program_draws(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tuple, eps: float, runs: int,
+                  where: tuple) -> np.ndarray:
+    """``runs`` releases of the program on ``inputs`` in the shape its ``calls`` declares: one call per release
+    (single, as publication calls it), each with its own seed from ``where`` and its number; or one call
+    for all of them (batch), with one seed."""
+    from experiments.release.program import program_seed, run_program
+
+    if spec.calls == "single":
+        return np.vstack([run_program(cfg, spec, inputs, eps, 1, program_seed(*where, "call", k)) for k in range(runs)])
+    return run_program(cfg, spec, inputs, eps, runs, program_seed(*where))
+
+
+def repeats_pvalue(rows: np.ndarray) -> tuple[int, float, float]:
+    """Pairs of identical rows among ``rows`` (one release's noise a row) and the chance of at least that
+    many if the rows were independent: Poisson with mean C(n, 2) × Π_cells q, q a cell's chance that two
+    releases agree on it, from the distinct rows (repeats would make it look certain). (pairs, expected,
+    p-value).
+
+    >>> rng = np.random.default_rng(0); fresh = rng.integers(-3, 4, (200, 40))
+    >>> repeats_pvalue(fresh)[0], repeats_pvalue(np.vstack([fresh, fresh[:5]]))[2] < 1e-6
+    (0, True)
+    """
+    from scipy.stats import poisson
+
+    rows = np.asarray(rows)
+    n = len(rows)
+    distinct, counts = np.unique(rows, axis=0, return_counts=True)
+    pairs = int((counts * (counts - 1) // 2).sum())
+    if pairs == 0:
+        return 0, 0.0, 1.0
+    if len(distinct) < 2:
+        return pairs, 0.0, 0.0  # every release the same
+    log_q = 0.0
+    for j in range(distinct.shape[1]):
+        _, c = np.unique(distinct[:, j], return_counts=True)
+        log_q += math.log(float(((c / len(distinct)) ** 2).sum()))
+    expected = n * (n - 1) / 2 * math.exp(log_q)
+    return pairs, expected, float(poisson.sf(pairs - 1, expected))
+
+
+def _repeats_check(noises: list, confidence: float) -> tuple[str, dict]:
+    """Releases drawn by separate calls with different seeds, of D and of its neighbours (each release's
+    output minus its own input's truth), must not repeat: noise that comes back is noise an attacker
+    can subtract (a seed written in the program, the contract's seed ignored: ε = ∞)."""
+    rows = np.vstack([np.asarray(x, dtype=np.float64) for x in noises])
+    pairs, expected, p = repeats_pvalue(rows)
+    info = {"releases": int(len(rows)), "identical_pairs": pairs, "expected_by_chance": expected, "p_value": p}
+    if p >= 1 - confidence:
+        return "pass", info
+    return (f"fail: {pairs:,} pairs of the {len(rows):,} releases drawn with different seeds (of D and its neighbours) "
+            f"have the same noise in every cell, {expected:.2g} expected by chance (p = {p:.2g}): the noise does not "
+            "come fresh from each call's seed, so it can be subtracted (ε = ∞)"), info
+
+
+def _call_shape_check(batch: np.ndarray, single: np.ndarray, confidence: float, runs: int) -> tuple[str, float]:
+    """The releases drawn one per call (as published) against those drawn in batches: each release's mean
+    |noise| and mean noise over its cells, compared by a two-sample Kolmogorov–Smirnov test (releases are
+    independent; cells within one need not be), Bonferroni over the two."""
+    from scipy.stats import ks_2samp
+
+    p = min(1.0, 2 * min(ks_2samp(np.abs(batch).mean(axis=1), np.abs(single).mean(axis=1)).pvalue,
+                         ks_2samp(batch.mean(axis=1), single.mean(axis=1)).pvalue))
+    if p >= 1 - confidence:
+        return "pass", p
+    return (f"fail: its {runs} releases drawn one per call, as published, do not have the noise of its batches "
+            f"(mean |noise| {np.abs(single).mean():.3g} one per call, {np.abs(batch).mean():.3g} in batches; "
+            f"p = {p:.2g}): the program behaves differently when asked for one release"), p
+
+
+def runs_to_certify(eps: float, confidence: float) -> int:
+    """The fewest releases per neighbour whose statistical bound can certify ``eps``
+    (:func:`bound_reach` ≥ ``eps``).
+
+    >>> r = runs_to_certify(2.0, 0.99); bound_reach(r, 0.99) >= 2.0 > bound_reach(r - 2, 0.99)
+    True
+    """
+    alpha = (1 - confidence) / 2  # bound_reach: m certifying releases reach ln(x / (1 − x)), x = alpha^(1/m)
+    m = max(1, math.ceil(math.log(alpha) / -math.log1p(math.exp(-eps))))
+    for _ in range(8):  # the closed form, checked against bound_reach itself (rounding at the edge)
+        if bound_reach(2 * m, confidence) < eps:
+            m += 1
+        elif m > 1 and bound_reach(2 * (m - 1), confidence) >= eps:
+            m -= 1
+        else:
+            break
+    return 2 * m
 
 
 def _program_instance(study: Study, unit: str, wb: bool, cache: dict) -> tuple:

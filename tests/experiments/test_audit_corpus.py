@@ -83,6 +83,10 @@ def _clipped(u, t):
     return np.clip(_dlap(u, t), -math.ceil(4 * t), math.ceil(4 * t))
 
 
+def _clipped_10(u, t):
+    return np.clip(_dlap(u, t), -math.ceil(10 * t), math.ceil(10 * t))
+
+
 def _truncated_gaussian(self, releases, stream, cells, sigma):
     return np.clip(_gaussian(self, releases, stream, cells, sigma), -math.floor(3 * sigma), math.floor(3 * sigma))
 
@@ -196,6 +200,8 @@ TABLE_BUGS = {
         [], {(synth.release, "laplace_tables"): None}, {"laplace_tables": "noise_scale"}),
     "uniform noise of the same mean |x|": ([], {(synth.keyed, "_dlap"): _uniform}, {"laplace_tables": "noise_shape"}),
     "Laplace noise clipped at 4 scales": ([], {(synth.keyed, "_dlap"): _clipped}, {"laplace_tables": "noise_tail"}),
+    # 100 whole releases of the tiny config hold about 6 draws beyond 10 scales; the pairs' draws, millions
+    "Laplace noise clipped at 10 scales": ([], {(synth.keyed, "_dlap"): _clipped_10}, {"laplace_tables": "noise_tail"}),
     "the same noise in every release": ([], {(KeyedNoise, "laplace"): _same_noise_every_release},
                                         {"laplace_tables": "noise_independence"}),
     "one table's noise reused in another": ([], {(synth.release, "noisy"): _tables_noise_shared},

@@ -104,6 +104,22 @@ def test_a_failed_audit_exits_non_zero(root, capsys, monkeypatch):
     assert "FAILED noise_scale" in captured.out and "do not publish" in captured.err and "exit status 4" in captured.err
 
 
+def test_an_audit_whose_accounting_check_could_not_run_is_inconclusive_and_never_printed_as_passed(root, capsys,
+                                                                                                   monkeypatch):
+    """Where OpenDP is missing the accounting check cannot run: every other check passes, which the old audit
+    called "passed"; now the outcome is inconclusive, the terminal says so, and the exit status is 3, not 0."""
+    import experiments.release.audit as audit
+
+    monkeypatch.setattr(audit, "_tables_accounting",
+                        lambda record, eps, sens: ("not run: OpenDP is not installed (pip install 'censusrecon[dp]')",
+                                                   {}))
+    status = main(["audit", str(root / "configs" / "release_tiny.yaml"), "--set", "release.audit.runs=20000",
+                   "--set", "release.epsilons=[1.0]", "--set", "release.mechanisms=[laplace_tables]"])
+    captured = capsys.readouterr()
+    assert status == 3 and "INCONCLUSIVE" in captured.out and "NOT RUN accounting" in captured.out
+    assert "inconclusive" in captured.err and "exit status 3" in captured.err and "PASSED" not in captured.out
+
+
 def _one_person_block_population(root):
     """The tiny config's population with one tract's first block reduced to a single resident."""
     cfg = _cfg(root, "target.with_block=[true]")
@@ -231,7 +247,7 @@ def test_swapping_is_not_audited_and_its_ledger_entry_says_it_is_not_dp(tmp_path
                        "data.population.tracts_per_county=2",  # TopDown's tree: the county, 2 tracts, their blocks
                        "release.audit.runs=1000", "attack.runs=2", "attack.steps=20", "grid_points=10",
                        "release.audit.whole_releases=20", "release.audit.replay_pairs=1", "release.audit.replay_draws=1",
-                       "release.audit.units=1", "attack.exact_time_limit=20",
+                       "attack.exact_time_limit=20",
                        "release.mechanisms=[laplace_tables, topdown, swapping, synthetic]",
                        "release.risks=false"])  # anonymeter's risks: test_risks.py's subject
     run = evaluate_release(cfg, tmp_path, progress=False)
@@ -297,3 +313,22 @@ def test_the_cells_a_row_is_counted_in_are_its_one_row_counts(seed):
         got = cells_of(w, rows)
         assert got.shape == want.shape and (got == want).all()
         assert got.any() and not got.all()
+
+
+def test_a_check_that_could_not_run_on_one_unit_leaves_the_mechanism_inconclusive():
+    """Combining units: a failure on any unit fails; else a check one unit could not run is "not run" for the
+    mechanism, whatever the others said (the old combination kept the first unit's "pass")."""
+    from experiments.release.audit import _combine_units
+    from synth.audit import AuditResult
+
+    def unit(name, **checks):
+        return AuditResult("program:p", 1.0, 0.2, 100, 0.95, "e", checks, {"unit": name})
+
+    ran = unit("a", noise_scale="pass", block_list="not applicable: one block")
+    short = unit("b", noise_scale="not run: too few releases", block_list="pass")
+    r = _combine_units("program:p", 1.0, [ran, short], None)
+    assert r.outcome == "inconclusive" and r.checks["noise_scale"] == "not run: too few releases [b]"
+    assert r.checks["block_list"] == "pass"
+    r = _combine_units("program:p", 1.0, [short, unit("c", noise_scale="fail: ε ≥ 3")], None)
+    assert r.outcome == "failed" and r.checks["noise_scale"] == "fail: ε ≥ 3 [c]"
+    assert _combine_units("program:p", 1.0, [ran, unit("d", noise_scale="pass")], None).outcome == "passed"

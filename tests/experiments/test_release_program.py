@@ -30,6 +30,29 @@ def halved(persons, cells, domain, epsilon, runs, seed, relation, **params):
     return opendp_tables.release(persons, cells, domain, 2 * epsilon, runs, seed, relation)
 
 
+def halved_when_single(persons, cells, domain, epsilon, runs, seed, relation, **params):
+    """The OpenDP adapter, honest in batches, at half its noise scale when asked for one release (as publication
+    asks): the batch-branch class on the path agencies use."""
+    return opendp_tables.release(persons, cells, domain, 2 * epsilon if runs == 1 else epsilon, runs, seed, relation)
+
+
+def fixed_seed(persons, cells, domain, epsilon, runs, seed, relation, **params):
+    """Discrete Laplace at the right scale from a generator seeded with a constant written in the program (the
+    contract's seed ignored): every call draws the same noise, which anyone can subtract."""
+    counts = true_counts(persons, cells, list(domain["attributes"]))
+    scale = most_cells_per_person(cells, domain) * (2 if relation == "replace_one" else 1) / epsilon
+    rng = np.random.default_rng(20240101)
+    q = 1 - np.exp(-1 / scale)
+    return counts[None, :] + rng.geometric(q, (runs, len(cells))) - rng.geometric(q, (runs, len(cells)))
+
+
+def doubled_on_small_units(persons, cells, domain, epsilon, runs, seed, relation, **params):
+    """The OpenDP adapter at twice its ε on units of fewer than 250 persons (the example's smallest tract
+    has 183; its largest, 535)."""
+    return opendp_tables.release(persons, cells, domain, 2 * epsilon if len(persons) < 250 else epsilon, runs, seed,
+                                 relation)
+
+
 def wrong_shape(persons, cells, domain, epsilon, runs, seed, relation, **params):
     return np.zeros((runs, len(cells) - 1))
 
@@ -50,7 +73,7 @@ def test_a_copy_of_the_opendp_adapter_with_half_its_noise_fails_its_black_box_au
     """The adapter as shipped passes the same audit: the command test below (as a command, the same file)."""
     d, over = agency
     bad = load_config(CONFIG, over + ["release.audit.runs=1000", "release.programs=[{name: halved, function: "
-                                      f"'{Path(__file__)}:halved', noise: laplace}}]"])
+                                      f"'{Path(__file__)}:halved', noise: laplace, calls: batch, single_runs: 20}}]"])
     [caught] = audit_release(resolve(bad, load_population(bad)), seed=3)
     assert not caught.passed and caught.checks["noise_scale"].startswith("fail"), caught.checks_summary()
 
@@ -60,7 +83,7 @@ def test_a_program_is_run_over_the_grid_attacked_and_audited_end_to_end_as_a_com
 
     d, over = agency
     command = f"{{name: opendp_cmd, command: [{sys.executable}, {ROOT / 'synth' / 'adapters' / 'opendp_tables.py'}], " \
-              "noise: laplace}"
+              "noise: laplace, calls: batch, single_runs: 20}"
     sets = [x for o in over + ["release.audit.runs=1000", f"release.programs=[{command}]"] for x in ("--set", o)]
     status = main(["evaluate-release", str(CONFIG), "--out", str(d / "results"), "--no-progress", *sets])
     capsys.readouterr()
@@ -72,6 +95,7 @@ def test_a_program_is_run_over_the_grid_attacked_and_audited_end_to_end_as_a_com
     audits = json.loads((rel / "audit.json").read_text())
     assert [a["mechanism"] for a in audits] == ["program:opendp_cmd"] and audits[0]["passed"]
     assert audits[0]["checks"]["noise_scale"] == "pass"  # the shipped adapter's noise, as its halved copy's is not
+    assert audits[0]["checks"]["call_shape"] == audits[0]["checks"]["noise_repeats"] == "pass"
     ledger = json.loads((rel / "ledger.json").read_text())["entries"]
     assert any(e["mechanism"] == "program:opendp_cmd" and e["declared_epsilon"] == 2.0 for e in ledger)
     util = pd.read_parquet(rel / "utility.parquet")
@@ -93,3 +117,131 @@ def test_a_program_that_breaks_the_contract_is_a_one_line_error(agency, tmp_path
     with pytest.raises(ConfigError, match="cannot run /no/such/python"):
         audit_release(resolve(cfg, load_population(cfg)), seed=1)
     assert not list(tmp_path.glob("censusrecon-program-*")), "a command that never ran left its log behind"
+
+
+def test_the_repeat_and_call_shape_checks_on_hand_made_noise():
+    """Repeats: rows that agree by chance on few cells of little noise are expected (not a failure); one repeated
+    row among many cells is not. Call shape: the same law passes, half the scale fails."""
+    from experiments.release.audit import _call_shape_check, repeats_pvalue
+
+    rng = np.random.default_rng(1)
+    few = rng.integers(-1, 2, (500, 3))  # 27 possible rows: about C(500, 2) / 27 = 4,620 identical pairs by chance
+    pairs, expected, p = repeats_pvalue(few)
+    assert 4000 < pairs < 5300 and abs(expected - 124750 / 27) < 600 and p > 0.01
+    many = rng.integers(-5, 6, (300, 50))
+    assert repeats_pvalue(many)[0] == 0 and repeats_pvalue(np.vstack([many, many[:1]]))[2] < 1e-9
+    assert repeats_pvalue(np.tile(many[:1], (10, 1))) == (45, 0.0, 0.0)  # every release the same
+
+    def dlap(scale, shape):
+        q = 1 - np.exp(-1 / scale)
+        return rng.geometric(q, shape) - rng.geometric(q, shape)
+
+    batch = dlap(4.0, (1000, 200))
+    assert _call_shape_check(batch, dlap(4.0, (20, 200)), 0.999, 20)[0] == "pass"
+    said, p = _call_shape_check(batch, dlap(2.0, (20, 200)), 0.999, 20)
+    assert said.startswith("fail") and "one per call" in said and p < 1e-6
+
+
+def _program(over, spec, *more):
+    cfg = load_config(CONFIG, over + list(more) + [f"release.programs=[{spec}]"])
+    return cfg, resolve(cfg, load_population(cfg))
+
+
+def test_a_program_that_halves_its_noise_when_asked_for_one_release_fails_in_either_call_shape(agency):
+    """Class 2: the old audit drew only batches, where this program is honest, and passed it."""
+    _, over = agency
+    _, study = _program(over, f"{{name: h, function: '{Path(__file__)}:halved_when_single', noise: laplace, "
+                              "calls: batch, single_runs: 20}", "release.audit.runs=1000")
+    [r] = audit_release(study, seed=5)
+    assert r.outcome == "failed" and r.checks["call_shape"].startswith("fail"), r.checks_summary()
+    assert "(the releases drawn one per call)" in r.checks["noise_scale"]  # the batches alone passed
+    _, study = _program(over, f"{{name: h, function: '{Path(__file__)}:halved_when_single', noise: laplace, "
+                              "audit_runs: 150}", "release.audit.runs=1000")
+    [r] = audit_release(study, seed=5)
+    assert r.outcome == "failed" and r.checks["noise_scale"].startswith("fail"), r.checks_summary()
+    [unit] = r.details["per_unit"].values()
+    assert unit["program_calls"].startswith("one release per call")
+    _, study = _program(over, "{name: honest, function: 'synth.adapters.opendp_tables:release', noise: laplace, "
+                              "audit_runs: 150}", "release.audit.runs=1000")
+    [r] = audit_release(study, seed=5)
+    assert r.outcome == "passed", r.checks_summary()
+    assert r.checks["seed_use"].startswith("not applicable: two calls with the same seed gave different")  # OpenDP
+
+
+def test_a_program_whose_seed_is_written_in_it_fails_on_its_repeated_noise(agency):
+    """Class 3: every other check passes it (the noise is discrete Laplace at the right scale), as the old audit
+    did; only the noise repeating across calls with different seeds, and across D and its neighbours, shows."""
+    _, over = agency
+    for shape in ("audit_runs: 60", "calls: batch, single_runs: 10"):
+        _, study = _program(over, f"{{name: fixed, function: '{Path(__file__)}:fixed_seed', noise: laplace, {shape}}}",
+                            "release.audit.runs=1000")
+        [r] = audit_release(study, seed=5)
+        assert r.checks["noise_repeats"].startswith("fail"), (shape, r.checks_summary())
+        [unit] = r.details["per_unit"].values()
+        assert unit["noise_repeats"]["identical_pairs"] > 0 and r.checks["seed_use"].startswith("declared")
+
+
+def test_a_program_at_twice_its_epsilon_on_small_units_fails_an_audit_covering_the_size_range(agency):
+    """Class 4: the old default audited the largest unit alone, where this program is honest."""
+    from experiments.release.audit import unit_roles
+
+    _, over = agency
+    spec = f"{{name: small, function: '{Path(__file__)}:doubled_on_small_units', noise: laplace, calls: batch, " \
+           "single_runs: 10, audit_runs: 400}"
+    cfg, study = _program(over, spec, "release.audit.runs=1000", "target.units=all")
+    roles = unit_roles(study, study.units, 5)
+    sizes = {u: int(study.pop.geography.mask("tract", u).sum()) for u in study.units}
+    assert len(roles) == 4 and set(roles.values()) == {"smallest", "median", "largest", "random"}
+    assert sizes[next(u for u, r in roles.items() if r == "smallest")] == min(sizes.values())
+    largest = max(sizes, key=sizes.get)
+    [alone] = audit_release(study, units=[largest], seed=5)
+    assert alone.passed, alone.checks_summary()
+    [r] = audit_release(study, seed=5)
+    assert r.outcome == "failed" and r.checks["noise_scale"].startswith("fail"), r.checks_summary()
+    assert r.details["unit_roles"] == roles and r.details["audited_units"] == list(roles)
+    with pytest.raises(ConfigError, match="cannot cover the units' size range"):
+        load_config(CONFIG, over + ["release.audit.units=1"])
+
+
+def test_an_audit_that_cannot_certify_the_declared_epsilon_is_inconclusive_never_passed(agency, capsys):
+    """Class 5: undeclared noise at 10 releases per neighbour: the old audit said "passed"; the bound alone certifies
+    nothing, so the audit says inconclusive, how many releases would certify, and exits 3, not 0."""
+    from experiments.cli import EXIT_UNDECIDED, main
+
+    d, over = agency
+    spec = "{name: quiet, function: 'synth.adapters.opendp_tables:release', audit_runs: 10}"
+    _, study = _program(over, spec, "release.audit.runs=1000")
+    [r] = audit_release(study, seed=5)
+    assert not r.failed_checks() and r.epsilon_lower_bound <= r.declared_epsilon  # what the old audit called passed
+    assert r.outcome == "inconclusive" and not r.passed and "bound_power" in r.unchecked()
+    [unit] = r.details["per_unit"].values()
+    assert unit["runs_to_certify"] > 10 and "NOT RUN bound_power" in r.checks_summary()
+    sets = [x for o in over + ["release.audit.runs=1000", f"release.programs=[{spec}]"] for x in ("--set", o)]
+    status = main(["audit", str(CONFIG), "--seed", "5", *sets])
+    out = capsys.readouterr()
+    assert status == EXIT_UNDECIDED and "INCONCLUSIVE" in out.out and "inconclusive" in out.err
+    assert "releases per neighbour would certify" in out.err and "passed" not in out.out.lower()
+
+
+#: the four program classes of the audit's review, each with the check that must see it
+SHIPPED_BUGS = {"halved_when_single": "call_shape", "fixed_seed": "noise_repeats",
+                "doubled_on_small_units": "noise_scale", "halved": "noise_scale"}
+
+
+@pytest.mark.slow(seconds=900)
+@pytest.mark.parametrize("bug", list(SHIPPED_BUGS))
+def test_each_program_bug_fails_the_audit_at_the_shipped_settings_of_own_release(bug, program_agency):
+    """configs/agency/own_release.yaml as shipped (its 6 tracts, 4 of them audited; its two extreme ε; the OpenDP
+    program's audit settings: 2,000 releases per call and 50 one per call), with its OpenDP program replaced by a
+    buggy copy: the audit fails on the check that sees the bug. Tumult's and SmartNoise's programs, which need their
+    environments, are left out: the bug is in the program, not in them."""
+    _, data = program_agency
+    shipped = load_config(CONFIG)
+    [opendp] = [x for x in shipped.release.programs if x.name == "opendp"]
+    spec = opendp.model_copy(update={"function": f"{Path(__file__)}:{bug}"}).model_dump(exclude_none=True)
+    over = data[:2] + ["release.mechanisms=[]", "release.files=[]", f"release.programs=[{json.dumps(spec)}]"]
+    cfg = load_config(CONFIG, over)
+    [lo, hi] = [r for r in audit_release(resolve(cfg, load_population(cfg)))]
+    assert len(lo.details["audited_units"]) == 4
+    assert any(r.checks[SHIPPED_BUGS[bug]].startswith("fail") for r in (lo, hi)), (lo.checks_summary(),
+                                                                                    hi.checks_summary())

@@ -23,8 +23,8 @@ pytestmark = pytest.mark.skipif(not PYTHON.exists(), reason="no .venv-tumult: ma
 
 
 def _program(over, adapter=ADAPTER, runs=None):
-    spec = f"{{name: tumult, command: [{PYTHON}, {adapter}], noise: laplace" + (
-        f", audit_runs: {runs}" if runs else "") + "}"
+    spec = f"{{name: tumult, command: [{PYTHON}, {adapter}], noise: laplace, calls: batch, single_runs: 10" + (
+        f", audit_runs: {runs}" if runs else "") + "}"  # a Spark job per call: batches, and 10 one per call
     return load_config(CONFIG, over + [f"release.programs=[{spec}]"])
 
 
