@@ -317,6 +317,9 @@ def _audit(args) -> int:
     cfg = load_config(args.config, args.overrides)
     if cfg.release is None:
         raise ConfigError(f"{args.config} has no 'release' section: nothing to audit")
+    from experiments.release.program import check_program_environments
+
+    check_program_environments(cfg)  # before any work: a missing environment names its make target
     t0 = time.perf_counter()
     results = audit_release(resolve(cfg), progress=not args.json and sys.stderr.isatty(), seed=args.seed)
     from experiments.release.audit import record_audit

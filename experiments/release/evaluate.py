@@ -22,7 +22,8 @@ from experiments.problem import (Study, _stable, baseline_curves, build_workload
 from experiments.progress import UnitProgress
 from experiments.release.audit import audit_release, failed_audits, record_audit
 from experiments.release.files import FILE_NOTE, file_published, read_release_files, unit_layout
-from experiments.release.program import PROGRAM_NOTE, program_digests, program_inputs, program_seed, run_program
+from experiments.release.program import (PROGRAM_NOTE, check_program_environments, program_digests,
+                                        program_inputs, program_seed, run_program)
 from experiments.release.publish import (Published, _backend, _fit_note, check_block_list, neighbours_of,
                                          own_invariants, publish, publish_cell_key, publish_swapping,
                                          publish_targeted_swapping, swap_pool, tables_published)
@@ -88,6 +89,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                           "so evaluate-release needs include_target: false")
     t_start = time.perf_counter()
     r = cfg.release
+    check_program_environments(cfg)  # a program's missing environment fails in the first second, not after minutes
     study = resolve(cfg)  # the config resolved once against its data; bad data fails before anything is written
     pop, units, empty = study.pop, study.units, study.empty_units
     for wb in cfg.target.with_block:

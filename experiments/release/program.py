@@ -225,6 +225,31 @@ def _run_command(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tupl
         return np.load(t / "out.npy")
 
 
+#: the environments the shipped adapters run in, and the make target that makes each
+ENV_TARGETS = {".venv-tumult": "make tumult-env", ".venv-smartnoise": "make smartnoise-env", ".venv-risk": "make risk-env"}
+
+
+def check_program_environments(cfg: ExperimentConfig) -> None:
+    """Every command program's interpreter and script exist, checked before any work (a missing environment
+    found after minutes of releases and attacks wastes them): a one-line error naming the program, the path
+    and, for the shipped adapters' environments, the make target that makes it."""
+    import shutil
+
+    for spec in cfg.release.programs if cfg.release else []:
+        if spec.command is None:
+            continue
+        for i, arg in enumerate(spec.command[:2]):
+            local = cfg.data_file(arg) if not Path(arg).is_absolute() else arg
+            found = Path(local).exists() or (i == 0 and "/" not in arg and shutil.which(arg) is not None)
+            if i == 1 and not arg.endswith(".py"):
+                continue  # an argument, not a script
+            if not found:
+                env = next((t for d, t in ENV_TARGETS.items() if d in Path(local).parts), None)
+                raise ConfigError(f"release.programs {spec.name!r}: {local} does not exist"
+                                  + (f"; its environment is made by `{env}`" if env else
+                                     "; is its environment made?"))
+
+
 def program_seed(*parts) -> int:
     """A seed for one batch of a program's releases: fresh for every batch, from its parts."""
     from experiments.problem import _stable

@@ -245,3 +245,25 @@ def test_each_program_bug_fails_the_audit_at_the_shipped_settings_of_own_release
     assert len(lo.details["audited_units"]) == 4
     assert any(r.checks[SHIPPED_BUGS[bug]].startswith("fail") for r in (lo, hi)), (lo.checks_summary(),
                                                                                     hi.checks_summary())
+
+
+def test_a_missing_program_environment_fails_before_any_work_naming_its_make_target(agency, tmp_path, capsys):
+    """Issue 52's snag: own_release.yaml attacked ten releases for 73 s before failing on a missing .venv-tumult."""
+    import time
+
+    from experiments.cli import main
+
+    d, over = agency
+    missing = tmp_path / ".venv-tumult" / "bin" / "python"
+    for command in ("evaluate-release", "audit"):
+        sets = [x for o in over + [f"release.programs=[{{name: tumult, command: [{missing}, "
+                                   f"{ROOT / 'synth' / 'adapters' / 'tumult_tables.py'}], noise: laplace}}]"]
+                for x in ("--set", o)]
+        t0 = time.perf_counter()
+        args = [command, str(CONFIG), *sets] + (["--out", str(tmp_path / "r"), "--no-progress"]
+                                                 if command == "evaluate-release" else [])
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"{missing} does not exist" in err and "make tumult-env" in err, err
+        assert time.perf_counter() - t0 < 60  # before any release is made (measured: about a second)
+        assert not list((tmp_path / "r").rglob("*.parquet"))  # nothing released or attacked
