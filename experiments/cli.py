@@ -350,11 +350,14 @@ def _audit(args) -> int:
     for e in earlier:
         print(f"EARLIER AUDIT FAILED ({e['when']}, seed {e['seed']}): {'; '.join(e['failed'])}; a later audit under "
               "another seed does not replace it", file=sys.stderr)
-    if any(r.outcome == "failed" for r in results):
+    from synth.audit import overall_outcome
+
+    outcome = overall_outcome(results)
+    if outcome == "failed":
         print("censusrecon: the audit failed: a mechanism's audited ε exceeds its declared ε or a check failed "
               f"(see above); do not publish with it (exit status {EXIT_AUDIT_FAILED})", file=sys.stderr)
         return EXIT_AUDIT_FAILED
-    if any(r.outcome == "inconclusive" for r in results):
+    if outcome == "inconclusive":
         print("censusrecon: the audit is inconclusive: " + "; ".join(_inconclusive_words(r) for r in results
                                                                      if r.outcome == "inconclusive")
               + f"; not shown to keep its ε, so not publishable on this audit's word (exit status {EXIT_UNDECIDED})",

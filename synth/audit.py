@@ -94,6 +94,19 @@ class AuditResult:
                 "passed": self.passed, "outcome": self.outcome, **self.details}
 
 
+def overall_outcome(results: list) -> str:
+    """One audit's outcome from its results: failed if any failed, else inconclusive if any is, else passed.
+
+    >>> ok = AuditResult("m", 1.0, 0.1, 10, 0.95, "e", {})
+    >>> short = AuditResult("m", 1.0, 0.1, 10, 0.95, "e", {"a": "not run"})
+    >>> bad = AuditResult("m", 1.0, 2.0, 10, 0.95, "e")
+    >>> overall_outcome([ok, short]), overall_outcome([ok]), overall_outcome([short, bad])
+    ('inconclusive', 'passed', 'failed')
+    """
+    outcomes = {r.outcome for r in results}
+    return next((o for o in ("failed", "inconclusive") if o in outcomes), "passed")
+
+
 def clopper_pearson(successes, trials: int, alpha: float):
     """Two one-sided (1 - alpha) Clopper–Pearson bounds on a binomial proportion (arrays too)."""
     s = np.asarray(successes, dtype=np.float64)

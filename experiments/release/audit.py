@@ -25,7 +25,7 @@ from synth.release import workload_counts
 from synth.audit import (AuditResult, NoiseGroups, ReplayNoise, ReplaySequence, audit_outputs, check_state,
                          clipped_upper_excess, gaussian_shape_pvalue, gaussian_sigma_upper_stats, geometric_scale_upper,
                          geometric_shape_pvalue, independence_pvalue, laplace_scale_upper, laplace_scale_upper_stats,
-                         laplace_shape_pvalue, tail_pvalue, tail_threshold)
+                         laplace_shape_pvalue, overall_outcome, tail_pvalue, tail_threshold)
 from synth.histogram import SparseHistogram
 from synth.mechanism import PrivacyError, Relation, parse_relation
 from synth.keyed import KeyedNoise
@@ -136,8 +136,7 @@ def record_audit(history: Path, results: list[AuditResult], code: str) -> list[d
     entry = {"when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "code": code,
              "seed": d.get("audit_seed"), "seed_source": d.get("audit_seed_source"),
              "passed": all(r.passed for r in results),
-             "outcome": ("failed" if any(r.outcome == "failed" for r in results) else
-                         "inconclusive" if any(r.outcome == "inconclusive" for r in results) else "passed"),
+             "outcome": overall_outcome(results),
              "failed": sorted({f"{r.mechanism} ε={r.declared_epsilon:g}: " + ", ".join(r.failed_checks() or ["bound"])
                                for r in results if r.outcome == "failed"}),
              "inconclusive": sorted({f"{r.mechanism} ε={r.declared_epsilon:g}: " + ", ".join(r.unchecked())
@@ -160,17 +159,12 @@ def failed_audits(history: Path, code: str, besides: str | None = None) -> list[
             and e.get("code") == code and e.get("when") != besides]
 
 
-def audited_units(study: Study, units: list[str], seed: int = 0) -> list[str]:
-    """The units an audit checks: all of them, or ``release.audit.units`` of them chosen to cover the size
-    range: the smallest, the median and the largest (by persons; ties by id), then one drawn with the
-    audit's ``seed``, then the rest drawn likewise (:func:`unit_roles` says which is which). A bug that
-    shows only on small units, or only on large ones, falls inside what is audited."""
-    return list(unit_roles(study, units, seed))
-
-
 def unit_roles(study: Study, units: list[str], seed: int = 0) -> dict[str, str]:
-    """:func:`audited_units` with each unit's role in the choice ("smallest", "median", "largest",
-    "random", or "all" when every unit is audited), in the order audited."""
+    """The units an audit checks, in the order audited, each with its role in the choice: all of them
+    ("all"), or ``release.audit.units`` of them chosen to cover the size range: the smallest, the median
+    and the largest (by persons; ties by id), then one drawn with the audit's ``seed`` ("random"), then
+    the rest drawn likewise. A bug that shows only on small units, or only on large ones, falls inside
+    what is audited."""
     cfg, pop = study.cfg, study.pop
     k = cfg.release.audit.units
     if k == "all" or k >= len(units):
@@ -1263,9 +1257,9 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
     row_query = layout.rows["query"].to_numpy()
     noise = y1_rows - exact[row_query][None, :]
     single = single_rows = None
+    one_per_call = spec if spec.calls == "single" else spec.model_copy(update={"calls": "single"})
     if spec.calls == "batch":  # the shape publication uses, beside the batches the audit's power comes from
-        single_rows = program_draws(cfg, spec.model_copy(update={"calls": "single"}), inputs, eps, spec.single_runs,
-                                    (seed, unit, wb, eps, "single"))
+        single_rows = program_draws(cfg, one_per_call, inputs, eps, spec.single_runs, (seed, unit, wb, eps, "single"))
         single = single_rows - exact[row_query][None, :]
     checks: dict = {}
     bounds, spent, every_noise = [], [], [noise] + ([single] if single is not None else [])
@@ -1290,9 +1284,9 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
     checks["noise_repeats"], info["noise_repeats"] = _repeats_check(every_noise, a.confidence)
     # the same seed twice, jointly: a program whose noise is a function of its seed is fine only while the seed
     # it is given stays secret; one drawing from secure randomness (OpenDP, Tumult) never repeats
-    first = y1_rows[0] if single_rows is None else single_rows[0]
-    where = (seed, unit, wb, eps, "D" if spec.calls == "single" else "single", "call", 0)
-    again = run_program(cfg, spec, inputs, eps, 1, program_seed(*where))[0]
+    first = y1_rows[0] if single_rows is None else single_rows[0]  # the first call: drawn again with its seed
+    again = program_draws(cfg, one_per_call, inputs, eps, 1,
+                          (seed, unit, wb, eps, "D" if single_rows is None else "single"))[0]
     checks["seed_use"] = ("declared: its noise is a function of the seed it is given (two calls with the same seed "
                           "gave the same release): the seed it is given when publishing must be secret"
                           if np.array_equal(again, first) else
