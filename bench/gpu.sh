@@ -12,8 +12,8 @@
 #      (configs/census/tracts_2010.yaml) as the time left allows.
 # Every figure is a JSON line appended to $OUT/gpu.jsonl the moment it is measured, so a run cut short keeps
 # what it measured; logs beside it. Each step has its own time limit inside the whole run's.
-# GPU_STAGES (default tests,bench,tracts) runs fewer steps, GPU_BENCH_PARTS other bench parts, GPU_BUDGET_S
-# another limit for the whole run: a rerun inside a lease's last minutes measures only what is missing.
+# GPU_STAGES (default tests,bench,tracts) runs fewer steps, GPU_BENCH_PARTS other bench parts, GPU_TESTS_S
+# another limit for the tests (170 s: 159 took 115 s there), GPU_BUDGET_S another limit for the whole run: a rerun inside a lease's last minutes measures only what is missing.
 #
 #   make gpu-wheels                 here, once (the wheels, pinned in bench/gpu_wheels.txt, into .whl)
 #   bash bench/gpu.sh               there, from the repository root, with .whl carried; $OUT receives the figures
@@ -85,15 +85,25 @@ else
 fi
 if [[ $stages == *,tests,* ]]; then
 t=$(date +%s)
-XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$(limit 130)" "$py" -m pytest -q -p no:cacheprovider -n "$workers" \
-  --dist loadfile --junitxml="$out/tests.xml" "${tests[@]}" > "$out/tests.log" 2>&1
+# -v names every test as it ends, so a run cut short still says which ones never finished; SIGINT first lets
+# pytest write its junit report and summary before the kill
+XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -s INT -k 15 "$(limit "${GPU_TESTS_S:-170}")" "$py" -m pytest -v \
+  -p no:cacheprovider -n "$workers" --dist loadfile --durations=15 --junitxml="$out/tests.xml" "${tests[@]}" \
+  > "$out/tests.log" 2>&1
 rc=$?
-tail -3 "$out/tests.log"
-"$py" - "$out/tests.xml" "$rc" "$(since "$t")" >> "$figures" <<'PY'
-import json, sys
+grep -E "passed|failed|error" "$out/tests.log" | tail -3
+"$py" - "$out/tests.xml" "$rc" "$(since "$t")" "$out/tests.log" >> "$figures" <<'PY'
+import json, re, sys
 import xml.etree.ElementTree as ET
-path, rc, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+path, rc, seconds, log = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 res = {"tests_rc": rc, "tests_s": seconds}
+# from the -v log, whatever became of the report: how many ended, and the ones that started and never ended
+text = open(log, errors="replace").read()
+ended = re.findall(r"\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b\s+(\S+::\S+)", text)
+res["ended"] = len(ended)
+res["failed_in_log"] = [n for o, n in ended if o in ("FAILED", "ERROR")][:20]
+if rc == 124 or rc == 130 or rc == 137:
+    res["slowest_log"] = re.findall(r"^\s*([0-9.]+s call\s+\S+)", text, flags=re.M)[:8]
 try:
     suite = ET.parse(path).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
