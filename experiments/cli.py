@@ -15,11 +15,13 @@ from microdata.errors import CensusReconError
 #: evaluation that did not decide, or an inconclusive audit; 4 an audit failed (do not publish); 130 interrupted
 EXIT_UNDECIDED = 3
 EXIT_AUDIT_FAILED = 4
-EXIT_STATUSES = ("exit status: 0 done (evaluate-release: every verdict decided); 1 unexpected error; 2 bad input "
-                 "(config, file, argument); 3 evaluate-release undecided (cannot decide, or no setting shown safe "
-                 "nor unsafe: the terminal says what would decide it), or an audit inconclusive (a check could not "
-                 "run: not shown to keep its ε); 4 an audit failed: do not publish; "
-                 "130 interrupted (rerun to resume)")
+EXIT_DO_NOT_PUBLISH = 5
+EXIT_STATUSES = ("exit status: 0 done (evaluate-release: PUBLISH, every mechanism at the settings its line names); "
+                 "1 unexpected error; 2 bad input (config, file, argument); 3 evaluate-release CANNOT DECIDE a "
+                 "mechanism (the terminal says what would decide it), or an audit inconclusive (a check could not "
+                 "run: not shown to keep its ε); 4 an audit failed: do not publish with that code; 5 evaluate-release "
+                 "decided DO NOT PUBLISH for a mechanism (a backend not for publication, not DP, or shown above the "
+                 "tolerance); 130 interrupted (rerun to resume)")
 
 _CONFIG_HELP = "a YAML experiment config (see configs/; every file there says which command runs it)"
 _SET_HELP = ("override a config key with a YAML value, e.g. --set attack.runs=10 or --set 'target.with_block=[true]' "
@@ -62,11 +64,17 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("run_dir", help=_RESULTS_HELP)
     pl.add_argument("--out", default="results", metavar="DIR", help=_RESULTS_OUT_HELP)
     pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=_RESULTS_SET_HELP)
-    _add_config(sub.add_parser(
-        "evaluate-release", help="release at each ε, attack each release, compare, audit, report",
+    ev = sub.add_parser(
+        "evaluate-release", help="release at each ε, attack each release, compare, audit, decide, report",
         description="For each ε and mechanism of the config's release section, release each unit's tables, attack "
                     "the release, compare with the attack on the exact tables and with the baselines, audit the "
-                    "publishing code and write report.md/.html in OUT/<name>/<config-hash>/release/."))
+                    "publishing code, decide (PUBLISH / DO NOT PUBLISH / CANNOT DECIDE per mechanism: decision.json) "
+                    "and write report.md/.html in OUT/<name>/<config-hash>/release/. A finished evaluation of the "
+                    "same code, config and inputs is not run again: its decision is printed and no file changes.")
+    _add_config(ev)
+    ev.add_argument("--reaudit", action="store_true",
+                    help="audit a finished evaluation again (its earlier report, audit and decision are kept under "
+                         "earlier/)")
     au = sub.add_parser("audit", help="audit the publishing code of every mechanism at the config's ε values",
                         description="Release neighbours of every released unit's own data through the calls that "
                                     "publish, many times, and certify a lower bound on each mechanism's ε at every ε "
@@ -74,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
                                     "band of counts, shape, tail, independence, OpenDP's accounting, replay over many "
                                     "pairs); exits with status 4 if any bound exceeds its ε or a check fails. The "
                                     "audit's seed is fresh unless given, and printed.")
-    _add_config(au, out=False, progress=False)
+    _add_config(au, out=False)
     au.add_argument("--seed", type=int, default=None, help="the audit's noise key (default: release.audit.seed, else "
                     "fresh); a re-run under another seed is another audit, never a replacement for a failed one")
     au.add_argument("--json", action="store_true", help="print one JSON object per (mechanism, ε) instead of a table")
@@ -164,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
 
             cfg = load_config(args.config, args.overrides)
             with nothing_half_made(release_dir(args.out, cfg)):
-                run_dir = evaluate_release(cfg, args.out, progress=not args.no_progress)
+                run_dir = evaluate_release(cfg, args.out, progress=not args.no_progress, reaudit=args.reaudit)
             return _print_release_summary(run_dir, cfg)
         elif args.command == "sweep":
             import json
@@ -317,11 +325,11 @@ def _audit(args) -> int:
     cfg = load_config(args.config, args.overrides)
     if cfg.release is None:
         raise ConfigError(f"{args.config} has no 'release' section: nothing to audit")
-    from experiments.release.program import check_program_environments
+    from experiments.release.program import check_environments
 
-    check_program_environments(cfg)  # before any work: a missing environment names its make target
+    check_environments(cfg)  # before any work: a missing environment names its make target
     t0 = time.perf_counter()
-    results = audit_release(resolve(cfg), progress=not args.json and sys.stderr.isatty(), seed=args.seed)
+    results = audit_release(resolve(cfg), progress=not (args.json or args.no_progress), seed=args.seed)
     from experiments.release.audit import record_audit
     from experiments.release.evaluate import release_dir
     from experiments.results import code_fingerprint
@@ -374,84 +382,44 @@ def _inconclusive_words(r) -> str:
 
 
 def _print_release_summary(run_dir, cfg) -> int:
-    """The answer of a release evaluation on the terminal: per mechanism the verdict (shown safe up
-    to a setting against the tolerance, or not, with what would decide it), persons reconstructed
-    there against the best guess, the table error, any audit failure, the report's paths. Returns the
-    exit status: :data:`EXIT_AUDIT_FAILED` when an audit check failed, :data:`EXIT_UNDECIDED` when a
-    mechanism's verdict is undecided (cannot decide, or no setting shown safe nor unsafe), else 0."""
-    import pandas as pd
+    """The answer of a release evaluation on the terminal, rendered from its saved decision
+    (``decision.json``, :mod:`experiments.release.decision`): first a line per mechanism (PUBLISH at a
+    setting, DO NOT PUBLISH or CANNOT DECIDE, with the first reason), then each mechanism's verdict with
+    the one-sided limit the rule compares with the tolerance and the estimate labelled apart, its audit,
+    backend and risks, and the next step; any audit failure; the report's paths. Returns the decision's
+    exit status."""
+    from experiments.metrics import variant_label
+    from experiments.release.decision import HEADS, load_decision, terminal_lines
+    from experiments.release.report import load_audits
 
-    from experiments.metrics import difference_words, variant_label
-    from experiments.release.report import (STATUS_WORDS, exact_row, limit_words, load_audits, persons_words,
-                                            less_protective, release_strength, setting_label, strength_sentence,
-                                            summarise_release_persons, verdict_rows)
-
-    tol = cfg.release.tolerance
-    per_unit = pd.read_parquet(run_dir / "persons.parquet")
-    util = pd.read_parquet(run_dir / "utility.parquet")
-    persons = summarise_release_persons(per_unit, tol)
-    variants = list(dict.fromkeys(per_unit["variant"].tolist()))
-    undecided = False
-    print(f"results: {run_dir}")
-    for v in variants:
-        print(f"\nverdict ({variant_label(v, variants)}, {per_unit.loc[per_unit['variant'] == v, 'unit'].nunique()} "
-              f"units; tolerance {tol.words()}: safe means the upper 95% limit of the excess is below it):")
-        strength = release_strength(run_dir, v)
-        rows = verdict_rows(persons, util, v, strength, tol)
-        e = exact_row(persons, v)
-        if e is not None:
-            print(f"  {'exact tables':<20} best attack ({e['best_attacks']}) {persons_words(e)}; best guess "
-                  f"({e['best_baselines']}) {int(e['baseline_persons'])}; {difference_words(e)}")
-        if rows and rows[0]["status"] == "cannot_decide":
-            print(f"  {STATUS_WORDS['cannot_decide']}\n  without the release (too few units, too weak an attack, or "
-                  f"tables that protect by themselves); no setting is called safe.\n  {rows[0]['plan']}")
-            undecided = True
-            continue
-        for r in rows:
-            x = r["x"]
-            undecided |= not r["decided"]
-            err = f"; table error {r['table_error']:.2f} persons per published cell" if "table_error" in r else ""
-            print(f"  {r['mechanism']:<20} {STATUS_WORDS[r['status']]} {setting_label(r['mechanism'], x['setting'])}:\n"
-                  f"  {'':<20} best attack ({x['best_attacks']}) {persons_words(x)}; best guess ({x['best_baselines']}) "
-                  f"{int(x['baseline_persons'])}; {difference_words(x)};\n  {'':<20} {limit_words(x, tol.words())}{err}")
-            nxt = r.get("next")
-            if r["status"] == "safe" and nxt is None:
-                print(f"  {'':<20} every setting evaluated is shown safe: the grid stops before protection ends; "
-                      f"evaluate {less_protective(r['mechanism'])} to find where")
-            if nxt is not None:
-                print(f"  {'':<20} at {setting_label(r['mechanism'], nxt['setting'])} not shown safe: "
-                      f"{difference_words(nxt)}; {limit_words(nxt, tol.words())}")
-            if r["plan"]:
-                print(f"  {'':<20} {r['plan']}")
-            said = strength_sentence(strength, r)
-            if said:
-                print(f"  {'':<20} strength:{said.replace('**', '')}")
+    decision = load_decision(run_dir)
+    variants = list(dict.fromkeys(v.variant for m in decision.mechanisms for v in m.verdicts))
+    for line in terminal_lines(decision, {v: variant_label(v, variants) for v in variants}):
+        print(line)
     audits = load_audits(run_dir)
-    failed = [a for a in audits if a.outcome == "failed"]
-    inconclusive = [a for a in audits if a.outcome == "inconclusive"]
-    for a in failed:
-        print(f"AUDIT FAILED: {a.mechanism} at ε = {a.declared_epsilon:g}: audited ε ≥ {a.epsilon_lower_bound:.3f}; "
-              f"{a.checks_summary()}")
-    for a in inconclusive:
-        print(f"AUDIT INCONCLUSIVE (not passed): {_inconclusive_words(a)}; not shown to keep its ε: do not publish "
-              "it on this audit's word")
+    for a in audits:
+        if a.outcome == "failed":
+            print(f"AUDIT FAILED: {a.mechanism} at ε = {a.declared_epsilon:g}: audited ε ≥ {a.epsilon_lower_bound:.3f}; "
+                  f"{a.checks_summary()}")
+        elif a.outcome == "inconclusive":
+            print(f"AUDIT INCONCLUSIVE (not passed): {_inconclusive_words(a)}; not shown to keep its ε: do not publish "
+                  "it on this audit's word")
     unchecked = sorted({f"{k} ({c})" for a in audits for k, c in a.checks.items()
                         if c.startswith(("declared", "not applicable"))})
     if unchecked:
         print("not audited: " + "; ".join(unchecked))
-    print(f"\nreport: {run_dir / 'report.html'}\n        {run_dir / 'report.md'}")
-    if failed:
-        print("censusrecon: the audit of the publishing code failed (see above); do not publish with it "
-              f"(exit status {EXIT_AUDIT_FAILED})", file=sys.stderr)
-        return EXIT_AUDIT_FAILED
-    if inconclusive:
-        print(f"censusrecon: the audit of {', '.join(sorted({a.mechanism for a in inconclusive}))} is inconclusive "
-              f"(see above): not publishable on its word (exit status {EXIT_UNDECIDED})", file=sys.stderr)
-        return EXIT_UNDECIDED
-    if undecided:
-        print(f"censusrecon: undecided: see what would decide it above (exit status {EXIT_UNDECIDED})", file=sys.stderr)
-        return EXIT_UNDECIDED
-    return 0
+    print(f"\nresults: {run_dir}\nreport: {run_dir / 'report.html'}\n        {run_dir / 'report.md'}")
+    status = decision.exit_status()
+    said = {EXIT_AUDIT_FAILED: "an audit of the publishing code failed: do not publish with it",
+            EXIT_DO_NOT_PUBLISH: "DO NOT PUBLISH " + ", ".join(m.mechanism for m in decision.mechanisms
+                                                              if m.action == "do_not_publish"),
+            EXIT_UNDECIDED: "CANNOT DECIDE " + ", ".join(m.mechanism for m in decision.mechanisms
+                                                          if m.action == "cannot_decide") + ": see next: above"}
+    if status:
+        print(f"censusrecon: {said[status]} (exit status {status})", file=sys.stderr)
+    else:
+        print(f"censusrecon: {HEADS['publish']} every mechanism at the settings above (exit status 0)", file=sys.stderr)
+    return status
 
 
 def _print_summary(run_dir) -> None:

@@ -21,6 +21,8 @@ PROGRAM_PREFIX = "program:"
 #: mechanisms that are not differentially private (no ε; their settings: a swap rate, a ptable variance), whose
 #: larger settings protect more
 NOT_DP = ("swapping", "cell_key", "targeted_swapping")
+#: mechanisms that publish rows (a microdata file) besides tables: anonymeter measures their risks
+ROW_MECHANISMS = ("synthetic", "smoothed_histogram", "swapping", "targeted_swapping", "topdown")
 
 
 class ConfigError(CensusReconError):
@@ -183,7 +185,8 @@ class TargetConfig(_Strict):
     require_siblings: bool = Field(
         False, description="only units whose enclosing unit has other units, so its baseline has data")
     whole_units: bool = Field(
-        False, description="attack each unit whole, as the Census Bureau tabulated whole blocks: D is every "
+        False, description="(default: true for data.source: table, an agency's own person file; else false) "
+        "attack each unit whole, as the Census Bureau tabulated whole blocks: D is every "
         "person of the unit and there is no D_holdout (no holdout baseline or init; the baselines are the "
         "chance and geographic priors from outside the unit and, with reidentification, the modal and "
         "proportional guessers). With a release, every mechanism releases whole units (needed by release.files: "
@@ -705,6 +708,12 @@ class ReleaseConfig(_Strict):
         return next(f for f in self.files if FILE_PREFIX + f.name == mechanism and (f.epsilon or 0.0) == setting)
 
     @property
+    def row_mechanisms(self) -> list[str]:
+        """The releases evaluated that publish rows: mechanisms of :data:`ROW_MECHANISMS` and microdata files."""
+        return ([m for m in self.mechanisms if m in ROW_MECHANISMS]
+                + list(dict.fromkeys(FILE_PREFIX + f.name for f in self.files if f.kind == "microdata")))
+
+    @property
     def dp_mechanisms(self) -> list[str]:
         """The mechanisms censusrecon runs and audits as DP (files are not run, so not audited)."""
         return [m for m in self.mechanisms if m not in NOT_DP]
@@ -754,6 +763,22 @@ class ExperimentConfig(_Strict):
     def _one_or_many(cls, v):
         return [v] if isinstance(v, dict) else v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _own_data_whole_units(cls, raw):
+        """Whole units by default where the user brings their own person file (data.source: table): an
+        agency evaluates the release it would publish, of every person; the half split only when asked
+        (target.whole_units: false). Written into the config, so its hash says which."""
+        if not isinstance(raw, dict):
+            return raw
+        data, target = raw.get("data"), raw.get("target")
+        source = data.get("source") if isinstance(data, dict) else getattr(data, "source", None)
+        if target is None:
+            target = {}
+        if isinstance(target, dict) and target.get("whole_units") is None:
+            raw = {**raw, "target": {**target, "whole_units": source == "table"}}
+        return raw
+
     @model_validator(mode="after")
     def _check(self):
         labels = [q.label for q in self.queries]
@@ -765,7 +790,10 @@ class ExperimentConfig(_Strict):
             raise ValueError("the topdown release publishes tables: make the first workload kind: tables")
         if self.target.whole_units:
             if "holdout" in self.baselines.methods or "holdout" in self.attack.init:
-                raise ValueError("target.whole_units leaves no D_holdout: drop 'holdout' from baselines and "
+                own = (" (the default for your own person file, data.source: table; target.whole_units: false attacks "
+                       "a random half of each unit and keeps the other half as the holdout)"
+                       if self.data.source == "table" else "")
+                raise ValueError(f"target.whole_units{own} leaves no D_holdout: drop 'holdout' from baselines and "
                                  "attack.init")
             if self.attack.init_mode == "each_once" and any(i != "random" for i in self.attack.init):
                 raise ValueError("attack.init_mode each_once takes n' = |D_holdout|, which target.whole_units "
@@ -850,7 +878,14 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {key}: {p!r} is not a section")
-        node[parts[-1]] = yaml.safe_load(value)
+        if key.strip() in {f"data.{k}" for k in DATA_PATH_KEYS} and value.strip():
+            node[parts[-1]] = value.strip().strip("'\"")  # a path is a string, whatever YAML would make of it
+            continue
+        try:
+            node[parts[-1]] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            what = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ConfigError(f"--set {key.strip()}: {value!r} is not a YAML value ({what}); quote it") from None
     return out
 
 
@@ -873,23 +908,31 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
         raise ConfigError(f"config {path} is not valid YAML{where}: {what}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"config {path} must be a mapping at the top level")
-    return parse_config(apply_overrides(raw, _cwd_paths(overrides or [])), str(path)).with_base_dir(path.parent)
+    _check_set_paths(path, overrides or [])
+    return parse_config(apply_overrides(raw, overrides or []), str(path)).with_base_dir(path.parent)
 
 
 #: The data keys that name files; a relative one is read from the config's folder.
 DATA_PATH_KEYS = ("path", "units_file", "dictionary")
 
 
-def _cwd_paths(overrides: list[str]) -> list[str]:
-    """A path typed on the command line (--set data.path=x.csv) means x.csv where the command runs,
-    as in any shell: make it absolute before it joins the config."""
-    out = []
+def _check_set_paths(config: Path, overrides: list[str]) -> None:
+    """A data path given with --set is read like the same key in the file: from the config's folder. One
+    that is not there but is where the command runs would be read from the wrong place in silence: a
+    one-line error says both places and what to write."""
+    import os
+
     for item in overrides:
         key, sep, value = item.partition("=")
-        if sep and key.strip() in {f"data.{k}" for k in DATA_PATH_KEYS} and value and not Path(value).is_absolute():
-            item = f"{key}={Path.cwd() / value}"
-        out.append(item)
-    return out
+        value = value.strip().strip("'\"")
+        if not (sep and key.strip() in {f"data.{k}" for k in DATA_PATH_KEYS} and value) or Path(value).is_absolute():
+            continue
+        there = config.parent / value
+        if not there.exists() and Path(value).exists():
+            rel = os.path.relpath(Path(value).resolve(), config.parent.resolve())
+            raise ConfigError(f"--set {key.strip()}={value}: a path given with --set is read from the config's folder, "
+                              f"like the same key in the file, and {there} does not exist; {value} from here is "
+                              f"--set {key.strip()}={rel} (or give an absolute path)")
 
 
 def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ExperimentConfig:

@@ -104,9 +104,9 @@ def _stable(*parts) -> int:
     return zlib.crc32("|".join(str(p) for p in parts).encode())
 
 
-def select_units(pop: Dataset, cfg: ExperimentConfig) -> list[str]:
-    """Target units: explicit ``unit_ids``, one per state, or at random, among units with
-    between ``min_rows`` and ``max_rows`` persons; seeded by the config's seed."""
+def _eligible(pop: Dataset, cfg: ExperimentConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every unit of the target level with its persons, and which are eligible (between ``min_rows`` and
+    ``max_rows`` persons, with siblings where required)."""
     geo = pop.geography
     level = cfg.target.level
     ids, counts = np.unique(geo.units(level), return_counts=True)
@@ -118,6 +118,15 @@ def select_units(pop: Dataset, cfg: ExperimentConfig) -> list[str]:
         pairs = pd.DataFrame({"unit": geo.units(level), "parent": geo.units(parent_level)}).drop_duplicates()
         siblings = pairs.groupby("parent")["unit"].transform("size")
         ok &= np.isin(ids, pairs.loc[siblings > 1, "unit"].to_numpy())
+    return ids, counts, ok
+
+
+def select_units(pop: Dataset, cfg: ExperimentConfig) -> list[str]:
+    """Target units: explicit ``unit_ids``, one per state, or at random, among units with
+    between ``min_rows`` and ``max_rows`` persons; seeded by the config's seed."""
+    geo = pop.geography
+    level = cfg.target.level
+    ids, counts, ok = _eligible(pop, cfg)
     eligible = ids[ok]
     if cfg.target.unit_ids is not None:
         # a unit is known if someone lives in it or the public unit list names it (empty ones too)
@@ -218,6 +227,12 @@ class Study:
     def units(self) -> list[str]:
         """The target units someone lives in (:func:`select_units`, then :func:`occupied_units`)."""
         return list(self._selection[0])
+
+    @cached_property
+    def units_in_file(self) -> int:
+        """How many units of the target level the data has that a config could evaluate (eligible by size):
+        the most units any advice may ask for."""
+        return int(_eligible(self.pop, self.cfg)[2].sum())
 
     @property
     def empty_units(self) -> list[str]:

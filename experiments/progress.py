@@ -14,8 +14,9 @@ class UnitProgress:
     still visible without a bar's control characters. ``enabled=False`` says nothing at all but
     what must be said (a resumed run's units found done, an interruption)."""
 
-    def __init__(self, total: int, desc: str, enabled: bool = True, stream=None, leave: bool = True):
-        self.total, self.desc, self.enabled = total, desc, enabled
+    def __init__(self, total: int, desc: str, enabled: bool = True, stream=None, leave: bool = True,
+                 estimate: bool = False):
+        self.total, self.desc, self.enabled, self.estimate = total, desc, enabled, estimate
         self.stream = stream or sys.stderr
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
         self.bar = tqdm(total=total, desc=desc, unit="unit", file=self.stream, disable=not self.tty, leave=leave)
@@ -49,7 +50,10 @@ class UnitProgress:
         self.bar.update(n)
         if self.enabled and not self.tty:
             elapsed = time.perf_counter() - self.t0
-            print(f"[{self.done}/{self.total} {self.desc}] {label} done ({elapsed:.0f} s)", file=self.stream, flush=True)
+            left = (f"; about {elapsed / self.done * (self.total - self.done):.0f} s left"
+                    if self.estimate and 0 < self.done < self.total else "")
+            print(f"[{self.done}/{self.total} {self.desc}] {label} done ({elapsed:.0f} s{left})", file=self.stream,
+                  flush=True)
 
     def interrupted(self) -> KeyboardInterrupt:
         """The exception to raise on Ctrl-C: its message is the one line the CLI prints."""

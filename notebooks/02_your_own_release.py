@@ -81,10 +81,11 @@ assert censusrecon(["queries", CONFIG, *sets]) == 0
 
 # %% [markdown]
 # ## 4. Attack the exact tables
-# RAP-Rank and the trivial one-way-margins attack see only the tables of D (a random half of each
-# tract); the holdout baseline guesses from the other half, the geographic baselines and `chance`
-# from the rest of the county, state and nation: none of them sees D. The question is the
-# *difference*: persons reconstructed beyond the best guess without the tables.
+# RAP-Rank and the trivial one-way-margins attack see only the tables of D, each whole tract (whole
+# units are the default for your own file: the release covers every person; `target.whole_units:
+# false` attacks a random half and keeps the other as a holdout baseline); the geographic baselines
+# and `chance` guess from the rest of the county, state and nation: none of them sees D. The
+# question is the *difference*: persons reconstructed beyond the best guess without the tables.
 
 # %%
 assert censusrecon(["run", CONFIG, "--out", str(OUT), "--no-progress", *sets]) == 0
@@ -102,11 +103,14 @@ print(persons_df[["unit", "method", "persons_reconstructed", "n_unique", "best_b
 # %% [markdown]
 # ## 5. Would a DP release fix it, and at what cost?
 # Each ε is released through the same code an agency would publish with, attacked, and audited.
-# The command prints the verdict: per mechanism the largest ε shown safe (the upper 95% limit of
-# the persons reconstructed beyond the best guess below `release.tolerance`), or that none is or
-# that the evaluation cannot decide, with what would decide it; persons as "x of N", the table
-# error per published cell, any audit failure, and where the reports are.
+# The command decides, once, and prints the decision first: a line per mechanism, PUBLISH at the
+# settings shown safe (the upper one-sided 95% limit of the persons reconstructed beyond the best
+# guess below `release.tolerance`), DO NOT PUBLISH (a backend not for publication such as this
+# example's `simulation`, a failed audit, or shown above the tolerance) or CANNOT DECIDE (an
+# inconclusive audit, risks not measured, not shown safe), then per mechanism the rule's limit, the
+# estimate labelled apart, and the next step. The report opens with the same lines and the exit
+# status says the same (`decision.json` holds the one value all three render).
 
 # %%
 status = censusrecon(["evaluate-release", CONFIG, "--out", str(OUT), "--no-progress", *sets])
-print("exit status", status, "(0: decided; 3: undecided, see what would decide it; 4: an audit check failed, do not publish)")
+print("exit status", status, "(0: publish; 3: cannot decide, see next:; 4: an audit check failed; 5: do not publish)")

@@ -7,10 +7,8 @@ import dataclasses
 import logging
 from pathlib import Path
 import math
-import sys
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from experiments.config import PROGRAM_PREFIX, ConfigError, ExperimentConfig, ReleaseProgramConfig
 from experiments.problem import Study, _stable, build_workload, resolve, unit_key
@@ -85,7 +83,12 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
                         sum(p.measurements is not None for p in programs))
     study = dataclasses.replace(study, cfg=cfg)  # the audit's own settings for this family of results
     jobs = len(cfg.target.with_block) * len(eps_list) * (len(mechanisms) + len(programs))
-    bar = tqdm(total=jobs, desc="audits", disable=not (progress and sys.stderr.isatty()))
+    from experiments.progress import UnitProgress
+
+    # a line per mechanism and ε audited, with an estimate of the time left (an audit takes minutes)
+    bar = UnitProgress(jobs, "audits", progress, estimate=True)
+    if progress:
+        bar.say(f"audit: {jobs} (mechanism, ε) pairs on {len(units)} units ({', '.join(units)}), seed {seed}")
     out = []
     common = {"audit_seed": seed, "audit_seed_source": seed_source, "audited_units": list(units),
               "unit_roles": roles}
@@ -113,13 +116,13 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
                     res.checks["block_list"] = blocks_check
                 res.details.update(with_block=wb, **common)
                 out.append(res)
-                bar.update()
+                bar.update(1, f"{mech} at ε = {eps:g}")
             for spec in programs:
                 res = _combine_units(PROGRAM_PREFIX + spec.name, eps,
                                      [audit_program(study, spec, u, wb, eps, seed, cache) for u in units], cfg)
                 res.details.update(with_block=wb, **common)
                 out.append(res)
-                bar.update()
+                bar.update(1, f"{PROGRAM_PREFIX + spec.name} at ε = {eps:g}")
     bar.close()
     return out
 

@@ -22,12 +22,13 @@ from experiments.problem import (Study, _stable, baseline_curves, build_workload
 from experiments.progress import UnitProgress
 from experiments.release.audit import audit_release, failed_audits, record_audit
 from experiments.release.files import FILE_NOTE, file_published, read_release_files, unit_layout
-from experiments.release.program import (PROGRAM_NOTE, check_program_environments, program_digests,
+from experiments.release.program import (PROGRAM_NOTE, check_environments, program_digests,
                                         program_inputs, program_seed, run_program)
 from experiments.release.publish import (Published, _backend, _fit_note, check_block_list, neighbours_of,
                                          own_invariants, publish, publish_cell_key, publish_swapping,
                                          publish_targeted_swapping, swap_pool, tables_published)
-from experiments.release.report import plot_release, release_persons, setting_label, unit_selection, write_report
+from experiments.release.report import (plot_release, release_persons, release_strength, setting_label,
+                                        unit_selection, write_report)
 from experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
 from experiments.results import (code_fingerprint, jax_info, run_seconds, versions, write_json, write_parquet,
                                  write_yaml)
@@ -79,8 +80,54 @@ def recorded_audit(run_dir: Path, cfg: ExperimentConfig, fingerprint: str) -> li
     return audits_from_dicts(rec["results"])
 
 
-def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", progress: bool = True) -> Path:
-    """Release → attack → compare with the exact-table attack and the baselines, per ε and mechanism."""
+def finished_decision(run_dir: Path, cfg: ExperimentConfig, fingerprint: str, inputs: dict):
+    """The decision of a finished evaluation of exactly this code, config and release inputs, when it
+    still stands (no audit recorded by `censusrecon audit` since); else None."""
+    from experiments.release.decision import DECISION_FILE, load_decision
+
+    if not (Path(run_dir) / DECISION_FILE).exists():
+        return None
+    try:
+        d = load_decision(run_dir)
+    except (ValueError, KeyError, TypeError):
+        return None  # a decision file of another version: decide again
+    if d.code_fingerprint != fingerprint or d.config != cfg.digest() or d.inputs != inputs:
+        return None
+    recorded = recorded_audit(run_dir, cfg, fingerprint)
+    if recorded is not None and recorded[0].details.get("recorded_by_audit_command") != d.audit_when:
+        return None  # `censusrecon audit` audited this code and config since: decide with its audit
+    return d
+
+
+#: where an earlier report, audit and decision are kept when a rerun replaces them
+EARLIER = "earlier"
+
+
+def keep_earlier(run_dir: Path) -> Path | None:
+    """Move the report, audit and decision of an earlier finished evaluation to ``earlier/<when>/`` before
+    a rerun writes its own: a report is never replaced without the earlier one kept."""
+    import datetime as _dt
+
+    from experiments.release.decision import DECISION_FILE
+
+    run_dir = Path(run_dir)
+    if not (run_dir / DECISION_FILE).exists():
+        return None
+    when = _dt.datetime.fromtimestamp((run_dir / DECISION_FILE).stat().st_mtime, _dt.timezone.utc)
+    dest = run_dir / EARLIER / when.strftime("%Y%m%dT%H%M%SZ")
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("report.md", "report.html", "audit.json", DECISION_FILE):
+        if (run_dir / name).exists():
+            (run_dir / name).replace(dest / name)
+    return dest
+
+
+def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", progress: bool = True,
+                     reaudit: bool = False) -> Path:
+    """Release → attack → compare with the exact-table attack and the baselines, per ε and mechanism;
+    audit; decide (``decision.json``); report. A finished evaluation of the same code, config and inputs
+    is not run again and changes no file, unless ``reaudit`` (then its audit runs again, and the earlier
+    report, audit and decision are kept under ``earlier/``)."""
     if cfg.release is None:
         raise ConfigError("this config has no 'release' section; see configs/release_demo.yaml")
     if cfg.baselines.include_target:
@@ -89,7 +136,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                           "so evaluate-release needs include_target: false")
     t_start = time.perf_counter()
     r = cfg.release
-    check_program_environments(cfg)  # a program's missing environment fails in the first second, not after minutes
+    check_environments(cfg)  # a program's missing environment fails in the first second, not after minutes
     study = resolve(cfg)  # the config resolved once against its data; bad data fails before anything is written
     pop, units, empty = study.pop, study.units, study.empty_units
     for wb in cfg.target.with_block:
@@ -105,6 +152,12 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     # a unit's result is for these files and programs only
     inputs = {**{f"{m}@{s:g}": tf.digest for (m, s), tf in files.items()}, **program_digests(cfg)}
     run_dir = release_dir(out_root, cfg)
+    fingerprint = code_fingerprint()
+    if not reaudit and finished_decision(run_dir, cfg, fingerprint, inputs) is not None:
+        UnitProgress(0, "units", progress).say(
+            f"already evaluated on this code, config and inputs: nothing is run again and no file changes "
+            f"({run_dir}); --reaudit audits it again")
+        return run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     write_yaml(run_dir / "config.yaml", cfg.model_dump(mode="json"))
     ledger = Ledger()
@@ -117,7 +170,6 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     units_bar = UnitProgress(len(tasks), "units", progress)
     # a line per release attacked where there is no terminal: a 2010-sized tract's releases take minutes each
     bar = UnitProgress(len(tasks) * per_unit, "releases attacked", progress, leave=False)
-    fingerprint = code_fingerprint()
     found = 0
     resumed: list[dict] = []  # the facts of units finished by an earlier call (their time counts too)
     try:
@@ -166,7 +218,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     df = pd.concat(curves, ignore_index=True)
     util = pd.DataFrame(utility)
     lift = lift_table(df)
-    recorded = recorded_audit(run_dir, cfg, fingerprint)
+    recorded = None if reaudit else recorded_audit(run_dir, cfg, fingerprint)
     if recorded is not None:  # `censusrecon audit` audited this very code and config: its audit stands
         audits = recorded
         units_bar.say(f"audit: the one `censusrecon audit` ran at {audits[0].details['recorded_by_audit_command']} on "
@@ -174,6 +226,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                       f"{audits[0].details.get('audit_seed')}); its result stands, so it is not run again")
     else:
         audits = audit_release(study, progress=progress)
+    keep_earlier(run_dir)  # a rerun (--reaudit) keeps the earlier report, audit and decision before writing its own
     risks, risk_note = measure_risks(cfg, micro)
     write_json(run_dir / "risks.json", {"note": risk_note})
     if len(risks):
@@ -211,8 +264,44 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     })
     plot_release(df, util, run_dir, cfg)
     facts["earlier_audit_failures"] = earlier_failures
-    write_report(cfg, run_dir, df, util, audits, ledger, facts)
+    decision = decide_release(cfg, run_dir, df, util, audits, ledger.entries, risks, risk_note, micro,
+                              study.units_in_file, fingerprint, inputs,
+                              None if recorded is None else recorded[0].details["recorded_by_audit_command"])
+    decision.save(run_dir)
+    write_report(cfg, run_dir, df, util, audits, ledger, facts, decision)
     return run_dir
+
+
+def verdicts_of(persons: pd.DataFrame, util: pd.DataFrame, strengths: dict, tolerance,
+                units_in_file: int | None) -> dict:
+    """Per variant, the verdict rows (:func:`experiments.release.report.verdict_rows`), each with the words of
+    the attack's strength at its setting (``strength``) and the best attack on the exact tables (``exact``):
+    what :func:`experiments.release.decision.decide` decides from."""
+    from experiments.release.report import exact_row, strength_sentence, verdict_rows
+
+    out = {}
+    for v in dict.fromkeys(persons["variant"].tolist()) if len(persons) else []:
+        rows = verdict_rows(persons, util, v, strengths.get(v), tolerance, units_in_file)
+        for row in rows:
+            row["strength"] = strength_sentence(strengths[v], row) if strengths.get(v) is not None else ""
+            row["exact"] = exact_row(persons, v)
+        out[v] = rows
+    return out
+
+
+def decide_release(cfg: ExperimentConfig, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audits: list,
+                   entries: list, risks: pd.DataFrame, risk_note: str | None, micro: list[pd.DataFrame],
+                   units_in_file: int | None, fingerprint: str, inputs: dict, audit_when: str | None):
+    """The evaluation's decision (:func:`experiments.release.decision.decide`), once, from what it measured."""
+    from experiments.release.decision import decide
+    from experiments.release.report import summarise_release_persons
+
+    persons = summarise_release_persons(release_persons(df), cfg.release.tolerance)
+    strengths = {v: release_strength(run_dir, v) for v in dict.fromkeys(df["variant"].tolist())}
+    published_rows = {m for part in micro for m in part.loc[part["role"] == "release", "mechanism"].unique()}
+    return decide(cfg, verdicts_of(persons, util, strengths, cfg.release.tolerance, units_in_file), audits, entries,
+                  published_rows, risks, risk_note, units_in_file, code_fingerprint=fingerprint, inputs=inputs,
+                  audit_when=audit_when)
 
 
 def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,

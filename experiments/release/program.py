@@ -229,12 +229,21 @@ def _run_command(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tupl
 ENV_TARGETS = {".venv-tumult": "make tumult-env", ".venv-smartnoise": "make smartnoise-env", ".venv-risk": "make risk-env"}
 
 
-def check_program_environments(cfg: ExperimentConfig) -> None:
-    """Every command program's interpreter and script exist, checked before any work (a missing environment
+def check_environments(cfg: ExperimentConfig) -> None:
+    """Every environment the config needs exists, checked before any work: anonymeter's where rows' risks
+    are measured, and every command program's interpreter and script (a missing environment
     found after minutes of releases and attacks wastes them): a one-line error naming the program, the path
     and, for the shipped adapters' environments, the make target that makes it."""
     import shutil
 
+    r = cfg.release
+    if r is not None and r.risks and not cfg.target.whole_units and r.row_mechanisms:
+        from experiments.release.risks import anonymeter_python
+
+        if anonymeter_python() is None:
+            raise ConfigError(f"release.risks: the risks of the rows {', '.join(r.row_mechanisms)} publish are measured "
+                              "with anonymeter, in an environment of its own: make risk-env (or release.risks: false: "
+                              "then they are not measured, and those releases cannot be decided)")
     for spec in cfg.release.programs if cfg.release else []:
         if spec.command is None:
             continue

@@ -20,6 +20,8 @@ from experiments.metrics import (CONFIDENCE, PLAN_MAX_UNITS, PLAN_POWER, SATURAT
                                  strength_sequence, strength_table, summarise_persons, t_half_width, unique_share,
                                  unit_names, units_to_decide, upper_limit, variant_label)
 from experiments.plots import save_figure  # noqa: E402
+from experiments.release.words import (NOT_DP_SETTINGS, less_protective, more_protective,  # noqa: E402,F401
+                                       persons_words, setting_label, units_advice)
 from experiments.results import time_words  # noqa: E402
 from synth.release import DERIVED_ROWS  # noqa: E402
 
@@ -114,44 +116,6 @@ def utility_summary(util: pd.DataFrame, by=("variant", "mechanism", "setting")) 
         columns=["abs_error", "off"])
 
 
-def setting_label(mechanism: str, value: float) -> str:
-    """'ε = 2', 'swap rate 10%', 'exact tables'; a file made elsewhere: its declared ε, or 'as released'.
-
-    >>> setting_label("file:agency", 2.0), setting_label("file:agency", 0.0), setting_label("swapping", 0.1)
-    ('ε = 2 (declared)', 'as released', 'swap rate 10%')
-    """
-    if mechanism == "exact" or value == math.inf:
-        return "exact tables"
-    if mechanism.startswith(FILE_PREFIX):
-        return f"ε = {value:g} (declared)" if value > 0 else "as released"
-    if mechanism == "cell_key":
-        return f"ptable variance {value:g}"
-    return f"swap rate {100 * value:g}%" if mechanism in ("swapping", "targeted_swapping") else f"ε = {value:g}"
-
-
-#: what the setting of each mechanism that is not DP is called (singular, plural), and the mechanism's name;
-#: a larger setting protects more
-NOT_DP_SETTINGS = {"swapping": ("swap rate", "swap rates", "Swapping"),
-                   "targeted_swapping": ("swap rate", "swap rates", "Targeted swapping"),
-                   "cell_key": ("ptable variance", "ptable variances", "The cell key method")}
-
-
-def more_protective(mechanism: str) -> str:
-    """Which way the settings protect more, for a plan: 'larger swap rates', 'smaller ε', ..."""
-    return f"larger {NOT_DP_SETTINGS[mechanism][1]}" if mechanism in NOT_DP_SETTINGS else "smaller ε"
-
-
-def less_protective(mechanism: str) -> str:
-    return f"smaller {NOT_DP_SETTINGS[mechanism][1]}" if mechanism in NOT_DP_SETTINGS else "larger ε"
-
-
-def persons_words(x) -> str:
-    """'43 of 337 persons unique in D (650 in D)': persons reconstructed with their denominators."""
-    unique = f" of {int(x['unique_in_d'])} persons unique in D" if "unique_in_d" in x and pd.notna(
-        x.get("unique_in_d")) else ""
-    return f"{int(x['persons'])}{unique} ({int(x['persons_in_d'])} persons in D)"
-
-
 #: What each verdict status means, for the report and the terminal.
 STATUS_WORDS = {
     "safe": "shown safe up to",
@@ -194,20 +158,14 @@ def limit_words(x, tol_words: str) -> str:
             f"{x['tolerance']:.1f} tolerated ({tol_words})")
 
 
-def _units_plan(need: int | None, have: int) -> str:
-    if need is None:
-        return ""
-    if need > PLAN_MAX_UNITS:
-        return f"more than {PLAN_MAX_UNITS:,} units"
-    return f"about {need} units ({have} evaluated; `target.units: all` evaluates every unit of the file)"
-
-
-def decision_plan(status: str, x, exact, strength: dict | None, mechanism: str) -> str:
+def decision_plan(status: str, x, exact, strength: dict | None, mechanism: str, available: int | None = None) -> str:
     """What would decide an undecided verdict, as an estimate: the units needed for the most
     protective setting to be shown safe (``not_shown_safe``) or for the attack on the exact tables to
     be shown beyond the best guess (``cannot_decide``), at :data:`PLAN_POWER` were the observed mean
-    and spread the truth (:func:`~experiments.metrics.units_to_decide`), and whether a stronger
-    attack would help (the strength table: not saturated on the exact tables)."""
+    and spread the truth (:func:`~experiments.metrics.units_to_decide`), never more units than the file
+    has (``available``: then the file cannot decide), and whether a stronger attack would help (the
+    strength table: not saturated on the exact tables)."""
+
     by_k = (strength or {}).get("by_k", pd.DataFrame())
     ex_k = by_k[by_k["mechanism"] == "exact"] if len(by_k) else by_k
     weak = len(ex_k) and not bool(ex_k.iloc[0]["saturated"])
@@ -219,8 +177,8 @@ def decision_plan(status: str, x, exact, strength: dict | None, mechanism: str) 
         # the excess in the verdict's measure and its spread over units (excess − tolerance spreads as much)
         need = units_to_decide(float(exact["excess_mean"]), float(exact["margin_std"]), 0.5 + CONFIDENCE / 2)
         if need is not None:
-            parts.append(_units_plan(need, int(exact["units"])) + " would show the attack on the exact tables beyond "
-                         "the best guess")
+            parts.append(units_advice(need, int(exact["units"]), available,
+                                      "show the attack on the exact tables beyond the best guess"))
         else:
             parts.append("no number of units: on the exact tables the attack finds no more persons than the best "
                          "guess" + ("" if weak else ", and it had saturated: at this attack's strength the tables "
@@ -229,8 +187,8 @@ def decision_plan(status: str, x, exact, strength: dict | None, mechanism: str) 
         need = units_to_decide(-float(x["margin_mean"]), float(x["margin_std"]), CONFIDENCE)
         where = setting_label(mechanism, x["setting"])
         if need is not None:
-            parts.append(_units_plan(need, int(x["units"])) + f" would show {where} safe, were its excess "
-                         f"({excess_words(x, x['excess_mean'])}) and spread what this evaluation saw")
+            parts.append(f"were the excess at {where} ({excess_words(x, x['excess_mean'])}) and its spread what this "
+                         "evaluation saw, " + units_advice(need, int(x["units"]), available, f"show {where} safe"))
         else:
             parts.append(f"no number of units shows {where} safe: its excess ({excess_words(x, x['excess_mean'])}) "
                          f"is not below the tolerance ({excess_words(x, x['tolerance'], signed=False)}); evaluate "
@@ -242,7 +200,7 @@ def decision_plan(status: str, x, exact, strength: dict | None, mechanism: str) 
 
 
 def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant, strength: dict | None = None,
-                 tolerance=None) -> list[dict]:
+                 tolerance=None, available: int | None = None) -> list[dict]:
     """The verdict per mechanism, as data: its ``status`` (a key of :data:`STATUS_WORDS`; ``decided``
     when in :data:`DECIDED`), the setting named safe (or None), the row of figures it rests on (``x``),
     the table error there, ``plan`` (what would decide it, when undecided) and the paragraph that
@@ -283,7 +241,7 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant, strength: d
                f"{1 - CONFIDENCE:.0%}.")
         if not decidable:
             row.update(status="cannot_decide", x=rows.iloc[0])
-            row["plan"] = decision_plan("cannot_decide", rows.iloc[0], e, strength, mech) if e is not None else (
+            row["plan"] = decision_plan("cannot_decide", rows.iloc[0], e, strength, mech, available) if e is not None else (
                 "To decide: evaluate the exact tables too (they are the yardstick of the attack's power).")
             text = (f"**{mech}**: this evaluation cannot tell a protected release from an unprotected one: even on the "
                     "exact tables the best attack is not beyond the best guess without the release (too few units, "
@@ -317,7 +275,7 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant, strength: d
                         f"above the {excess_words(x, x['tolerance'], signed=False)} tolerated ({tol_words}).")
             else:
                 row.update(status="not_shown_safe", x=x)
-                row["plan"] = decision_plan("not_shown_safe", x, e, strength, mech)
+                row["plan"] = decision_plan("not_shown_safe", x, e, strength, mech, available)
                 text = (f"**{mech}**: no setting is shown safe at the tolerance of {tol_words}: at the most protective, "
                         f"{where}, the best attack reconstructs {persons_words(x)} against "
                         f"{int(x['baseline_persons'])} by the best guess, {difference_words(x)}, "
@@ -606,22 +564,19 @@ def _bureau_section(doc, run_dir: Path, cfg, variant) -> None:
     doc.table(headers, rows, numeric=set(range(2, len(headers))))
 
 
-def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audits, ledger, facts: dict) -> Path:
-    """report.md and report.html of a release evaluation: what ran (generated from the config and the
-    data, never hard-coded), who is reconstructed per mechanism and ε against the best baseline,
-    the table errors, a verdict per mechanism, the audit and the ledger."""
+def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audits, ledger, facts: dict,
+                 decision) -> Path:
+    """report.md and report.html of a release evaluation: the decision first (rendered from ``decision``,
+    the value the terminal and the exit status render too, never recomputed here), what ran (generated
+    from the config and the data, never hard-coded), who is reconstructed per mechanism and ε against the
+    best baseline, the table errors, the verdicts, the audit and the ledger."""
     r = cfg.release
     run_dir = Path(run_dir)
     entries = ledger["entries"] if isinstance(ledger, dict) else ledger.entries
     persons = summarise_release_persons(release_persons(df), r.tolerance)
     variants = list(dict.fromkeys(df["variant"].tolist()))
     doc = Doc().h(1, f"Release evaluation: {cfg.name}")
-    # each variant's attack strength and verdict, once: the decision opens the report, the verdict's text follows
-    verdicts = {}
-    for v in variants:
-        strength = release_strength(run_dir, v)
-        verdicts[v] = strength, verdict_rows(persons, util, v, strength, r.tolerance)
-    _decision_section(doc, cfg, persons, verdicts, audits, entries)
+    _decision_section(doc, cfg, decision, audits, variants)
     doc.h(2, "What ran")
     manifest = json.loads((run_dir / "manifest.json").read_text()) if (run_dir / "manifest.json").exists() else {}
     doc.p(f"Config hash `{cfg.digest()}`" + (f"; {time_words(manifest)}" if "seconds_total" in manifest else "")
@@ -702,10 +657,11 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
                       numeric={3, 4})
         _bureau_section(doc, run_dir, cfg, v)
         doc.h(3, "Verdict")
-        strength, rows = verdicts[v]
-        for row in rows:
-            doc.p(row["text"] + strength_sentence(strength, row))
-        _release_strength_section(doc, strength)
+        for m in decision.mechanisms:
+            for vd in m.verdicts:
+                if vd.variant == v:
+                    doc.p(vd.text + vd.strength)
+        _release_strength_section(doc, release_strength(run_dir, v))
         u = util[util["variant"] == v]
         doc.h(3, "Error of each published table")
         doc.p("Mean absolute error per published cell, in persons, and the share of cells off by more than 10% of "
@@ -815,27 +771,32 @@ DECISION_WORDS = {"safe": "shown safe up to", "none_safe": "not safe at any sett
                   "not shown safe", "cannot_decide": "cannot decide"}
 
 
-def _limit_cell(x) -> str:
-    """The decision table's 'upper limit / tolerated' cell, in the verdict's measure.
+def _limit_cell(status: str, x: dict) -> str:
+    """The decision table's 'one-sided limit / tolerated' cell, in the verdict's measure: the limit the
+    rule compares (upper for safe and not shown safe, lower for shown above the tolerance).
 
-    >>> _limit_cell({"scale": "share", "excess_upper": -0.0152, "tolerance": 0.01})
-    '-1.5% / 1%'
-    >>> _limit_cell({"scale": "persons", "excess_upper": float("inf"), "tolerance": 2.0})
-    '+∞ / 2.0'
+    >>> _limit_cell("safe", {"scale": "share", "excess_upper": -0.0152, "tolerance": 0.01})
+    'upper -1.5% / 1%'
+    >>> _limit_cell("none_safe", {"scale": "persons", "excess_lower": 3.0, "tolerance": 2.0})
+    'lower +3.0 / 2.0'
     """
+    from experiments.release.decision import _num
+
     share = x.get("scale", "persons") == "share"
-    up, tol = x["excess_upper"], x["tolerance"]
-    up_s = "+∞" if not np.isfinite(up) else f"{100 * up:+.1f}%" if share else f"{up:+.1f}"
-    return f"{up_s} / {100 * tol:g}%" if share else f"{up_s} / {tol:.1f}"
+    side, key = ("lower", "excess_lower") if status == "none_safe" else ("upper", "excess_upper")
+    v, tol = _num(x, key), _num(x, "tolerance")
+    v_s = ("+∞" if v > 0 else "−∞") if not np.isfinite(v) else f"{100 * v:+.1f}%" if share else f"{v:+.1f}"
+    return f"{side} {v_s} / {100 * tol:g}%" if share else f"{side} {v_s} / {tol:.1f}"
 
 
-def _decision_section(doc: Doc, cfg, persons: pd.DataFrame, verdicts: dict, audits, entries) -> None:
-    """The decision, first: per mechanism the verdict against the tolerance, the figures it rests on,
-    the audit and whether the backend is fit for publication; what would decide an undecided verdict;
-    the audit's outcome in one line. ``verdicts``: per variant, its strength and :func:`verdict_rows`."""
-    tol = cfg.release.tolerance
-    variants = list(verdicts)
+def _decision_section(doc: Doc, cfg, decision, audits, variants: list) -> None:
+    """The decision, first, rendered from the saved decision: its lines (what the terminal prints first),
+    per mechanism the reasons, caveats and next step; then per variant the verdicts with the one-sided
+    limit the rule compares; the audit's outcome in one line."""
+    from experiments.release.decision import HEADS, rule_words
+
     doc.h(2, "Decision")
+    doc.ul([f"**{line}**" for line in decision.lines()])
     failed = [a for a in audits if a.outcome == "failed"]
     inconclusive = [a for a in audits if a.outcome == "inconclusive"]
     if failed:
@@ -856,36 +817,45 @@ def _decision_section(doc: Doc, cfg, persons: pd.DataFrame, verdicts: dict, audi
                  ")" if seed is not None else "") + "; details below.")
     elif not audits:
         doc.p("Audit of the publishing code: **not run**.")
-    for v, (_, rows) in verdicts.items():
-        units = int(persons.loc[persons["variant"] == v, "units"].max()) if len(persons) else 0
-        shares = tol.per_unit is None
-        doc.p(f"{variant_label(v, variants).capitalize()}, {units} units. Tolerance: **{tol.words()}** reconstructed "
-              "beyond the best guess without the release; a setting is safe only when the upper 95% limit of that "
-              "excess is below it (the settings tested from the most protective, stopping at the first not shown safe)"
-              + ("; each unit's excess is measured as a share of its own persons unique in D, the mean over units "
-                 "tested." if shares else "."))
+    shares = cfg.release.tolerance.per_unit is None
+    fit_words = {True: "yes", False: "no", None: "the agency's"}
+    for v in variants:
+        rows = [(m, vd) for m in decision.mechanisms for vd in m.verdicts if vd.variant == v]
+        if not rows:
+            continue
+        units = max((int(vd.figures.get("units", 0)) for _, vd in rows if vd.figures), default=0)
+        doc.p(f"{variant_label(v, variants).capitalize()}, {units} units"
+              + (f" of the {decision.units_in_file} in the file" if decision.units_in_file else "")
+              + f"; tolerance **{decision.tolerance}** reconstructed beyond the best guess without the release.")
         table = []
-        for r in rows:
-            x = r["x"]
-            mine = [a for a in audits if a.mechanism == r["mechanism"]]
-            audit = ("not DP: not audited" if r["mechanism"] in NOT_DP else
-                     "a file: not audited" if r["mechanism"].startswith(FILE_PREFIX) else "not run" if not mine else
-                     "passed at ε = " + ", ".join(f"{a.declared_epsilon:g}" for a in mine) if all(a.passed for a in mine)
-                     else "**FAILED**" if any(a.outcome == "failed" for a in mine) else "**INCONCLUSIVE**")
-            entry = next((e for e in entries if e["mechanism"] == r["mechanism"]), None)
-            fit = "" if entry is None else _fit_words(entry)
-            where = setting_label(r["mechanism"], x["setting"]) if x is not None else ""
-            verdict = f"**{DECISION_WORDS[r['status']]}" + (f" {where}**" if r["status"] == "safe" else "**")
-            table.append([r["mechanism"], verdict, where,
-                          f"{int(x['persons'])} / {int(x['baseline_persons'])}" if x is not None else "",
-                          _limit_cell(x) if x is not None else "",
-                          f"{r['table_error']:.2f}" if "table_error" in r else "", audit, fit])
-        doc.table(["mechanism", "verdict", "figures at", "persons reconstructed: best attack / best guess",
-                   f"excess{' (share of unique persons)' if shares else ' per unit'}: upper {CONFIDENCE:.0%} limit / "
-                   "tolerated", "table error per cell", "audit",
-                   "fit for publication"], table, numeric={3, 4, 5})
-        plans = [f"**{r['mechanism']}**: {r['plan']}" for r in rows if r["plan"]]
-        doc.ul(plans)
+        for m, vd in rows:
+            x = vd.figures
+            where = setting_label(m.mechanism, float(x["setting"])) if x else ""
+            table.append([m.mechanism, f"**{HEADS[m.action]}**", DECISION_WORDS[vd.status], where,
+                          f"{int(x['persons'])} / {int(x['baseline_persons'])}" if x else "",
+                          _limit_cell(vd.status, x) if x else "",
+                          f"{vd.table_error:.2f}" if vd.table_error is not None else "", m.audit.split(":")[0],
+                          fit_words[m.fit_for_publication], m.risks.split(":")[0]])
+        doc.table(["mechanism", "decision", "verdict", "at", "persons: attack / guess",
+                   f"one-sided {CONFIDENCE:.0%} limit / tolerated", "table error", "audit", "fit for publication",
+                   "risks"], table, numeric={4, 5, 6})
+        doc.p(f"A setting is safe when the upper one-sided {CONFIDENCE:.0%} limit of the excess (best attack minus "
+              "best guess" + (", each unit's as a share of its own persons unique in D" if shares else ", per unit")
+              + ") is below the tolerance, shown above it when the lower one-sided limit is above it; the settings "
+              "are tested from the most protective, stopping at the first not shown safe.")
+    items = []
+    for m in decision.mechanisms:
+        parts = [f"**{m.mechanism}: {HEADS[m.action]}**" + (f" at {m.where()}" if m.action == "publish" else "")
+                 + (", because " + "; ".join(m.reasons) if m.reasons else "")]
+        parts += [f"the rule{'' if len(m.verdicts) == 1 else f' ({variant_label(vd.variant, variants)})'}: "
+                  + rule_words(vd.status, vd.figures or {}, vd.exact) for vd in m.verdicts]
+        if m.risks.startswith("not measured"):
+            parts.append(f"risks of published rows: {m.risks}")
+        parts += [f"caveat: {c}" for c in m.caveats]
+        if m.next_step:
+            parts.append(f"next: {m.next_step}")
+        items.append(". ".join([parts[0], *(p[:1].upper() + p[1:] for p in parts[1:])]) + ".")
+    doc.ul(items)
 
 
 def _risk_section(doc: Doc, run_dir: Path, variants: list) -> None:
@@ -956,7 +926,9 @@ def write_release_report_from_dir(run_dir: Path) -> Path:
     ledger = json.loads((run_dir / "ledger.json").read_text())
     audits = load_audits(run_dir)
     facts = json.loads((run_dir / "manifest.json").read_text()).get("facts", {})
-    return write_report(cfg, run_dir, df, util, audits, ledger, facts)
+    from experiments.release.decision import load_decision
+
+    return write_report(cfg, run_dir, df, util, audits, ledger, facts, load_decision(run_dir))
 
 
 def _confidence(c: float) -> str:

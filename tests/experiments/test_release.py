@@ -162,7 +162,7 @@ def test_not_significant_is_not_safe_when_the_upper_limit_exceeds_the_tolerance(
     (v,) = verdict_rows(s, pd.DataFrame(), False, tolerance=tol)
     assert v["status"] == "not_shown_safe" and v["setting"] is None and not v["decided"]
     # margin −1 per unit, sd 1: 8 units give 80% power (experiments.metrics.units_to_decide)
-    assert "about 8 units (3 evaluated" in v["plan"] and "would show ε = 1 safe" in v["plan"]
+    assert "about 8 units would show ε = 1 safe (3 evaluated)" in v["plan"]
     # the default tolerance, 1% of the 20 persons unique in D per unit (0.2): the excess itself is above it
     (v,) = verdict_rows(summarise_release_persons(per), pd.DataFrame(), False)
     assert v["status"] == "not_shown_safe" and "no number of units shows ε = 1 safe" in v["plan"]
@@ -234,31 +234,48 @@ def test_verdict_says_when_it_cannot_decide_and_when_no_setting_is_safe():
 
 def test_evaluate_release_prints_the_answer_and_fails_on_a_failed_audit(release_run, tmp_path, root, capsys,
                                                                       monkeypatch):
+    """The terminal renders the saved decision: re-decided here on figures where the exact tables are no better
+    than the best guess (cannot decide, exit 3, with what would decide it), then with a failed audit (exit 4)."""
     import shutil
 
     import experiments.release.evaluate as release
+    from experiments.release.decision import decide
+    from experiments.release.report import load_audits, summarise_release_persons
 
     run = tmp_path / "release"
     shutil.copytree(release_run, run)
+    cfg_path = str(root / "configs" / "release_tiny.yaml")
+    cfg = load_config(cfg_path)
     per = pd.read_parquet(run / "persons.parquet")  # the exact tables no better than the best guess
     exact = per.setting == math.inf
     per.loc[exact, "persons_reconstructed"] = per.loc[exact, "baseline_persons"]
     per.loc[exact, "difference"] = 0
-    per.to_parquet(run / "persons.parquet")
-    monkeypatch.setattr(release, "evaluate_release", lambda cfg, out, progress: run)
-    cfg = str(root / "configs" / "release_tiny.yaml")
-    assert main(["evaluate-release", cfg, "--no-progress"]) == 3  # undecided
+    persons = summarise_release_persons(per, cfg.release.tolerance)
+    entries = json.loads((run / "ledger.json").read_text())["entries"]
+    for e in entries:
+        e["for_publication"] = True  # as on a publishing backend: the verdict is what decides here
+
+    def redecide(audits):
+        verdicts = release.verdicts_of(persons, pd.DataFrame(), {}, cfg.release.tolerance, 8)
+        decide(cfg, verdicts, audits, entries, set(), pd.DataFrame({"mechanism": cfg.release.mechanisms}), None,
+               8).save(run)
+
+    redecide(load_audits(run))
+    monkeypatch.setattr(release, "evaluate_release", lambda cfg, out, progress, reaudit: run)
+    assert main(["evaluate-release", cfg_path, "--no-progress"]) == 3  # undecided
     captured = capsys.readouterr()
     out = captured.out
-    assert "CANNOT DECIDE" in out and "no setting is called safe" in out and "AUDIT FAILED" not in out
-    assert "To decide (an estimate" in out and "exit status 3" in captured.err
+    assert out.startswith("DECISION (") and "CANNOT DECIDE laplace_tables: the attack is not beyond" in out
+    assert "AUDIT FAILED" not in out and "next: " in out and "exit status 3" in captured.err
     assert "persons unique in D" in out and str(run / "report.html") in out
     audits = json.loads((run / "audit.json").read_text())
-    audits[0].update(passed=False, checks={"noise_scale": "fail: ε ≥ 8.007"})
+    audits[0].update(passed=False, outcome="failed", checks={"noise_scale": "fail: ε ≥ 8.007"})
     (run / "audit.json").write_text(json.dumps(audits))
-    assert main(["evaluate-release", cfg, "--no-progress"]) == 4
+    redecide(load_audits(run))
+    assert main(["evaluate-release", cfg_path, "--no-progress"]) == 4
     captured = capsys.readouterr()
     assert f"AUDIT FAILED: {audits[0]['mechanism']}" in captured.out and "noise_scale: fail" in captured.out
+    assert f"DO NOT PUBLISH {audits[0]['mechanism']}: the audit of the code that publishes it failed" in captured.out
     assert "do not publish" in captured.err
 
 

@@ -167,8 +167,14 @@ def test_a_file_is_evaluated_beside_the_tools_own_release_with_its_table_error_a
             for x in ("--set", o)]
     status = main(["evaluate-release", str(CONFIG), "--out", str(d / "results"), "--no-progress", *sets])
     said = capsys.readouterr().out
-    assert status in (0, 3) and "file:agency" in said and "file:unprotected" in said
     rel = next((d / "results" / "agency_own_release").iterdir()) / "release"
+    from experiments.release.decision import load_decision
+
+    decision = load_decision(rel)  # laplace_tables on the simulation backend, cell key and swapping not DP
+    assert status == decision.exit_status() == 5 and "file:agency" in said and "file:unprotected" in said
+    files = {m.mechanism: m for m in decision.mechanisms if m.mechanism.startswith("file:")}
+    assert all(m.audit.startswith("not applicable") and m.fit_for_publication is None for m in files.values())
+    assert any("a file cannot be audited" in c for c in files["file:agency"].caveats)
     util = pd.read_parquet(rel / "utility.parquet")
     published = util[~util["table"].isin(["block totals", "unit total"])]
     by = published.groupby("mechanism").apply(lambda g: (g["mae_per_cell"] * g["cells"]).sum() / g["cells"].sum())
@@ -185,8 +191,8 @@ def test_a_file_is_evaluated_beside_the_tools_own_release_with_its_table_error_a
             "exact"} <= set(persons["mechanism"])
     report = (rel / "report.md").read_text()
     assert "Releases made outside censusrecon" in report and "ε = 1 (declared)" in report
-    assert "every person of each unit" in report and "a file: not audited" in report
-    assert "ptable variance 1" in report and "not DP: not audited" in report
+    assert "every person of each unit" in report and "a file cannot be audited" in report
+    assert "ptable variance 1" in report and "not applicable" in report
     audits = json.loads((rel / "audit.json").read_text())
     assert {a["mechanism"] for a in audits} == {"laplace_tables"}  # the tool's own release, on whole units
 

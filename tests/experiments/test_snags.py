@@ -65,9 +65,14 @@ def test_relative_data_paths_are_read_from_the_configs_folder(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)  # anywhere but the config's folder
     assert main(["queries", str(cfg)]) == 0
     assert "distinct queries" in capsys.readouterr().out
-    # a path typed on the command line is where the command runs, as in any shell
+    # a path given with --set is read like the same key in the file: from the config's folder
     monkeypatch.chdir(tmp_path / "project")
-    assert main(["queries", str(cfg), "--set", "data.path=inputs/persons.csv"]) == 0
+    assert main(["queries", str(cfg), "--set", "data.path=../inputs/persons.csv"]) == 0
+    capsys.readouterr()
+    # one that exists only from where the command runs is an error naming what to write, never read in silence
+    assert main(["queries", str(cfg), "--set", "data.path=inputs/persons.csv"]) == 2
+    err = capsys.readouterr().err
+    assert "read from the config's folder" in err and "data.path=../inputs/persons.csv" in err
     loaded = load_config(cfg)
     assert loaded.data.path == "../inputs/persons.csv"  # the hash does not depend on where the clone lives
     assert loaded.digest() == load_config(cfg).digest()
@@ -98,15 +103,20 @@ def test_a_redistricting_ppmf_without_qage_names_its_file(capsys):
     assert "QAGE" in err and "ppmf_perry_county_al.csv" in err
 
 
-def test_no_progress_bar_off_a_terminal(capsys, root):
-    """The audit's bar (and every other) stays off when stderr is not a terminal, as under pytest."""
+def test_no_progress_bar_off_a_terminal_but_a_line_per_audit(capsys, root):
+    """The audit's bar (and every other) stays off when stderr is not a terminal, as under pytest; the audit
+    still says what it does: a line per mechanism and ε, with the time left; nothing with progress off."""
     from experiments.release.audit import audit_release
 
-    cfg = load_config(root / "configs" / "release_tiny.yaml", ["release.audit.runs=2000", "release.epsilons=[1.0]",
+    cfg = load_config(root / "configs" / "release_tiny.yaml", ["release.audit.runs=2000", "release.epsilons=[1.0, 4.0]",
                                                                "release.mechanisms=[laplace_tables]"])
     audit_release(resolve(cfg), progress=True)
     err = capsys.readouterr().err
-    assert "\r" not in err and "audits" not in err
+    assert "\r" not in err and "audit: 2 (mechanism, ε) pairs" in err
+    assert "[1/2 audits] laplace_tables at ε = 1 done" in err and "s left)" in err
+    assert "[2/2 audits] laplace_tables at ε = 4 done" in err
+    audit_release(resolve(cfg), progress=False)
+    assert capsys.readouterr().err == ""
 
 
 def test_county_tables_are_evaluated_by_attacking_whole_counties(agency_queries, capsys):
@@ -115,7 +125,7 @@ def test_county_tables_are_evaluated_by_attacking_whole_counties(agency_queries,
     assert "coarser than the target level 'tract'" in err and "set target.level: county" in err
     # as the message says: whole counties, their blocks as BLOCK, the county's own table published once
     assert main([*agency_queries, "--set", county, "--set", "target.level=county", "--set", "target.units=2",
-                 "--set", "baselines=[holdout, state, chance]", "--json"]) == 0
+                 "--set", "baselines=[state, chance]", "--json"]) == 0
     rows = [__import__("json").loads(x) for x in capsys.readouterr().out.splitlines()]
     assert len(rows) == 2 and all(r["cells_per_table"]["SEX_COUNTY"] == 2 for r in rows)
     assert all(r["cells_per_table"]["P1"] == r["num_blocks"] > 0 for r in rows)
@@ -127,7 +137,7 @@ def test_tables_per_tract_inside_a_county_target_are_published_per_tract(agency_
     tables = ("queries.tables=[{name: P1, level: block, by: []}, {name: SEX_TRACT, level: tract, by: [SEX]}, "
               "{name: SEX_COUNTY, level: county, by: [SEX]}]")
     assert main([*agency_queries, "--set", tables, "--set", "target.level=county", "--set", "target.units=2",
-                 "--set", "baselines=[holdout, state, chance]", "--json"]) == 0
+                 "--set", "baselines=[state, chance]", "--json"]) == 0
     rows = [__import__("json").loads(x) for x in capsys.readouterr().out.splitlines()]
     listed = __import__("pandas").read_csv(tmp_path / "inputs" / "blocks.csv", dtype=str)
     assert set(listed.groupby(["st", "cty"])["tract"].nunique()) == {3}  # the public list: 3 tracts a county

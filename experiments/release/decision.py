@@ -1,0 +1,476 @@
+"""The decision of a release evaluation, computed once: per mechanism PUBLISH (at which settings), DO NOT
+PUBLISH or CANNOT DECIDE, with its reasons and a next step, saved as ``decision.json`` beside the results.
+The terminal, ``report.md``, ``report.html`` and the exit status of ``evaluate-release`` render this one
+value; none of them recomputes it.
+
+A mechanism is publishable only when every gate opens:
+
+1. the audit of the code that publishes it did not fail (failed: DO NOT PUBLISH);
+2. its noise backend is fit for publication (the simulation backend, a study mechanism or one that is not
+   differentially private: DO NOT PUBLISH);
+3. the verdict against the tolerance is not "shown above it even at the most protective setting" (DO NOT
+   PUBLISH);
+4. the audit passed (inconclusive or not run: CANNOT DECIDE; files made elsewhere cannot be re-run, so
+   their ε stays the agency's declaration, said as a caveat);
+5. where the release publishes rows, their anonymeter risks were measured (not measured: CANNOT DECIDE);
+6. the verdict shows a setting safe (not shown safe, or an attack that is not beyond the best guess even on
+   the exact tables: CANNOT DECIDE).
+
+Every gate that closes is listed in ``reasons``; the first one is the headline's. With several variants
+(with and without BLOCK) a mechanism is publishable only at settings every variant shows safe.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from experiments.config import FILE_PREFIX, NOT_DP
+from experiments.metrics import CONFIDENCE, units_to_decide
+from experiments.release.words import (NOT_DP_SETTINGS, less_protective, more_protective, persons_words,
+                                       setting_label, units_advice)
+
+PUBLISH, DO_NOT_PUBLISH, CANNOT_DECIDE = "publish", "do_not_publish", "cannot_decide"
+#: the words that open a decision's line, for a board
+HEADS = {PUBLISH: "PUBLISH", DO_NOT_PUBLISH: "DO NOT PUBLISH", CANNOT_DECIDE: "CANNOT DECIDE"}
+
+#: exit statuses of ``evaluate-release`` from the decision (the CLI's epilog says them)
+EXIT_PUBLISH, EXIT_CANNOT_DECIDE, EXIT_AUDIT_FAILED, EXIT_DO_NOT_PUBLISH = 0, 3, 4, 5
+
+#: the file the decision is saved in, in the release folder
+DECISION_FILE = "decision.json"
+
+#: the figures of a verdict row kept in the decision (the rest of the row stays in persons.parquet)
+_FIGURES = ("setting", "units", "persons", "baseline_persons", "persons_in_d", "unique_in_d", "best_attacks",
+            "best_baselines", "difference_mean", "ci_low", "ci_high", "share_mean", "share_low", "share_high",
+            "scale", "tolerance", "excess_mean", "excess_upper", "excess_lower", "margin_mean", "margin_std")
+
+
+def _plain(v):
+    """A value JSON keeps: numpy scalars as Python ones, infinities as strings JSON can hold."""
+    if isinstance(v, (np.generic,)):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return "inf" if v > 0 else "-inf" if v < 0 else None
+    return v
+
+
+def _unplain(v):
+    return float(v) if v in ("inf", "-inf") else v
+
+
+def figures_of(x) -> dict | None:
+    """A verdict row's figures (a pandas row or dict) as plain values."""
+    if x is None:
+        return None
+    return {k: _plain(x[k]) for k in _FIGURES if k in x and x[k] is not None and not (
+        isinstance(x[k], float) and math.isnan(x[k]))}
+
+
+def _num(fig: dict, key: str) -> float:
+    return float(_unplain(fig.get(key, math.nan)))
+
+
+@dataclass
+class Verdict:
+    """One variant's verdict for one mechanism: ``status`` (safe, none_safe, not_shown_safe,
+    cannot_decide), the setting shown safe, the figures the rule compared and the first setting not
+    shown safe (``next``), what would decide it (``plan``), and the paragraph the report prints."""
+
+    variant: object
+    status: str
+    setting: float | None
+    figures: dict | None
+    next: dict | None
+    plan: str
+    text: str
+    table_error: float | None = None
+    strength: str = ""  # what the verdict owes to the attack's strength (saturated or not)
+    exact: dict | None = None  # the best attack on the exact tables (the yardstick of the attack's power)
+
+
+@dataclass
+class MechanismDecision:
+    mechanism: str
+    action: str
+    setting: float | None  # PUBLISH: the least protective setting every variant shows safe
+    reasons: list[str]  # every gate that closed, the headline's first
+    next_step: str
+    caveats: list[str]
+    audit: str  # passed, failed, inconclusive, not run, or "not applicable: why"
+    fit_for_publication: bool | None  # None: made elsewhere (a file, a program), not ours to say
+    risks: str  # measured, "not measured: why", or "not applicable: why"
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    def where(self) -> str:
+        """'ε ≤ 0.5', 'swap rate ≥ 10%', 'as released'."""
+        if self.setting is None:
+            return ""
+        label = setting_label(self.mechanism, self.setting)
+        if self.mechanism in NOT_DP:  # a larger swap rate or ptable variance protects more
+            name = NOT_DP_SETTINGS[self.mechanism][0]
+            return label.replace(f"{name} ", f"{name} ≥ ", 1)
+        if self.mechanism.startswith(FILE_PREFIX):
+            return label
+        return label.replace("ε = ", "ε ≤ ")
+
+    def headline(self) -> str:
+        """The line a board reads: 'PUBLISH laplace_tables at ε ≤ 0.5', 'DO NOT PUBLISH histogram: noise
+        from the simulation backend …', 'CANNOT DECIDE synthetic: …'."""
+        head = f"{HEADS[self.action]} {self.mechanism}"
+        if self.action == PUBLISH:
+            return f"{head} at {self.where()}"
+        return f"{head}: {self.reasons[0]}" if self.reasons else head
+
+
+@dataclass
+class Decision:
+    mechanisms: list[MechanismDecision]
+    tolerance: str
+    units: int  # units evaluated (per variant, the most)
+    units_in_file: int | None
+    code_fingerprint: str = ""
+    config: str = ""
+    inputs: dict = field(default_factory=dict)
+    audit_when: str | None = None  # when a recorded `censusrecon audit` was taken, if one was
+
+    @property
+    def action(self) -> str:
+        """The release's: PUBLISH only when every mechanism may be published; DO NOT PUBLISH when one may
+        not; else CANNOT DECIDE."""
+        acts = {m.action for m in self.mechanisms}
+        if not acts:
+            return CANNOT_DECIDE
+        return DO_NOT_PUBLISH if DO_NOT_PUBLISH in acts else CANNOT_DECIDE if CANNOT_DECIDE in acts else PUBLISH
+
+    def exit_status(self) -> int:
+        """4 an audit failed; 5 a mechanism must not be published; 3 one cannot be decided; 0 every
+        mechanism may be published (at the settings its line names)."""
+        if any(m.audit == "failed" for m in self.mechanisms):
+            return EXIT_AUDIT_FAILED
+        return {PUBLISH: EXIT_PUBLISH, DO_NOT_PUBLISH: EXIT_DO_NOT_PUBLISH, CANNOT_DECIDE: EXIT_CANNOT_DECIDE}[
+            self.action]
+
+    def lines(self) -> list[str]:
+        """The decision's first lines, one per mechanism, as the terminal and the report print them."""
+        return [m.headline() for m in self.mechanisms]
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["action"] = self.action
+        d["exit_status"] = self.exit_status()
+        d["lines"] = self.lines()
+        return json.loads(json.dumps(d, default=_plain))
+
+    def save(self, run_dir: Path) -> Path:
+        from experiments.results import write_json
+
+        path = Path(run_dir) / DECISION_FILE
+        write_json(path, self.as_dict())
+        return path
+
+
+def load_decision(run_dir: Path) -> Decision:
+    """The decision saved by ``evaluate-release`` (``decision.json``)."""
+    from experiments.config import ConfigError
+
+    path = Path(run_dir) / DECISION_FILE
+    if not path.exists():
+        raise ConfigError(f"{path} does not exist: this release folder was written before decisions were saved, or "
+                          "its evaluation did not finish; rerun evaluate-release on its config")
+    d = json.loads(path.read_text())
+    mechs = []
+    for m in d["mechanisms"]:
+        verdicts = [Verdict(**v) for v in m.pop("verdicts")]
+        mechs.append(MechanismDecision(**m, verdicts=verdicts))
+    keep = {k: d[k] for k in ("tolerance", "units", "units_in_file", "code_fingerprint", "config", "inputs",
+                              "audit_when") if k in d}
+    return Decision(mechs, **keep)
+
+
+def _audit_state(mech: str, audits: list) -> str:
+    if mech in NOT_DP:
+        return "not applicable: not differentially private, no ε to audit"
+    if mech.startswith(FILE_PREFIX):
+        return "not applicable: a file made elsewhere cannot be re-run on neighbouring data"
+    mine = [a for a in audits if a.mechanism == mech]
+    if not mine:
+        return "not run"
+    from synth.audit import overall_outcome
+
+    return overall_outcome(mine)
+
+
+def _risk_state(mech: str, row_mechanisms: set, measured: set, risk_note: str | None) -> str:
+    if mech not in row_mechanisms:
+        return "not applicable: it publishes tables, not rows"
+    if mech in measured:
+        return "measured"
+    return "not measured: " + (risk_note or "not run").removeprefix("not run: ")
+
+
+def _risk_why(risk: str) -> str:
+    """Why risks were not measured, in a few words for a decision's line."""
+    if "whole_units" in risk:
+        return "whole units leave anonymeter no control set"
+    if "not installed" in risk:
+        return "anonymeter is not installed: make risk-env"
+    if "release.risks is false" in risk:
+        return "release.risks: false"
+    return risk.removeprefix("not measured: ")
+
+
+def partial_step(mech: str, fig: dict, nxt: dict | None, available: int | None) -> str:
+    """The next step of a verdict shown safe up to one setting: the settings between it and the first not
+    shown safe, and the units that would decide that one (either way)."""
+    if nxt is None:
+        return (f"every setting evaluated is shown safe: the grid stops before protection ends; evaluate "
+                f"{less_protective(mech)} to find where it does")
+    a, b = _num(fig, "setting"), _num(nxt, "setting")
+    between = (f"settings between {setting_label(mech, a)} and {setting_label(mech, b)} were not evaluated"
+               + (f" (e.g. ε = {math.sqrt(a * b):.2g}: add it to release.epsilons)" if mech not in NOT_DP and a > 0
+                  else ""))
+    m, sd, n = _num(nxt, "margin_mean"), _num(nxt, "margin_std"), int(_num(nxt, "units"))
+    where = setting_label(mech, b)
+    if m < 0:  # below the tolerance on average: more units could show it safe
+        need, what = units_to_decide(-m, sd, CONFIDENCE), f"show {where} safe"
+    else:  # at or above it: more units could show it unsafe
+        need, what = units_to_decide(m, sd, CONFIDENCE), f"show {where} above it"
+    units = units_advice(need, n, available, what)
+    return between + ("; " + units if units else "")
+
+
+def combine(mech: str, verdicts: list[Verdict]) -> tuple[str, float | None]:
+    """One verdict across variants: any shown above the tolerance decides against; any undecided leaves
+    it undecided; else safe at the most protective of the variants' safe settings."""
+    statuses = [v.status for v in verdicts]
+    if "none_safe" in statuses:
+        return "none_safe", None
+    if any(s != "safe" for s in statuses):
+        return next(s for s in statuses if s != "safe"), None
+    settings = [v.setting for v in verdicts]
+    return "safe", (max(settings) if mech in NOT_DP else min(settings))
+
+
+def decide(cfg, verdicts_by_variant: dict, audits: list, entries: list, row_mechanisms: set, risks,
+           risk_note: str | None, units_in_file: int | None, *, code_fingerprint: str = "",
+           inputs: dict | None = None, audit_when: str | None = None) -> Decision:
+    """The decision, once, from everything the evaluation measured: per variant the verdict rows
+    (:func:`experiments.release.report.verdict_rows`, each with the words of the attack's strength at its
+    setting, ``strength``, and the best attack on the exact tables, ``exact``: built by
+    :func:`experiments.release.evaluate.verdicts_of`), the audit results, the ledger's entries (fit for
+    publication), the risks measured (``risks``: anonymeter's table, or empty) and which mechanisms
+    published rows."""
+    r = cfg.release
+    rows_by_variant = verdicts_by_variant
+    measured = set(risks["mechanism"]) if risks is not None and len(risks) else set()
+    out = []
+    for mech in r.evaluated:
+        verdicts = []
+        for v, rows in rows_by_variant.items():
+            row = next((x for x in rows if x["mechanism"] == mech), None)
+            if row is None:
+                continue
+            verdicts.append(Verdict(v, row["status"], row["setting"], figures_of(row["x"]),
+                                    figures_of(row.get("next")), row["plan"], row["text"],
+                                    row.get("table_error"), row.get("strength", ""), figures_of(row.get("exact"))))
+        if not verdicts:
+            continue
+        status, setting = combine(mech, verdicts)
+        audit = _audit_state(mech, audits)
+        entry = next((e for e in entries if e["mechanism"] == mech), None)
+        fit = None if entry is None or entry.get("for_publication") is None else bool(entry["for_publication"])
+        risk = _risk_state(mech, row_mechanisms, measured, risk_note)
+        closed_no, closed_undecided, caveats = [], [], []
+        if audit == "failed":
+            failing = [f"ε = {a.declared_epsilon:g}: {a.checks_summary()}" for a in audits
+                       if a.mechanism == mech and a.outcome == "failed"]
+            closed_no.append("the audit of the code that publishes it failed (" + "; ".join(failing) + ")")
+        simulated = False
+        if fit is False:
+            why = (entry.get("not_dp") or entry.get("publication_note") or "not fit for publication")
+            simulated = "simulation" in why
+            if simulated:
+                why = "noise from the simulation backend: seeded, for studies, not for publication"
+            closed_no.append(why)
+        if status == "none_safe":
+            closed_no.append("shown above the tolerance even at its most protective setting")
+        if audit in ("inconclusive", "not run"):
+            mine = [a for a in audits if a.mechanism == mech and a.outcome == "inconclusive"]
+            need = max((a.details.get("runs_to_certify") or 0 for a in mine), default=0)
+            closed_undecided.append(f"its audit is {audit}" + (
+                f": not shown to keep its ε ({', '.join(sorted({c for a in mine for c in a.unchecked()}))} could not run)"
+                if mine else ""))
+        if risk.startswith("not measured"):
+            closed_undecided.append("the risks of the rows it publishes were not measured (" + _risk_why(risk) + ")")
+        if status == "not_shown_safe":
+            closed_undecided.append(f"no setting is shown safe at the tolerance of {r.tolerance.words()}")
+        elif status == "cannot_decide":
+            closed_undecided.append("the attack is not beyond the best guess even on the exact tables, so this "
+                                    "evaluation cannot tell a protected release from an unprotected one")
+        if mech.startswith(FILE_PREFIX):
+            caveats.append("its ε is the agency's declaration: a file cannot be audited")
+        if mech in NOT_DP:
+            caveats.append("not differentially private: the verdict holds against these attacks only")
+        caveats += [v.strength.strip().replace("**", "") for v in verdicts
+                    if v.strength and "not saturated" in v.strength]
+        action = DO_NOT_PUBLISH if closed_no else CANNOT_DECIDE if closed_undecided else PUBLISH
+        reasons = closed_no + closed_undecided
+        out.append(MechanismDecision(mech, action, setting if action == PUBLISH else None, reasons,
+                                     _next_step(cfg, mech, action, status, verdicts, audit, fit, risk, audits,
+                                                units_in_file, simulated),
+                                     caveats, audit, fit, risk, verdicts))
+    units = max((int(_num(v.figures, "units")) for m in out for v in m.verdicts if v.figures), default=0)
+    return Decision(out, r.tolerance.words(), units, units_in_file, code_fingerprint, cfg.digest(), inputs or {},
+                    audit_when)
+
+
+def _next_step(cfg, mech: str, action: str, status: str, verdicts: list[Verdict], audit: str, fit, risk: str,
+               audits: list, available: int | None, simulated: bool = False) -> str:
+    """What to do next, for every outcome."""
+    steps = []
+    if audit == "failed":
+        steps.append("fix the code that publishes it (the audit's failing checks are in the report) and rerun with "
+                     "--reaudit")
+    if fit is False:
+        if simulated:
+            steps.append("evaluate it with a publishing backend: release.backend: opendp (pip install "
+                         "'censusrecon[dp]')")
+        elif mech in NOT_DP:
+            steps.append("a differentially private mechanism is what could be published; this one is evaluated for "
+                         "comparison")
+    if audit in ("inconclusive", "not run"):
+        mine = [a for a in audits if a.mechanism == mech and a.outcome == "inconclusive"]
+        need = max((a.details.get("runs_to_certify") or 0 for a in mine), default=0)
+        steps.append((f"rerun the audit with about {need:,} releases per neighbour (release.audit.runs) to certify its "
+                       "ε" if need else "run the audit (censusrecon audit, or evaluate-release --reaudit)"))
+    if risk.startswith("not measured"):
+        steps.append("measure the risks of its rows: make risk-env" + (
+            ", with target.whole_units: false (anonymeter needs a control set of persons no release saw)"
+            if cfg.target.whole_units else ""))
+    if status == "none_safe":
+        x = verdicts[0].figures or {}
+        steps.append(f"evaluate {more_protective(mech)} than {setting_label(mech, _num(x, 'setting'))}, or choose "
+                     "another mechanism")
+    elif status in ("not_shown_safe", "cannot_decide"):
+        plans = [v.plan for v in verdicts if v.plan]
+        steps.append(plans[0].removeprefix("To decide (an estimate, at 80% power): ").rstrip(".") if plans else
+                     "evaluate more units or a stronger attack")
+    elif status == "safe":
+        v = next((v for v in verdicts if v.setting == min(x.setting for x in verdicts)), verdicts[0]) \
+            if mech not in NOT_DP else verdicts[0]
+        steps.append(partial_step(mech, v.figures or {}, v.next, available))
+    return "; ".join(s for s in steps if s)
+
+
+def _measure(fig: dict) -> str:
+    return ("each unit's persons unique in D (the tolerance's measure)" if fig.get("scale", "persons") == "share"
+            else "persons per unit (the tolerance's measure)")
+
+
+def _figure(fig: dict, value: float) -> str:
+    if not math.isfinite(value):
+        return "+∞ (one unit: no spread)" if value > 0 else "−∞ (one unit: no spread)"
+    return f"{100 * value:+.1f}%" if fig.get("scale", "persons") == "share" else f"{value:+.1f}"
+
+
+def _tolerated(fig: dict) -> str:
+    t = _num(fig, "tolerance")
+    return f"{100 * t:g}%" if fig.get("scale", "persons") == "share" else f"{t:g}"
+
+
+def rule_words(status: str, fig: dict, exact: dict | None = None) -> str:
+    """The comparison the verdict rests on, in the tolerance's measure, with the one-sided limit the rule
+    uses: for a setting shown safe its upper 95% limit below the tolerance; shown above, its lower 95%
+    limit above it; neither, the upper limit not below it; undecidable, the two-sided interval of the
+    attack on the exact tables not above 0.
+
+    >>> f = {"scale": "share", "tolerance": 0.01, "excess_upper": 0.024, "excess_lower": 0.012, "setting": 1.0}
+    >>> rule_words("none_safe", f)
+    "lower one-sided 95% limit of the excess +1.2% of each unit's persons unique in D (the tolerance's measure), above the 1% tolerated"
+    """
+    c = f"{CONFIDENCE:.0%}"
+    if status == "cannot_decide":
+        if not exact:
+            return "the exact tables were not evaluated: nothing shows the attack's power"
+        low, high = (("share_low", "share_high") if exact.get("scale", "persons") == "share" else ("ci_low", "ci_high"))
+        return (f"on the exact tables the two-sided {c} interval of the excess, {_figure(exact, _num(exact, low))} to "
+                f"{_figure(exact, _num(exact, high))} of {_measure(exact)}, is not above 0")
+    if status == "none_safe":
+        return (f"lower one-sided {c} limit of the excess {_figure(fig, _num(fig, 'excess_lower'))} of {_measure(fig)}, "
+                f"above the {_tolerated(fig)} tolerated")
+    up = _figure(fig, _num(fig, "excess_upper"))
+    if status == "safe":
+        return f"upper one-sided {c} limit of the excess {up} of {_measure(fig)}, below the {_tolerated(fig)} tolerated"
+    return (f"upper one-sided {c} limit of the excess {up} of {_measure(fig)}, not below the {_tolerated(fig)} "
+            "tolerated" + (f" (lower limit {_figure(fig, _num(fig, 'excess_lower'))}: not shown above it either)"
+                           if status == "not_shown_safe" else ""))
+
+
+def estimate_words(fig: dict) -> str:
+    """The estimate beside the rule, labelled as such: the mean excess with its two-sided interval, in the
+    tolerance's measure and in persons per unit.
+
+    >>> print(estimate_words({"scale": "share", "units": 3, "excess_mean": 0.092, "share_low": 0.005,
+    ...                       "share_high": 0.18, "difference_mean": 3.1, "ci_low": -1.0, "ci_high": 7.2}))
+    mean +9.2% (two-sided 95% interval +0.5% to +18.0%, 3 units); in persons +3.1 per unit (-1.0 to +7.2)
+    """
+    c = f"{CONFIDENCE:.0%}"
+    n = int(_num(fig, "units"))
+    if n < 2:
+        return f"mean {_figure(fig, _num(fig, 'excess_mean'))} (1 unit: no interval)"
+    if fig.get("scale", "persons") == "share":
+        return (f"mean {_figure(fig, _num(fig, 'excess_mean'))} (two-sided {c} interval "
+                f"{_figure(fig, _num(fig, 'share_low'))} to {_figure(fig, _num(fig, 'share_high'))}, {n} units); in "
+                f"persons {_num(fig, 'difference_mean'):+.1f} per unit ({_num(fig, 'ci_low'):+.1f} to "
+                f"{_num(fig, 'ci_high'):+.1f})")
+    return (f"mean {_num(fig, 'difference_mean'):+.1f} per unit (two-sided {c} interval {_num(fig, 'ci_low'):+.1f} to "
+            f"{_num(fig, 'ci_high'):+.1f}, {n} units)")
+
+
+#: a verdict's status, as the terminal's per-mechanism detail says it
+STATUS_SAID = {"safe": "shown safe up to", "none_safe": "shown above the tolerance even at",
+               "not_shown_safe": "not shown safe at any setting; at the most protective,",
+               "cannot_decide": "cannot decide (the attack is not beyond the best guess on the exact tables); at"}
+
+
+def terminal_lines(decision: Decision, variant_names: dict | None = None) -> list[str]:
+    """What ``evaluate-release`` prints: first the decision's lines (one per mechanism), then per mechanism
+    the verdict of each variant with the rule's limit and the estimate labelled apart, the gates, any
+    caveat and the next step."""
+    out = [f"DECISION (tolerance: {decision.tolerance} reconstructed beyond the best guess; {decision.units} units "
+           "evaluated" + (f" of the {decision.units_in_file} in the file" if decision.units_in_file else "") + "):"]
+    out += ["  " + line for line in decision.lines()]
+    for m in decision.mechanisms:
+        out.append("")
+        out.append(f"{m.mechanism}: {m.headline().split(' ' + m.mechanism, 1)[0]}"
+                   + (f" at {m.where()}" if m.action == PUBLISH else ""))
+        for v in m.verdicts:
+            tag = f" ({variant_names[v.variant]})" if variant_names and len(variant_names) > 1 else ""
+            fig = v.figures or {}
+            where = setting_label(m.mechanism, _num(fig, "setting")) if fig else ""
+            out.append(f"  verdict{tag}: {STATUS_SAID[v.status]} {where}")
+            out.append(f"    rule: {rule_words(v.status, fig, v.exact)}")
+            if fig:
+                out.append(f"    estimate (not the rule): {estimate_words(fig)}")
+                out.append(f"    persons: best attack ({fig.get('best_attacks', '')}) {persons_words(fig)}; best guess "
+                           f"({fig.get('best_baselines', '')}) {int(_num(fig, 'baseline_persons'))}"
+                           + (f"; table error {v.table_error:.2f} persons per published cell"
+                              if v.table_error is not None else ""))
+            if v.next:
+                out.append(f"    at {setting_label(m.mechanism, _num(v.next, 'setting'))}: not shown safe; rule: "
+                           f"{rule_words('next', v.next)}")
+        out.append(f"  audit: {m.audit}; fit for publication: "
+                   + ({True: "yes", False: "no", None: "the agency's (not checked)"}[m.fit_for_publication])
+                   + f"; risks of published rows: {m.risks}")
+        for r in m.reasons[1:]:
+            out.append(f"  also: {r}")
+        for c in m.caveats:
+            out.append(f"  caveat: {c}")
+        if m.next_step:
+            out.append(f"  next: {m.next_step}")
+    return out

@@ -1,0 +1,71 @@
+"""Words shared by the release report, the decision and the terminal: how a setting is named, which way
+protection goes, persons with their denominators, advice on units. Imports nothing of the release package."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from experiments.config import FILE_PREFIX
+from experiments.metrics import PLAN_MAX_UNITS
+
+
+def setting_label(mechanism: str, value: float) -> str:
+    """'ε = 2', 'swap rate 10%', 'exact tables'; a file made elsewhere: its declared ε, or 'as released'.
+
+    >>> setting_label("file:agency", 2.0), setting_label("file:agency", 0.0), setting_label("swapping", 0.1)
+    ('ε = 2 (declared)', 'as released', 'swap rate 10%')
+    """
+    if mechanism == "exact" or value == math.inf:
+        return "exact tables"
+    if mechanism.startswith(FILE_PREFIX):
+        return f"ε = {value:g} (declared)" if value > 0 else "as released"
+    if mechanism == "cell_key":
+        return f"ptable variance {value:g}"
+    return f"swap rate {100 * value:g}%" if mechanism in ("swapping", "targeted_swapping") else f"ε = {value:g}"
+
+
+#: what the setting of each mechanism that is not DP is called (singular, plural), and the mechanism's name;
+#: a larger setting protects more
+NOT_DP_SETTINGS = {"swapping": ("swap rate", "swap rates", "Swapping"),
+                   "targeted_swapping": ("swap rate", "swap rates", "Targeted swapping"),
+                   "cell_key": ("ptable variance", "ptable variances", "The cell key method")}
+
+
+def more_protective(mechanism: str) -> str:
+    """Which way the settings protect more, for a plan: 'larger swap rates', 'smaller ε', ..."""
+    return f"larger {NOT_DP_SETTINGS[mechanism][1]}" if mechanism in NOT_DP_SETTINGS else "smaller ε"
+
+
+def less_protective(mechanism: str) -> str:
+    return f"smaller {NOT_DP_SETTINGS[mechanism][1]}" if mechanism in NOT_DP_SETTINGS else "larger ε"
+
+
+def persons_words(x) -> str:
+    """'43 of 337 persons unique in D (650 in D)': persons reconstructed with their denominators."""
+    unique = f" of {int(x['unique_in_d'])} persons unique in D" if "unique_in_d" in x and pd.notna(
+        x.get("unique_in_d")) else ""
+    return f"{int(x['persons'])}{unique} ({int(x['persons_in_d'])} persons in D)"
+
+
+def units_advice(need: int | None, have: int, available: int | None, what: str) -> str:
+    """'about 14 units would show ε = 2 safe (6 evaluated; …)', never more units than the file has: then
+    'this file cannot decide …: a stronger attack or a larger tolerance would'.
+
+    >>> units_advice(24, 3, 6, "show ε = 2 safe")
+    'this file cannot show ε = 2 safe at this tolerance: about 24 units would be needed and it has 6; a stronger attack or a larger tolerance could'
+    >>> units_advice(5, 3, 6, "show ε = 2 safe")
+    'about 5 units would show ε = 2 safe (3 evaluated of the 6 in the file; target.units: all evaluates every one)'
+    """
+    if need is None:
+        return ""
+    if available is not None and need > available:
+        many = f"more than {PLAN_MAX_UNITS:,}" if need > PLAN_MAX_UNITS else f"about {need}"
+        return (f"this file cannot {what} at this tolerance: {many} units would be needed and it has {available}; a "
+                "stronger attack or a larger tolerance could")
+    if need > PLAN_MAX_UNITS:
+        return f"more than {PLAN_MAX_UNITS:,} units would {what}"
+    where = (f" ({have} evaluated of the {available} in the file; target.units: all evaluates every one)"
+             if available is not None and have < available else f" ({have} evaluated)")
+    return f"about {need} units would {what}" + where

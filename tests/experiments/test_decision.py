@@ -1,0 +1,253 @@
+"""One decision, the same everywhere: computed once per mechanism from the verdict, the audit, the backend
+and the risks; rendered by the terminal, report.md, report.html and the exit status alike; never an
+interval beside a verdict that it contradicts; a finished evaluation is not run again."""
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from experiments.cli import EXIT_AUDIT_FAILED, EXIT_DO_NOT_PUBLISH, EXIT_UNDECIDED, main
+from experiments.config import ToleranceConfig, load_config
+from experiments.release.decision import (CANNOT_DECIDE, DO_NOT_PUBLISH, EXIT_AUDIT_FAILED as D_FAILED,
+                                          EXIT_CANNOT_DECIDE, EXIT_DO_NOT_PUBLISH as D_NO, PUBLISH, decide,
+                                          load_decision, terminal_lines)
+from experiments.release.evaluate import verdicts_of
+from experiments.release.report import release_persons, summarise_release_persons
+from synth.audit import AuditResult
+from tests.experiments.test_release import _hand_made
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_cli_and_the_decision_agree_on_exit_statuses():
+    assert (EXIT_AUDIT_FAILED, EXIT_DO_NOT_PUBLISH, EXIT_UNDECIDED) == (D_FAILED, D_NO, EXIT_CANNOT_DECIDE)
+
+
+def _cfg(**release):
+    over = [f"release.{k}={v}" for k, v in release.items()]
+    return load_config(ROOT / "configs" / "release_tiny.yaml",
+                       ["release.mechanisms=[laplace_tables]", "release.epsilons=[1.0, 8.0]", *over])
+
+
+def _audit(outcome="passed", eps=1.0):
+    checks = {"noise_scale": "pass"}
+    if outcome == "failed":
+        checks = {"noise_scale": "fail: ε ≥ 8.0"}
+    elif outcome == "inconclusive":
+        checks = {"noise_scale": "pass", "bound_power": "not run: 10 releases certify no ε"}
+    return AuditResult("laplace_tables", eps, 0.2, 1000, 0.95, "e", checks, {"runs_to_certify": 60}
+                       if outcome == "inconclusive" else {})
+
+
+def _decide(persons, cfg, *, fit=True, audits=None, rows=(), risks=None, note=None, units_in_file=8):
+    entry = {"mechanism": "laplace_tables", "for_publication": fit,
+             "publication_note": "OpenDP discrete Laplace" if fit else "seeded simulation noise: for studies, not for "
+             "publication"}
+    verdicts = verdicts_of(persons, pd.DataFrame(), {}, cfg.release.tolerance, units_in_file)
+    return decide(cfg, verdicts, [_audit()] if audits is None else audits, [entry], set(rows),
+                  risks if risks is not None else pd.DataFrame(), note, units_in_file)
+
+
+@pytest.fixture
+def safe_at_one():
+    """ε = 1 shown safe at 3 persons per unit (upper limit 2.686), ε = 8 not (hand-made, test_release.py)."""
+    tol = ToleranceConfig(per_unit=3)
+    return summarise_release_persons(release_persons(_hand_made([40, 45, 42], [30, 33, 32])), tol), tol
+
+
+def test_every_gate_decides_the_headline_and_the_exit_status(safe_at_one):
+    persons, _ = safe_at_one
+    cfg = _cfg(**{"tolerance": "{per_unit: 3}"})
+    d = _decide(persons, cfg)
+    (m,) = d.mechanisms
+    assert m.action == PUBLISH and m.setting == 1.0 and d.exit_status() == 0
+    assert d.lines() == ["PUBLISH laplace_tables at ε ≤ 1"]
+    # the partial outcome's next step: the ε between, and the units that would decide ε = 8
+    assert "between ε = 1 and ε = 8 were not evaluated" in m.next_step and "ε = 2.8" in m.next_step
+    assert "units would show ε = 8" in m.next_step or "this file cannot show ε = 8" in m.next_step
+    # the simulation backend: never publishable, whatever the verdict, and the next step names the backend
+    d = _decide(persons, cfg, fit=False)
+    assert d.mechanisms[0].action == DO_NOT_PUBLISH and d.exit_status() == D_NO
+    assert d.lines()[0].startswith("DO NOT PUBLISH laplace_tables: noise from the simulation backend")
+    assert "release.backend: opendp" in d.mechanisms[0].next_step
+    # a failed audit: do not publish, exit 4; an inconclusive or missing one: cannot decide, exit 3
+    d = _decide(persons, cfg, audits=[_audit("failed")])
+    assert d.mechanisms[0].action == DO_NOT_PUBLISH and d.exit_status() == D_FAILED
+    assert "audit of the code that publishes it failed" in d.lines()[0]
+    d = _decide(persons, cfg, audits=[_audit("inconclusive")])
+    assert d.mechanisms[0].action == CANNOT_DECIDE and d.exit_status() == EXIT_CANNOT_DECIDE
+    assert "its audit is inconclusive" in d.lines()[0] and "about 60 releases per neighbour" in d.mechanisms[0].next_step
+    d = _decide(persons, cfg, audits=[])
+    assert d.mechanisms[0].action == CANNOT_DECIDE and "its audit is not run" in d.lines()[0]
+    # rows published whose risks were not measured: cannot decide; measured: publishable
+    d = _decide(persons, cfg, rows={"laplace_tables"}, note="not run: anonymeter is not installed")
+    assert d.mechanisms[0].action == CANNOT_DECIDE and "risks of the rows it publishes" in d.lines()[0]
+    assert "make risk-env" in d.mechanisms[0].next_step
+    d = _decide(persons, cfg, rows={"laplace_tables"}, risks=pd.DataFrame({"mechanism": ["laplace_tables"]}))
+    assert d.mechanisms[0].action == PUBLISH
+    # every closed gate is listed, the decided "no" first
+    d = _decide(persons, cfg, fit=False, audits=[_audit("inconclusive")])
+    assert d.mechanisms[0].action == DO_NOT_PUBLISH and len(d.mechanisms[0].reasons) == 2
+
+
+def test_shown_above_the_tolerance_is_do_not_publish_and_undecided_is_cannot_decide():
+    per = release_persons(_hand_made([40, 45, 42], [30, 33, 32]))
+    cfg = _cfg()
+    d = _decide(summarise_release_persons(per[per.setting != 1.0]), cfg)  # ε = 8 alone, far above 1%
+    assert d.mechanisms[0].action == DO_NOT_PUBLISH and "shown above the tolerance" in d.lines()[0]
+    assert "smaller ε" in d.mechanisms[0].next_step
+    d = _decide(summarise_release_persons(release_persons(_hand_made([10, 12, 11], [30, 33, 32]))), cfg)
+    assert d.mechanisms[0].action == CANNOT_DECIDE and "not beyond the best guess" in d.lines()[0]
+
+
+def test_advice_never_asks_for_more_units_than_the_file_has(safe_at_one):
+    persons = summarise_release_persons(release_persons(_hand_made([40, 45, 42], [30, 33, 32])),
+                                        ToleranceConfig(per_unit=2))
+    cfg = _cfg(**{"tolerance": "{per_unit: 2}"})
+    # ε = 1 needs about 8 units (test_release.py); a file of 5 cannot give them
+    d = _decide(persons, cfg, units_in_file=5)
+    assert "this file cannot show ε = 1 safe at this tolerance" in d.mechanisms[0].next_step
+    assert "8 units" not in d.mechanisms[0].next_step.replace("about 8 units would be needed", "")
+    d = _decide(persons, cfg, units_in_file=50)
+    assert "about 8 units would show ε = 1 safe (3 evaluated of the 50 in the file" in d.mechanisms[0].next_step
+
+
+_RULE = re.compile(r"(upper|lower) one-sided 95% limit of the excess ([+-]?[0-9.]+|[+−]∞)\S* .*?"
+                   r"(not below|below|above) the ([0-9.]+)%? tolerated")
+
+
+def _check_lines(lines: list[str]) -> int:
+    """Every limit a line compares with the tolerance is on the side the line says; every two-sided
+    interval is on a line that says it is the estimate's, or the exact tables' for cannot decide."""
+    checked = 0
+    for line in lines:
+        for side, value, says, tol in _RULE.findall(line):
+            v, t = float(value.replace("−", "-").replace("∞", "inf")), float(tol)
+            assert {"below": v < t, "not below": v >= t, "above": v > t}[says], line
+            checked += 1
+        if "interval" in line:
+            assert ("estimate (not the rule)" in line or "on the exact tables the two-sided" in line), line
+    return checked
+
+
+def test_no_terminal_line_prints_an_interval_that_contradicts_its_verdict():
+    """The review's case: shown above the tolerance by the lower one-sided limit while the two-sided
+    interval's lower end is below it. The rule's line prints the one-sided limit; the interval is the
+    estimate's, labelled so, on a line of its own."""
+    per = release_persons(_hand_made([40, 45, 42], [30, 33, 32]))
+    # ε = 8: differences 20, 21, 21 per unit: one-sided lower limit 19.69 above 19.5 tolerated, the two-sided
+    # interval's lower end 19.23 below it
+    tol = ToleranceConfig(per_unit=19.5)
+    s = summarise_release_persons(per[per.setting != 1.0], tol)
+    x = s[(s.attack == "best attack") & (s.setting == 8.0)].iloc[0]
+    assert x.excess_lower > 19.5 > x.ci_low
+    cfg = _cfg(**{"tolerance": "{per_unit: 19.5}"})
+    d = _decide(s, cfg)
+    assert d.mechanisms[0].action == DO_NOT_PUBLISH
+    lines = terminal_lines(d)
+    rule = next(line for line in lines if "rule:" in line)
+    assert "lower one-sided 95% limit of the excess +19.7" in rule and "above the 19.5 tolerated" in rule
+    estimate = next(line for line in lines if "estimate" in line)
+    assert "estimate (not the rule)" in estimate and "two-sided 95% interval +19.2" in estimate
+    assert _check_lines(lines) >= 1
+    for tolerance, per_ in ((3, per), (2, per), (None, per)):  # safe + not shown safe next; not shown safe; shares
+        t = ToleranceConfig(per_unit=tolerance) if tolerance else ToleranceConfig()
+        c = _cfg(**({"tolerance": f"{{per_unit: {tolerance}}}"} if tolerance else {}))
+        lines = terminal_lines(_decide(summarise_release_persons(per_, t), c))
+        assert _check_lines(lines) >= 1, lines
+
+
+def test_a_saved_decision_renders_the_same(safe_at_one, tmp_path):
+    persons, _ = safe_at_one
+    d = _decide(persons, _cfg(**{"tolerance": "{per_unit: 3}"}))
+    d.save(tmp_path)
+    back = load_decision(tmp_path)
+    assert back.lines() == d.lines() and back.exit_status() == d.exit_status()
+    assert terminal_lines(back) == terminal_lines(d)
+    assert json.loads((tmp_path / "decision.json").read_text())["lines"] == d.lines()
+
+
+def _first_screen(md: str) -> list[str]:
+    """The report's decision lines: the bold bullets right under '## Decision'."""
+    after = md.split("## Decision", 1)[1].strip().splitlines()
+    out = []
+    for line in after:
+        if not line.startswith("- **"):
+            break
+        out.append(line.removeprefix("- **").removesuffix("**"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def example_inputs(tmp_path_factory):
+    from microdata.example import write_agency_example
+
+    d = tmp_path_factory.mktemp("example")
+    persons, blocks = write_agency_example(d / "inputs")
+    small = ["attack.runs=2", "attack.steps=20", "attack.rows=60", "target.units=2", "grid_points=10",
+             "release.epsilons=[8.0]", "release.audit.runs=5000", "release.mechanisms=[laplace_tables, synthetic]",
+             f"data.path={persons}", f"data.units_file={blocks}"]
+    return d, small
+
+
+@pytest.mark.parametrize("backend", ["simulation", "opendp"])
+def test_terminal_report_and_exit_status_agree_on_the_example(example_inputs, backend, capsys):
+    """configs/agency/example.yaml (whole units: the default for one's own file) on both backends: the
+    terminal's first verdict line, the report's first screen (Markdown and HTML) and the exit status all
+    say the saved decision."""
+    d, small = example_inputs
+    cfg = str(ROOT / "configs" / "agency" / "example.yaml")
+    sets = [x for o in small + [f"release.backend={backend}"] for x in ("--set", o)]
+    out = d / f"results-{backend}"
+    status = main(["evaluate-release", cfg, "--out", str(out), "--no-progress", *sets])
+    said = capsys.readouterr()
+    rel = next((out / "agency_example").iterdir()) / "release"
+    decision = load_decision(rel)
+    lines = said.out.splitlines()
+    assert lines[0].startswith("DECISION (") and lines[1:1 + len(decision.lines())] == [
+        "  " + x for x in decision.lines()]
+    assert status == decision.exit_status()
+    md = (rel / "report.md").read_text()
+    assert _first_screen(md) == decision.lines()
+    page = (rel / "report.html").read_text()
+    first = decision.lines()[0].split(":")[0]
+    assert 0 <= page.find(first) < page.find("What ran")
+    assert "whole" in md.split("## What ran", 1)[1][:2000]  # whole units, not a random half
+    synthetic = next(m for m in decision.mechanisms if m.mechanism == "synthetic")
+    assert synthetic.action != PUBLISH  # its rows' risks cannot be measured on whole units
+    if backend == "simulation":
+        assert status == EXIT_DO_NOT_PUBLISH and all(m.action == DO_NOT_PUBLISH for m in decision.mechanisms)
+        assert "DO NOT PUBLISH" in said.err
+    _check_lines(lines)
+    # a rerun of the finished evaluation changes no file, and prints the same
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()}
+    assert main(["evaluate-release", cfg, "--out", str(out), "--no-progress", *sets]) == status
+    again = capsys.readouterr()
+    assert "already evaluated" in again.err and again.out.splitlines()[:3] == lines[:3]
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()} == before
+    if backend == "simulation":  # asked to: the audit runs again, the earlier report is kept
+        assert main(["evaluate-release", cfg, "--out", str(out), "--no-progress", "--reaudit", *sets]) == status
+        capsys.readouterr()
+        kept = list((rel / "earlier").iterdir())
+        assert len(kept) == 1 and {"report.md", "report.html", "audit.json", "decision.json"} <= {
+            p.name for p in kept[0].iterdir()}
+
+
+def test_a_missing_anonymeter_fails_before_any_work(tmp_path, monkeypatch, capsys):
+    import experiments.release.evaluate as evaluate
+
+    monkeypatch.setenv("CENSUSRECON_ANONYMETER_PYTHON", str(tmp_path / "nowhere" / "python"))
+    monkeypatch.setattr(evaluate, "resolve", lambda cfg: pytest.fail("the data was read before the check"))
+    cfg = str(ROOT / "configs" / "release_tiny.yaml")
+    assert main(["evaluate-release", cfg, "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "make risk-env" in err and "synthetic" in err and "\n" not in err.strip()
+    assert not list((tmp_path / "out").rglob("*"))  # nothing written
+    # the user's choice not to measure them: then it runs, and those releases cannot be decided
+    from experiments.release.program import check_environments
+
+    check_environments(load_config(cfg, ["release.risks=false"]))
