@@ -432,6 +432,22 @@ def estimate_words(fig: dict) -> str:
             f"{_num(fig, 'ci_high'):+.1f}, {n} units)")
 
 
+def exact_words(exact: dict) -> str:
+    """The attack on the exact tables, the yardstick of its power: persons against the best guess, and the
+    rule that lets the evaluation decide (the two-sided interval of the excess, in the tolerance's measure,
+    above 0), with the other measure's interval labelled as not the rule's."""
+    share = exact.get("scale", "persons") == "share"
+    low, high = (("share_low", "share_high") if share else ("ci_low", "ci_high"))
+    beyond = _num(exact, low) > 0
+    other = (f"; in persons {_num(exact, 'difference_mean'):+.1f} per unit ({_num(exact, 'ci_low'):+.1f} to "
+             f"{_num(exact, 'ci_high'):+.1f}), not the rule's measure" if share else "")
+    return (f"best attack ({exact.get('best_attacks', '')}) {persons_words(exact)}, best guess "
+            f"({exact.get('best_baselines', '')}) {int(_num(exact, 'baseline_persons'))}; rule: the two-sided "
+            f"{CONFIDENCE:.0%} interval of the excess, {_figure(exact, _num(exact, low))} to "
+            f"{_figure(exact, _num(exact, high))} of {_measure(exact)}, is " + ("" if beyond else "not ")
+            + "above 0, so the evaluation " + ("can" if beyond else "cannot") + " decide" + other)
+
+
 #: a verdict's status, as the terminal's per-mechanism detail says it
 STATUS_SAID = {"safe": "shown safe up to", "none_safe": "shown above the tolerance even at",
                "not_shown_safe": "not shown safe at any setting; at the most protective,",
@@ -445,6 +461,13 @@ def terminal_lines(decision: Decision, variant_names: dict | None = None) -> lis
     out = [f"DECISION (tolerance: {decision.tolerance} reconstructed beyond the best guess; {decision.units} units "
            "evaluated" + (f" of the {decision.units_in_file} in the file" if decision.units_in_file else "") + "):"]
     out += ["  " + line for line in decision.lines()]
+    seen = set()
+    for m in decision.mechanisms:  # the yardstick, once per variant: the attack on the exact tables
+        for v in m.verdicts:
+            if v.exact and v.variant not in seen:
+                seen.add(v.variant)
+                tag = f" ({variant_names[v.variant]})" if variant_names and len(variant_names) > 1 else ""
+                out.append(f"exact tables{tag}: {exact_words(v.exact)}")
     for m in decision.mechanisms:
         out.append("")
         out.append(f"{m.mechanism}: {m.headline().split(' ' + m.mechanism, 1)[0]}"

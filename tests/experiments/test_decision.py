@@ -130,7 +130,13 @@ def _check_lines(lines: list[str]) -> int:
             assert {"below": v < t, "not below": v >= t, "above": v > t}[says], line
             checked += 1
         if "interval" in line:
-            assert ("estimate (not the rule)" in line or "on the exact tables the two-sided" in line), line
+            assert ("estimate (not the rule)" in line or "on the exact tables the two-sided" in line
+                    or line.startswith("exact tables")), line
+        if line.startswith("exact tables"):  # the yardstick's rule says which measure decides and its outcome
+            m = re.search(r"interval of the excess, ([+-][0-9.]+)%? to .* is (not )?above 0, so the evaluation "
+                          r"(can|cannot) decide", line)
+            assert m and (float(m.group(1)) > 0) == (m.group(2) is None) == (m.group(3) == "can"), line
+            checked += 1
     return checked
 
 
@@ -149,7 +155,7 @@ def test_no_terminal_line_prints_an_interval_that_contradicts_its_verdict():
     d = _decide(s, cfg)
     assert d.mechanisms[0].action == DO_NOT_PUBLISH
     lines = terminal_lines(d)
-    rule = next(line for line in lines if "rule:" in line)
+    rule = next(line for line in lines if line.startswith("    rule:"))
     assert "lower one-sided 95% limit of the excess +19.7" in rule and "above the 19.5 tolerated" in rule
     estimate = next(line for line in lines if "estimate" in line)
     assert "estimate (not the rule)" in estimate and "two-sided 95% interval +19.2" in estimate
