@@ -349,9 +349,11 @@ def _next_step(cfg, mech: str, action: str, status: str, verdicts: list[Verdict]
         steps.append((f"rerun the audit with about {need:,} releases per neighbour (release.audit.runs) to certify its "
                        "ε" if need else "run the audit (censusrecon audit, or evaluate-release --reaudit)"))
     if risk.startswith("not measured"):
-        steps.append("measure the risks of its rows: make risk-env" + (
-            ", with target.whole_units: false (anonymeter needs a control set of persons no release saw)"
-            if cfg.target.whole_units else ""))
+        why = _risk_why(risk)
+        steps.append("measure the risks of its rows on a random half of each unit (target.whole_units: false): the "
+                     "other half is anonymeter's control set" if "whole units" in why else
+                     "measure the risks of its rows: release.risks: true" if "release.risks" in why else
+                     "measure the risks of its rows: make risk-env")
     if status == "none_safe":
         x = verdicts[0].figures or {}
         steps.append(f"evaluate {more_protective(mech)} than {setting_label(mech, _num(x, 'setting'))}, or choose "
