@@ -109,13 +109,14 @@ class DataConfig(_Strict):
     """Where the persons come from. Each source reads some of these keys (``microdata.sources``);
     a key the chosen source does not read is an error rather than silently ignored."""
 
-    source: Literal["embedded", "acs_nist", "folktables", "ppmf", "table"] = Field(
+    source: Literal["embedded", "acs_nist", "folktables", "ppmf", "bureau", "table"] = Field(
         "embedded", description="embedded: the generated population; acs_nist: NIST's ACS excerpts; folktables: ACS "
-                "PUMS by task; ppmf: the 2010 privacy-protected microdata file; table: your own person file (CSV or "
-                "Parquet)")
+                "PUMS by task; ppmf: the 2010 privacy-protected microdata file; bureau: the Census Bureau's 2010 "
+                "reconstruction extract (real 2010 records, microdata/data/bureau_2010); table: your own person file "
+                "(CSV or Parquet)")
     seed: int = Field(0, description="embedded: the population's seed")
     population: PopulationConfig = PopulationConfig()
-    path: str | None = Field(None, description="acs_nist, ppmf, table: the person file; folktables: the root directory")
+    path: str | None = Field(None, description="acs_nist, ppmf, bureau, table: the person file; folktables: the root directory")
     dictionary: str | None = Field(None, description="acs_nist: data dictionary (default: beside the CSV)")
     bounds: dict[str, tuple[float, float]] = Field(default_factory=dict, description="bin bounds per numeric column")
     bins: int = Field(10, ge=1, le=1000, description="acs_nist, folktables: bins of each numeric column (between its "
@@ -124,7 +125,10 @@ class DataConfig(_Strict):
         None, description="folktables: the prediction task whose row filter and columns are used")
     states: list[str] = Field(default_factory=list, description="folktables: postal codes; ppmf: FIPS filter")
     counties: list[str] = Field(default_factory=list, description="ppmf: keep these SSCCC counties")
-    tracts: list[str] = Field(default_factory=list, description="ppmf: keep these SSCCCTTTTTT tracts")
+    tracts: list[str] = Field(default_factory=list, description="ppmf, bureau: keep these SSCCCTTTTTT tracts")
+    age: Literal["binned", "single"] | None = Field(
+        None, description="bureau: AGE as SF1's 38 age groups (binned, the default: the extract is exact on them, its "
+        "single year is one feasible value, not the true one) or the single year")
     year: int = Field(2018, ge=2014, description="folktables: the ACS year")
     horizon: Literal["1-Year", "5-Year"] = Field("1-Year", description="folktables: the ACS sample")
     include_target: bool = Field(True, description="folktables: keep the task's target column as an attribute")

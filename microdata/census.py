@@ -32,6 +32,10 @@ P12_GROUP_OF_AGE = np.concatenate([np.full(hi - lo + 1, g) for g, (lo, hi) in en
 AGE_BINS_38 = tuple((a, a) for a in range(22)) + P12_AGE_GROUPS[7:]
 #: The 38-bin age of every single year of age 0..115.
 AGE_BIN38_OF_AGE = np.concatenate([np.full(hi - lo + 1, g) for g, (lo, hi) in enumerate(AGE_BINS_38)])
+#: An AGE attribute of these 38 bins (a source whose single-year age is not the truth, the Bureau's extract)
+#: is named so; the tables' single-year AGE sets are mapped onto it where they are unions of whole bins.
+AGE_BINS_38_LABELS = tuple(str(lo) if lo == hi else f"{lo}+" if hi == MAX_AGE else f"{lo} - {hi}"
+                           for lo, hi in AGE_BINS_38)
 #: Attributes the tables read, by role (the embedded population's names; the PPMF reader maps
 #: QAGE, QSEX, CENHISP, CENRACE onto them).
 AGE, SEX, HISP, RACE = "AGE", "SEX", "HISP", "CENRACE"
@@ -184,6 +188,10 @@ TABLE_SETS = {
     "sf1": ("P1", "P6", "P7", "P8", "P9", "P10", "P11", "P12", *[f"P12{x}" for x in "ABCDEFGHI"], "P14",
             "PCT12", *[f"PCT12{x}" for x in "ABCDEFGHIJKLMNO"]),
     "race_hispanic": ("P1", "P6", "P7", "P8", "P9"),
+    # the block tables, every one keyed on SF1's 38 age groups or coarser (P14's single years are groups
+    # 0-19): what a reconstruction that is exact on {block, sex, age group, race, Hispanic} (the Bureau's
+    # solvar-0 extract) tabulates exactly as published; PCT12's single years from 22 on are not
+    "sf1_binned": ("P1", "P6", "P7", "P8", "P9", "P10", "P11", "P12", *[f"P12{x}" for x in "ABCDEFGHI"], "P14"),
 }
 
 
@@ -226,6 +234,7 @@ def placed_cells(domain: Domain, cells: Sequence[Cell], block_attr: str | None =
         raise CensusReconError(
             f"tables {tables_needing(cells, missing)} need attributes {missing}, which the data does not have "
             f"(it has {list(domain.names)})")
+    binned = "AGE" in domain and domain.attribute("AGE").values == AGE_BINS_38_LABELS
     has_block = block_attr is not None and block_attr in domain
     blocks = range(domain.size(block_attr)) if has_block else [None]
     areas = areas or {}
@@ -234,6 +243,8 @@ def placed_cells(domain: Domain, cells: Sequence[Cell], block_attr: str | None =
     jb = names.index(block_attr) if has_block else None
     for c in cells:
         sets = c.attrs()
+        if binned and "AGE" in sets:
+            sets = {**sets, "AGE": _binned_ages(c, sets["AGE"])}
         if not has_block:
             where = [(None, None, "unit")]
         elif c.level == "block":
@@ -249,6 +260,18 @@ def placed_cells(domain: Domain, cells: Sequence[Cell], block_attr: str | None =
                 full = list(base)
                 full[jb] = bset
             yield c, place, level, tuple(full)
+
+
+def _binned_ages(cell: "Cell", ages: frozenset[int]) -> frozenset[int]:
+    """A cell's single-year AGE set as the 38 bins it covers, when it is a union of whole bins; a table
+    keyed on single years inside a bin (PCT12 from 22 on) cannot be tabulated from binned ages."""
+    groups = frozenset(int(AGE_BIN38_OF_AGE[a]) for a in ages if a <= MAX_AGE)
+    whole = frozenset(a for g in groups for a in range(AGE_BINS_38[g][0], AGE_BINS_38[g][1] + 1))
+    if whole != frozenset(a for a in ages if a <= MAX_AGE):
+        raise CensusReconError(f"table {cell.table} is keyed on single years of age ({cell.label}), but this data's "
+                               "AGE is SF1's 38 age groups: choose tables keyed on the groups or coarser "
+                               "(tables: sf1_binned)")
+    return groups
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,152 @@
+"""The Census Bureau's 2010 extract format: hand-made rows (leading zero, race flags, a malformed row), the
+shipped 8 tracts, and tables tabulated from binned ages equal to hand-counted ones."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from microdata.bureau import BureauFileError, cenrace_of_flags, read_bureau_extract
+from microdata.census import AGE_BINS_38_LABELS, CENRACE_COMBOS
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "microdata" / "data" / "bureau_2010"
+HEADER = ("RowID,Block ID,Sex,Age,Binned Age,White,Black,American Indian or Alaskan Native,Asian,"
+          "Native Hawaiian or Pacific Island,Some Other Race,Hispanic,BSAb Unique,BSAbER Unique\n")
+
+
+def _write(path: Path, rows: list[str]) -> Path:
+    path.write_text(HEADER + "".join(r + "\n" for r in rows))
+    return path
+
+
+ROWS = [
+    # Block ID with its leading zero (the CSV as zero-padded) and without it (as Excel left it): the same block
+    "0,010730051031000,male,4,4,N,Y,N,N,N,N,N,True,True",
+    "1,10730051031000,female,27,25 - 29,Y,N,N,N,N,N,Y,True,True",
+    "2,010730051031001,female,90,85+,Y,Y,N,N,N,N,N,False,True",
+    "3,380879650001002,male,62,62 - 64,N,N,N,N,Y,Y,N,True,True",
+]
+
+
+def test_hand_made_rows_are_read_as_published(tmp_path):
+    d = read_bureau_extract(_write(tmp_path / "x.csv", ROWS), age="single")
+    assert len(d) == 4 and d.domain.names == ("AGE", "SEX", "HISP", "RACE", "CENRACE")
+    geo = d.geography
+    assert geo.units("block").tolist()[:2] == ["010730051031000"] * 2  # the leading zero restored
+    assert geo.units("tract").tolist() == ["01073005103"] * 3 + ["38087965000"]
+    assert geo.units("county").tolist()[-1] == "38087" and geo.units("state").tolist()[0] == "01"
+    age, sex, hisp, race, cenrace = d.codes.T
+    assert age.tolist() == [4, 27, 90, 62] and sex.tolist() == [0, 1, 1, 0] and hisp.tolist() == [0, 1, 0, 0]
+    # Black alone; White alone; White and Black; NHPI and Some Other Race (two or more races: RACE 6)
+    assert [CENRACE_COMBOS[c] for c in cenrace] == [(1,), (0,), (0, 1), (4, 5)] and race.tolist() == [1, 0, 6, 6]
+    binned = read_bureau_extract(tmp_path / "x.csv")  # the default: SF1's 38 age groups
+    assert binned.domain.attribute("AGE").values == AGE_BINS_38_LABELS
+    assert [AGE_BINS_38_LABELS[a] for a in binned.codes[:, 0]] == ["4", "25 - 29", "85+", "62 - 64"]
+    only = read_bureau_extract(tmp_path / "x.csv", tracts=["38087965000"])
+    assert len(only) == 1
+
+
+def test_race_flags_map_to_cenrace_in_sf1_order():
+    flags = np.array([[int(i in combo) for i in range(6)] for combo in CENRACE_COMBOS])
+    assert cenrace_of_flags(flags).tolist() == list(range(63))
+
+
+@pytest.mark.parametrize("row, column, says", [
+    ("0,0107300510310,male,4,4,N,Y,N,N,N,N,N,True,True", "Block ID", "15-digit block id"),
+    ("0,010730051031000,M,4,4,N,Y,N,N,N,N,N,True,True", "Sex", "male or female"),
+    ("0,010730051031000,male,four,4,N,Y,N,N,N,N,N,True,True", "Age", "an integer"),
+    ("0,010730051031000,male,30,25 - 29,N,Y,N,N,N,N,N,True,True", "Binned Age", "not the SF1 age group of Age 30"),
+    ("0,010730051031000,male,4,4,N,maybe,N,N,N,N,N,True,True", "Black", "Y or N"),
+    ("0,010730051031000,male,4,4,N,N,N,N,N,N,N,True,True", "White", "every race flag of this row is N"),
+])
+def test_a_malformed_row_names_file_row_column_and_value(tmp_path, row, column, says):
+    path = _write(tmp_path / "bad.csv", [ROWS[0], row])
+    with pytest.raises(BureauFileError) as e:
+        read_bureau_extract(path)
+    msg = str(e.value)
+    assert f"{path} row 3, column {column}" in msg and says in msg and "\n" not in msg
+
+
+def test_other_files_are_refused_in_one_line(tmp_path):
+    (tmp_path / "x.txt").write_text("a")
+    for path, says in ((tmp_path / "none.csv", "does not exist"), (tmp_path / "x.txt", "is .csv or .xlsx"),
+                       (_write(tmp_path / "empty.csv", []), "no persons")):
+        with pytest.raises(BureauFileError, match=says):
+            read_bureau_extract(path)
+    (tmp_path / "cols.csv").write_text("RowID,Block ID\n0,010730051031000\n")
+    with pytest.raises(BureauFileError, match=r"lacks columns \['Sex'"):
+        read_bureau_extract(tmp_path / "cols.csv")
+
+
+def test_the_shipped_tracts_read_both_files():
+    rhdf = read_bureau_extract(SHIPPED / "rhdf_bt_0solvar_extract_8tracts.csv")
+    rmdf = read_bureau_extract(SHIPPED / "rmdf_bt_0solvar_extract_8tracts.csv")  # Block IDs as Excel left them
+    assert len(rhdf) == 19318 and len(rmdf) == 19314
+    tracts = sorted(set(rhdf.geography.units("tract")))
+    assert tracts == sorted(set(rmdf.geography.units("tract"))) and len(tracts) == 8
+    assert "01073005103" in tracts and "06037532400" in tracts
+
+
+def test_block_tables_from_binned_ages_equal_hand_counted_ones(tmp_path):
+    """A hand-made tract of two blocks: P12 (sex by age group) and P14 (sex by single year under 20) tabulated
+    on the 38 groups equal the counts made by hand from the rows; PCT12 (single years 22+) is refused."""
+    from microdata.census import CensusWorkload, sf1_tables
+    from microdata.errors import CensusReconError
+
+    rows = ["0,010730051031000,male,4,4,Y,N,N,N,N,N,N,,",
+            "1,010730051031000,male,3,3,Y,N,N,N,N,N,N,,",
+            "2,010730051031000,female,27,25 - 29,Y,N,N,N,N,N,N,,",
+            "3,010730051031001,female,29,25 - 29,Y,N,N,N,N,N,N,,",
+            "4,010730051031001,female,19,19,N,Y,N,N,N,N,Y,,"]
+    d = read_bureau_extract(_write(tmp_path / "t.csv", rows))
+    t = sf1_tables()
+    block = d.geography.units("block")
+
+    def count(table: str, number: int, which: str) -> int:
+        w = CensusWorkload.build(d.domain, [c for c in t[table] if c.number == number], block_attr=None)
+        return int(w.counts(d.take(np.flatnonzero(block == which)))[0])
+
+    b0, b1 = "010730051031000", "010730051031001"
+    # P12 cell 3: male under 5 (both boys of block 1000); cell 35: female 25-29 (one in each block)
+    assert (count("P12", 3, b0), count("P12", 3, b1)) == (2, 0)
+    assert (count("P12", 35, b0), count("P12", 35, b1)) == (1, 1)
+    # P14 cell 43: female aged 19 (single years under 20 are groups); P12I (White alone, not Hispanic) total
+    assert (count("P14", 43, b0), count("P14", 43, b1)) == (0, 1)
+    assert (count("P12I", 1, b0), count("P12I", 1, b1)) == (3, 1)
+    with pytest.raises(CensusReconError, match="PCT12 is keyed on single years of age"):
+        CensusWorkload.build(d.domain, t["PCT12"], block_attr=None)
+
+
+def test_the_published_xlsx_is_read_with_block_ids_excel_stored_as_numbers(tmp_path):
+    """The archive's .xlsx: Excel keeps Block ID as a number, so states 01-09 lose their leading zero."""
+    openpyxl = pytest.importorskip("openpyxl")  # the xlsx extra (dev installs it)
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.append(HEADER.strip().split(","))
+    for row in ROWS:
+        cells = row.split(",")
+        ws.append([int(cells[0]), int(cells[1]), *cells[2:3], int(cells[3]), *cells[4:]])
+    wb.save(tmp_path / "x.xlsx")
+    from_xlsx = read_bureau_extract(tmp_path / "x.xlsx")
+    from_csv = read_bureau_extract(_write(tmp_path / "x.csv", ROWS))
+    assert np.array_equal(from_xlsx.codes, from_csv.codes)
+    assert from_xlsx.geography.units("block").tolist() == from_csv.geography.units("block").tolist()
+
+
+def test_the_real_data_config_runs_on_one_small_tract(tmp_path, capsys):
+    """configs/census/bureau_2010.yaml end to end on the Los Angeles tract (5 blocks, 112 persons), cut small:
+    RAP-Rank's match rate and persons beyond the best guess, on real 2010 tables."""
+    import pandas as pd
+
+    from experiments.cli import main
+
+    sets = ["target.unit_ids=['06037532400']", "attack.runs=2", "attack.steps=30", "attack.rows=120",
+            "grid_points=10"]
+    assert main(["run", str(ROOT / "configs" / "census" / "bureau_2010.yaml"), "--out", str(tmp_path),
+                 "--no-progress", *[x for o in sets for x in ("--set", o)]]) == 0
+    out = capsys.readouterr().out
+    assert "rap_rank" in out and "persons unique in D" in out and "best guess" in out
+    run = next((tmp_path / "census_bureau_2010").iterdir())
+    df = pd.read_parquet(run / "match_rate.parquet")
+    assert {"rap_rank", "national", "chance"} <= set(df["method"]) and df["u"].max() > 0
