@@ -152,3 +152,146 @@ def read_bureau_extract(path: str | Path, tracts: list[str] | None = None, age: 
     codes = np.stack([ages, sex.to_numpy(dtype=np.int64), flags[6], race_group(cenrace), cenrace], axis=1)
     geo = Geography.from_parts(block.str[:2], block.str[2:5], block.str[5:11], block.str[11:15])
     return Dataset(domain, codes, geo)
+
+
+# ---- the Bureau's own integer programs (recon_replication's recon/tests/*.lp) ---------------------------
+
+#: a constraint name: _C_<table><cell>_<geography>_<index>, e.g. _C_P0120003_291650303071018_306 (P12 cell 3 of
+#: that block), _C_P012A003_... (P12A cell 3), _C_PCT0120004_29165030307_410 (PCT12 cell 4 of the tract)
+_CONSTRAINT = __import__("re").compile(r"^_C_(PCT|P)(\d{3})([A-Z]?)(\d{3,4})_(\d{11}|\d{15})_\d+$")
+#: a variable: C_<block>_<sex>_<age group start>.0_<n>_<sex>_<age>_<six race flags>_<Hispanic>
+_VARIABLE = __import__("re").compile(r"^C_(\d{15})_(male|female)_[\d.]+_\d+_(?:male|female)_(\d+)_([YN](?:_[YN]){6})$")
+
+
+def _open_text(path: Path):
+    import gzip
+
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+
+
+def read_lp_counts(path: str | Path) -> dict[tuple[str, int, str], int]:
+    """The published counts in one of the Bureau's LP files: each constraint's name is a table cell, its
+    right-hand side the 2010 count. Returns {(table, cell, geography id): count}, e.g. ("P12", 3, block)."""
+    path = Path(path)
+    if not path.is_file():
+        raise BureauFileError(f"LP file {str(path)!r} does not exist")
+    out: dict[tuple[str, int, str], int] = {}
+    current = None
+    with _open_text(path) as f:
+        for line in f:
+            text = line.strip()
+            head, colon, rest = text.partition(":")
+            if colon and head.startswith("_C_"):
+                current = head
+                text = rest
+            if current is None:
+                continue
+            if "=" in text:  # the constraint's end: its sense and right-hand side
+                rhs = text.rsplit("=", 1)[1].strip()
+                m = _CONSTRAINT.match(current)
+                if not m:
+                    raise BureauFileError(f"{path}: constraint {current!r} is not named after a table cell")
+                prefix, digits, letter, cell, geo = m.groups()
+                table = f"{prefix}{int(digits)}{letter}"
+                out[(table, int(cell), geo)] = int(round(float(rhs)))
+                current = None
+    if not out:
+        raise BureauFileError(f"{path} holds no constraint named after a table cell: not one of the Bureau's programs")
+    return out
+
+
+def read_lp_solution(path: str | Path) -> list[tuple[str, int, int, int, int]]:
+    """The persons of a Bureau solution file (.sol, a variable and its value per line): one (block id, age,
+    sex, Hispanic, CENRACE) per person, repeated by the variable's value; codes as :func:`person_domain`'s."""
+    path = Path(path)
+    if not path.is_file():
+        raise BureauFileError(f"solution file {str(path)!r} does not exist")
+    rows = []
+    with _open_text(path) as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            name, value = line.split()[:2]
+            n = int(round(float(value)))
+            m = _VARIABLE.match(name)
+            if n <= 0 or not m:
+                continue
+            block, sex, age, flags = m.groups()
+            yn = [1 if x == "Y" else 0 for x in flags.split("_")]
+            cenrace = int(cenrace_of_flags(np.array([yn[:6]]))[0])
+            rows += [(block, int(age), 0 if sex == "male" else 1, yn[6], cenrace)] * n
+    return rows
+
+
+def compare_persons(ours: list[tuple], theirs: list[tuple]) -> list[dict]:
+    """Per block: persons in each solution and those the two share as a multiset, on every field (exact
+    age) and with age in SF1's 38 groups (binned)."""
+    from collections import Counter
+
+    out = []
+    for block in sorted({r[0] for r in ours} | {r[0] for r in theirs}):
+        a = [r for r in ours if r[0] == block]
+        b = [r for r in theirs if r[0] == block]
+
+        def shared(key):
+            ca, cb = Counter(map(key, a)), Counter(map(key, b))
+            return sum(min(n, cb[k]) for k, n in ca.items())
+
+        out.append({"block": block, "ours": len(a), "theirs": len(b), "same_exact_age": shared(lambda r: r),
+                    "same_binned_age": shared(lambda r: (r[0], int(age_bin(r[1])), *r[2:]))})
+    return out
+
+
+def bureau_program(lp: str | Path):
+    """The project's own count program for the published counts of a Bureau LP file: the SF1 tables its
+    constraints name, over a domain of BLOCK (the blocks it names), single-year AGE, SEX, HISP and CENRACE.
+    A cell of those tables the file does not name is 0 when it is a detail cell (the Bureau dropped the
+    variables, and so the constraints, that a published zero rules out) and left free when it is a sum of
+    other cells (a total the detail cells already fix). Returns (workload, counts, block ids)."""
+    from microdata.census import CensusWorkload, sf1_tables
+    from microdata.domain import Attribute, Domain
+
+    counts = read_lp_counts(lp)
+    tables = sorted({t for t, _, _ in counts})
+    known = sf1_tables()
+    unknown = [t for t in tables if t not in known]
+    if unknown:
+        raise BureauFileError(f"{lp}: tables {unknown} are not among the SF1 tables censusrecon builds")
+    blocks = sorted({g for _, _, g in counts if len(g) == 15})
+    base = person_domain()
+    domain = Domain((Attribute("BLOCK", tuple(blocks)), base.attribute("AGE"), base.attribute("SEX"),
+                     base.attribute("HISP"), base.attribute("CENRACE")))
+    size = dict(zip(domain.names, domain.sizes))
+
+    def full(c) -> dict:
+        sets = c.attrs()
+        return {a: frozenset(v for v in sets.get(a, range(n)) if v < n) for a, n in size.items() if a != "BLOCK"}
+
+    def inside(a: dict, b: dict) -> bool:
+        return all(a[k] <= b[k] for k in a)
+
+    cells, value = [], {}
+    for t in tables:
+        table_cells = known[t]
+        sets = [full(c) for c in table_cells]
+        for c, s in zip(table_cells, sets):
+            aggregate = any(o is not s and inside(o, s) and o != s for o in sets)
+            places = blocks if c.level == "block" else [lp_tract(counts)]
+            named = [(t, c.number, g) in counts for g in places]
+            if aggregate and not any(named):
+                continue  # a total the detail cells fix: not named, left free
+            cells.append(c)
+            for g in places:
+                value[(c.name, g)] = counts.get((t, c.number, g), 0)
+    w = CensusWorkload.build(domain, cells)
+    vec = np.array([value[(label.split("@")[0], label.split("@")[1] if "@" in label else lp_tract(counts))]
+                    for label in w.labels], dtype=np.int64)
+    return w, vec, blocks
+
+
+def lp_tract(counts: dict) -> str:
+    """The tract of an LP file's counts: the 11-digit id its tract cells name, or its blocks' first 11 digits."""
+    tracts = {g for _, _, g in counts if len(g) == 11} or {g[:11] for _, _, g in counts}
+    if len(tracts) != 1:
+        raise BureauFileError(f"an LP file of one tract was expected, these name {sorted(tracts)}")
+    return next(iter(tracts))

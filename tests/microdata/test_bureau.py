@@ -150,3 +150,38 @@ def test_the_real_data_config_runs_on_one_small_tract(tmp_path, capsys):
     run = next((tmp_path / "census_bureau_2010").iterdir())
     df = pd.read_parquet(run / "match_rate.parquet")
     assert {"rap_rank", "national", "chance"} <= set(df["method"]) and df["u"].max() > 0
+
+
+def test_the_missouri_program_is_rebuilt_from_its_published_counts_and_solved_to_gurobis_persons():
+    """The Bureau's integer program for a real Missouri tract (11 persons, 2 blocks): the published counts read
+    from its constraint names, the project's own program built from them (a detail cell the file leaves out is
+    0, a total it leaves out is free), solved with HiGHS: the same persons as Gurobi's solution, block by block."""
+    from microdata.bureau import bureau_program, compare_persons, read_lp_counts, read_lp_solution
+    from reconstruct.exact import reconstruct_exact
+
+    lp = SHIPPED / "lp" / "model_29165030307.lp.gz"
+    counts = read_lp_counts(lp)
+    assert counts[("P1", 1, "291650303071018")] == 7 and counts[("P1", 1, "291650303071141")] == 4
+    assert counts[("P12A", 3, "291650303071018")] == 1 and counts[("PCT12", 3, "29165030307")] == 0
+    w, vec, blocks = bureau_program(lp)
+    res, _ = reconstruct_exact(w, vec, certify_support=False)
+    assert res.status == "solved"
+    keys, n = res.rows()
+    codes = w.domain.decode(keys)
+    ours = [(blocks[c[0]], int(c[1]), int(c[2]), int(c[3]), int(c[4])) for c, k in zip(codes, n) for _ in range(k)]
+    theirs = read_lp_solution(SHIPPED / "lp" / "model_29165030307.sol.gz")
+    assert len(theirs) == 11
+    rows = compare_persons(ours, theirs)
+    assert [(r["ours"], r["theirs"]) for r in rows] == [(7, 7), (4, 4)]
+    assert all(r["same_exact_age"] == r["ours"] for r in rows)
+
+
+def test_an_lp_file_that_is_not_the_bureaus_is_refused(tmp_path):
+    from microdata.bureau import read_lp_counts
+
+    (tmp_path / "x.lp").write_text("Minimize\n obj: x\nSubject To\n c1: x + y = 1\nEnd\n")
+    with pytest.raises(BureauFileError, match="no constraint named after a table cell"):
+        read_lp_counts(tmp_path / "x.lp")
+    (tmp_path / "y.lp").write_text("Subject To\n_C_Q0010001_291650303071018_1: x = 1\n")
+    with pytest.raises(BureauFileError, match="not named after a table cell"):
+        read_lp_counts(tmp_path / "y.lp")
