@@ -185,3 +185,33 @@ def test_an_lp_file_that_is_not_the_bureaus_is_refused(tmp_path):
     (tmp_path / "y.lp").write_text("Subject To\n_C_Q0010001_291650303071018_1: x = 1\n")
     with pytest.raises(BureauFileError, match="not named after a table cell"):
         read_lp_counts(tmp_path / "y.lp")
+
+
+def test_agreement_by_block_size_on_a_hand_made_pair(tmp_path):
+    """Block 1000 (3 persons: size 1-9) and block 1001 (1 person): the other file gets one of block 1000's
+    persons exactly, one in the right age group only (27 for 25), one wrong in sex, and block 1001's person
+    in another block. Exact 1 of 4, binned 2 of 4; by size, all four are in blocks of 1-9."""
+    from microdata.bureau import agreement_by_block_size
+
+    truth = ["0,010730051031000,male,4,4,Y,N,N,N,N,N,N,,", "1,010730051031000,female,25,25 - 29,Y,N,N,N,N,N,N,,",
+             "2,010730051031000,female,60,60 - 61,Y,N,N,N,N,N,N,,", "3,010730051031001,male,40,40 - 44,Y,N,N,N,N,N,N,,"]
+    other = ["0,010730051031000,male,4,4,Y,N,N,N,N,N,N,,", "1,010730051031000,female,27,25 - 29,Y,N,N,N,N,N,N,,",
+             "2,010730051031000,male,60,60 - 61,Y,N,N,N,N,N,N,,", "3,010730051031002,male,40,40 - 44,Y,N,N,N,N,N,N,,"]
+    t = read_bureau_extract(_write(tmp_path / "t.csv", truth), age="single")
+    o = read_bureau_extract(_write(tmp_path / "o.csv", other), age="single")
+    rows = {r["block_size"]: r for r in agreement_by_block_size(t, o)}
+    assert rows["all"] == {"block_size": "all", "persons": 4, "binned": 0.5, "exact": 0.25}
+    assert rows["1-9"]["persons"] == 4 and rows["100+"]["persons"] == 0 and rows["100+"]["binned"] is None
+
+
+def test_agreement_of_the_real_das_output_with_the_published_tables_records():
+    """The 8 shipped tracts: the 2020 DAS run on 2010 data against the records of the published tables, by
+    block size (the Bureau's 38 age groups; the paper's national figures are 8.0 / 18.2 / 27.3 / 38.5%)."""
+    from microdata.bureau import agreement_by_block_size
+
+    t = read_bureau_extract(SHIPPED / "rhdf_bt_0solvar_extract_8tracts.csv", age="single")
+    o = read_bureau_extract(SHIPPED / "rmdf_bt_0solvar_extract_8tracts.csv", age="single")
+    got = {r["block_size"]: (round(100 * r["binned"], 1), round(100 * r["exact"], 1)) for r in
+           agreement_by_block_size(t, o)}
+    assert got == {"1-9": (9.2, 3.4), "10-49": (21.4, 8.1), "50-99": (35.9, 12.4), "100+": (47.6, 24.4),
+                   "all": (23.9, 9.8)}
