@@ -138,7 +138,8 @@ class DataConfig(_Strict):
         default_factory=list, description="table: the file's geography levels, coarsest first, each one column")
     units_file: str | None = Field(
         None, description="table: the public list of every unit of the finest level with its parents, empty ones "
-        "included (the published block list comes from here, never from the persons)")
+        "included (the published block list comes from here, never from the persons); bureau: a CSV of every "
+        "block's Block ID")
     attributes: dict[str, AttributeDeclConfig] = Field(
         default_factory=dict, description="table: each attribute's column and its values or range")
 
@@ -807,9 +808,9 @@ class ExperimentConfig(_Strict):
                 raise ValueError("release.files are releases made outside censusrecon, of every person of their "
                                  "units: set target.whole_units: true (the attacks then target each whole unit, "
                                  "and the tool's own mechanisms release whole units too)")
-            if any(f.kind == "microdata" for f in self.release.files) and self.data.source != "table":
-                raise ValueError("a microdata release file is read with the person file's columns and codes: it "
-                                 "needs data.source: table")
+            if any(f.kind == "microdata" for f in self.release.files) and self.data.source not in ("table", "bureau"):
+                raise ValueError("a microdata release file is read as the person file is, by its source: it needs "
+                                 "data.source: table (your columns and codes) or bureau (the Bureau's extract format)")
             if any(f.kind == "tables" for f in self.release.files) and not self.queries[0].is_tables:
                 raise ValueError("a tables release file publishes the declared tables: make the first workload "
                                  "kind: tables")

@@ -83,7 +83,35 @@ def _frame(path: Path) -> pd.DataFrame:
         return pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
 
 
-def read_bureau_extract(path: str | Path, tracts: list[str] | None = None, age: str = "binned") -> Dataset:
+def read_block_list(path: str | Path):
+    """The public list of blocks (empty ones included) for an extract: a CSV with a ``Block ID`` column of
+    15-digit block ids (14 where Excel dropped the leading zero), one row a block."""
+    from microdata.geography import UnitCatalogue
+    from microdata.table_source import reading
+
+    path = Path(path)
+    if not path.is_file():
+        raise BureauFileError(f"block list {str(path)!r} does not exist")
+    with reading(path, "block list (CSV)"):
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
+    if "Block ID" not in df.columns:
+        raise BureauFileError(f"{path}: a block list has a 'Block ID' column; it has {list(df.columns)[:6]}")
+    block = df["Block ID"].str.strip()
+    ok = block.str.fullmatch(r"\d{14,15}").to_numpy()
+    if not ok.all():
+        i = int(np.argmax(~ok))
+        raise BureauFileError(f"{path} row {i + 2}, column Block ID: {df['Block ID'].iloc[i]!r} is not a 15-digit "
+                              "block id")
+    block = block.str.zfill(15)
+    if block.duplicated().any():
+        raise BureauFileError(f"{path}: block {block[block.duplicated()].iloc[0]!r} is listed more than once")
+    ids = {"state": block.str[:2], "county": block.str[:5], "tract": block.str[:11], "block": block}
+    return UnitCatalogue({lv: v.to_numpy() for lv, v in ids.items()}, f"block list {path} (every block, empty ones "
+                         "included)")
+
+
+def read_bureau_extract(path: str | Path, tracts: list[str] | None = None, age: str = "binned",
+                        units_file: str | Path | None = None) -> Dataset:
     """Every person of a Bureau extract (optionally of some tracts: 11-digit ids), with AGE, SEX, HISP, RACE and
     CENRACE and the census geography from the block ids. AGE is SF1's 38 age groups (``age="binned"``, the
     default: the extract is exact on them, its single year is one feasible value, not the true one) or the
@@ -151,6 +179,8 @@ def read_bureau_extract(path: str | Path, tracts: list[str] | None = None, age: 
         domain = Domain((Attribute("AGE", tuple(labels)), *domain.attributes[1:]))
     codes = np.stack([ages, sex.to_numpy(dtype=np.int64), flags[6], race_group(cenrace), cenrace], axis=1)
     geo = Geography.from_parts(block.str[:2], block.str[2:5], block.str[5:11], block.str[11:15])
+    if units_file is not None:  # the public list: blocks nobody lives in included, a block with persons on it
+        geo = geo.with_catalogue(read_block_list(units_file))
     return Dataset(domain, codes, geo)
 
 

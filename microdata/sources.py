@@ -83,7 +83,8 @@ def _ppmf(s: dict, attributes) -> Dataset:
 def _bureau(s: dict, attributes) -> Dataset:
     from microdata.bureau import read_bureau_extract
 
-    return read_bureau_extract(s["path"], tracts=s.get("tracts") or None, age=s.get("age") or "binned")
+    return read_bureau_extract(s["path"], tracts=s.get("tracts") or None, age=s.get("age") or "binned",
+                               units_file=s.get("units_file"))
 
 
 def _table(s: dict, attributes) -> Dataset:
@@ -108,7 +109,7 @@ SOURCES: dict[str, Source] = {
                          "ACS PUMS person files in folktables' layout"),
     "ppmf": Source("ppmf", frozenset({"path", "states", "counties", "tracts"}), frozenset({"path"}), _ppmf,
                    "a 2010 demonstration Privacy-Protected Microdata File (person)"),
-    "bureau": Source("bureau", frozenset({"path", "tracts", "age"}), frozenset({"path"}), _bureau,
+    "bureau": Source("bureau", frozenset({"path", "tracts", "age", "units_file"}), frozenset({"path"}), _bureau,
                      "the Census Bureau's 2010 reconstruction extract (recon_replication's format, .csv or .xlsx)",
                      ("AGE", "SEX", "HISP", "CENRACE")),
     "table": Source("table", frozenset({"path", "geography", "units_file", "attributes"}),

@@ -441,8 +441,10 @@ def exact_words(exact: dict) -> str:
     share = exact.get("scale", "persons") == "share"
     low, high = (("share_low", "share_high") if share else ("ci_low", "ci_high"))
     beyond = _num(exact, low) > 0
-    other = (f"; in persons {_num(exact, 'difference_mean'):+.1f} per unit ({_num(exact, 'ci_low'):+.1f} to "
-             f"{_num(exact, 'ci_high'):+.1f}), not the rule's measure" if share else "")
+    one = _num(exact, "units") < 2
+    other = (f"; in persons {_num(exact, 'difference_mean'):+.1f} per unit ("
+             + ("1 unit: no interval" if one else f"{_num(exact, 'ci_low'):+.1f} to {_num(exact, 'ci_high'):+.1f}")
+             + "), not the rule's measure" if share else "")
     return (f"best attack ({exact.get('best_attacks', '')}) {persons_words(exact)}, best guess "
             f"({exact.get('best_baselines', '')}) {int(_num(exact, 'baseline_persons'))}; rule: the two-sided "
             f"{CONFIDENCE:.0%} interval of the excess, {_figure(exact, _num(exact, low))} to "

@@ -215,3 +215,37 @@ def test_agreement_of_the_real_das_output_with_the_published_tables_records():
            agreement_by_block_size(t, o)}
     assert got == {"1-9": (9.2, 3.4), "10-49": (21.4, 8.1), "50-99": (35.9, 12.4), "100+": (47.6, 24.4),
                    "all": (23.9, 9.8)}
+
+
+def test_the_public_block_list_keeps_empty_blocks_and_refuses_a_missing_one(tmp_path):
+    from microdata.geography import GeographyError
+
+    (tmp_path / "blocks.csv").write_text("Block ID\n010730051031000\n10730051031001\n010730051031002\n"
+                                         "380879650001002\n")
+    d = read_bureau_extract(_write(tmp_path / "x.csv", ROWS), units_file=tmp_path / "blocks.csv")
+    assert d.geography.listed("block", "010730051031002")  # nobody lives there: still on the list
+    (tmp_path / "short.csv").write_text("Block ID\n010730051031000\n")
+    with pytest.raises(GeographyError, match="has persons but is missing from the unit list"):
+        read_bureau_extract(tmp_path / "x.csv", units_file=tmp_path / "short.csv")
+    (tmp_path / "bad.csv").write_text("Block ID\n0107300510\n")
+    with pytest.raises(BureauFileError, match="bad.csv row 2, column Block ID"):
+        read_bureau_extract(tmp_path / "x.csv", units_file=tmp_path / "bad.csv")
+
+
+def test_the_real_das_output_is_evaluated_as_a_release_made_elsewhere(tmp_path, capsys):
+    """configs/census/bureau_2010_das.yaml on two real tracts, cut small: the 2020 DAS output of the same persons
+    read with the Bureau reader over the public block list (it has persons in blocks empty in 2010), attacked,
+    and decided: a file cannot be audited, and its rows' risks cannot be measured on whole units."""
+    from experiments.cli import main
+    from experiments.release.decision import load_decision
+
+    sets = ["target.unit_ids=['06037532400', '48427950105']", "attack.runs=2", "attack.steps=30",
+            "attack.rows=120", "grid_points=10"]
+    status = main(["evaluate-release", str(ROOT / "configs" / "census" / "bureau_2010_das.yaml"), "--out",
+                   str(tmp_path), "--no-progress", *[x for o in sets for x in ("--set", o)]])
+    rel = next((tmp_path / "census_bureau_2010_das").iterdir()) / "release"
+    decision = load_decision(rel)
+    (m,) = decision.mechanisms
+    assert m.mechanism == "file:das_2020" and status == decision.exit_status() == 3
+    assert m.audit.startswith("not applicable") and "whole units" in m.reasons[0]
+    assert "Census Bureau's 2010 reconstruction extract" in (rel / "report.md").read_text()
