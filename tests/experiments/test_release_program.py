@@ -154,7 +154,9 @@ def test_a_program_that_halves_its_noise_when_asked_for_one_release_fails_in_eit
                               "calls: batch, single_runs: 20}", "release.audit.runs=1000")
     [r] = audit_release(study, seed=5)
     assert r.outcome == "failed" and r.checks["call_shape"].startswith("fail"), r.checks_summary()
-    assert "(the releases drawn one per call)" in r.checks["noise_scale"]  # the batches alone passed
+    # noise_scale on the 20 single releases fails too, often but not always (the adapter's noise is OpenDP's
+    # secure randomness, not the audit's seed, and 20 releases are few): call_shape is what must catch it here,
+    # and noise_scale must on the default shape, one release per call (below)
     _, study = _program(over, f"{{name: h, function: '{Path(__file__)}:halved_when_single', noise: laplace, "
                               "audit_runs: 150}", "release.audit.runs=1000")
     [r] = audit_release(study, seed=5)
