@@ -65,10 +65,11 @@ def cenrace_of_flags(flags: np.ndarray) -> np.ndarray:
 
 
 def _frame(path: Path) -> pd.DataFrame:
-    """The file's columns as text, whatever its format (.csv, or .xlsx with the `xlsx` extra)."""
+    """The file's columns as text, whatever its format (.csv or .csv.gz, or .xlsx with the `xlsx` extra)."""
     from microdata.table_source import reading
 
-    suffix = path.suffix.lower()
+    name = path.name.lower()
+    suffix = ".csv" if name.endswith((".csv", ".csv.gz")) else path.suffix.lower()
     if suffix == ".xlsx":
         try:
             import openpyxl  # noqa: F401
@@ -78,7 +79,8 @@ def _frame(path: Path) -> pd.DataFrame:
         with reading(path, "Bureau extract (.xlsx)"):
             return pd.read_excel(path, dtype=str, keep_default_na=False)
     if suffix != ".csv":
-        raise BureauFileError(f"{path}: a Bureau extract is .csv or .xlsx, not {suffix or 'a file without extension'}")
+        raise BureauFileError(f"{path}: a Bureau extract is .csv (or .csv.gz) or .xlsx, not "
+                              f"{suffix or 'a file without extension'}")
     with reading(path, "Bureau extract (CSV)"):
         return pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
 

@@ -70,7 +70,7 @@ def test_a_malformed_row_names_file_row_column_and_value(tmp_path, row, column, 
 
 def test_other_files_are_refused_in_one_line(tmp_path):
     (tmp_path / "x.txt").write_text("a")
-    for path, says in ((tmp_path / "none.csv", "does not exist"), (tmp_path / "x.txt", "is .csv or .xlsx"),
+    for path, says in ((tmp_path / "none.csv", "does not exist"), (tmp_path / "x.txt", "a Bureau extract is .csv"),
                        (_write(tmp_path / "empty.csv", []), "no persons")):
         with pytest.raises(BureauFileError, match=says):
             read_bureau_extract(path)
@@ -80,8 +80,8 @@ def test_other_files_are_refused_in_one_line(tmp_path):
 
 
 def test_the_shipped_tracts_read_both_files():
-    rhdf = read_bureau_extract(SHIPPED / "rhdf_bt_0solvar_extract_8tracts.csv")
-    rmdf = read_bureau_extract(SHIPPED / "rmdf_bt_0solvar_extract_8tracts.csv")  # Block IDs as Excel left them
+    rhdf = read_bureau_extract(SHIPPED / "rhdf_bt_0solvar_extract_8tracts.csv.gz")
+    rmdf = read_bureau_extract(SHIPPED / "rmdf_bt_0solvar_extract_8tracts.csv.gz")  # Block IDs as Excel left them
     assert len(rhdf) == 19318 and len(rmdf) == 19314
     tracts = sorted(set(rhdf.geography.units("tract")))
     assert tracts == sorted(set(rmdf.geography.units("tract"))) and len(tracts) == 8
@@ -209,8 +209,8 @@ def test_agreement_of_the_real_das_output_with_the_published_tables_records():
     block size (the Bureau's 38 age groups; the paper's national figures are 8.0 / 18.2 / 27.3 / 38.5%)."""
     from microdata.bureau import agreement_by_block_size
 
-    t = read_bureau_extract(SHIPPED / "rhdf_bt_0solvar_extract_8tracts.csv", age="single")
-    o = read_bureau_extract(SHIPPED / "rmdf_bt_0solvar_extract_8tracts.csv", age="single")
+    t = read_bureau_extract(SHIPPED / "rhdf_bt_0solvar_extract_8tracts.csv.gz", age="single")
+    o = read_bureau_extract(SHIPPED / "rmdf_bt_0solvar_extract_8tracts.csv.gz", age="single")
     got = {r["block_size"]: (round(100 * r["binned"], 1), round(100 * r["exact"], 1)) for r in
            agreement_by_block_size(t, o)}
     assert got == {"1-9": (9.2, 3.4), "10-49": (21.4, 8.1), "50-99": (35.9, 12.4), "100+": (47.6, 24.4),
