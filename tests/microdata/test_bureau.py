@@ -249,3 +249,16 @@ def test_the_real_das_output_is_evaluated_as_a_release_made_elsewhere(tmp_path, 
     assert m.mechanism == "file:das_2020" and status == decision.exit_status() == 3
     assert m.audit.startswith("not applicable") and "whole units" in m.reasons[0]
     assert "Census Bureau's 2010 reconstruction extract" in (rel / "report.md").read_text()
+
+
+def test_the_real_data_config_runs_unchanged_on_another_file_of_the_format(tmp_path, capsys):
+    """--set data.path pointing at another file in the Bureau's format (here the DAS counterpart, Block IDs as
+    Excel left them) runs configs/census/bureau_2010.yaml unchanged."""
+    from experiments.cli import main
+
+    other = SHIPPED / "rmdf_bt_0solvar_extract_8tracts.csv.gz"
+    sets = [f"data.path={other}", "target.unit_ids=['06037532400']", "attack.runs=2", "attack.steps=20",
+            "attack.rows=100", "grid_points=10", "attack.exact=false"]
+    assert main(["run", str(ROOT / "configs" / "census" / "bureau_2010.yaml"), "--out", str(tmp_path),
+                 "--no-progress", *[x for o in sets for x in ("--set", o)]]) == 0
+    assert "rap_rank" in capsys.readouterr().out
