@@ -18,6 +18,8 @@ same persons.
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +87,22 @@ def _frame(path: Path) -> pd.DataFrame:
         return pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
 
 
+def _block_ids(path: Path, raw: pd.Series, what: str) -> pd.Series:
+    """A column of block ids as 15 digits, zero-padded where Excel dropped the leading zero; the first that is
+    not a block id names the file, row (the header being row 1) and value."""
+    ids = raw.str.strip()
+    ok = ids.str.fullmatch(r"\d{14,15}").to_numpy()
+    if not ok.all():
+        i = int(np.argmax(~ok))
+        raise BureauFileError(f"{path} row {i + 2}, column Block ID: {raw.iloc[i]!r} is not {what}")
+    return ids.str.zfill(15)
+
+
+def _shared(a: Counter, b: Counter) -> int:
+    """Persons two multisets share, matched one to one."""
+    return sum(min(n, b.get(k, 0)) for k, n in a.items())
+
+
 def read_block_list(path: str | Path):
     """The public list of blocks (empty ones included) for an extract: a CSV with a ``Block ID`` column of
     15-digit block ids (14 where Excel dropped the leading zero), one row a block."""
@@ -98,17 +116,11 @@ def read_block_list(path: str | Path):
         df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
     if "Block ID" not in df.columns:
         raise BureauFileError(f"{path}: a block list has a 'Block ID' column; it has {list(df.columns)[:6]}")
-    block = df["Block ID"].str.strip()
-    ok = block.str.fullmatch(r"\d{14,15}").to_numpy()
-    if not ok.all():
-        i = int(np.argmax(~ok))
-        raise BureauFileError(f"{path} row {i + 2}, column Block ID: {df['Block ID'].iloc[i]!r} is not a 15-digit "
-                              "block id")
-    block = block.str.zfill(15)
+    block = _block_ids(path, df["Block ID"], "a 15-digit block id")
     if block.duplicated().any():
         raise BureauFileError(f"{path}: block {block[block.duplicated()].iloc[0]!r} is listed more than once")
-    ids = {"state": block.str[:2], "county": block.str[:5], "tract": block.str[:11], "block": block}
-    return UnitCatalogue({lv: v.to_numpy() for lv, v in ids.items()}, f"block list {path} (every block, empty ones "
+    geo = Geography.census(block.to_numpy())
+    return UnitCatalogue({lv: geo.ids[lv] for lv in geo.levels[1:]}, f"block list {path} (every block, empty ones "
                          "included)")
 
 
@@ -135,11 +147,8 @@ def read_bureau_extract(path: str | Path, tracts: list[str] | None = None, age: 
         i = int(np.argmax(mask))
         raise BureauFileError(f"{path} row {i + 2}, column {column}: {df[column].iloc[i]!r} is not {what}")
 
-    block = df["Block ID"].str.strip().str.replace(r"\.0$", "", regex=True)  # a number Excel wrote as float
-    digits = block.str.fullmatch(r"\d{14,15}").to_numpy()
-    if not digits.all():
-        bad(~digits, "Block ID", "a 15-digit block id (14 where Excel dropped the leading zero)")
-    block = block.str.zfill(15)
+    block = _block_ids(path, df["Block ID"].str.strip().str.replace(r"\.0$", "", regex=True),  # Excel's float
+                       "a 15-digit block id (14 where Excel dropped the leading zero)")
     if tracts:
         keep = block.str[:11].isin(list(tracts)).to_numpy()
         if not keep.any():
@@ -180,7 +189,7 @@ def read_bureau_extract(path: str | Path, tracts: list[str] | None = None, age: 
         ages = age_bin(ages)
         domain = Domain((Attribute("AGE", tuple(labels)), *domain.attributes[1:]))
     codes = np.stack([ages, sex.to_numpy(dtype=np.int64), flags[6], race_group(cenrace), cenrace], axis=1)
-    geo = Geography.from_parts(block.str[:2], block.str[2:5], block.str[5:11], block.str[11:15])
+    geo = Geography.census(block.to_numpy())
     if units_file is not None:  # the public list: blocks nobody lives in included, a block with persons on it
         geo = geo.with_catalogue(read_block_list(units_file))
     return Dataset(domain, codes, geo)
@@ -190,9 +199,9 @@ def read_bureau_extract(path: str | Path, tracts: list[str] | None = None, age: 
 
 #: a constraint name: _C_<table><cell>_<geography>_<index>, e.g. _C_P0120003_291650303071018_306 (P12 cell 3 of
 #: that block), _C_P012A003_... (P12A cell 3), _C_PCT0120004_29165030307_410 (PCT12 cell 4 of the tract)
-_CONSTRAINT = __import__("re").compile(r"^_C_(PCT|P)(\d{3})([A-Z]?)(\d{3,4})_(\d{11}|\d{15})_\d+$")
+_CONSTRAINT = re.compile(r"^_C_(PCT|P)(\d{3})([A-Z]?)(\d{3,4})_(\d{11}|\d{15})_\d+$")
 #: a variable: C_<block>_<sex>_<age group start>.0_<n>_<sex>_<age>_<six race flags>_<Hispanic>
-_VARIABLE = __import__("re").compile(r"^C_(\d{15})_(male|female)_[\d.]+_\d+_(?:male|female)_(\d+)_([YN](?:_[YN]){6})$")
+_VARIABLE = re.compile(r"^C_(\d{15})_(male|female)_[\d.]+_\d+_(?:male|female)_(\d+)_([YN](?:_[YN]){6})$")
 
 
 def _open_text(path: Path):
@@ -258,16 +267,13 @@ def read_lp_solution(path: str | Path) -> list[tuple[str, int, int, int, int]]:
 def compare_persons(ours: list[tuple], theirs: list[tuple]) -> list[dict]:
     """Per block: persons in each solution and those the two share as a multiset, on every field (exact
     age) and with age in SF1's 38 groups (binned)."""
-    from collections import Counter
-
     out = []
     for block in sorted({r[0] for r in ours} | {r[0] for r in theirs}):
         a = [r for r in ours if r[0] == block]
         b = [r for r in theirs if r[0] == block]
 
         def shared(key):
-            ca, cb = Counter(map(key, a)), Counter(map(key, b))
-            return sum(min(n, cb[k]) for k, n in ca.items())
+            return _shared(Counter(map(key, a)), Counter(map(key, b)))
 
         out.append({"block": block, "ours": len(a), "theirs": len(b), "same_exact_age": shared(lambda r: r),
                     "same_binned_age": shared(lambda r: (r[0], int(age_bin(r[1])), *r[2:]))})
@@ -339,8 +345,6 @@ def agreement_by_block_size(truth: Dataset, other: Dataset) -> list[dict]:
     and age (exact: the same single year; binned: the same SF1 age group), per class of the block's size in
     ``truth`` (1-9, 10-49, 50-99, 100+ persons) and overall. Both need single-year AGE (``age="single"``)
     for the exact figure; on binned AGE only the binned one is given (``exact`` None)."""
-    from collections import Counter
-
     from microdata.census import AGE_BINS_38_LABELS
 
     binned_only = truth.domain.attribute("AGE").values == AGE_BINS_38_LABELS

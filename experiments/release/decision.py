@@ -31,8 +31,8 @@ import numpy as np
 
 from experiments.config import FILE_PREFIX, NOT_DP
 from experiments.metrics import CONFIDENCE, units_to_decide
-from experiments.release.words import (NOT_DP_SETTINGS, less_protective, more_protective, persons_words,
-                                       setting_label, units_advice)
+from experiments.release.words import (NOT_DP_SETTINGS, fit_words, less_protective, more_protective,
+                                       persons_words, setting_label, units_advice)
 
 PUBLISH, DO_NOT_PUBLISH, CANNOT_DECIDE = "publish", "do_not_publish", "cannot_decide"
 #: the words that open a decision's line, for a board
@@ -266,12 +266,11 @@ def decide(cfg, verdicts_by_variant: dict, audits: list, entries: list, row_mech
     publication), the risks measured (``risks``: anonymeter's table, or empty) and which mechanisms
     published rows."""
     r = cfg.release
-    rows_by_variant = verdicts_by_variant
     measured = set(risks["mechanism"]) if risks is not None and len(risks) else set()
     out = []
     for mech in r.evaluated:
         verdicts = []
-        for v, rows in rows_by_variant.items():
+        for v, rows in verdicts_by_variant.items():
             row = next((x for x in rows if x["mechanism"] == mech), None)
             if row is None:
                 continue
@@ -301,7 +300,6 @@ def decide(cfg, verdicts_by_variant: dict, audits: list, entries: list, row_mech
             closed_no.append("shown above the tolerance even at its most protective setting")
         if audit in ("inconclusive", "not run"):
             mine = [a for a in audits if a.mechanism == mech and a.outcome == "inconclusive"]
-            need = max((a.details.get("runs_to_certify") or 0 for a in mine), default=0)
             closed_undecided.append(f"its audit is {audit}" + (
                 f": not shown to keep its ε ({', '.join(sorted({c for a in mine for c in a.unchecked()}))} could not run)"
                 if mine else ""))
@@ -321,7 +319,7 @@ def decide(cfg, verdicts_by_variant: dict, audits: list, entries: list, row_mech
         action = DO_NOT_PUBLISH if closed_no else CANNOT_DECIDE if closed_undecided else PUBLISH
         reasons = closed_no + closed_undecided
         out.append(MechanismDecision(mech, action, setting if action == PUBLISH else None, reasons,
-                                     _next_step(cfg, mech, action, status, verdicts, audit, fit, risk, audits,
+                                     _next_step(cfg, mech, status, verdicts, audit, fit, risk, audits,
                                                 units_in_file, simulated),
                                      caveats, audit, fit, risk, verdicts))
     units = max((int(_num(v.figures, "units")) for m in out for v in m.verdicts if v.figures), default=0)
@@ -329,7 +327,7 @@ def decide(cfg, verdicts_by_variant: dict, audits: list, entries: list, row_mech
                     audit_when)
 
 
-def _next_step(cfg, mech: str, action: str, status: str, verdicts: list[Verdict], audit: str, fit, risk: str,
+def _next_step(cfg, mech: str, status: str, verdicts: list[Verdict], audit: str, fit, risk: str,
                audits: list, available: int | None, simulated: bool = False) -> str:
     """What to do next, for every outcome."""
     steps = []
@@ -474,8 +472,7 @@ def terminal_lines(decision: Decision, variant_names: dict | None = None) -> lis
                 out.append(f"exact tables{tag}: {exact_words(v.exact)}")
     for m in decision.mechanisms:
         out.append("")
-        out.append(f"{m.mechanism}: {m.headline().split(' ' + m.mechanism, 1)[0]}"
-                   + (f" at {m.where()}" if m.action == PUBLISH else ""))
+        out.append(f"{m.mechanism}: {HEADS[m.action]}" + (f" at {m.where()}" if m.action == PUBLISH else ""))
         for v in m.verdicts:
             tag = f" ({variant_names[v.variant]})" if variant_names and len(variant_names) > 1 else ""
             fig = v.figures or {}
@@ -491,9 +488,8 @@ def terminal_lines(decision: Decision, variant_names: dict | None = None) -> lis
             if v.next:
                 out.append(f"    at {setting_label(m.mechanism, _num(v.next, 'setting'))}: not shown safe; rule: "
                            f"{rule_words('next', v.next)}")
-        out.append(f"  audit: {m.audit}; fit for publication: "
-                   + ({True: "yes", False: "no", None: "the agency's (not checked)"}[m.fit_for_publication])
-                   + f"; risks of published rows: {m.risks}")
+        out.append(f"  audit: {m.audit}; fit for publication: {fit_words(m.fit_for_publication)}; risks of published "
+                   f"rows: {m.risks}")
         for r in m.reasons[1:]:
             out.append(f"  also: {r}")
         for c in m.caveats:

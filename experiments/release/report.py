@@ -20,8 +20,8 @@ from experiments.metrics import (CONFIDENCE, PLAN_MAX_UNITS, PLAN_POWER, SATURAT
                                  strength_sequence, strength_table, summarise_persons, t_half_width, unique_share,
                                  unit_names, units_to_decide, upper_limit, variant_label)
 from experiments.plots import save_figure  # noqa: E402
-from experiments.release.words import (NOT_DP_SETTINGS, less_protective, more_protective,  # noqa: E402,F401
-                                       persons_words, setting_label, units_advice)
+from experiments.release.words import (NOT_DP_SETTINGS, fit_words, less_protective,  # noqa: E402,F401
+                                       more_protective, persons_words, setting_label, units_advice)
 from experiments.results import time_words  # noqa: E402
 from synth.release import DERIVED_ROWS  # noqa: E402
 
@@ -116,14 +116,7 @@ def utility_summary(util: pd.DataFrame, by=("variant", "mechanism", "setting")) 
         columns=["abs_error", "off"])
 
 
-#: What each verdict status means, for the report and the terminal.
-STATUS_WORDS = {
-    "safe": "shown safe up to",
-    "none_safe": "not safe at any setting evaluated: shown above the tolerance even at",
-    "not_shown_safe": "NOT SHOWN SAFE at any setting evaluated; at the most protective,",
-    "cannot_decide": "CANNOT DECIDE: the attack is not beyond the best guess even on the exact tables",
-}
-#: statuses that decide (the board can act on them); the others end `evaluate-release` with exit status 3
+#: verdict statuses that decide (the decision's other gates can still close: experiments.release.decision)
 DECIDED = ("safe", "none_safe")
 
 
@@ -201,7 +194,7 @@ def decision_plan(status: str, x, exact, strength: dict | None, mechanism: str, 
 
 def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant, strength: dict | None = None,
                  tolerance=None, available: int | None = None) -> list[dict]:
-    """The verdict per mechanism, as data: its ``status`` (a key of :data:`STATUS_WORDS`; ``decided``
+    """The verdict per mechanism, as data: its ``status`` (safe, none_safe, not_shown_safe or cannot_decide; ``decided``
     when in :data:`DECIDED`), the setting named safe (or None), the row of figures it rests on (``x``),
     the table error there, ``plan`` (what would decide it, when undecided) and the paragraph that
     says it.
@@ -698,7 +691,7 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     _risk_section(doc, run_dir, variants)
     doc.h(2, "Fit for publication?")
     doc.table(["mechanism", "fit for publication", "why"],
-              [[m, _fit_words(e), e.get("not_dp") or e.get("publication_note", "")]
+              [[m, fit_words(e.get("for_publication")), e.get("not_dp") or e.get("publication_note", "")]
                for m in r.evaluated for e in [next((x for x in entries if x["mechanism"] == m), None)] if e],
               numeric=set())
     n_note = next((x.get("total") or x.get("rows_are") for x in entries if x.get("total") or x.get("rows_are")), None)
@@ -762,14 +755,6 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     return md
 
 
-def _fit_words(entry: dict) -> str:
-    """Whether a ledger entry's backend is fit for publication: yes, no, or (a file made elsewhere)
-    the agency's own, not checked here."""
-    if entry.get("for_publication") is None:
-        return "the agency's (not checked)"
-    return "yes" if entry["for_publication"] else "no"
-
-
 #: the verdict's status in the decision table, a few words
 DECISION_WORDS = {"safe": "shown safe up to", "none_safe": "not safe at any setting", "not_shown_safe":
                   "not shown safe", "cannot_decide": "cannot decide"}
@@ -822,7 +807,6 @@ def _decision_section(doc: Doc, cfg, decision, audits, variants: list) -> None:
     elif not audits:
         doc.p("Audit of the publishing code: **not run**.")
     shares = cfg.release.tolerance.per_unit is None
-    fit_words = {True: "yes", False: "no", None: "the agency's"}
     for v in variants:
         rows = [(m, vd) for m in decision.mechanisms for vd in m.verdicts if vd.variant == v]
         if not rows:
@@ -839,7 +823,7 @@ def _decision_section(doc: Doc, cfg, decision, audits, variants: list) -> None:
                           f"{int(x['persons'])} / {int(x['baseline_persons'])}" if x else "",
                           _limit_cell(vd.status, x) if x else "",
                           f"{vd.table_error:.2f}" if vd.table_error is not None else "", m.audit.split(":")[0],
-                          fit_words[m.fit_for_publication], m.risks.split(":")[0]])
+                          fit_words(m.fit_for_publication, short=True), m.risks.split(":")[0]])
         doc.table(["mechanism", "decision", "verdict", "at", "persons: attack / guess",
                    f"one-sided {CONFIDENCE:.0%} limit / tolerated", "table error", "audit", "fit for publication",
                    "risks"], table, numeric={4, 5, 6})

@@ -69,3 +69,15 @@ def units_advice(need: int | None, have: int, available: int | None, what: str) 
     where = (f" ({have} evaluated of the {available} in the file; target.units: all evaluates every one)"
              if available is not None and have < available else f" ({have} evaluated)")
     return f"about {need} units would {what}" + where
+
+
+def fit_words(fit: bool | None, short: bool = False) -> str:
+    """Whether a release's backend is fit for publication: yes, no, or (None: a file or program made
+    elsewhere) the agency's, not checked here.
+
+    >>> fit_words(True), fit_words(None), fit_words(None, short=True)
+    ('yes', "the agency's (not checked)", "the agency's")
+    """
+    if fit is None:
+        return "the agency's" if short else "the agency's (not checked)"
+    return "yes" if fit else "no"
