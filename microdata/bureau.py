@@ -335,47 +335,26 @@ def lp_tract(counts: dict) -> str:
     return next(iter(tracts))
 
 
-#: the block-size classes of the Bureau's agreement tables by block size (persons in the block of the first file)
-AGREEMENT_SIZES = ((1, 9), (10, 49), (50, 99), (100, None))
-
-
 def agreement_by_block_size(truth: Dataset, other: Dataset) -> list[dict]:
     """The Bureau's agreement of ``other``'s persons with ``truth``'s (HDSR 2025): persons of ``truth``
     matched one to one, within their block, by a person of ``other`` with the same sex, race, Hispanic origin
     and age (exact: the same single year; binned: the same SF1 age group), per class of the block's size in
-    ``truth`` (1-9, 10-49, 50-99, 100+ persons) and overall. Both need single-year AGE (``age="single"``)
-    for the exact figure; on binned AGE only the binned one is given (``exact`` None)."""
-    from microdata.census import AGE_BINS_38_LABELS
+    ``truth`` (1-9, 10-49, 50-99, 100+ persons) and overall, as shares (:mod:`microdata.agreement`). Both
+    need single-year AGE (``age="single"``) for the exact figure; on binned AGE only the binned one is given
+    (``exact`` None)."""
+    from microdata.agreement import agreement_by_size, shares
+    from microdata.census import AGE_BIN38_OF_AGE, AGE_BINS_38_LABELS
 
     binned_only = truth.domain.attribute("AGE").values == AGE_BINS_38_LABELS
     if (other.domain.attribute("AGE").values == AGE_BINS_38_LABELS) != binned_only:
         raise BureauFileError("agreement compares files read with the same data.age (binned or single)")
     cols = [truth.domain.index(a) for a in ("AGE", "SEX", "HISP", "CENRACE")]
+    ids = {b: i for i, b in enumerate(sorted(set(truth.geography.units("block").tolist())
+                                             | set(other.geography.units("block").tolist())))}
 
-    def keyed(data: Dataset, binned: bool) -> Counter:
-        codes = data.codes[:, cols].copy()
-        if binned and not binned_only:
-            codes[:, 0] = age_bin(codes[:, 0])
-        blocks = data.geography.units("block")
-        return Counter(zip(blocks.tolist(), *codes.T.tolist()))
+    def codes(data: Dataset) -> np.ndarray:
+        block = np.array([ids[b] for b in data.geography.units("block").tolist()], dtype=np.int64)
+        return np.column_stack([block, data.codes[:, cols]]) if len(block) else np.zeros((0, 5), np.int64)
 
-    size = Counter(truth.geography.units("block").tolist())
-    rows = []
-    for binned in ((True,) if binned_only else (True, False)):
-        t, o = keyed(truth, binned), keyed(other, binned)
-        matched = Counter()
-        persons = Counter()
-        for key, n in t.items():
-            lo_hi = next(i for i, (lo, hi) in enumerate(AGREEMENT_SIZES) if size[key[0]] >= lo
-                         and (hi is None or size[key[0]] <= hi))
-            persons[lo_hi] += n
-            matched[lo_hi] += min(n, o.get(key, 0))
-        rows.append((binned, matched, persons))
-    out = []
-    for i, (lo, hi) in enumerate([*AGREEMENT_SIZES, (None, None)]):
-        label = "all" if lo is None else f"{lo}+" if hi is None else f"{lo}-{hi}"
-        pick = (lambda c: sum(c.values())) if lo is None else (lambda c, i=i: c[i])
-        per = {"binned" if b else "exact": (pick(m) / pick(p) if pick(p) else None) for b, m, p in rows}
-        persons = pick(rows[0][2])
-        out.append({"block_size": label, "persons": persons, "binned": per["binned"], "exact": per.get("exact")})
-    return out
+    rows = agreement_by_size(codes(truth), codes(other), 0, 1, None if binned_only else AGE_BIN38_OF_AGE)
+    return [{k: r[k] for k in ("block_size", "persons", "binned", "exact")} for r in shares(rows)]
