@@ -32,6 +32,8 @@ from experiments.release.report import (plot_release, release_persons, release_s
 from experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
 from experiments.results import (code_fingerprint, jax_info, run_seconds, versions, write_json, write_parquet,
                                  write_yaml)
+from microdata.agreement import agreement_by_size
+from microdata.census import AGE_BIN38_OF_AGE, AGE_BINS_38_LABELS
 from microdata.dataset import Dataset
 from microdata.marginals import Workload
 from microdata.ranking import rank_by_score
@@ -165,7 +167,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
     per_unit = 1 + sum(len(r.settings(m)) for m in r.evaluated)
     topdown_cache: dict = {}  # "trees": (unit, BLOCK?) -> tree of its root; "releases": (root, BLOCK?, ε) -> release
-    exact_statuses: dict = {"status": [], "agreement": [], "reidentification": [], "strength": []}
+    exact_statuses: dict = {"status": [], "agreement": [], "reidentification": [], "strength": [], "agreement_by_size": []}
     micro: list[pd.DataFrame] = []  # per unit: D, D_holdout and every published microdata file
     units_bar = UnitProgress(len(tasks), "units", progress)
     # a line per release attacked where there is no terminal: a 2010-sized tract's releases take minutes each
@@ -252,7 +254,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                                          besides=audits[0].details["recorded_by_audit_command"])
     write_parquet(run_dir / "persons.parquet", release_persons(df))
     for kind, name in (("status", "exact_attack"), ("agreement", "agreement"), ("reidentification", "reidentification"),
-                       ("strength", "strength")):
+                       ("strength", "strength"), ("agreement_by_size", "agreement_by_size")):
         if exact_statuses[kind]:
             write_parquet(run_dir / f"{name}.parquet", pd.DataFrame(exact_statuses[kind]))
     facts = {"units": units, "empty_units": empty, "levels": list(pop.geography.levels[1:]),
@@ -374,7 +376,7 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
             return None
         return match_rate_curve(rank_by_score(keys, n.astype(np.float64)), truth, ks, u)
 
-    exact_status: dict = {"status": [], "agreement": [], "reidentification": [], "strength": []}
+    exact_status: dict = {"status": [], "agreement": [], "reidentification": [], "strength": [], "agreement_by_size": []}
     exact_cols = dict(epsilon=math.inf, setting=math.inf, mechanism="exact", utility_error=0.0, **common)
     curves = [attack(exact, "exact", "exact", math.inf).assign(method="rap_rank", **exact_cols),
               trivial(exact, "exact").assign(method=MARGINS_ATTACK, **exact_cols)]
@@ -449,6 +451,8 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
                               **extra, **extra_td)
             if pub.rows is not None:
                 micro.append(_micro_rows(pub.rows, unit, wb, "release", mech, setting))
+                exact_status["agreement_by_size"] += [{"unit": unit, "variant": wb, "mechanism": mech,
+                                                       "setting": setting, **a} for a in rows_agreement(D, pub.rows)]
             rows = table_utility(pub.counts, exact_counts, w) + totals_utility(pub.counts, exact_counts, w)
             utility += [dict(row, epsilon=setting if mech not in NOT_DP_MECHS else np.nan, setting=setting, mechanism=mech,
                              unit=unit, variant=wb) for row in rows]
@@ -488,6 +492,22 @@ def _noisy_fit(pub: Published) -> _NoisyFit | None:
         return None  # consistent tables (a microdata file's, swapping's, TopDown's): the exact count model
     t = pub.output
     return _NoisyFit(float(pub.record.scale), int(t.total), t.total_source in (TOTAL_PUBLIC_BY_RELATION, TOTAL_DECLARED))
+
+
+def rows_agreement(D: Dataset, rows: Dataset) -> list[dict]:
+    """The Bureau's agreement of a release's published rows with D, by block-size class
+    (:func:`microdata.agreement.agreement_by_size`, counts): where the rows are over D's domain with BLOCK and
+    AGE in single years (exact and binned) or in SF1's 38 groups (binned only); else nothing."""
+    dom = D.domain
+    if "BLOCK" not in dom or "AGE" not in dom or list(rows.domain.names) != list(dom.names):
+        return []
+    if tuple(dom.attribute("AGE").values) == AGE_BINS_38_LABELS:
+        bins = None
+    elif dom.size("AGE") == len(AGE_BIN38_OF_AGE):
+        bins = AGE_BIN38_OF_AGE
+    else:
+        return []
+    return agreement_by_size(D.codes, rows.codes, dom.index("BLOCK"), dom.index("AGE"), bins)
 
 
 def bureau_measures(cfg: ExperimentConfig, D: Dataset, reconstruction: np.ndarray | None, rows: Dataset | None,

@@ -525,6 +525,78 @@ def bureau_table(run_dir: Path, variant, with_reference: bool = True) -> tuple[l
     return headers, rows
 
 
+#: The Census Bureau's agreement of its reconstruction of the 2020 DAS output (run on the 2010 data at the
+#: production settings of the April 2023 PPMF) with the confidential 2010 file, nationally, by block size, on
+#: the 38 age bins (Abowd et al., HDSR 2025); "all" also on exact age.
+BUREAU_DAS_AGREEMENT = {"1-9": 0.080, "10-49": 0.182, "50-99": 0.273, "100+": 0.385, "all": 0.366}
+BUREAU_DAS_AGREEMENT_EXACT = 0.189
+
+
+def agreement_table(run_dir: Path, variant, with_reference: bool) -> tuple[list, list] | None:
+    """The Bureau's agreement of every release's published rows with D by block size (all units pooled:
+    counts added), on the 38 age bins and, where the ages are single years, exact: headers and rows (one per
+    size class and one over all blocks), or None where no release published rows over blocks; with the
+    Bureau's national figures for the 2020 DAS beside them (``with_reference``)."""
+    path = Path(run_dir) / "agreement_by_size.parquet"
+    if not path.exists():
+        return None
+    ag = pd.read_parquet(path)
+    ag = ag[ag["variant"] == variant]
+    if ag.empty:
+        return None
+    order = list(dict.fromkeys(ag["block_size"].tolist()))
+    sums = ag.groupby(["mechanism", "setting", "block_size"], sort=False)[["persons", "agree_binned", "agree_exact"]]
+    pooled = sums.sum(min_count=1)
+    releases = list(dict.fromkeys(zip(ag["mechanism"], ag["setting"])))
+    exact_measured = ag["agree_exact"].notna().any()
+
+    def pct(n, p):
+        return "" if n is None or pd.isna(n) or not p else f"{100 * n / p:.1f}%"
+
+    headers = ["block size", "blocks", "persons in D"]
+    for m, s_ in releases:
+        label = f"{m}, {setting_label(m, s_)}"
+        headers += [f"{label}: 38 age bins"] + ([f"{label}: exact age"] if exact_measured else [])
+    if with_reference:
+        headers += ["Census Bureau, 2020 DAS, national (HDSR 2025): 38 age bins"]
+    first = ag[(ag["mechanism"] == releases[0][0]) & (ag["setting"] == releases[0][1])]
+    blocks = first.groupby("block_size", sort=False)["blocks"].sum()
+    rows = []
+    for size in order:
+        persons = int(pooled.loc[(releases[0][0], releases[0][1], size), "persons"])
+        row = [size, int(blocks.get(size, 0)), persons]
+        for m, s_ in releases:
+            r = pooled.loc[(m, s_, size)]
+            row += [pct(r["agree_binned"], r["persons"])] + ([pct(r["agree_exact"], r["persons"])]
+                                                              if exact_measured else [])
+        if with_reference:
+            ref = BUREAU_DAS_AGREEMENT.get(size)
+            row += ["" if ref is None else f"{100 * ref:.1f}%" + (
+                f" (exact age {100 * BUREAU_DAS_AGREEMENT_EXACT:.1f}%)" if size == "all" else "")]
+        rows.append(row)
+    return headers, rows
+
+
+def _agreement_section(doc, run_dir: Path, cfg, variant) -> None:
+    bureau = cfg.data.source == "bureau"
+    table = agreement_table(run_dir, variant, with_reference=bureau)
+    if table is None:
+        return
+    headers, rows = table
+    doc.h(3, "Agreement of the published rows with D, by block size")
+    doc.p("The Census Bureau's measure (Abowd et al., HDSR 2025) of each release that publishes person rows: the "
+          "share of D's persons matched one to one, within their block, by a published row with the same sex, "
+          "race, Hispanic origin and age (on SF1's 38 age groups; exact age where the data's ages are single "
+          "years), by the size of the block in D, all units pooled. "
+          + ("" if any("exact age" in h for h in headers) else
+             "Exact age is not measured: AGE here is the 38 groups (data.age: binned). ")
+          + ("Beside them, the Bureau's national figures for its reconstruction of the 2020 DAS output: those are "
+             "measured against the confidential 2010 file over the whole nation, these against D, the records of "
+             "the published 2010 tables of the tracts evaluated (the swapped detail file on these keys), so the "
+             "two agree in definition, not in truth or population." if bureau else ""))
+    doc.table(headers, rows, numeric=set(range(1, len(headers))))
+
+
 def _bureau_section(doc, run_dir: Path, cfg, variant) -> None:
     pop = getattr(cfg.data, "population", None)
     shaped = cfg.data.source == "embedded" and getattr(pop, "shape", None) == "2010"
@@ -653,6 +725,7 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
                         "" if pd.isna(x["residual"]) else f"{x['residual']:,.0f}"] for _, x in st.iterrows()],
                       numeric={3, 4})
         _bureau_section(doc, run_dir, cfg, v)
+        _agreement_section(doc, run_dir, cfg, v)
         doc.h(3, "Verdict")
         for m in decision.mechanisms:
             for vd in m.verdicts:

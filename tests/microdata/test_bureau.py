@@ -232,23 +232,44 @@ def test_the_public_block_list_keeps_empty_blocks_and_refuses_a_missing_one(tmp_
         read_bureau_extract(tmp_path / "x.csv", units_file=tmp_path / "bad.csv")
 
 
-def test_the_real_das_output_is_evaluated_as_a_release_made_elsewhere(tmp_path, capsys):
+def test_the_real_das_output_and_our_topdown_are_evaluated_side_by_side(tmp_path, capsys):
     """configs/census/bureau_2010_das.yaml on two real tracts, cut small: the 2020 DAS output of the same persons
     read with the Bureau reader over the public block list (it has persons in blocks empty in 2010), attacked,
-    and decided: a file cannot be audited, and its rows' risks cannot be measured on whole units."""
+    and decided (a file cannot be audited, and its rows' risks cannot be measured on whole units); our TopDown at
+    the production budget beside it (simulation noise: not for publication). The report's agreement table gives
+    both by block size with the Bureau's national figures, and the DAS column is the file-level measure
+    (agreement_by_block_size on the two extracts) of the same tracts."""
     from experiments.cli import main
     from experiments.release.decision import load_decision
+    from microdata.bureau import agreement_by_block_size
 
-    sets = ["target.unit_ids=['06037532400', '48427950105']", "attack.runs=2", "attack.steps=30",
-            "attack.rows=120", "grid_points=10"]
+    tracts = ["06037532400", "48427950105"]
+    sets = [f"target.unit_ids={tracts}", "attack.runs=2", "attack.steps=30", "attack.rows=120", "grid_points=10"]
     status = main(["evaluate-release", str(ROOT / "configs" / "census" / "bureau_2010_das.yaml"), "--out",
                    str(tmp_path), "--no-progress", *[x for o in sets for x in ("--set", o)]])
     rel = next((tmp_path / "census_bureau_2010_das").iterdir()) / "release"
     decision = load_decision(rel)
-    (m,) = decision.mechanisms
-    assert m.mechanism == "file:das_2020" and status == decision.exit_status() == 3
-    assert m.audit.startswith("not applicable") and "whole units" in m.reasons[0]
-    assert "Census Bureau's 2010 reconstruction extract" in (rel / "report.md").read_text()
+    by_name = {m.mechanism: m for m in decision.mechanisms}
+    assert set(by_name) == {"topdown", "file:das_2020"} and status == decision.exit_status() == 5
+    das, ours = by_name["file:das_2020"], by_name["topdown"]
+    assert das.audit.startswith("not applicable") and "whole units" in das.reasons[0]
+    assert ours.action == "do_not_publish" and "simulation" in ours.reasons[0]
+    report = (rel / "report.md").read_text()
+    assert "Census Bureau's 2010 reconstruction extract" in report
+    table = report[report.index("### Agreement of the published rows with D, by block size"):]
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header[3:] == ["topdown, ε = 12.3214: 38 age bins", "file:das_2020, as released: 38 age bins",
+                          "Census Bureau, 2020 DAS, national (HDSR 2025): 38 age bins"]
+    rows = {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")] for line in lines[2:7])}
+    assert list(rows) == ["1-9", "10-49", "50-99", "100+", "all"]
+    assert [rows[k][5] for k in ("1-9", "10-49", "50-99", "100+")] == ["8.0%", "18.2%", "27.3%", "38.5%"]
+    t = read_bureau_extract(SHIPPED / "rhdf_bt_0solvar_extract_8tracts.csv.gz", tracts=tracts)
+    o = read_bureau_extract(SHIPPED / "rmdf_bt_0solvar_extract_8tracts.csv.gz", tracts=tracts)
+    for r in agreement_by_block_size(t, o):
+        assert rows[r["block_size"]][2] == str(r["persons"])
+        assert rows[r["block_size"]][4] == f"{100 * r['binned']:.1f}%"
+    assert all(rows[k][3].endswith("%") for k in rows)  # our TopDown's MDF measured in every class
 
 
 def test_the_real_data_config_runs_unchanged_on_another_file_of_the_format(tmp_path, capsys):
