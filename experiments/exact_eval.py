@@ -190,7 +190,8 @@ def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.nd
 
 
 def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: int, outside, rankings: dict,
-                   baseline_rankings: dict, rng: np.random.Generator, label: str) -> tuple[list, dict, list, list]:
+                   baseline_rankings: dict, rng: np.random.Generator, label: str,
+                   block_class=None) -> tuple[list, dict, list, list]:
     """The exact attack on one unit's published tables: its curves (``exact``, ``exact_certified``),
     its facts (solve, certificates, blocks, RAP-Rank's rows certified), agreement rows, reid rows.
     A certified row that is not in D is impossible; the run stops if one appears."""
@@ -221,8 +222,8 @@ def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: in
     hdf_keys = truth if swap_facts is None else hdf.keys()
     check_certified_counts(res, hdf_keys, prob.unit)  # certified rows are in the file the tables count
     names = ("exact", "exact_certified") if len(cfg.queries) == 1 else (f"exact_{label}", f"exact_certified_{label}")
-    curves = [match_rate_curve(exact_r, truth, ks, u, len(exact_r), outside).assign(method=names[0]),
-              match_rate_curve(cert_r, truth, ks, u, len(cert_r), outside).assign(method=names[1])]
+    curves = [match_rate_curve(exact_r, truth, ks, u, len(exact_r), outside, block_class).assign(method=names[0]),
+              match_rate_curve(cert_r, truth, ks, u, len(cert_r), outside, block_class).assign(method=names[1])]
     # Generate-then-Verify on RAP-Rank's own rows
     for name, r in rankings.items():
         top = r.keys[:u]

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from microdata.agreement import SIZE_CLASSES, size_class, size_label
 from microdata.errors import CensusReconError
 from microdata.ranking import Ranking
 
@@ -30,6 +31,11 @@ def k_grid(u: int, points: int) -> np.ndarray:
 #: level up (see :func:`outside_counts`): column suffix and inclusive count range.
 OUTSIDE_BINS = (("0", 0, 0), ("1_2", 1, 2), ("3_9", 3, 9), ("10_plus", 10, None))
 OUTSIDE_COLUMNS = [f"num_matched_outside_{name}" for name, _, _ in OUTSIDE_BINS]
+#: Matches of persons unique in D by the size of their block in D (the Census Bureau's classes,
+#: :data:`microdata.agreement.SIZE_CLASSES`), and the persons unique in D in each class.
+BLOCK_SIZE_LABELS = tuple(size_label(lo, hi) for lo, hi in SIZE_CLASSES)
+BLOCK_SIZE_COLUMNS = [f"num_matched_unique_block_{label}" for label in BLOCK_SIZE_LABELS]
+UNIQUE_BY_BLOCK_SIZE_COLUMNS = [f"unique_in_D_block_{label}" for label in BLOCK_SIZE_LABELS]
 
 
 def lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray, missing: int = 0) -> np.ndarray:
@@ -47,7 +53,8 @@ def lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray, missing: int
 
 def match_rate_curve(ranking: Ranking, truth_keys: np.ndarray, ks: np.ndarray, u: int,
                      union_size: int | None = None,
-                     outside: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
+                     outside: tuple[np.ndarray, np.ndarray] | None = None,
+                     block_class: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
     """Top-k match rate of ``ranking`` against the private rows for each k in ``ks``.
 
     match_rate(k) = (candidates ranked 1..k that appear in D) / k (Dick et al. 2023, §2.1). A
@@ -58,7 +65,10 @@ def match_rate_curve(ranking: Ranking, truth_keys: np.ndarray, ks: np.ndarray, u
     Matches are split by uniqueness in D (``num_matched_unique``: rows of exactly one person of
     D, ``num_matched_common``) and, with ``outside`` = (sorted keys, counts) giving for each of
     D's distinct rows how many persons outside the target unit share its person attributes,
-    by that count (``num_matched_outside_0``, ``_1_2``, ``_3_9``, ``_10_plus``).
+    by that count (``num_matched_outside_0``, ``_1_2``, ``_3_9``, ``_10_plus``); with ``block_class`` =
+    (sorted keys, class) giving for each of D's distinct rows the size class of its block
+    (:func:`block_classes`), the unique matches by class (:data:`BLOCK_SIZE_COLUMNS`) beside the persons
+    unique in D of each class (:data:`UNIQUE_BY_BLOCK_SIZE_COLUMNS`, the same on every row).
 
     >>> from microdata.ranking import Ranking
     >>> r = Ranking(np.array([4, 9, 1, 7]), np.array([4., 3., 2., 1.]))
@@ -91,6 +101,14 @@ def match_rate_curve(ranking: Ranking, truth_keys: np.ndarray, ks: np.ndarray, u
             raise CensusReconError("outside counts must cover every distinct row of D")
         for (_, lo, hi), col in zip(OUTSIDE_BINS, OUTSIDE_COLUMNS):
             extra[col] = cumulative(hits & (count >= lo) & (count <= (hi if hi is not None else np.inf)))[n_cand]
+    if block_class is not None:
+        cls = lookup(*block_class, ranking.keys, missing=-1)
+        if (hits & (cls < 0)).any():
+            raise CensusReconError("block classes must cover every distinct row of D")
+        unique_cls = lookup(*block_class, uniq[counts == 1], missing=-1)
+        for c, (col, total) in enumerate(zip(BLOCK_SIZE_COLUMNS, UNIQUE_BY_BLOCK_SIZE_COLUMNS)):
+            extra[col] = cumulative(unique_rows & (cls == c))[n_cand]
+            extra[total] = np.full(ks.shape, int((unique_cls == c).sum()), dtype=np.int64)
     return pd.DataFrame(
         {
             "threshold": ks,
@@ -206,6 +224,45 @@ def best_baselines(top: pd.DataFrame, baseline: pd.Series, by: list[str]) -> pd.
     by name. The one definition of "the best baseline" every report uses."""
     return top[baseline].sort_values(["num_matched_unique", "method"], ascending=[False, True]).groupby(
         by, sort=False).head(1)
+
+
+def block_classes(keys: np.ndarray, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each distinct row of D (``keys``, one per person; ``blocks``, each person's block), the size
+    class of its block in D: (sorted distinct keys, class index into :data:`BLOCK_SIZE_LABELS`).
+
+    >>> block_classes(np.array([5, 5, 7, 9]), np.array([0, 0, 0, 1]))
+    (array([5, 7, 9]), array([0, 0, 0]))
+    """
+    keys, blocks = np.asarray(keys), np.asarray(blocks)
+    ids, sizes = np.unique(blocks, return_counts=True)
+    per_person = size_class(sizes)[np.searchsorted(ids, blocks)]
+    uniq, first = np.unique(keys, return_index=True)
+    return uniq, per_person[first]
+
+
+def persons_by_block_size(df: pd.DataFrame) -> pd.DataFrame | None:
+    """Persons unique in D reconstructed, per block-size class: per variant, attack method and class, the
+    persons unique in D of the class (all units), the attack's and the best baseline's (the unit's best at
+    k = u, as :func:`persons_reconstructed`) at k = u, and the mean difference per unit with its two-sided
+    Student t interval over the units that have blocks of that class. None where the curves carry no
+    classes (no BLOCK)."""
+    if BLOCK_SIZE_COLUMNS[0] not in df or df[BLOCK_SIZE_COLUMNS[0]].isna().all():
+        return None
+    top = at_u(df)
+    attack = top["method"].map(is_attack)
+    best = best_baselines(top, ~attack, ["variant", "unit"])[["variant", "unit", *BLOCK_SIZE_COLUMNS]]
+    rows = []
+    for (variant, method), g in top[attack].groupby(["variant", "method"], sort=False):
+        g = g.merge(best, on=["variant", "unit"], suffixes=("", "_base"))
+        for label, col, total in zip(BLOCK_SIZE_LABELS, BLOCK_SIZE_COLUMNS, UNIQUE_BY_BLOCK_SIZE_COLUMNS):
+            have = g[g[total] > 0]
+            diff = (have[col] - have[col + "_base"]).astype(np.float64)
+            rows.append({"variant": variant, "method": method, "block_size": label, "units": len(have),
+                         "unique_in_D": int(have[total].sum()), "persons_reconstructed": int(have[col].sum()),
+                         "baseline_persons": int(have[col + "_base"].sum()),
+                         "difference_mean": float(diff.mean()) if len(have) else np.nan,
+                         "difference_std": float(diff.std(ddof=1)) if len(have) > 1 else np.nan})
+    return add_interval(pd.DataFrame(rows)) if rows else None
 
 
 def persons_reconstructed(df: pd.DataFrame) -> pd.DataFrame:

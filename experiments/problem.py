@@ -17,7 +17,7 @@ import pandas as pd
 from baselines.holdout import holdout_split
 from baselines.priors import EmpiricalPrior, geographic_priors, outside_chance
 from experiments.config import DATA_PATH_KEYS, ConfigError, ExperimentConfig
-from experiments.metrics import lookup, match_rate_curve
+from experiments.metrics import block_classes, lookup, match_rate_curve
 from microdata.dataset import Dataset
 from microdata.domain import Attribute
 from microdata.geography import plural
@@ -316,6 +316,14 @@ class Study:
         """Workload ``q``'s published queries over ``domain`` (:func:`build_workload`)."""
         return build_workload(self.cfg, q, domain, areas)
 
+    def block_classes(self, prob: UnitProblem) -> tuple[np.ndarray, np.ndarray] | None:
+        """For each distinct row of D, the size class of its block in D (:func:`experiments.metrics.block_classes`);
+        None without BLOCK."""
+        D = prob.private
+        if "BLOCK" not in D.domain:
+            return None
+        return block_classes(D.keys(), D.column("BLOCK"))
+
     def outside_counts(self, prob: UnitProblem) -> tuple[np.ndarray, np.ndarray] | None:
         """For each distinct row of D (sorted keys over D's domain), how many persons outside the
         target unit, in the enclosing unit of :func:`rarity_level`, share its person attributes
@@ -490,7 +498,8 @@ def rap_settings(cfg: ExperimentConfig, **over) -> RAPSettings:
     return RAPSettings(**kw)
 
 
-def baseline_curves(cfg: ExperimentConfig, priors: dict, unit: str, truth, ks, u, rng_of, outside=None):
+def baseline_curves(cfg: ExperimentConfig, priors: dict, unit: str, truth, ks, u, rng_of, outside=None,
+                    block_class=None):
     """(name, match-rate curve, seconds) of each configured baseline this unit has data for, in
     config order; a baseline without data is named in a warning and skipped. ``rng_of(name)``
     gives the generator that breaks that baseline's ties."""
@@ -501,6 +510,6 @@ def baseline_curves(cfg: ExperimentConfig, priors: dict, unit: str, truth, ks, u
             continue
         t0 = time.perf_counter()
         r = priors[b].ranking(rng=rng_of(b), limit=int(ks.max()))
-        curve = match_rate_curve(r, truth, ks, u, priors[b].support_size(), outside)
+        curve = match_rate_curve(r, truth, ks, u, priors[b].support_size(), outside, block_class)
         out.append((b, curve, round(time.perf_counter() - t0, 3)))
     return out

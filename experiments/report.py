@@ -13,8 +13,8 @@ import yaml
 
 from experiments.config import ConfigError, parse_config
 from experiments.metrics import (CONFIDENCE, OUTSIDE_COLUMNS, SATURATION_SHARE, at_u, average_curves, band_kind,
-                                 difference_words, is_attack, lift_by_baseline, persons_reconstructed, saturation,
-                                 strength_table, summarise_persons, variant_label)
+                                 difference_words, is_attack, lift_by_baseline, persons_by_block_size,
+                                 persons_reconstructed, saturation, strength_table, summarise_persons, variant_label)
 from experiments.doc import Doc
 from experiments.results import results_kind, time_words
 from experiments.sweep import by_seed
@@ -135,6 +135,15 @@ BUREAU_EXPERIMENTS = (
     BureauReference("32 tables, without P8 and P10 (HDSR p.10)", frozenset(_SF1) - {"P8", "P10"}, (65.0, None, None, None),
                     {}, {key: None for key in BUREAU_REID}, False),
 )
+
+
+def _size_difference(r) -> str:
+    """'+12.3 (95% interval +4.1 to +20.5)', or the mean alone where one unit leaves no spread."""
+    if pd.isna(r["difference_mean"]):
+        return ""
+    if not np.isfinite(r["ci_low"]):
+        return f"{r['difference_mean']:+.1f} (one unit: no interval)"
+    return f"{r['difference_mean']:+.1f} ({CONFIDENCE:.0%} interval {r['ci_low']:+.1f} to {r['ci_high']:+.1f})"
 
 
 def bureau_reference(cfg) -> BureauReference | None:
@@ -277,6 +286,7 @@ def write_run_report(run_dir: str | Path) -> Path:
 
     # ---- the answer first: who is reconstructed, and could anyone have guessed them ----------
     summary = summarise_persons(persons_reconstructed(df))
+    by_size = persons_by_block_size(df)
     doc.h(2, "Who is reconstructed")
     doc.p("A person is *reconstructed* when their exact row is unique in D (no one else in D shares it) and the "
           "method ranks it among its top u candidates. The best baseline of a unit is the baseline that finds the "
@@ -302,6 +312,16 @@ def write_run_report(run_dir: str | Path) -> Path:
                       [[m, int(r["k"]), int(r["num_matched"])] + [int(r[c]) for c in [*OUTSIDE_COLUMNS,
                                                                                    "num_matched_unique"]]
                        for m, r in top.iterrows()])
+        if by_size is not None and (by_size["variant"] == v).any():
+            b = by_size[by_size["variant"] == v]
+            doc.p("Persons unique in D reconstructed by the size of their block in D (the Census Bureau's classes), "
+                  "all units, against the unit's best baseline; the difference per unit over the units that have "
+                  f"blocks of the class, with its {CONFIDENCE:.0%} Student t interval:")
+            doc.table(["method", "block size", "units", "unique in D", "reconstructed", "by the best baselines",
+                       "difference per unit"],
+                      [[r["method"], r["block_size"], int(r["units"]), int(r["unique_in_D"]),
+                        int(r["persons_reconstructed"]), int(r["baseline_persons"]), _size_difference(r)]
+                       for _, r in b.iterrows()], numeric={2, 3, 4, 5})
 
     if any("exact" in u for u in units):
         _exact_section(doc, run_dir, units, bureau_reference(cfg))

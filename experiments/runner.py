@@ -14,9 +14,9 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from experiments.config import ExperimentConfig
-from experiments.metrics import (OUTSIDE_COLUMNS, best_baselines, calibration, concentration, effective_u, is_attack,
-                                 k_grid, lift_by_baseline, match_rate_curve, persons_reconstructed, strength_by_runs,
-                                 unique_persons)
+from experiments.metrics import (BLOCK_SIZE_COLUMNS, OUTSIDE_COLUMNS, UNIQUE_BY_BLOCK_SIZE_COLUMNS, best_baselines,
+                                 calibration, concentration, effective_u, is_attack, k_grid, lift_by_baseline,
+                                 match_rate_curve, persons_reconstructed, strength_by_runs, unique_persons)
 from experiments.plots import plot_match_rate, plot_metrics
 from experiments.progress import UnitProgress
 from experiments.results import (code_fingerprint, jax_info, results_kind, run_seconds, versions, write_json,
@@ -47,6 +47,7 @@ class _UnitWork:
     workloads: dict
     priors: dict
     outside: tuple[np.ndarray, np.ndarray] | None
+    block_class: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def run_units(study: Study, tasks: list[tuple[str, bool]],
@@ -66,7 +67,7 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
             plan = plan_for(w)
             workloads[q.label] = (q, w, plan, exact_answers(D, w, plan))  # Q(D): all the attack sees of D
         work.append(_UnitWork(prob, D.keys(), u, k_grid(u, cfg.grid_points), workloads,
-                              study.priors(prob), study.outside_counts(prob)))
+                              study.priors(prob), study.outside_counts(prob), study.block_classes(prob)))
     a = cfg.attack
 
     def ties(w: _UnitWork, method: str) -> np.random.Generator:  # per method: a sweep task matches the full run
@@ -113,7 +114,7 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
                                       "distinct_candidates": int(res.union_size),
                                       "rows_per_run": int(res.codes.shape[1]), "relaxed_rows": settings.rows,
                                       "units_in_call": len(members)}
-                frames[i].append(match_rate_curve(res.ranking, m.truth, m.ks, m.u, res.union_size, m.outside)
+                frames[i].append(match_rate_curve(res.ranking, m.truth, m.ks, m.u, res.union_size, m.outside, m.block_class)
                                  .assign(method=name, num_queries=workload.num_queries))
                 calib[i] += calibration(*res.run_fractions(), m.truth, a.runs).assign(method=name).to_dict("records")
                 strength[i] += [dict(r, method=name) for r in strength_by_runs(
@@ -127,7 +128,7 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
             t0 = time.perf_counter()
             ranking, size = margins_attack(w.workloads[q.label][1], w.workloads[q.label][3], rng=ties(w, name),
                                            limit=int(w.ks.max()))
-            frames[i].append(match_rate_curve(ranking, w.truth, w.ks, w.u, size, w.outside)
+            frames[i].append(match_rate_curve(ranking, w.truth, w.ks, w.u, size, w.outside, w.block_class)
                              .assign(method=name, num_queries=w.workloads[q.label][1].num_queries))
             timings[i][name] = round(time.perf_counter() - t0, 3)
     out = []
@@ -135,7 +136,7 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
         D, H = w.prob.private, w.prob.holdout
         if only is None or "baselines" in only:
             for b, curve, seconds in baseline_curves(cfg, w.priors, w.prob.unit, w.truth, w.ks, w.u,
-                                                     lambda b, w=w: ties(w, b), w.outside):
+                                                     lambda b, w=w: ties(w, b), w.outside, w.block_class):
                 timings[i][b] = seconds
                 frames[i].append(curve.assign(method=b, num_queries=0))
         exact_facts, agree, reid = {}, [], []
@@ -177,7 +178,7 @@ def _exact_attack(cfg: ExperimentConfig, w: _UnitWork, frames: list, rankings: d
         rng = np.random.default_rng(_stable("reid", cfg.seed, w.prob.unit, w.prob.with_block, q.label))
         t0 = time.perf_counter()
         curves, f, a_rows, r_rows = evaluate_exact(cfg, w.prob, workload, w.truth, w.ks, w.u, w.outside, mine,
-                                                   base_rankings, rng, q.label)
+                                                   base_rankings, rng, q.label, w.block_class)
         timings[f"exact_{q.label}"] = round(time.perf_counter() - t0, 3)
         frames += [c.assign(num_queries=workload.num_queries) for c in curves]
         facts[q.label] = f
@@ -227,7 +228,7 @@ def unit_queries(cfg: ExperimentConfig) -> list[dict]:
 
 COLUMNS = ["variant", "unit", "method", "threshold", "k", "k_over_u", "num_candidates", "num_matched",
            "match_rate", "union_size", "u", "n_rows", "n_unique", "num_queries", "num_matched_unique", "num_matched_common",
-           *OUTSIDE_COLUMNS]
+           *OUTSIDE_COLUMNS, *BLOCK_SIZE_COLUMNS, *UNIQUE_BY_BLOCK_SIZE_COLUMNS]
 
 
 def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", progress: bool = True) -> Path:

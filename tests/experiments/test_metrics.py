@@ -2,8 +2,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.metrics import (average_curves, band_kind, calibration, effective_u, k_grid, lift_by_baseline,
-                                 match_rate_curve, persons_reconstructed, summarise_persons)
+from experiments.metrics import (average_curves, band_kind, block_classes, calibration, effective_u, k_grid,
+                                 lift_by_baseline, match_rate_curve, persons_by_block_size, persons_reconstructed,
+                                 summarise_persons)
 from microdata.errors import CensusReconError
 from microdata.ranking import Ranking, rank_by_frequency
 
@@ -47,6 +48,44 @@ def test_matches_split_by_how_often_the_row_occurs_outside_the_unit():
     assert c.num_matched_unique.tolist() == [2, 4] and c.num_matched_common.tolist() == [0, 1]  # 5 occurs twice
     with pytest.raises(CensusReconError, match="cover every distinct row"):
         match_rate_curve(r, truth, np.array([6]), u=5, outside=(np.array([1, 2]), np.array([0, 0])))
+
+
+def test_unique_matches_split_by_the_size_of_their_block():
+    """D: block 0 has 12 persons (rows 100..111, size class 10-49), block 1 has 2 persons with the same row 200
+    (not unique) and block 2 one person (row 300): classes 10-49 and 1-9. The ranking offers 300, 100, 200, 999,
+    101: at k = 5 it matches unique rows 300 (1-9), 100 and 101 (10-49); 200 is matched but not unique."""
+    truth = np.array([*range(100, 112), 200, 200, 300])
+    blocks = np.array([0] * 12 + [1, 1, 2])
+    classes = block_classes(truth, blocks)
+    assert dict(zip(classes[0].tolist(), classes[1].tolist()))[100] == 1 and classes[1][-1] == 0
+    r = Ranking(np.array([300, 100, 200, 999, 101]), np.arange(5, 0, -1.0))
+    c = match_rate_curve(r, truth, np.array([1, 5]), u=14, block_class=classes)
+    assert c["num_matched_unique_block_1-9"].tolist() == [1, 1]
+    assert c["num_matched_unique_block_10-49"].tolist() == [0, 2]
+    assert c["num_matched_unique_block_100+"].tolist() == [0, 0]
+    assert c["unique_in_D_block_1-9"].tolist() == [1, 1] and c["unique_in_D_block_10-49"].tolist() == [12, 12]
+    assert c.num_matched.tolist() == [1, 4] and c.num_matched_unique.tolist() == [1, 3]
+
+
+def test_persons_by_block_size_against_the_best_baseline_with_an_interval():
+    """Two units, each with blocks of 1-9 (10 unique persons) and one with a block of 100+ (50): the attack finds
+    6 and 8 in 1-9 against baselines' best 1 and 1 (differences 5 and 7: mean 6, sd sqrt(2), t(1) interval
+    6 ± 12.706); in 100+ only unit b has blocks: 30 against 5, one unit, no interval."""
+    def curve(unit, method, small, large, large_total):
+        return {"variant": True, "unit": unit, "method": method, "k": 20, "u": 20, "num_matched_unique": small + large,
+                "num_matched_unique_block_1-9": small, "num_matched_unique_block_10-49": 0,
+                "num_matched_unique_block_50-99": 0, "num_matched_unique_block_100+": large,
+                "unique_in_D_block_1-9": 10, "unique_in_D_block_10-49": 0, "unique_in_D_block_50-99": 0,
+                "unique_in_D_block_100+": large_total}
+    df = pd.DataFrame([curve("a", "rap_rank", 6, 0, 0), curve("a", "national", 1, 0, 0), curve("a", "chance", 0, 0, 0),
+                       curve("b", "rap_rank", 8, 30, 50), curve("b", "national", 1, 5, 50)])
+    t = persons_by_block_size(df).set_index("block_size")
+    assert t.loc["1-9", "units"] == 2 and t.loc["1-9", "persons_reconstructed"] == 14
+    assert t.loc["1-9", "baseline_persons"] == 2 and t.loc["1-9", "unique_in_D"] == 20
+    assert t.loc["1-9", "difference_mean"] == 6.0
+    assert t.loc["1-9", "ci_high"] == pytest.approx(6 + 12.7062 * 1.0, abs=1e-3)  # sd √2 over √2 units: s.e. 1
+    assert t.loc["100+", "units"] == 1 and t.loc["100+", "difference_mean"] == 25 and t.loc["100+", "ci_low"] == -np.inf
+    assert t.loc["10-49", "units"] == 0 and np.isnan(t.loc["10-49", "difference_mean"])
 
 
 def test_calibration_bins_the_whole_union_by_run_fraction():
