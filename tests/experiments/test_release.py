@@ -438,3 +438,27 @@ def test_evaluate_release_reuses_the_audit_that_censusrecon_audit_ran_on_the_sam
     monkeypatch.setattr(release, "audit_release", lambda *a, **k: calls.append(1) or real(*a, **k))
     release.evaluate_release(load_config(cfg_path, over[:-1] + ["release.audit.seed=6"]), "results", progress=False)
     assert calls == [1]
+
+
+def test_published_rows_agreement_picks_exact_and_binned_by_the_age_attribute():
+    """rows_agreement on hand-made rows: with single-year AGE (SF1's 116 years) both the exact and the binned
+    counts (ages 30 and 31 share the group 30-34: binned only); with AGE the 38 groups only the binned one; with
+    another age coding, or without BLOCK, nothing (the Bureau's measure is not defined there)."""
+    from experiments.release.evaluate import rows_agreement
+    from microdata.census import AGE_BIN38_OF_AGE, AGE_BINS_38_LABELS
+    from microdata.dataset import Dataset
+    from microdata.domain import Domain
+
+    single = Domain.from_dict({"BLOCK": ["0", "1"], "AGE": [str(a) for a in range(len(AGE_BIN38_OF_AGE))],
+                               "SEX": ["1", "2"]})
+    D = Dataset(single, np.array([[0, 30, 0], [0, 35, 1], [1, 5, 0]]))
+    rows = Dataset(single, np.array([[0, 31, 0], [0, 35, 1], [1, 5, 1]]))
+    total = rows_agreement(D, rows)[-1]
+    assert (total["persons"], total["agree_exact"], total["agree_binned"]) == (3, 1, 2)
+    binned = Domain.from_dict({"BLOCK": ["0", "1"], "AGE": list(AGE_BINS_38_LABELS), "SEX": ["1", "2"]})
+    total = rows_agreement(Dataset(binned, D.codes), Dataset(binned, rows.codes))[-1]
+    assert total["agree_exact"] is None and total["agree_binned"] == 1  # codes 30 and 31 are two groups here
+    other = Domain.from_dict({"BLOCK": ["0", "1"], "AGE": [str(a) for a in range(41)], "SEX": ["1", "2"]})
+    assert rows_agreement(Dataset(other, D.codes), Dataset(other, rows.codes)) == []
+    no_block = Domain.from_dict({"AGE": [str(a) for a in range(len(AGE_BIN38_OF_AGE))], "SEX": ["1", "2"]})
+    assert rows_agreement(Dataset(no_block, D.codes[:, 1:]), Dataset(no_block, rows.codes[:, 1:])) == []
