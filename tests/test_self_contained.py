@@ -51,3 +51,18 @@ def test_what_users_read_does_not_cite_the_projects_history():
     bad = [f"{f.relative_to(ROOT)}:{i}" for f in files for i, line in enumerate(f.read_text().splitlines(), 1)
            if history.search(line)]
     assert not bad, bad
+
+
+def test_every_shipped_data_file_is_package_data():
+    """A non-editable install (pip install .) carries every file under microdata/data: each matches a pattern of
+    pyproject's package-data (a .csv.gz or an LP file left out installs a package that cannot read its own data)."""
+    import fnmatch
+    import tomllib
+
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["microdata"]
+    files = [p.relative_to(ROOT / "microdata").as_posix() for p in (ROOT / "microdata" / "data").rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts]
+    assert files
+    left_out = [f for f in files if not any(fnmatch.fnmatch(f, pat) and f.count("/") == pat.count("/")
+                                            for pat in patterns)]
+    assert not left_out, f"not in pyproject's package-data: {left_out}"
