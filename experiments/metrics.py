@@ -265,6 +265,12 @@ def persons_by_block_size(df: pd.DataFrame) -> pd.DataFrame | None:
     return add_interval(pd.DataFrame(rows)) if rows else None
 
 
+def by_seed(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows with ``unit`` and ``seed`` columns, each (unit, seed) pair a unit of its own: how a
+    sweep pools seeds, as a run pools units."""
+    return df.assign(unit=df["unit"].astype(str) + " seed " + df["seed"].astype(str))
+
+
 def persons_reconstructed(df: pd.DataFrame) -> pd.DataFrame:
     """"How many people", per variant, unit and attack method: persons of D whose exact row is
     unique in D and among the method's top-u candidates (``num_matched_unique`` at k = u), next

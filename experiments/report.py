@@ -13,11 +13,10 @@ import yaml
 
 from experiments.config import ConfigError, parse_config
 from experiments.metrics import (CONFIDENCE, OUTSIDE_COLUMNS, SATURATION_SHARE, at_u, average_curves, band_kind,
-                                 difference_words, is_attack, lift_by_baseline, persons_by_block_size,
+                                 by_seed, difference_words, is_attack, lift_by_baseline, persons_by_block_size,
                                  persons_reconstructed, saturation, strength_table, summarise_persons, variant_label)
 from experiments.doc import Doc
 from experiments.results import results_kind, time_words
-from experiments.sweep import by_seed
 from microdata.census import TABLE_SETS
 
 

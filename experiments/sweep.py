@@ -16,8 +16,9 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.config import ConfigError, ExperimentConfig, parse_config
-from experiments.metrics import persons_reconstructed
+from experiments.metrics import by_seed, persons_reconstructed
 from experiments.progress import UnitProgress
+from experiments.report import write_sweep_report
 from experiments.results import code_fingerprint, write_json, write_parquet, write_yaml
 
 log = logging.getLogger(__name__)
@@ -111,12 +112,6 @@ def running_lines(out: Path, seen: dict) -> list[str]:
 def running_line(p: dict) -> str:
     """A running task's progress (a :class:`TaskProgress` state) as one line."""
     return f"  running {p['task']}: {p['what']} {p['done']}/{p['total']} ({p['seconds'] / 60:.1f} min so far)"
-
-
-def by_seed(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows with ``unit`` and ``seed`` columns, each (unit, seed) pair a unit of its own: how a
-    sweep pools seeds, as a run pools units."""
-    return df.assign(unit=df["unit"].astype(str) + " seed " + df["seed"].astype(str))
 
 
 def run_task(cfg_json: dict, task: Task, out_dir: str, fingerprint: str, base_dir: str | None = None,
@@ -234,7 +229,6 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
         summary["exact"] = pool_exact(run_dir, [markers[t.id] for t in exact])
     summary["task_seconds"] = {t.id: markers[t.id]["wall_seconds"] for t in tasks}
     write_json(run_dir / "sweep.json", summary)
-    from experiments.report import write_sweep_report
 
     summary["report"] = str(write_sweep_report(run_dir))
     summary.pop("task_seconds")  # in sweep.json and the report; too long for the terminal's last line
