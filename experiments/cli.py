@@ -43,7 +43,7 @@ def _add_config(p: argparse.ArgumentParser, out: bool = True, progress: bool = T
         p.add_argument("--no-progress", action="store_true", help=_PROGRESS_HELP)
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="censusrecon",
         description="If we publish these tables, how many people's records can be reconstructed from them, beyond "
@@ -142,7 +142,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     from reconstruct.rap import use_cpu_cores_as_devices

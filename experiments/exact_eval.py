@@ -203,11 +203,11 @@ def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: in
         keys = {"p12": {"AGE": P12_GROUP_OF_AGE}}
     hdf, swap_facts = D, None  # the file the tables are tabulated from: D, or D swapped (the Bureau's HDF)
     if cfg.attack.exact_swap_rate > 0 and "BLOCK" in D.domain:  # (without BLOCK there is nothing to swap between)
-        from experiments.problem import _stable
+        from experiments.problem import stable_seed
         from synth.swapping import swap_records
 
         hdf, swap_facts = swap_records(D, cfg.attack.exact_swap_rate,
-                                       np.random.default_rng(_stable("hdf", cfg.seed, prob.unit, prob.with_block)),
+                                       np.random.default_rng(stable_seed("hdf", cfg.seed, prob.unit, prob.with_block)),
                                        ["SEX", "AGE"])
     res, solver = reconstruct_exact(workload, workload.counts(hdf), time_limit=cfg.attack.exact_time_limit,
                                     coarsen=coarsen, solvar_keys=keys)

@@ -100,7 +100,7 @@ def check_against_data(cfg: ExperimentConfig, pop: Dataset) -> None:
         raise ConfigError(f"target.with_block: true needs a block level below {level!r}; this data has {list(geo.levels)}")
 
 
-def _stable(*parts) -> int:
+def stable_seed(*parts) -> int:
     return zlib.crc32("|".join(str(p) for p in parts).encode())
 
 
@@ -144,7 +144,7 @@ def select_units(pop: Dataset, cfg: ExperimentConfig) -> list[str]:
     if wanted > eligible.size:
         raise ConfigError(f"target.units asks for {wanted} {plural(level)}, but the data has only {eligible.size} with "
                           f"{size_words} (of {ids.size} {plural(level)}); ask for at most {eligible.size}, or units: all")
-    rng = np.random.default_rng(_stable("units", cfg.seed))
+    rng = np.random.default_rng(stable_seed("units", cfg.seed))
     by_parent_level = geo.coarser(level)[-2] if len(geo.coarser(level)) > 1 else "national"  # the state
     if cfg.target.selection == "size_quantiles":  # units spread evenly over the size distribution
         sizes = counts[ok]
@@ -296,7 +296,7 @@ class Study:
                 areas = self.areas(blocks)
             return UnitProblem(unit, with_block, private, holdout, weights, source, areas,
                                tuple(blocks) if with_block else None)
-        rng = np.random.default_rng(_stable("split", cfg.seed, unit))
+        rng = np.random.default_rng(stable_seed("split", cfg.seed, unit))
         private, holdout = holdout_split(data, rng, cfg.holdout_fraction)
         if with_block:  # where an outsider expects persons: the holdout's blocks (D's are what is attacked)
             weights = np.bincount(holdout.column("BLOCK"), minlength=holdout.domain.sizes[0]).astype(np.float64)
@@ -383,7 +383,7 @@ class Study:
         """The rows a unit's runs start from: a large sample of the prior to draw from per run
         (``init_mode: resample``), or exactly n' rows used once each (``each_once``: D_holdout
         itself for the holdout init, else n' rows drawn from the prior once for the unit)."""
-        rng = np.random.default_rng(_stable("pool", self.cfg.seed, prob.unit, init))
+        rng = np.random.default_rng(stable_seed("pool", self.cfg.seed, prob.unit, init))
         if self.cfg.attack.init_mode == "each_once":
             return prob.holdout.codes if init == "holdout" else prior.sample(rows, rng)
         return prior.sample(_INIT_POOL_ROWS, rng)
@@ -438,7 +438,7 @@ def build_workload(cfg: ExperimentConfig, q, domain, areas: dict | None = None):
         return CensusWorkload.build(domain, cells, areas=inside_areas)
     w = Workload.all_kway(domain, q.k, lower=q.lower)
     if q.max_marginals is not None:
-        w = w.sample(q.max_marginals, np.random.default_rng(_stable("workload", cfg.seed, q.label)))
+        w = w.sample(q.max_marginals, np.random.default_rng(stable_seed("workload", cfg.seed, q.label)))
     return w
 
 
@@ -464,7 +464,7 @@ def table_cells(cfg: ExperimentConfig, q, domain, areas: dict | None = None) -> 
 
 def unit_key(cfg: ExperimentConfig, *parts) -> jax.Array:
     """The JAX key of one attack: stable in the config seed and the parts naming the attack."""
-    return jax.random.fold_in(jax.random.key(cfg.seed), _stable(*parts) & 0x7FFFFFFF)
+    return jax.random.fold_in(jax.random.key(cfg.seed), stable_seed(*parts) & 0x7FFFFFFF)
 
 
 def rarity_level(geo, level: str) -> str:

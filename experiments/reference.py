@@ -17,9 +17,9 @@ def _escape(text: str) -> str:
 
 def cli_reference() -> str:
     """Markdown: every command with its description and a table of its arguments."""
-    from experiments.cli import _parser
+    from experiments.cli import build_parser
 
-    parser = _parser()
+    parser = build_parser()
     out = [f"`censusrecon` — {_escape(parser.description)}", "", _escape(parser.epilog or ""), ""]
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     helps = {c.dest: c.help for c in sub._choices_actions}

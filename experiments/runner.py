@@ -21,7 +21,7 @@ from experiments.plots import plot_match_rate, plot_metrics
 from experiments.progress import UnitProgress
 from experiments.results import (code_fingerprint, jax_info, results_kind, run_seconds, versions, write_json,
                                  write_parquet, write_yaml)
-from experiments.problem import (Study, UnitProblem, _stable, baseline_curves, build_workload, exact_answers,
+from experiments.problem import (Study, UnitProblem, stable_seed, baseline_curves, build_workload, exact_answers,
                                  rap_settings, rarity_level, resolve, unit_key, workload_facts)
 from microdata.geography import plural
 from microdata.marginals import Workload
@@ -71,7 +71,7 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
     a = cfg.attack
 
     def ties(w: _UnitWork, method: str) -> np.random.Generator:  # per method: a sweep task matches the full run
-        return np.random.default_rng(_stable("ties", cfg.seed, w.prob.unit, w.prob.with_block, method))
+        return np.random.default_rng(stable_seed("ties", cfg.seed, w.prob.unit, w.prob.with_block, method))
 
     frames = [[] for _ in work]
     timings = [{} for _ in work]
@@ -118,7 +118,8 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
                                  .assign(method=name, num_queries=workload.num_queries))
                 calib[i] += calibration(*res.run_fractions(), m.truth, a.runs).assign(method=name).to_dict("records")
                 strength[i] += [dict(r, method=name) for r in strength_by_runs(
-                    res.codes, m.prob.private.domain.encode, m.truth, m.u, _stable("strength", cfg.seed), res.ranking)]
+                    res.codes, m.prob.private.domain.encode, m.truth, m.u, stable_seed("strength", cfg.seed),
+                    res.ranking)]
                 rankings[i][(q.label, name)] = res.ranking
     for q in cfg.queries:  # the trivial attack: it reads the published answers only
         name = cfg.margins_method(q)
@@ -175,7 +176,7 @@ def _exact_attack(cfg: ExperimentConfig, w: _UnitWork, frames: list, rankings: d
             continue
         workload = w.workloads[q.label][1]
         mine = {name: r for (label, name), r in rankings.items() if label == q.label}
-        rng = np.random.default_rng(_stable("reid", cfg.seed, w.prob.unit, w.prob.with_block, q.label))
+        rng = np.random.default_rng(stable_seed("reid", cfg.seed, w.prob.unit, w.prob.with_block, q.label))
         t0 = time.perf_counter()
         curves, f, a_rows, r_rows = evaluate_exact(cfg, w.prob, workload, w.truth, w.ks, w.u, w.outside, mine,
                                                    base_rankings, rng, q.label, w.block_class)

@@ -52,7 +52,7 @@ def race_group(cenrace: np.ndarray) -> np.ndarray:
     return np.where(np.asarray(cenrace) < 6, cenrace, 6)
 
 
-def _multirace_weights() -> np.ndarray:
+def multirace_weights() -> np.ndarray:
     """Shares of the 57 multi-race CENRACE codes among persons of two or more races: pairs
     dominate (White with each other race most of all), each extra race is rarer."""
     from microdata.census import CENRACE_COMBOS
@@ -220,7 +220,7 @@ def embedded_population(seed: int = 0, spec: PopulationSpec | None = None) -> Da
 
     # the detailed race combination of persons of two or more races (drawn last, so that the
     # attributes above do not depend on it)
-    multi = rng.choice(57, size=n, p=_multirace_weights()) + 6
+    multi = rng.choice(57, size=n, p=multirace_weights()) + 6
     cenrace = np.where(race < 6, race, multi)
     codes = np.stack([age, sex, hisp, race, cenrace], axis=1).astype(np.int64)
     # the public block list: every block above and, numbered after them, each tract's empty

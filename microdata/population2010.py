@@ -297,7 +297,7 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None,
     (('AGE', 'SEX', 'HISP', 'RACE', 'CENRACE'), 2)
     """
     from microdata.census import CENRACE_COMBOS
-    from microdata.population import MAX_AGE, _multirace_weights, census_geography, person_domain
+    from microdata.population import MAX_AGE, multirace_weights, census_geography, person_domain
 
     spec = spec or Census2010Spec()
     rng = np.random.default_rng([seed, 2010])
@@ -451,7 +451,7 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None,
     race = cell % 7
     # persons of two or more races get their detailed combination; children of a mixed couple,
     # half of them, take the union of their parents' single races (when both are single races)
-    combo_w = _multirace_weights()
+    combo_w = multirace_weights()
     cenrace = np.where(race < 6, race, rng.choice(57, size=n_house, p=combo_w) + 6)
     index_of = {c: i for i, c in enumerate(CENRACE_COMBOS)}
     union = child_mixed & ~pick_other & (rng.random(n_house) < 0.5)

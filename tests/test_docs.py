@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.cli import _parser, main
+from experiments.cli import build_parser, main
 from experiments.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +61,7 @@ def test_every_readme_command_runs_as_written(tmp_path, monkeypatch, capsys):
     for line in commands[2:]:
         argv = shlex.split(line)
         assert argv[0] == "censusrecon", line
-        args = _parser().parse_args(argv[1:])  # exits (fails the test) on anything the parser refuses
+        args = build_parser().parse_args(argv[1:])  # exits (fails the test) on anything the parser refuses
         if getattr(args, "config", None):
             assert (ROOT / args.config).is_file(), line
             load_config(ROOT / args.config, args.overrides)
@@ -116,7 +116,7 @@ def test_the_guide_is_walked_command_by_command(tmp_path, monkeypatch, capsys):
         commands)
     for name, argv in commands.items():
         if name != "--help":
-            _parser().parse_args(argv)  # exits (fails the test) on an option the parser does not take
+            build_parser().parse_args(argv)  # exits (fails the test) on an option the parser does not take
     # the commands that take seconds run as the guide types them (the run at QUICK strength)
     assert main([*commands["run"], *[a for o in QUICK for a in ("--set", o)]]) == 0
     layout = next(b for b in guide_blocks() if b.startswith("results/demo/"))

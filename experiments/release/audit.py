@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from experiments.config import PROGRAM_PREFIX, ConfigError, ExperimentConfig, ReleaseProgramConfig
-from experiments.problem import Study, _stable, build_workload, resolve, unit_key
+from experiments.problem import Study, stable_seed, build_workload, resolve, unit_key
 from microdata.dataset import Dataset
 from microdata.domain import Attribute, Domain
 from microdata.geography import FROM_ROWS, Geography
@@ -178,7 +178,7 @@ def unit_roles(study: Study, units: list[str], seed: int = 0) -> dict[str, str]:
     for role, u in (("smallest", by_size[0]), ("median", by_size[(len(by_size) - 1) // 2]),
                     ("largest", by_size[-1])):
         roles.setdefault(u, role)
-    rest = sorted((u for u in units if u not in roles), key=lambda u: _stable("audit-sample", seed, u))
+    rest = sorted((u for u in units if u not in roles), key=lambda u: stable_seed("audit-sample", seed, u))
     for u in rest[:k - len(roles)]:
         roles[u] = "random"
     return roles
@@ -304,7 +304,7 @@ def _noise(cfg: ExperimentConfig, seed: int, *parts):
     under the audit's own key."""
     if cfg.release.backend == "opendp":
         return OpenDPNoise()
-    return KeyedNoise(_stable("audit-noise", seed, *parts))
+    return KeyedNoise(stable_seed("audit-noise", seed, *parts))
 
 
 def _publish(cfg, mech, eps, D, workload, backend, rng, **kw):
@@ -337,7 +337,7 @@ def _replay_check(cfg, mech, eps, workload, D, D2, **kw) -> str:
         else:
             v = first.output.counts
         values.append(v)
-    far = _far_datasets(D, cfg.release.audit.replay_far, np.random.default_rng(_stable("audit-far", len(D), mech)))
+    far = _far_datasets(D, cfg.release.audit.replay_far, np.random.default_rng(stable_seed("audit-far", len(D), mech)))
     return _replay_pairs(cfg, mech, eps, workload, D, [("the audit's pair", D2)] + far, values, **kw)
 
 
@@ -408,7 +408,7 @@ def _audit_perturbed(cfg: ExperimentConfig, eps: float, small, seed: int) -> Aud
             backend = _noise(cfg, seed, "hist", eps, path, which)
             if path == "large-domain" and backend.for_publication:
                 break
-            rng = np.random.default_rng(_stable("audit-hist", seed, eps, path, which))
+            rng = np.random.default_rng(stable_seed("audit-hist", seed, eps, path, which))
             out = _publish(cfg, "perturbed_histogram", eps, data, w, backend, rng, runs=runs, dense_limit=limit).output
             if isinstance(out, list):
                 out = np.stack([lookup(h.keys, h.counts, keys, missing=0) for h in out])
@@ -459,7 +459,7 @@ def _audit_smoothed(cfg: ExperimentConfig, eps: float, small, seed: int) -> Audi
     w = _histogram_workload(D)
     ys = []
     for which, data in ((0, D), (1, D2)):
-        rng = np.random.default_rng(_stable("audit-smooth", seed, eps, which))
+        rng = np.random.default_rng(stable_seed("audit-smooth", seed, eps, which))
         draws = _publish(cfg, "smoothed_histogram", eps, data, w, None, rng, runs=a.runs).output
         ys.append(np.stack([(draws == ka).sum(axis=1), (draws == kb).sum(axis=1)], axis=1))
     res = audit_outputs(ys[0], ys[1], np.zeros(2, np.int64), np.array([-1, 1]), eps, "smoothed_histogram",
@@ -829,7 +829,7 @@ def _audit_tables_unit(study: Study, unit: str, wb: bool, eps: float, seed: int,
         groups.add(("tables", g), noise[:, sel])
     for p in np.unique(place):  # per block (and area): a scale that depends on the node shows
         groups.add(("tables", f"place {p}"), noise[:, place == p])
-    rng = np.random.default_rng(_stable("audit-sample", seed, unit))
+    rng = np.random.default_rng(stable_seed("audit-sample", seed, unit))
     groups.keep(noise, 2_000_000, rng)
     cols = _independence_columns(cell_label, rng)
     checks, info = _whole_checks(cfg, eps, groups.sums, np.concatenate(groups.sample), [noise], noise[:, cols],
@@ -1066,7 +1066,7 @@ def _audit_topdown_root(study: Study, units: list[str], wb: bool, eps: float, se
         cache[key]["exact"] = exact_of(td)
         cache[key]["pairs"] = [(what, tree_of(h)) for what, h in _topdown_pairs(td, real, units[0], relation, wb)]
         cache[key]["pair_exact"] = [exact_of(t2) for _, t2 in cache[key]["pairs"]]
-        rng_n = np.random.default_rng(_stable("audit-replay", seed, td.root))
+        rng_n = np.random.default_rng(stable_seed("audit-replay", seed, td.root))
         cache[key]["neighbours"] = [(what, tree_of(h)) for what, h in
                                     _tree_neighbours(td, real, relation, a.replay_pairs, rng_n)]
         names, total = list(real), sum(len(D) for D in real.values())
@@ -1099,7 +1099,7 @@ def _audit_topdown_root(study: Study, units: list[str], wb: bool, eps: float, se
     # whole production releases
     start = 2 * len(pairs) * a.runs
     groups = NoiseGroups()
-    rng = np.random.default_rng(_stable("audit-sample", seed, td.root))
+    rng = np.random.default_rng(stable_seed("audit-sample", seed, td.root))
     samples: dict = {k: [] for k in exact}
     tails: dict = {}
     pick = {}

@@ -17,14 +17,14 @@ from experiments.config import NOT_DP as NOT_DP_MECHS
 from experiments.config import FILE_PREFIX, PROGRAM_PREFIX, ConfigError, ExperimentConfig, ReidentificationConfig
 from experiments.metrics import (MARGINS_ATTACK, effective_u, k_grid, match_rate_curve, strength_by_runs,
                                  unique_persons)
-from experiments.problem import (Study, _stable, baseline_curves, build_workload, exact_answers, rap_settings,
+from experiments.problem import (Study, stable_seed, baseline_curves, build_workload, exact_answers, rap_settings,
                                  resolve, unit_key)
 from experiments.progress import UnitProgress
 from experiments.release.audit import audit_release, failed_audits, record_audit
 from experiments.release.files import FILE_NOTE, file_published, read_release_files, unit_layout
 from experiments.release.program import (PROGRAM_NOTE, check_environments, program_digests,
                                         program_inputs, program_seed, run_program)
-from experiments.release.publish import (Published, _backend, _fit_note, check_block_list, neighbours_of,
+from experiments.release.publish import (Published, release_backend, fit_note, check_block_list, neighbours_of,
                                          own_invariants, publish, publish_cell_key, publish_swapping,
                                          publish_targeted_swapping, swap_pool, tables_published)
 from experiments.release.report import (plot_release, release_persons, release_strength, setting_label,
@@ -324,15 +324,16 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
     exact = exact_answers(D, w)
     exact_counts = workload_counts(D, w)
     settings = rap_settings(cfg)
-    tie_rng = np.random.default_rng(_stable("ties", cfg.seed, unit, wb))
+    tie_rng = np.random.default_rng(stable_seed("ties", cfg.seed, unit, wb))
 
     def attack(targets, tag, mech, setting, steps_settings=None):
         """RAP-Rank on published answers; its strength rows (the first k of its K runs) are kept."""
         s = settings if steps_settings is None else steps_settings
-        rng = tie_rng if steps_settings is None else np.random.default_rng(_stable("ties", cfg.seed, unit, wb, "2T"))
+        rng = (tie_rng if steps_settings is None
+               else np.random.default_rng(stable_seed("ties", cfg.seed, unit, wb, "2T")))
         res = rap_rank(plan, targets, D.domain, unit_key(cfg, "attack", unit, wb, tag), cfg.attack.runs,
                        s, rng=rng, limit=int(ks.max()))
-        seed = _stable("strength", cfg.seed)
+        seed = stable_seed("strength", cfg.seed)
         exact_status["strength"] += [{"unit": unit, "variant": wb, "mechanism": mech, "setting": setting,
                                       "steps": s.steps, **r} for r in strength_by_runs(res.codes, D.domain.encode,
                                                                                          truth, u, seed, res.ranking)]
@@ -340,8 +341,8 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
 
     def trivial(targets, tag):
         """The one-way-margins attack on what was published (noisy answers for a DP release)."""
-        ranking, size = margins_attack(w, targets, rng=np.random.default_rng(_stable("ties", cfg.seed, unit, wb, tag)),
-                                       limit=int(ks.max()))
+        tie = np.random.default_rng(stable_seed("ties", cfg.seed, unit, wb, tag))
+        ranking, size = margins_attack(w, targets, rng=tie, limit=int(ks.max()))
         return match_rate_curve(ranking, truth, ks, u, size)
 
     common = dict(unit=unit, variant=wb, u=u, n_rows=len(D), n_unique=unique_persons(D))
@@ -370,7 +371,7 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
             exact_status["status"].append({**tag, "status": res.status})
         keys, n = res.rows() if res.solved else (None, None)
         for kind, rows_ in bureau_measures(cfg, D, None if keys is None else np.repeat(keys, n), rows,
-                                           _stable("reid", cfg.seed, unit, wb)).items():  # one attacker file
+                                           stable_seed("reid", cfg.seed, unit, wb)).items():  # one attacker file
             exact_status[kind] += [{**tag, **r} for r in rows_]
         if not res.solved:
             return None
@@ -400,7 +401,7 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
         extra["block_list"] = prob.block_list_source
     for mech in r.evaluated:
         for setting in r.settings(mech):
-            rng = np.random.default_rng(_stable("release", cfg.seed, unit, mech, setting))
+            rng = np.random.default_rng(stable_seed("release", cfg.seed, unit, mech, setting))
             if mech.startswith(PROGRAM_PREFIX):
                 spec = r.program(mech)
                 if "program_inputs" not in cache:  # the same D, cells and domain for every program and ε
@@ -436,7 +437,7 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
                 ledger.note("swapping", "numpy (seeded)", NOT_DP, swap_rate=setting, **pub.facts, **extra,
                             invariants=own_invariants(cfg, mech, wb))
             else:
-                backend = _backend(cfg, unit, mech, setting)
+                backend = release_backend(cfg, unit, mech, setting)
                 if mech == "topdown":
                     pub, extra_td = _topdown_published(study, unit, wb, setting, topdown_cache, w, backend,
                                                        run_dir)
@@ -548,12 +549,12 @@ def _topdown_published(study: Study, unit: str, wb: bool, setting: float, cache:
     td = trees[(unit, wb)]
     key = (td.root, wb, setting)
     if key not in releases:
-        releases[key] = publish_topdown(cfg, td, setting, _backend(cfg, td.root, "topdown", setting))
+        releases[key] = publish_topdown(cfg, td, setting, release_backend(cfg, td.root, "topdown", setting))
         if run_dir is not None:
             mdf = topdown_mdf(td, releases[key].estimates).assign(root=td.root, variant=wb, epsilon=setting)
             write_parquet(run_dir / "mdf" / f"{td.root}-{'block' if wb else 'unit'}-{setting:g}.parquet", mdf)
     rel = releases[key]
-    ok, note = _fit_note(backend, "topdown")
+    ok, note = fit_note(backend, "topdown")
     pub = topdown_unit(td, rel.estimates, unit, w, rel.record, ok, note)
     return pub, {"root": td.root, "tree_levels": td.shape.levels, "tree_nodes": [len(i) for i in td.shape.ids],
                  "tree_source": td.block_source}

@@ -261,9 +261,9 @@ def check_environments(cfg: ExperimentConfig) -> None:
 
 def program_seed(*parts) -> int:
     """A seed for one batch of a program's releases: fresh for every batch, from its parts."""
-    from experiments.problem import _stable
+    from experiments.problem import stable_seed
 
-    return int(_stable("program", *parts) & 0x7FFFFFFF)
+    return int(stable_seed("program", *parts) & 0x7FFFFFFF)
 
 
 def program_digests(cfg: ExperimentConfig) -> dict:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from experiments.config import ConfigError, ExperimentConfig
-from experiments.problem import Study, _stable, exact_answers, rap_settings
+from experiments.problem import Study, stable_seed, exact_answers, rap_settings
 from microdata.dataset import Dataset
 from microdata.geography import FROM_ROWS
 from microdata.marginals import Workload, marginal_counts
@@ -24,13 +24,13 @@ from synth.swapping import NOT_DP, swap_records
 log = logging.getLogger(__name__)
 
 
-def _backend(cfg: ExperimentConfig, *parts):
+def release_backend(cfg: ExperimentConfig, *parts):
     """The noise of one release: OpenDP's (publication), or counter-based simulation noise keyed by the
     experiment's seed and the release (:class:`synth.keyed.KeyedNoise`, the auditor's key schedule)."""
     r = cfg.release
     if r.backend == "opendp":
         return make_backend("opendp")
-    return KeyedNoise(_stable("noise", cfg.seed, *parts))
+    return KeyedNoise(stable_seed("noise", cfg.seed, *parts))
 
 
 @dataclass
@@ -54,7 +54,7 @@ class Published:
     rows: Dataset | None = None  # the microdata published, when the release publishes rows
 
 
-def _fit_note(backend, mechanism: str) -> tuple[bool, str]:
+def fit_note(backend, mechanism: str) -> tuple[bool, str]:
     if mechanism == "smoothed_histogram":
         return False, "numpy sampling whatever the backend: a study mechanism, not for publication"
     if backend.for_publication:
@@ -78,11 +78,11 @@ def publish(cfg: ExperimentConfig, mechanism: str, epsilon: float, D: Dataset, w
     """
     r = cfg.release
     declared_total = "unit_total" in r.invariants
-    ok, note = _fit_note(backend, mechanism)
+    ok, note = fit_note(backend, mechanism)
     if mechanism in ("laplace_tables", "synthetic"):
         tables, rec = laplace_tables(D, workload, epsilon, backend, r.relation, declared_total=declared_total,
                                      runs=runs, cells=cells)
-        structure = ("tables", _labels(workload))
+        structure = ("tables", table_labels(workload))
         if mechanism == "laplace_tables" or runs is not None:
             answers = tables.answers() if runs is None else None
             counts = tables.counts.astype(np.float64) if runs is None else None
@@ -116,7 +116,7 @@ def publish_swapping(cfg: ExperimentConfig, rate: float, D: Dataset, workload, r
     """Swap about ``rate`` of D's records between its blocks and publish the swapped file's exact
     tables (consistent, integer, and not differentially private)."""
     swapped, facts = swap_records(D, rate, rng, list(cfg.release.swap_match))
-    pub = Published("swapping", None, swapped, exact_answers(swapped, workload), ("tables", _labels(workload)),
+    pub = Published("swapping", None, swapped, exact_answers(swapped, workload), ("tables", table_labels(workload)),
                     False, NOT_DP, workload_counts(swapped, workload).astype(np.float64), rows=swapped)
     pub.facts = facts
     return pub
@@ -145,8 +145,9 @@ def publish_targeted_swapping(cfg: ExperimentConfig, rate: float, D: Dataset, wo
     t = cfg.release.targeted_swap
     risk = t.risk or [a for a in D.domain.names if a != "BLOCK"]
     swapped, facts = targeted_swap(D, pool, rate, rng, risk, list(t.match), t.threshold)
-    pub = Published("targeted_swapping", None, swapped, exact_answers(swapped, workload), ("tables", _labels(workload)),
-                    False, TARGETED_NOT_DP, workload_counts(swapped, workload).astype(np.float64), rows=swapped)
+    pub = Published("targeted_swapping", None, swapped, exact_answers(swapped, workload),
+                    ("tables", table_labels(workload)), False, TARGETED_NOT_DP,
+                    workload_counts(swapped, workload).astype(np.float64), rows=swapped)
     pub.facts = facts
     return pub
 
@@ -160,7 +161,7 @@ def tables_published(mechanism: str, counts: np.ndarray, workload, note: str, **
 
     total = estimate_total(workload, counts)
     answers = np.clip(counts, 0, None).astype(np.float64) / max(total, 1)
-    return Published(mechanism, None, counts, answers, ("tables", _labels(workload)), False, note,
+    return Published(mechanism, None, counts, answers, ("tables", table_labels(workload)), False, note,
                      np.asarray(counts, dtype=np.float64), facts={**facts, "kind": "tables", "total": int(total)})
 
 
@@ -175,7 +176,7 @@ def publish_cell_key(cfg: ExperimentConfig, variance: float, D: Dataset, workloa
     return tables_published("cell_key", counts, workload, CELL_KEY_NOT_DP, **facts)
 
 
-def _labels(workload) -> tuple:
+def table_labels(workload) -> tuple:
     if isinstance(workload, Workload):
         return tuple((m, workload.shape(m)) for m in workload.marginals)
     return tuple(workload.labels)

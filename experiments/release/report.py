@@ -842,11 +842,9 @@ def _limit_cell(status: str, x: dict) -> str:
     >>> _limit_cell("none_safe", {"scale": "persons", "excess_lower": 3.0, "tolerance": 2.0})
     'lower +3.0 / 2.0'
     """
-    from experiments.release.decision import _num
-
     share = x.get("scale", "persons") == "share"
     side, key = ("lower", "excess_lower") if status == "none_safe" else ("upper", "excess_upper")
-    v, tol = _num(x, key), _num(x, "tolerance")
+    v, tol = float(x.get(key, math.nan)), float(x.get("tolerance", math.nan))  # float() reads the saved "inf" too
     v_s = ("+∞" if v > 0 else "−∞") if not np.isfinite(v) else f"{100 * v:+.1f}%" if share else f"{v:+.1f}"
     return f"{side} {v_s} / {100 * tol:g}%" if share else f"{side} {v_s} / {tol:.1f}"
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from experiments.config import ConfigError, ExperimentConfig
 from experiments.problem import Study, build_workload
-from experiments.release.publish import Published, _labels
+from experiments.release.publish import Published, table_labels
 from microdata.dataset import Dataset
 from microdata.geography import FROM_ROWS
 from reconstruct.exact import query_matrix
@@ -213,4 +213,5 @@ def topdown_unit(td: TopDownRoot, estimates: list[np.ndarray], unit: str, worklo
     data = Dataset(domain, codes)
     counts = workload_counts(data, workload).astype(np.float64)
     answers = counts / max(len(data), 1)
-    return Published("topdown", mech, estimates, answers, ("tables", _labels(workload)), ok, note, counts, rows=data)
+    return Published("topdown", mech, estimates, answers, ("tables", table_labels(workload)), ok, note, counts,
+                     rows=data)

@@ -263,10 +263,10 @@ def test_tracts_with_block_are_padded_to_a_bucket_and_share_one_program(root, mo
 
 
 def test_the_docs_list_every_command_and_notebook_and_every_command_explains_its_arguments(root, capsys):
-    from experiments.cli import _parser
+    from experiments.cli import build_parser
 
     readme = "\n".join(p.read_text() for p in [root / "README.md", *sorted((root / "docs" / "pages").glob("*.md"))])
-    sub = next(a for a in _parser()._actions if a.dest == "command")
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
     for name, parser in sub.choices.items():
         assert f"censusrecon {name}" in readme, name
         for action in parser._actions:

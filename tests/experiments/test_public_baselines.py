@@ -7,7 +7,7 @@ import pytest
 from baselines.holdout import holdout_split
 from baselines.priors import ChancePrior
 from experiments.config import load_config
-from experiments.problem import _stable, load_population, resolve, select_units
+from experiments.problem import stable_seed, load_population, resolve, select_units
 from microdata.dataset import Dataset
 from microdata.domain import Domain
 
@@ -16,7 +16,7 @@ def _private_rows(pop, cfg, unit):
     """Indices into ``pop`` of the persons prepare_unit puts in D (the same seeded split)."""
     rows = np.flatnonzero(pop.geography.mask(cfg.target.level, unit))
     index = Dataset(Domain.from_sizes({"I": len(rows)}), np.arange(len(rows))[:, None])
-    private, _ = holdout_split(index, np.random.default_rng(_stable("split", cfg.seed, unit)), cfg.holdout_fraction)
+    private, _ = holdout_split(index, np.random.default_rng(stable_seed("split", cfg.seed, unit)), cfg.holdout_fraction)
     return rows[private.codes[:, 0]]
 
 
