@@ -135,3 +135,15 @@ def test_no_two_modules_import_each_other_even_inside_a_function():
     """An import inside a function still ties two modules together: no circle anywhere in the project."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check can fail
     assert cycles(_module_graph()) == []
+
+
+def test_no_private_name_is_imported_from_another_module():
+    """A name with a leading underscore is its module's own: another module that needs it needs a public name."""
+    bad = []
+    for pkg in ALLOWED:
+        for f in (ROOT / pkg).rglob("*.py"):
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in OURS:
+                    bad += [f"{f.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not bad, bad
