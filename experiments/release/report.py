@@ -913,7 +913,7 @@ def _decision_section(doc: Doc, cfg, decision, audits, variants: list) -> None:
         parts += [f"caveat: {c}" for c in m.caveats]
         if m.next_step:
             parts.append(f"next: {m.next_step}")
-        items.append(". ".join([parts[0], *(p[:1].upper() + p[1:] for p in parts[1:])]) + ".")
+        items.append(". ".join(x.rstrip(".") for x in [parts[0], *(p[:1].upper() + p[1:] for p in parts[1:])]) + ".")
     doc.ul(items)
 
 
