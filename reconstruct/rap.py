@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import time
@@ -202,17 +203,26 @@ def _build_program(plan, settings: RAPSettings, with_pool: bool):
     )
 
 
-_PROGRAMS: dict = {}
+#: Compiled RAP programs a process keeps, the least recently used dropped first: one per (plan, the settings that
+#: enter the compiled functions, pool or not). A run fits a handful; a long sweep of many plans stays bounded.
+PROGRAM_CACHE_SIZE = 32
+
+
+@functools.lru_cache(maxsize=PROGRAM_CACHE_SIZE)
+def _cached_program(plan, settings: RAPSettings, with_pool: bool):
+    return _build_program(plan, settings, with_pool)
 
 
 def _program(plan, settings: RAPSettings, with_pool: bool):
     # T and the batch size do not enter the compiled functions (T is a host loop over blocks,
     # batch a shape jit retraces on), nor do the draws (a static argument of the rounding only),
     # so they do not select a program
-    key = (plan, dataclasses.replace(settings, steps=1, batch=None, draws=None), with_pool)
-    if key not in _PROGRAMS:
-        _PROGRAMS[key] = _build_program(plan, settings, with_pool)
-    return _PROGRAMS[key]
+    return _cached_program(plan, dataclasses.replace(settings, steps=1, batch=None, draws=None), with_pool)
+
+
+def clear_programs() -> None:
+    """Drop every compiled RAP program: the next fit compiles afresh."""
+    _cached_program.cache_clear()
 
 
 @dataclass
