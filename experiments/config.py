@@ -792,7 +792,7 @@ class ExperimentConfig(_Strict):
             raise ValueError(f"queries need at least one workload and distinct names, got {labels}")
         if self.attack.exact and not any(q.is_tables for q in self.queries):
             raise ValueError("attack.exact reconstructs published tables: add a kind: tables workload")
-        if self.release is not None and "topdown" in self.release.mechanisms and not any(q.is_tables for q in self.queries[:1]):
+        if self.release is not None and "topdown" in self.release.mechanisms and not self.published.is_tables:
             raise ValueError("the topdown release publishes tables: make the first workload kind: tables")
         if self.target.whole_units:
             if "holdout" in self.baselines.methods or "holdout" in self.attack.init:
@@ -812,10 +812,10 @@ class ExperimentConfig(_Strict):
             if any(f.kind == "microdata" for f in self.release.files) and self.data.source not in ("table", "bureau"):
                 raise ValueError("a microdata release file is read as the person file is, by its source: it needs "
                                  "data.source: table (your columns and codes) or bureau (the Bureau's extract format)")
-            if any(f.kind == "tables" for f in self.release.files) and not self.queries[0].is_tables:
+            if any(f.kind == "tables" for f in self.release.files) and not self.published.is_tables:
                 raise ValueError("a tables release file publishes the declared tables: make the first workload "
                                  "kind: tables")
-        if self.release is not None and self.release.programs and not self.queries[0].is_tables:
+        if self.release is not None and self.release.programs and not self.published.is_tables:
             raise ValueError("a release program publishes the declared tables: make the first workload kind: tables")
         if self.reidentification is not None and not self.attack.exact:
             raise ValueError("reidentification links the exact reconstruction's rows: set attack.exact: true")
@@ -846,6 +846,12 @@ class ExperimentConfig(_Strict):
         if value is None or self._base_dir is None or Path(value).is_absolute():
             return value
         return str(Path(self._base_dir) / value)
+
+    @property
+    def published(self) -> "QueryConfig":
+        """The published workload: the first of ``queries``, what every release publishes and is attacked on (the
+        others are studied by ``run`` only)."""
+        return self.queries[0]
 
     def margins_method(self, query: "QueryConfig") -> str:
         """The trivial attack on one workload: one_way_margins[_<workload> when several]."""

@@ -651,7 +651,7 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     manifest = json.loads((run_dir / "manifest.json").read_text()) if (run_dir / "manifest.json").exists() else {}
     doc.p(f"Config hash `{cfg.digest()}`" + (f"; {time_words(manifest)}" if "seconds_total" in manifest else "")
           + ". " + _data_words(cfg, facts))
-    doc.p(f"Published workload: {cfg.queries[0].describe()}. Privacy unit: one person. Neighbouring relation: "
+    doc.p(f"Published workload: {cfg.published.describe()}. Privacy unit: one person. Neighbouring relation: "
           f"**{r.relation}** ({'n is fixed and public' if r.relation == 'replace_one' else 'one person added or removed'}). "
           f"Noise backend: **{r.backend}**" + (" — seeded simulation noise, **not for publication**; use "
                                                  "`release.backend: opendp` for a real release."
