@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from experiments.metrics import MARGINS_ATTACK
 from microdata.errors import CensusReconError
+from reconstruct.settings import default as rap_default
 
 
 #: a release made outside censusrecon is named file:<name> in the results; a program run by it program:<name>
@@ -302,21 +303,21 @@ class AttackConfig(_Strict):
     the paper code's sampling and initialisation (configs/paper/ uses the paper's)."""
 
     runs: int = Field(100, ge=1, description="K")
-    rows: int = Field(500, ge=1, description="n'")
-    steps: int = Field(500, ge=1, description="T")
-    learning_rate: float = Field(0.3, gt=0, description="Adam's step size on the relaxed rows' logits")
-    sampling: Literal["dense", "error"] = Field("dense", description="dense: every query every step; error: the paper "
+    rows: int = Field(rap_default("rows"), ge=1, description="n'")
+    steps: int = Field(rap_default("steps"), ge=1, description="T")
+    learning_rate: float = Field(rap_default("learning_rate"), gt=0, description="Adam's step size on the relaxed rows' logits")
+    sampling: Literal["dense", "error"] = Field(rap_default("sampling"), description="dense: every query every step; error: the paper "
             "code's, queries_per_step queries drawn each step by their current error")
-    queries_per_step: int = Field(1024, ge=1, description="sampling error: queries per step")
+    queries_per_step: int = Field(rap_default("queries_per_step"), ge=1, description="sampling error: queries per step")
     init: list[str] = Field(["random"], description="how runs start, each a method of the results: random, holdout, "
             "or a geography level (a baseline's rows)")
-    init_confidence: float = Field(0.5, gt=0, lt=1, description="a run started from rows puts this probability on "
+    init_confidence: float = Field(rap_default("init_confidence"), gt=0, lt=1, description="a run started from rows puts this probability on "
             "each row's value, the rest spread evenly")
-    batch: int | None = Field(None, ge=1, description="(unit, run) pairs per compiled call; default per backend")
-    steps_per_call: int = Field(1000, ge=1, description="steps run in one compiled block; progress is reported "
+    batch: int | None = Field(rap_default("batch"), ge=1, description="(unit, run) pairs per compiled call; default per backend")
+    steps_per_call: int = Field(rap_default("steps_per_call"), ge=1, description="steps run in one compiled block; progress is reported "
             "between blocks")
     precision: Literal["float32", "bfloat16"] = Field(
-        "float32", description="matmul operand dtype (float32 accumulation); bfloat16 only where a self-test passes")
+        rap_default("precision"), description="matmul operand dtype (float32 accumulation); bfloat16 only where a self-test passes")
     draws_per_run: int | Literal["n"] | None = Field(
         None, description="rows drawn from each fitted relaxed dataset: null = one per relaxed row; an integer; "
         "or n = as many as D has persons (the paper code's census setting; the attacker reads n off the published "
@@ -332,7 +333,7 @@ class AttackConfig(_Strict):
         "against the swapped file, as the Bureau's, and reidentification confirmed against D (the CEF), with the "
         "swapped file's own agreement and precision beside (method hdf). 0: D's own tables. RAP-Rank still reads D's")
     init_mode: Literal["resample", "each_once"] = Field(
-        "resample", description="init from a baseline: resample = n' rows drawn from it per run; each_once = the "
+        rap_default("init_mode"), description="init from a baseline: resample = n' rows drawn from it per run; each_once = the "
         "paper code's: n' = |D_holdout| and each of its rows starts one relaxed row (other baselines: "
         "|D_holdout| rows drawn from them once per unit)")
     strength: Literal["config", "paper"] = Field(
@@ -791,7 +792,7 @@ class ExperimentConfig(_Strict):
             raise ValueError(f"queries need at least one workload and distinct names, got {labels}")
         if self.attack.exact and not any(q.is_tables for q in self.queries):
             raise ValueError("attack.exact reconstructs published tables: add a kind: tables workload")
-        if self.release is not None and "topdown" in self.release.mechanisms and not any(q.is_tables for q in self.queries[:1]):
+        if self.release is not None and "topdown" in self.release.mechanisms and not self.published.is_tables:
             raise ValueError("the topdown release publishes tables: make the first workload kind: tables")
         if self.target.whole_units:
             if "holdout" in self.baselines.methods or "holdout" in self.attack.init:
@@ -811,10 +812,10 @@ class ExperimentConfig(_Strict):
             if any(f.kind == "microdata" for f in self.release.files) and self.data.source not in ("table", "bureau"):
                 raise ValueError("a microdata release file is read as the person file is, by its source: it needs "
                                  "data.source: table (your columns and codes) or bureau (the Bureau's extract format)")
-            if any(f.kind == "tables" for f in self.release.files) and not self.queries[0].is_tables:
+            if any(f.kind == "tables" for f in self.release.files) and not self.published.is_tables:
                 raise ValueError("a tables release file publishes the declared tables: make the first workload "
                                  "kind: tables")
-        if self.release is not None and self.release.programs and not self.queries[0].is_tables:
+        if self.release is not None and self.release.programs and not self.published.is_tables:
             raise ValueError("a release program publishes the declared tables: make the first workload kind: tables")
         if self.reidentification is not None and not self.attack.exact:
             raise ValueError("reidentification links the exact reconstruction's rows: set attack.exact: true")
@@ -845,6 +846,12 @@ class ExperimentConfig(_Strict):
         if value is None or self._base_dir is None or Path(value).is_absolute():
             return value
         return str(Path(self._base_dir) / value)
+
+    @property
+    def published(self) -> "QueryConfig":
+        """The published workload: the first of ``queries``, what every release publishes and is attacked on (the
+        others are studied by ``run`` only)."""
+        return self.queries[0]
 
     def margins_method(self, query: "QueryConfig") -> str:
         """The trivial attack on one workload: one_way_margins[_<workload> when several]."""

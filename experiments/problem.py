@@ -24,7 +24,7 @@ from microdata.geography import plural
 from microdata.marginals import Workload, answer
 from microdata.sources import source
 from reconstruct.queries import EXACT_CHUNK, exact_counts
-from reconstruct.rap import RAPSettings
+from reconstruct.settings import CONFIG_FIELDS, RAPSettings
 
 log = logging.getLogger(__name__)
 
@@ -490,12 +490,9 @@ def workload_facts(q, w) -> dict:
 
 
 def rap_settings(cfg: ExperimentConfig, **over) -> RAPSettings:
-    a = cfg.attack
-    kw = dict(rows=a.rows, steps=a.steps, learning_rate=a.learning_rate, sampling=a.sampling,
-              queries_per_step=a.queries_per_step, init_confidence=a.init_confidence,
-              steps_per_call=a.steps_per_call, batch=a.batch, precision=a.precision)
-    kw.update(over)
-    return RAPSettings(**kw)
+    """The RAP settings of ``cfg.attack``: every field the schema shares with :class:`RAPSettings` by name
+    (:data:`reconstruct.settings.CONFIG_FIELDS`), then ``over``."""
+    return RAPSettings(**({name: getattr(cfg.attack, name) for name in CONFIG_FIELDS} | over))
 
 
 def baseline_curves(cfg: ExperimentConfig, priors: dict, unit: str, truth, ks, u, rng_of, outside=None,

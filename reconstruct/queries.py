@@ -342,7 +342,7 @@ class MarginalPlan:
         gradient for both: the RAP step's entry point."""
         return self._dense_fn(dtype)[1](logits)
 
-    @functools.lru_cache(maxsize=None)
+    @functools.lru_cache(maxsize=64)  # per (plan, dtype); bounded: a sweep builds many plans
     def _dense_fn(self, dtype: str):
         dt = DTYPES[dtype]
         off = self.layout.offsets
@@ -830,7 +830,7 @@ class ProductPlan:
         the RAP step's entry point."""
         return self._dense_fn(dtype)[1](logits)
 
-    @functools.lru_cache(maxsize=None)
+    @functools.lru_cache(maxsize=64)  # per (plan, dtype); bounded: a sweep builds many plans
     def _dense_fn(self, dtype: str):
         dt = DTYPES[dtype]
         set_rows = self._set_rows

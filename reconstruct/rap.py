@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import time
@@ -20,78 +21,12 @@ from microdata.ranking import Ranking, rank_by_frequency
 from reconstruct.queries import usable_dtype
 from reconstruct.relaxed import logits_from_codes, random_logits, recentre, round_relaxed
 from reconstruct.relaxed import probabilities as probs_of
+from reconstruct.settings import RAPSettings  # noqa: F401  (defined there, light; the attack's callers import it here)
 
 log = logging.getLogger(__name__)
 
 #: Counts every trace of a RAP program; tests use it to prove a second fit does not recompile.
 TRACE_COUNT = {"n": 0}
-
-
-@dataclass(frozen=True)
-class RAPSettings:
-    """Numerical settings of one RAP fit (hashable: they select a compiled program).
-
-    Attributes:
-        rows: n', the number of relaxed rows (each rounds to one row of D').
-        steps: T, Adam steps per fit.
-        learning_rate: Adam step size on the logits.
-        sampling: ``"dense"`` fits every query every step; ``"error"`` is the paper code's
-            step: ``queries_per_step`` queries drawn each step with probability proportional
-            to their current absolute error (Gumbel top-k, without replacement).
-        queries_per_step: queries per step when ``sampling="error"``.
-        init_confidence: when initialised from a dataset, the probability the relaxed row
-            puts on that dataset's value (the rest spread uniformly); 1 would freeze softmax.
-        steps_per_call: T is run in compiled blocks of this many steps (``lax.scan``); the
-            host only sees the state (for progress) between blocks.
-        batch: (unit, run) pairs vmapped into one compiled call; ``None`` picks per backend.
-        precision: operand dtype of the hot loop's matmuls (accumulation is always float32).
-            ``"bfloat16"`` is opt-in and used only when a self-test on this backend passes.
-        init_mode: how a run initialised from a dataset (``init_pool``) uses it. ``"resample"``:
-            n' rows drawn with replacement from the pool, afresh per run. ``"each_once"`` (the
-            paper code's ``--init_split``): the pool has exactly n' rows and relaxed row i starts
-            at pool row i, so every pool row is used once in every run.
-        draws: rows drawn from each fitted relaxed dataset when it is rounded. ``None``: one per
-            relaxed row (each row rounded once). An integer m (the paper code's
-            ``num_samples``): every relaxed row is rounded floor(m/n') times and m mod n'
-            distinct relaxed rows, chosen at random, once more; each draw takes every
-            attribute from that row's softmax independently.
-    """
-
-    rows: int = 1000
-    steps: int = 1000
-    learning_rate: float = 0.3
-    sampling: Literal["dense", "error"] = "dense"
-    queries_per_step: int = 1024
-    init_confidence: float = 0.5
-    steps_per_call: int = 1000
-    batch: int | None = None
-    precision: Literal["float32", "bfloat16"] = "float32"
-    init_mode: Literal["resample", "each_once"] = "resample"
-    draws: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.rows < 1:
-            raise CensusReconError(f"rows (n') must be >= 1, got {self.rows}")
-        if self.steps < 1:
-            raise CensusReconError(f"steps (T) must be >= 1, got {self.steps}")
-        if not self.learning_rate > 0:
-            raise CensusReconError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if self.sampling not in ("dense", "error"):
-            raise CensusReconError(f"sampling must be 'dense' or 'error', got {self.sampling!r}")
-        if self.queries_per_step < 1:
-            raise CensusReconError(f"queries_per_step must be >= 1, got {self.queries_per_step}")
-        if not 0.0 < self.init_confidence < 1.0:
-            raise CensusReconError(f"init_confidence must lie in (0, 1), got {self.init_confidence}")
-        if self.steps_per_call < 1:
-            raise CensusReconError(f"steps_per_call must be >= 1, got {self.steps_per_call}")
-        if self.precision not in ("float32", "bfloat16"):
-            raise CensusReconError(f"precision must be 'float32' or 'bfloat16', got {self.precision!r}")
-        if self.batch is not None and self.batch < 1:
-            raise CensusReconError(f"batch must be >= 1 or None, got {self.batch}")
-        if self.init_mode not in ("resample", "each_once"):
-            raise CensusReconError(f"init_mode must be 'resample' or 'each_once', got {self.init_mode!r}")
-        if self.draws is not None and self.draws < 1:
-            raise CensusReconError(f"draws must be >= 1 or None (one per relaxed row), got {self.draws}")
 
 
 def use_cpu_cores_as_devices(count: int | None = None) -> int:
@@ -268,17 +203,26 @@ def _build_program(plan, settings: RAPSettings, with_pool: bool):
     )
 
 
-_PROGRAMS: dict = {}
+#: Compiled RAP programs a process keeps, the least recently used dropped first: one per (plan, the settings that
+#: enter the compiled functions, pool or not). A run fits a handful; a long sweep of many plans stays bounded.
+PROGRAM_CACHE_SIZE = 32
+
+
+@functools.lru_cache(maxsize=PROGRAM_CACHE_SIZE)
+def _cached_program(plan, settings: RAPSettings, with_pool: bool):
+    return _build_program(plan, settings, with_pool)
 
 
 def _program(plan, settings: RAPSettings, with_pool: bool):
     # T and the batch size do not enter the compiled functions (T is a host loop over blocks,
     # batch a shape jit retraces on), nor do the draws (a static argument of the rounding only),
     # so they do not select a program
-    key = (plan, dataclasses.replace(settings, steps=1, batch=None, draws=None), with_pool)
-    if key not in _PROGRAMS:
-        _PROGRAMS[key] = _build_program(plan, settings, with_pool)
-    return _PROGRAMS[key]
+    return _cached_program(plan, dataclasses.replace(settings, steps=1, batch=None, draws=None), with_pool)
+
+
+def clear_programs() -> None:
+    """Drop every compiled RAP program: the next fit compiles afresh."""
+    _cached_program.cache_clear()
 
 
 @dataclass

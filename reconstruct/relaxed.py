@@ -124,7 +124,7 @@ def softmax_backward(p: jax.Array, g: jax.Array, layout: Layout) -> jax.Array:
     return pg - p * (jnp.asarray(member_np) @ pg)[jnp.asarray(seg_np)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=64)  # per (layout, centred); bounded
 def _softmax(layout: Layout, centred: bool):
     @jax.custom_vjp
     def softmax(logits):

@@ -28,7 +28,7 @@ from synth.mechanism import PrivacyError, check_counts, check_scale, checked_add
 CHUNK = 1 << 21
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=16)  # per draw width: a few
 def _words_fn(words: int):
     import jax
     import jax.numpy as jnp
@@ -46,7 +46,7 @@ def _words_fn(words: int):
     return jax.jit(fn)
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=16)
 def _flat_fn(words: int):
     """The same words as :func:`_words_fn`, for (release, cell) pairs listed one by one."""
     import jax

@@ -147,3 +147,22 @@ def test_no_private_name_is_imported_from_another_module():
                     bad += [f"{f.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
                             if a.name.startswith("_") and not a.name.startswith("__")]
     assert not bad, bad
+
+
+def test_every_cache_is_bounded():
+    """A cache with no bound (lru_cache(maxsize=None), functools.cache) grows with every plan, layout or key a long
+    sweep makes; each cache names its size (lru_cache's default, 128, is a size too)."""
+    bad = []
+    for pkg in ALLOWED:
+        for f in (ROOT / pkg).rglob("*.py"):
+            for node in ast.walk(ast.parse(f.read_text())):
+                name = getattr(node, "attr", getattr(node, "id", None))
+                unbounded = isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) \
+                    == "lru_cache" and any(k.arg == "maxsize" and isinstance(k.value, ast.Constant)
+                                           and k.value.value is None for k in node.keywords)
+                plain = (isinstance(node, ast.Attribute) and name == "cache" and getattr(node.value, "id", "") == "functools"
+                         ) or (isinstance(node, ast.ImportFrom) and node.module == "functools"
+                               and any(a.name == "cache" for a in node.names))
+                if unbounded or plain:
+                    bad.append(f"{f.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, bad

@@ -776,7 +776,7 @@ def _unit_instance(study: Study, unit: str, wb: bool, cache: dict) -> tuple:
     if key not in cache:
         prob = study.prepare(unit, wb, pad_blocks=False)
         D, areas = prob.private, prob.areas
-        workload = build_workload(cfg, cfg.queries[0], D.domain, areas)
+        workload = build_workload(cfg, cfg.published, D.domain, areas)
         exact = workload_counts(D, workload)
         pairs = _real_pairs(D, workload, parse_relation(cfg.release.relation), areas)
         cache[key] = (D, areas, workload, exact, pairs, [workload_counts(D2, workload) for _, D2 in pairs],
@@ -1131,7 +1131,7 @@ def _audit_topdown_root(study: Study, units: list[str], wb: bool, eps: float, se
     # the yardstick: each level's sensitivities from the relation and the tables' definitions over the person
     # domain (never the release's strategy matrix or budgets), and the ρ an (ε, δ) release may spend
     if "sensitivity" not in cache[key]:
-        pw = build_workload(cfg, cfg.queries[0], td.person_domain)
+        pw = build_workload(cfg, cfg.published, td.person_domain)
         cache[key]["sensitivity"] = [
             node_table_sensitivity(pw, td.person_domain.decode(np.flatnonzero(td.tree.hist[li].sum(axis=0) > 0)),
                                    cfg.release.relation, len(td.shape.ids[li])) for li in range(n_levels)]

@@ -147,7 +147,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
         if parse_relation(r.relation) is Relation.ADD_REMOVE and "unit_total" not in r.invariants:
             first = study.prepare(units[0], wb, pad_blocks=False)
             try:  # n must come from the noisy tables: they must publish a total or a partition
-                total_queries(build_workload(cfg, cfg.queries[0], first.private.domain, first.areas))
+                total_queries(build_workload(cfg, cfg.published, first.private.domain, first.areas))
             except PrivacyError as e:
                 raise ConfigError(str(e)) from None
     files = read_release_files(study, units)  # a file that does not fit fails here, before anything runs
@@ -319,7 +319,7 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
     truth = D.keys()
     u = effective_u(D.distinct(), H.distinct())
     ks = k_grid(u, cfg.grid_points)
-    w = build_workload(cfg, cfg.queries[0], D.domain, prob.areas)
+    w = build_workload(cfg, cfg.published, D.domain, prob.areas)
     plan = plan_for(w)
     exact = exact_answers(D, w)
     exact_counts = workload_counts(D, w)

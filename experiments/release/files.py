@@ -65,7 +65,7 @@ def unit_layout(study: Study, unit: str, with_block: bool) -> Layout:
     cfg = study.cfg
     prob = study.prepare(unit, with_block, pad_blocks=False)
     domain = prob.private.domain
-    cells, areas = table_cells(cfg, cfg.queries[0], domain, prob.areas)
+    cells, areas = table_cells(cfg, cfg.published, domain, prob.areas)
     w = CensusWorkload.build(domain, cells, areas=areas)  # as build_workload builds it, from the same cells
     query = {label: i for i, label in enumerate(w.labels)}
     full = dict(zip(domain.attribute("BLOCK").values, study.blocks(unit)[0])) if with_block else {}

@@ -589,7 +589,8 @@ def _agreement_section(doc, run_dir: Path, cfg, variant) -> None:
           "race, Hispanic origin and age (on SF1's 38 age groups; exact age where the data's ages are single "
           "years), by the size of the block in D, all units pooled. "
           + ("" if any("exact age" in h for h in headers) else
-             "Exact age is not measured: AGE here is the 38 groups (data.age: binned). ")
+             "Exact age is not measured: AGE here is the 38 groups (data.age: binned; --set data.age=single "
+             "measures it too, where the data's single years are worth comparing). ")
           + ("Beside them, the Bureau's national figures for its reconstruction of the 2020 DAS output: those are "
              "measured against the confidential 2010 file over the whole nation, these against D, the records of "
              "the published 2010 tables of the tracts evaluated (the swapped detail file on these keys), so the "
@@ -650,7 +651,7 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     manifest = json.loads((run_dir / "manifest.json").read_text()) if (run_dir / "manifest.json").exists() else {}
     doc.p(f"Config hash `{cfg.digest()}`" + (f"; {time_words(manifest)}" if "seconds_total" in manifest else "")
           + ". " + _data_words(cfg, facts))
-    doc.p(f"Published workload: {cfg.queries[0].describe()}. Privacy unit: one person. Neighbouring relation: "
+    doc.p(f"Published workload: {cfg.published.describe()}. Privacy unit: one person. Neighbouring relation: "
           f"**{r.relation}** ({'n is fixed and public' if r.relation == 'replace_one' else 'one person added or removed'}). "
           f"Noise backend: **{r.backend}**" + (" — seeded simulation noise, **not for publication**; use "
                                                  "`release.backend: opendp` for a real release."

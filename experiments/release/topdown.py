@@ -117,7 +117,7 @@ def person_types(data: Dataset, person_domain) -> np.ndarray:
 def topdown_strategy(cfg: ExperimentConfig, person_domain) -> Strategy:
     """What every node measures: the detailed histogram over ``person_domain`` and the first tables
     workload's cells over it, with the configured split of each level's budget between them."""
-    pw = build_workload(cfg, cfg.queries[0], person_domain)
+    pw = build_workload(cfg, cfg.published, person_domain)
     return Strategy(query_matrix(pw).astype(np.int64), Fraction(repr(float(cfg.release.topdown.detailed_share))))
 
 

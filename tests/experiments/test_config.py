@@ -94,3 +94,18 @@ def test_whole_units_attack_every_person_and_refuse_what_needs_a_holdout(root):
     rpop = load_population(rel)
     unit = rpop.geography.unit_ids("tract")[0]
     assert len(resolve(rel, rpop).private_half(unit, False)) == int(rpop.geography.mask("tract", unit).sum())
+
+
+def test_the_rap_settings_are_defined_once():
+    """The schema's RAP fields take their defaults from reconstruct.settings.RAPSettings, and rap_settings copies
+    every shared field by name: a default config gives RAPSettings' own defaults, and a changed field arrives."""
+    from experiments.config import AttackConfig
+    from experiments.problem import rap_settings
+    from reconstruct.settings import CONFIG_FIELDS, RAPSettings
+
+    fields = AttackConfig.model_fields
+    assert set(CONFIG_FIELDS) <= set(fields)
+    assert {n: fields[n].default for n in CONFIG_FIELDS} == {n: getattr(RAPSettings(), n) for n in CONFIG_FIELDS}
+    cfg = parse_config({"name": "x", "attack": {"rows": 77, "learning_rate": 0.1}})
+    assert rap_settings(cfg) == RAPSettings(rows=77, learning_rate=0.1)
+    assert rap_settings(cfg, steps=9).steps == 9

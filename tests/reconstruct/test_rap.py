@@ -142,13 +142,13 @@ def test_recentring_the_logits_changes_nothing_and_keeps_large_steps_finite(prob
     assert 1 <= often < 200
     a_codes, a_loss, a_err = run_rap(plan, targets, jax.random.key(4), np.arange(2), s)
     monkeypatch.setattr(rap_mod, "_DRIFT", 1e9)  # recentre only at the block's start
-    rap_mod._PROGRAMS.clear()
+    rap_mod.clear_programs()
     assert rap_mod.recentre_every(s) >= 200
     b_codes, b_loss, b_err = run_rap(plan, targets, jax.random.key(4), np.arange(2), s)
     np.testing.assert_allclose(a_loss, b_loss, rtol=1e-3, atol=1e-7)
     assert (a_codes == b_codes).mean() > 0.95  # the same fits, up to float rounding
     monkeypatch.undo()
-    rap_mod._PROGRAMS.clear()
+    rap_mod.clear_programs()
     big = RAPSettings(rows=30, steps=300, batch=2, learning_rate=5.0, steps_per_call=300)
     assert rap_mod.recentre_every(big) == 1
     _, loss, err = run_rap(plan, targets, jax.random.key(5), np.arange(2), big)
