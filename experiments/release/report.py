@@ -480,16 +480,22 @@ BUREAU_REFERENCE = [
 ]
 
 
+def _variant_rows(run_dir: Path, name: str, variant) -> pd.DataFrame | None:
+    """The rows of ``run_dir/name`` for one variant, or None where the file or its rows are missing."""
+    path = Path(run_dir) / name
+    if not path.exists():
+        return None
+    rows = pd.read_parquet(path)
+    rows = rows[rows["variant"] == variant]
+    return None if rows.empty else rows
+
+
 def bureau_table(run_dir: Path, variant, with_reference: bool = True) -> tuple[list, list] | None:
     """Per mechanism and setting, the Bureau's measures of a release evaluation (all units pooled,
     weighted by persons): headers and rows, or None when they were not measured; with the Bureau's
     published rows (``with_reference``) only where the population is 2010-shaped."""
-    path = Path(run_dir) / "agreement.parquet"
-    if not path.exists():
-        return None
-    ag = pd.read_parquet(path)
-    ag = ag[ag["variant"] == variant]
-    if ag.empty:
+    ag = _variant_rows(run_dir, "agreement.parquet", variant)
+    if ag is None:
         return None
     reid = pd.read_parquet(Path(run_dir) / "reidentification.parquet") if (
         Path(run_dir) / "reidentification.parquet").exists() else pd.DataFrame()
@@ -537,12 +543,8 @@ def agreement_table(run_dir: Path, variant, with_reference: bool) -> tuple[list,
     counts added), on the 38 age bins and, where the ages are single years, exact: headers and rows (one per
     size class and one over all blocks), or None where no release published rows over blocks; with the
     Bureau's national figures for the 2020 DAS beside them (``with_reference``)."""
-    path = Path(run_dir) / "agreement_by_size.parquet"
-    if not path.exists():
-        return None
-    ag = pd.read_parquet(path)
-    ag = ag[ag["variant"] == variant]
-    if ag.empty:
+    ag = _variant_rows(run_dir, "agreement_by_size.parquet", variant)
+    if ag is None:
         return None
     order = list(dict.fromkeys(ag["block_size"].tolist()))
     sums = ag.groupby(["mechanism", "setting", "block_size"], sort=False)[["persons", "agree_binned", "agree_exact"]]
