@@ -28,6 +28,13 @@ from synth.histogram import SparseHistogram
 from synth.mechanism import PrivacyError, Relation, parse_relation
 from synth.keyed import KeyedNoise
 from synth.noise import OpenDPNoise
+from experiments.progress import UnitProgress
+from experiments.release.files import unit_layout
+from experiments.release.program import one_way_inputs, program_inputs, program_seed, run_program
+from experiments.release.publish import publish
+from experiments.release.topdown import publish_topdown, topdown_root, topdown_shape, topdown_tree
+from synth.audit import clopper_pearson, gaussian_rho_spent, opendp_rho
+from synth.topdown import Budget, QUERIES
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +90,6 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
                         sum(p.measurements is not None for p in programs))
     study = dataclasses.replace(study, cfg=cfg)  # the audit's own settings for this family of results
     jobs = len(cfg.target.with_block) * len(eps_list) * (len(mechanisms) + len(programs))
-    from experiments.progress import UnitProgress
-
     # a line per mechanism and ε audited, with an estimate of the time left (an audit takes minutes)
     bar = UnitProgress(jobs, "audits", progress, estimate=True)
     if progress:
@@ -308,8 +313,6 @@ def _noise(cfg: ExperimentConfig, seed: int, *parts):
 
 
 def _publish(cfg, mech, eps, D, workload, backend, rng, **kw):
-    from experiments.release.publish import publish
-
     return publish(cfg, mech, eps, D, workload, backend, rng, **kw)
 
 
@@ -474,8 +477,6 @@ def _topdown_structure(study: Study, unit: str, wb: bool, nodes: dict) -> str:
     (likewise) must publish trees of the same shape and measurements of the same shapes, through
     the production functions from the population on. ``nodes``: the units of the target level in the
     real tree (:func:`topdown_root`'s)."""
-    from experiments.release.topdown import publish_topdown, topdown_root
-
     cfg, pop = study.cfg, study.pop
     geo = pop.geography
     level = cfg.target.level
@@ -875,8 +876,6 @@ def _keyed_release(backend, release: int):
 
 def _roots(study: Study, units: list[str], wb: bool) -> list[list[str]]:
     """The audited units grouped by the root of their TopDown release (one production tree each)."""
-    from experiments.release.topdown import topdown_shape
-
     by_root: dict = {}
     for u in units:
         by_root.setdefault(topdown_shape(study, u, wb)[0], []).append(u)
@@ -977,8 +976,6 @@ def _tables_accounting(record, eps: float, sensitivity: int) -> tuple[str, dict]
     sensitivity as the yardstick finds it)."""
     from fractions import Fraction
 
-    from synth.topdown import Budget
-
     b = Budget("unit", "tables", Fraction(repr(float(eps))), int(record.sensitivity), float(record.scale))
     return _opendp_accounting([b], False, eps, lambda _: sensitivity)
 
@@ -1040,9 +1037,6 @@ def _audit_topdown_root(study: Study, units: list[str], wb: bool, eps: float, se
     root: the bound over real pairs (the cells they touch, drawn by the publishing function with the
     production key schedule), the whole-release checks, the OpenDP accounting, the replay over many pairs
     and draws, the structure."""
-    from experiments.release.topdown import publish_topdown, topdown_root, topdown_tree
-    from synth.topdown import QUERIES
-
     cfg = study.cfg
     a = cfg.release.audit
     relation = parse_relation(cfg.release.relation)
@@ -1187,8 +1181,6 @@ def _audit_topdown_root(study: Study, units: list[str], wb: bool, eps: float, se
 def _topdown_replay(cfg: ExperimentConfig, eps: float, td, neighbours: list, recorded: list) -> str:
     """Each recorded release's measurements replayed for the real tree and for many neighbours of it
     (``neighbours``: (what, tree)): the estimates (the MDF) must be identical."""
-    from experiments.release.topdown import publish_topdown
-
     for m in recorded:
         values = []
         for li in range(len(m.detailed)):
@@ -1245,9 +1237,6 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
     noise family, the checks from output minus truth over every published copy: the ε its noise
     spends per pair (each cell's scale bounded above from its own draws), the shape and far tail per
     table, and independence across cells and releases."""
-    from experiments.release.program import program_seed, run_program
-    from synth.audit import independence_pvalue, laplace_shape_pvalue, tail_pvalue
-
     cfg = study.cfg
     a = cfg.release.audit
     runs = spec.audit_runs or a.runs
@@ -1374,8 +1363,6 @@ def program_draws(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tup
     """``runs`` releases of the program on ``inputs`` in the shape its ``calls`` declares: one call per release
     (single, as publication calls it), each with its own seed from ``where`` and its number; or one call
     for all of them (batch), with one seed."""
-    from experiments.release.program import program_seed, run_program
-
     if spec.calls == "single":
         return np.vstack([run_program(cfg, spec, inputs, eps, 1, program_seed(*where, "call", k)) for k in range(runs)])
     return run_program(cfg, spec, inputs, eps, runs, program_seed(*where))
@@ -1461,9 +1448,6 @@ def _program_instance(study: Study, unit: str, wb: bool, cache: dict) -> tuple:
     """The contract's inputs for the unit's D and for each of its real neighbours (the pairs of
     :func:`_unit_instance`), with the layout of the published cells: the same at every ε and for every
     program."""
-    from experiments.release.files import unit_layout
-    from experiments.release.program import program_inputs
-
     key = ("program", unit, wb)
     if key not in cache:
         D, areas, _, _, pairs, _, _ = _unit_instance(study, unit, wb, cache)
@@ -1481,9 +1465,6 @@ def _audit_first_measurements(cfg: ExperimentConfig, spec: ReleaseProgramConfig,
     ``runs`` per neighbour: the statistical bound over the one-way cells each pair moves, and the zCDP ρ
     their noise spends per pair (each moved cell's σ bounded above from its own draws, so ρ below)
     against the share of the declared ρ the program's design gives them."""
-    from experiments.release.program import one_way_inputs, program_seed, run_program
-    from synth.audit import gaussian_rho_spent, opendp_rho
-
     m = spec.measurements
     stage = spec.model_copy(update={"params": {**spec.params, **m.params}})
     base, truth = one_way_inputs(inputs)
@@ -1518,8 +1499,6 @@ def bound_reach(runs: int, confidence: float) -> float:
     >>> round(bound_reach(300, 0.99), 2), round(bound_reach(50_000, 0.99), 2), bound_reach(10, 0.95)
     (3.33, 8.46, 0.0)
     """
-    from synth.audit import clopper_pearson
-
     m = runs - runs // 2
     alpha = (1 - confidence) / 2
     lo, _ = clopper_pearson(np.array([m]), m, alpha)

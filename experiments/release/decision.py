@@ -33,6 +33,9 @@ from experiments.config import FILE_PREFIX, NOT_DP
 from experiments.metrics import CONFIDENCE, units_to_decide
 from experiments.release.words import (NOT_DP_SETTINGS, fit_words, less_protective, more_protective,
                                        persons_words, setting_label, units_advice)
+from experiments.config import ConfigError
+from experiments.results import write_json
+from synth.audit import overall_outcome
 
 PUBLISH, DO_NOT_PUBLISH, CANNOT_DECIDE = "publish", "do_not_publish", "cannot_decide"
 #: the words that open a decision's line, for a board
@@ -167,8 +170,6 @@ class Decision:
         return json.loads(json.dumps(d, default=_plain))
 
     def save(self, run_dir: Path) -> Path:
-        from experiments.results import write_json
-
         path = Path(run_dir) / DECISION_FILE
         write_json(path, self.as_dict())
         return path
@@ -176,8 +177,6 @@ class Decision:
 
 def load_decision(run_dir: Path) -> Decision:
     """The decision saved by ``evaluate-release`` (``decision.json``)."""
-    from experiments.config import ConfigError
-
     path = Path(run_dir) / DECISION_FILE
     if not path.exists():
         raise ConfigError(f"{path} does not exist: this release folder was written before decisions were saved, or "
@@ -200,8 +199,6 @@ def _audit_state(mech: str, audits: list) -> str:
     mine = [a for a in audits if a.mechanism == mech]
     if not mine:
         return "not run"
-    from synth.audit import overall_outcome
-
     return overall_outcome(mine)
 
 

@@ -44,6 +44,12 @@ from synth.mechanism import Ledger, PrivacyError, Relation, parse_relation
 from synth.release import (DERIVED_ROWS, TOTAL_DECLARED, TOTAL_PUBLIC_BY_RELATION, table_utility, total_queries,
                            totals_utility, workload_counts)
 from synth.swapping import NOT_DP
+from experiments.exact_eval import agreement, reidentification
+from experiments.release.decision import decide, DECISION_FILE, load_decision
+from experiments.release.report import (audits_from_dicts, exact_row, strength_sentence, summarise_release_persons,
+                                        verdict_rows)
+from experiments.release.risks import frame, measure, RiskJob
+from reconstruct.exact import query_matrix, reconstruct_exact, reconstruct_least_deviation
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +77,6 @@ def save_recorded_audit(run_dir: Path, cfg: ExperimentConfig, results: list) -> 
 def recorded_audit(run_dir: Path, cfg: ExperimentConfig, fingerprint: str) -> list | None:
     """The audit `censusrecon audit` recorded for exactly this code and config (every file of the code,
     every key of the config, the audit's settings included), as AuditResults; None when there is none."""
-    from experiments.release.report import audits_from_dicts
-
     path = Path(run_dir) / RECORDED_AUDIT
     if not path.exists():
         return None
@@ -85,8 +89,6 @@ def recorded_audit(run_dir: Path, cfg: ExperimentConfig, fingerprint: str) -> li
 def finished_decision(run_dir: Path, cfg: ExperimentConfig, fingerprint: str, inputs: dict):
     """The decision of a finished evaluation of exactly this code, config and release inputs, when it
     still stands (no audit recorded by `censusrecon audit` since); else None."""
-    from experiments.release.decision import DECISION_FILE, load_decision
-
     if not (Path(run_dir) / DECISION_FILE).exists():
         return None
     try:
@@ -109,8 +111,6 @@ def keep_earlier(run_dir: Path) -> Path | None:
     """Move the report, audit and decision of an earlier finished evaluation to ``earlier/<when>/`` before
     a rerun writes its own: a report is never replaced without the earlier one kept."""
     import datetime as _dt
-
-    from experiments.release.decision import DECISION_FILE
 
     run_dir = Path(run_dir)
     if not (run_dir / DECISION_FILE).exists():
@@ -279,8 +279,6 @@ def verdicts_of(persons: pd.DataFrame, util: pd.DataFrame, strengths: dict, tole
     """Per variant, the verdict rows (:func:`experiments.release.report.verdict_rows`), each with the words of
     the attack's strength at its setting (``strength``) and the best attack on the exact tables (``exact``):
     what :func:`experiments.release.decision.decide` decides from."""
-    from experiments.release.report import exact_row, strength_sentence, verdict_rows
-
     out = {}
     for v in dict.fromkeys(persons["variant"].tolist()) if len(persons) else []:
         rows = verdict_rows(persons, util, v, strengths.get(v), tolerance, units_in_file)
@@ -295,9 +293,6 @@ def decide_release(cfg: ExperimentConfig, run_dir: Path, df: pd.DataFrame, util:
                    entries: list, risks: pd.DataFrame, risk_note: str | None, micro: list[pd.DataFrame],
                    units_in_file: int | None, fingerprint: str, inputs: dict, audit_when: str | None):
     """The evaluation's decision (:func:`experiments.release.decision.decide`), once, from what it measured."""
-    from experiments.release.decision import decide
-    from experiments.release.report import summarise_release_persons
-
     persons = summarise_release_persons(release_persons(df), cfg.release.tolerance)
     strengths = {v: release_strength(run_dir, v) for v in dict.fromkeys(df["variant"].tolist())}
     published_rows = {m for part in micro for m in part.loc[part["role"] == "release", "mechanism"].unique()}
@@ -355,8 +350,6 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
         consistent tables (no certificates), the least-deviation fit for independently noised ones
         (``noisy``: their scale, total and whether it is public); with the Bureau's measures of its
         reconstruction and of the rows the release publishes (:func:`bureau_measures`)."""
-        from reconstruct.exact import query_matrix, reconstruct_exact, reconstruct_least_deviation
-
         tag = {"unit": unit, "variant": wb, "mechanism": mech, "setting": setting}
         if noisy is not None:  # independent Laplace noise: the maximum-likelihood fit, not "infeasible"
             if "matrix" not in cache:
@@ -518,8 +511,6 @@ def bureau_measures(cfg: ExperimentConfig, D: Dataset, reconstruction: np.ndarra
     the rows the release publishes (TopDown's MDF, the swapped file, synthetic rows); and the
     reidentification precision of the reconstruction beside the modal and proportional guesses,
     overall and for the vulnerable group. Empty lists where the domain has no single-year age."""
-    from experiments.exact_eval import agreement, reidentification
-
     truth = D.keys()
     out = {"agreement": [], "reidentification": []}
     for of, keys in (("reconstruction", reconstruction), ("published rows", None if rows is None else rows.keys())):
@@ -563,8 +554,6 @@ def _topdown_published(study: Study, unit: str, wb: bool, setting: float, cache:
 def _micro_rows(data: Dataset, unit: str, wb: bool, role: str, mechanism: str = "", setting: float = np.nan):
     """A unit's rows for the risk measures, as labels (a block's name is the unit's own): D, D_holdout
     or a published file, tagged."""
-    from experiments.release.risks import frame
-
     return frame(data, unit).assign(variant=wb, role=role, mechanism=mechanism, setting=setting)
 
 
@@ -576,8 +565,6 @@ def measure_risks(cfg: ExperimentConfig, micro: list[pd.DataFrame]) -> tuple[pd.
     """anonymeter's risks of every published microdata file (per variant, mechanism and setting,
     all units together), with D as the original and D_holdout as the control set: persons of the
     same units that no release ever saw."""
-    from experiments.release.risks import RiskJob, measure
-
     if not cfg.release.risks:
         return pd.DataFrame(), "not run: release.risks is false"
     if cfg.target.whole_units:

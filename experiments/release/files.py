@@ -31,6 +31,11 @@ from experiments.config import ConfigError, ExperimentConfig, ReleaseFileConfig
 from experiments.problem import Study, table_cells
 from microdata.census import CensusWorkload, placed_cells
 from microdata.errors import CensusReconError
+from experiments.config import FILE_PREFIX
+from experiments.problem import exact_answers, load_population, resolve
+from experiments.release.publish import Published, tables_published
+from experiments.results import atomic_write_text, write_parquet
+from synth.release import workload_counts
 
 #: the columns of a tables file (label is optional)
 TABLE_COLUMNS = ("unit", "table", "cell", "label", "geography", "value")
@@ -92,9 +97,6 @@ def template(study: Study, units: list[str]) -> pd.DataFrame:
 def write_template(cfg: ExperimentConfig, to: str | Path, force: bool = False) -> tuple[Path, int, int]:
     """Write :func:`template` for the config's units to ``to`` (CSV or Parquet by extension), never over
     an existing file unless ``force``; return the path, its rows and its units."""
-    from experiments.problem import resolve
-    from experiments.results import atomic_write_text, write_parquet
-
     path = Path(to)
     if path.suffix.lower() not in (".csv", ".parquet"):
         raise ConfigError(f"{path}: the template is written as CSV (.csv) or Parquet (.parquet)")
@@ -244,8 +246,6 @@ class MicrodataFile:
     file's columns, codes and public block list: every code is checked as the person file's are."""
 
     def __init__(self, cfg: ExperimentConfig, spec: ReleaseFileConfig, units: list[str]):
-        from experiments.problem import load_population, resolve
-
         self.spec = spec
         self.path = Path(cfg.data_file(spec.path))
         if not self.path.exists():
@@ -275,8 +275,6 @@ def read_release_files(study: Study, units: list[str]) -> dict[tuple, TablesFile
     """Every file of ``release.files``, read and checked against every unit and variant before
     anything runs (a file that does not fit is a one-line error naming file, row and value): per
     (file:<name>, setting); a tables file carries the layouts of every (unit, variant) in ``.layouts``."""
-    from experiments.config import FILE_PREFIX
-
     cfg, pop = study.cfg, study.pop
     r = cfg.release
     out = {}
@@ -306,10 +304,6 @@ def file_published(mechanism: str, release, unit: str, with_block: bool, workloa
     """A release file as the attacks read it. Tables: the file's counts, and the answers RAP-Rank fits
     (negatives clipped, divided by the total estimated from the file's own tables: post-processing).
     Microdata: the file's persons of the unit, their tabulation (consistent tables) and its answers."""
-    from experiments.problem import exact_answers
-    from experiments.release.publish import Published, tables_published
-    from synth.release import workload_counts
-
     if isinstance(release, MicrodataFile):
         rows = release.rows(unit, with_block)
         return Published(mechanism, None, rows, exact_answers(rows, workload), ("rows over", tuple(rows.domain.names),

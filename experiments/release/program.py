@@ -39,6 +39,9 @@ import pandas as pd
 from experiments.config import ConfigError, ExperimentConfig, ReleaseProgramConfig
 from experiments.release.files import Layout
 from microdata.dataset import Dataset
+from experiments.problem import stable_seed
+from experiments.release.files import file_digest
+from experiments.release.risks import anonymeter_python
 
 #: what a program's ledger entry and report say of its privacy
 PROGRAM_NOTE = ("run by censusrecon, made outside it: its ε is the program's own accounting, audited as a black box "
@@ -238,8 +241,6 @@ def check_environments(cfg: ExperimentConfig) -> None:
 
     r = cfg.release
     if r is not None and r.risks and not cfg.target.whole_units and r.row_mechanisms:
-        from experiments.release.risks import anonymeter_python
-
         if anonymeter_python() is None:
             raise ConfigError(f"release.risks: the risks of the rows {', '.join(r.row_mechanisms)} publish are measured "
                               "with anonymeter, in an environment of its own: make risk-env (or release.risks: false: "
@@ -261,16 +262,12 @@ def check_environments(cfg: ExperimentConfig) -> None:
 
 def program_seed(*parts) -> int:
     """A seed for one batch of a program's releases: fresh for every batch, from its parts."""
-    from experiments.problem import stable_seed
-
     return int(stable_seed("program", *parts) & 0x7FFFFFFF)
 
 
 def program_digests(cfg: ExperimentConfig) -> dict:
     """SHA-256 of every file a program names (its .py, the script a command runs), so that a result saved
     for one version of a program is not taken for another's."""
-    from experiments.release.files import file_digest
-
     out = {}
     for spec in cfg.release.programs:
         where = [spec.function.rsplit(":", 1)[0]] if spec.function else list(spec.command)

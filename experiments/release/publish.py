@@ -20,6 +20,9 @@ from synth.keyed import KeyedNoise
 from synth.noise import make_backend
 from synth.release import TOTAL_PUBLIC_BY_RELATION, fit_synthetic, laplace_tables, workload_counts
 from synth.swapping import NOT_DP, swap_records
+from synth.cellkey import cell_key_tables, NOT_DP as CELL_KEY_NOT_DP, perturbation_table
+from synth.release import estimate_total
+from synth.swapping import TARGETED_NOT_DP, targeted_swap
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +143,6 @@ def publish_targeted_swapping(cfg: ExperimentConfig, rate: float, D: Dataset, wo
                               pool: Dataset) -> Published:
     """D with its records at risk swapped first for matching records of another area (``pool``), then
     others, up to ``rate``; the swapped file's exact tables published. Not DP."""
-    from synth.swapping import TARGETED_NOT_DP, targeted_swap
-
     t = cfg.release.targeted_swap
     risk = t.risk or [a for a in D.domain.names if a != "BLOCK"]
     swapped, facts = targeted_swap(D, pool, rate, rng, risk, list(t.match), t.threshold)
@@ -157,8 +158,6 @@ def tables_published(mechanism: str, counts: np.ndarray, workload, note: str, **
     counts, and the answers RAP-Rank fits: negatives clipped, divided by the total estimated from the
     tables themselves (post-processing). ``facts["kind"] == "tables"`` marks them for the
     least-deviation attack, every cell weighing the same."""
-    from synth.release import estimate_total
-
     total = estimate_total(workload, counts)
     answers = np.clip(counts, 0, None).astype(np.float64) / max(total, 1)
     return Published(mechanism, None, counts, answers, ("tables", table_labels(workload)), False, note,
@@ -169,8 +168,6 @@ def publish_cell_key(cfg: ExperimentConfig, variance: float, D: Dataset, workloa
                      ) -> Published:
     """D's tables perturbed by the cell key method (``release.cell_key``; the ptable of this variance):
     integers, a cell's perturbation the same in every table, tables no longer adding up. Not DP."""
-    from synth.cellkey import NOT_DP as CELL_KEY_NOT_DP, cell_key_tables, perturbation_table
-
     ck = cfg.release.cell_key
     counts, facts = cell_key_tables(D, workload, perturbation_table(ck.max_perturbation, variance, ck.key_range), rng)
     return tables_published("cell_key", counts, workload, CELL_KEY_NOT_DP, **facts)

@@ -20,6 +20,7 @@ from synth.release import workload_counts
 from synth.topdown import Measurements, Strategy, Tree, TreeShape, build_tree, check_consistent, mdf_rows
 from synth.topdown import estimate as topdown_estimate
 from synth.topdown import measure as topdown_measure
+from microdata.describe import block_groups
 
 
 @dataclass
@@ -92,8 +93,6 @@ def _with_block_groups(ids: list, parent: list, levels: list[str]) -> tuple[list
     """The tree's last two levels (tracts, blocks) with the block groups between them, where the blocks
     are census GEOIDs (a block group is a GEOID's first 12 characters) and some tract has two or more;
     else the tree as it is. The blocks keep their order within each tract."""
-    from microdata.describe import block_groups
-
     blocks = np.asarray(ids[-1], dtype=str)
     groups = block_groups(blocks) if len(blocks) else None
     if groups is None:

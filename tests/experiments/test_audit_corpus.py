@@ -254,10 +254,22 @@ TOPDOWN_BUGS = {
 }
 
 
+def _set_everywhere(monkeypatch, owner, attr, fake):
+    """Replace ``owner.attr`` and every project module's binding of the same object (a module that imported
+    it by name at its top holds its own reference), so the code that publishes and the audit both get the bug."""
+    import sys
+
+    real = getattr(owner, attr)
+    for mod in [m for name, m in list(sys.modules.items()) if name.split(".")[0] in ("experiments", "synth")]:
+        if mod is not owner and getattr(mod, attr, None) is real:
+            monkeypatch.setattr(mod, attr, fake)
+    monkeypatch.setattr(owner, attr, fake)
+
+
 def _patch(monkeypatch, patches, name):
     if isinstance(patches, str):  # the rounding bugs
         pub, est = _leaky_rounding(patches)
-        monkeypatch.setattr(experiments.release.topdown, "publish_topdown", pub)
+        _set_everywhere(monkeypatch, experiments.release.topdown, "publish_topdown", pub)
         monkeypatch.setattr(experiments.release.topdown, "topdown_estimate", est)
         return
     for (owner, attr), fake in patches.items():
@@ -277,6 +289,8 @@ def _patch(monkeypatch, patches, name):
                 import experiments.release.publish as pub
 
                 monkeypatch.setattr(pub, "laplace_tables", lt)
+        if (owner, attr) == (experiments.release.topdown, "publish_topdown"):
+            _set_everywhere(monkeypatch, owner, attr, fake)
         monkeypatch.setattr(owner, attr, fake)
         if (owner, attr) == (synth.release, "laplace_tables"):
             import experiments.release.publish as pub
