@@ -36,9 +36,12 @@ def release_run(tmp_path_factory, root=None):
     with pytest.MonkeyPatch.context() as mp:  # how often the data is read and the target units chosen
         for name in calls:
             mp.setattr(problem, name, counted(name))
-        # the config as it is, but the audit's runs: its power is the audit tests' subject
-        run = evaluate_release(load_config(root / "configs" / "release_tiny.yaml", ["release.audit.runs=5000"]), out,
-                               progress=False)
+        # the config as it is, but the audit's runs (its power is the audit tests' subject) and a fixed audit seed:
+        # the tests on this run read its rendering and decision, and a fresh seed made them fail whenever the audit
+        # raised its false alarm (at most 0.1% per audit by design, bench/audit_false_alarm.py; seen once, p = 2.4e-5
+        # on noise_shape)
+        run = evaluate_release(load_config(root / "configs" / "release_tiny.yaml",
+                                           ["release.audit.runs=5000", "release.audit.seed=1"]), out, progress=False)
     _RESOLVED.update(calls)
     return run
 
