@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.metrics import match_rate_curve
+from microdata.agreement import agreement_by_size
 from microdata.census import AGE_BIN38_OF_AGE as AGE_GROUP
 from microdata.census import P12_GROUP_OF_AGE
 from microdata.describe import SIZE_BINS, SIZE_LABELS, block_groups
@@ -69,27 +70,23 @@ def agreement(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, rec_
               ) -> dict | None:
     """The Bureau's agreement measure: reconstructed persons matched one-to-one to D's within each
     block, first on every attribute with exact age, then the leftovers with age replaced by its
-    age bin (the Bureau's 38 bins: single years to 21, then P12's groups). Returns the shares of D's persons matched (exact age; exact or binned age), or
-    None when the domain has no single-year AGE."""
+    age bin (the Bureau's 38 bins: single years to 21, then P12's groups), over all blocks
+    (:func:`microdata.agreement.agreement_by_size`). Returns the shares of D's persons matched (exact
+    age; exact or binned age), or None when the domain has no single-year AGE."""
     if "AGE" not in domain or domain.size("AGE") != len(AGE_GROUP):
         return None
-    truth, rec = _multiset(truth_keys), _multiset(rec_keys, rec_counts)
-    exact = {k: min(c, rec.get(k, 0)) for k, c in truth.items()}
-    matched = sum(exact.values())
-    j = domain.index("AGE")
-
-    def binned(ms: dict, used: dict) -> dict:
-        left = {k: c - used.get(k, 0) for k, c in ms.items() if c - used.get(k, 0) > 0}
-        if not left:
-            return {}
-        codes = domain.decode(np.array(list(left), dtype=np.int64))
-        codes[:, j] = AGE_GROUP[codes[:, j]]
-        return _multiset(domain.encode(codes), np.array(list(left.values())))
-
-    tb, rb = binned(truth, exact), binned(rec, exact)
-    more = sum(min(c, rb.get(k, 0)) for k, c in tb.items())
+    rec = np.asarray(rec_keys, dtype=np.int64)
+    if rec_counts is not None:
+        rec = np.repeat(rec, np.asarray(rec_counts, dtype=np.int64))
+    t, r = domain.decode(np.asarray(truth_keys, dtype=np.int64)), domain.decode(rec)
+    if "BLOCK" in domain:
+        block = domain.index("BLOCK")
+    else:  # one block: the whole unit
+        t, r, block = np.column_stack([t, np.zeros(len(t), np.int64)]), np.column_stack(
+            [r, np.zeros(len(r), np.int64)]), t.shape[1]
+    total = agreement_by_size(t, r, block, domain.index("AGE"), AGE_GROUP)[-1]
     n = max(len(truth_keys), 1)
-    return {"agree_exact_age": matched / n, "agree_binned_age": (matched + more) / n}
+    return {"agree_exact_age": total["agree_exact"] / n, "agree_binned_age": total["agree_binned"] / n}
 
 
 def by_block_size(domain: Domain, truth_keys: np.ndarray, rec_keys: np.ndarray, blocks: dict) -> list[dict]:
