@@ -52,7 +52,7 @@ def clopper_pearson(failed: int, n: int) -> tuple[float, float]:
 
 #: the files whose code decides an audit's outcome (the log's name carries their hash)
 AUDIT_CODE = ("synth/audit.py", "synth/keyed.py", "experiments/release/audit.py", "experiments/release/publish.py",
-              "experiments/release/program.py", "synth/adapters/opendp_tables.py", "synth/adapters/contract.py")
+              "synth/publishing.py", "synth/registry.py", "experiments/release/program.py", "synth/adapters/opendp_tables.py", "synth/adapters/contract.py")
 _WORKER: dict = {}
 
 

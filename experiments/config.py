@@ -14,16 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from experiments.metrics import MARGINS_ATTACK
 from microdata.errors import CensusReconError
 from reconstruct.settings import default as rap_default
-
-
-#: a release made outside censusrecon is named file:<name> in the results; a program run by it program:<name>
-FILE_PREFIX = "file:"
-PROGRAM_PREFIX = "program:"
-#: mechanisms that are not differentially private (no ε; their settings: a swap rate, a ptable variance), whose
-#: larger settings protect more
-NOT_DP = ("swapping", "cell_key", "targeted_swapping")
-#: mechanisms that publish rows (a microdata file) besides tables: anonymeter measures their risks
-ROW_MECHANISMS = ("synthetic", "smoothed_histogram", "swapping", "targeted_swapping", "topdown")
+from synth import registry
+from synth.mechanism import MIN_EPSILON
+from synth.registry import FILE_PREFIX, PROGRAM_PREFIX
 
 
 class ConfigError(CensusReconError):
@@ -623,11 +616,15 @@ class ReleaseConfig(_Strict):
 
     epsilons: list[float] = Field([0.1, 0.3, 1.0, 3.0, 10.0], description="the ε of each release evaluated (each "
             "mechanism but swapping)")
-    mechanisms: list[Literal["laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram", "topdown",
-                             "swapping", "cell_key", "targeted_swapping"]] = Field(
+    mechanisms: list[str] = Field(
         ["laplace_tables", "synthetic", "perturbed_histogram", "smoothed_histogram"], description="the releases "
-        "evaluated side by side: noisy tables, synthetic microdata fitted to them, the perturbed and smoothed "
-        "histograms, TopDown (2020's), record swapping (2010's, not DP), the cell key method and targeted record swapping (ONS 2021's, not DP)")
+        "evaluated side by side, by their names in synth.registry: noisy tables (laplace_tables), synthetic microdata "
+        "fitted to them, the perturbed and smoothed histograms, TopDown (2020's), record swapping (2010's, not DP), "
+        "the cell key method and targeted record swapping (ONS 2021's, not DP), and any mechanism registered")
+    settings: dict[str, list[float]] = Field(default_factory=dict, description="a registered mechanism's settings "
+                                             "when it has no field of its own here: {name: [setting, ...]}")
+    options: dict[str, dict] = Field(default_factory=dict, description="a registered mechanism's own options when "
+                                     "it has no section of its own here: {name: {...}}, given to it as they are")
     swap_rates: list[float] = Field([0.02, 0.1, 0.5], description="swapping: share of records swapped, each a setting")
     swap_match: list[str] = Field(["SEX", "AGE"], description="swapping: pairs match on these (AGE by P12 age group)")
     cell_key: CellKeyConfig = CellKeyConfig()
@@ -659,12 +656,22 @@ class ReleaseConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self):
-        from synth.mechanism import MIN_EPSILON
-
         if not self.epsilons or any(not (e >= MIN_EPSILON) or e == float("inf") for e in self.epsilons):
             raise ValueError(f"release.epsilons must be finite numbers >= {MIN_EPSILON:g}, got {self.epsilons}")
-        if "smoothed_histogram" in self.mechanisms and self.relation != "replace_one":
-            raise ValueError("the smoothed histogram is DP only under replace_one neighbours (n public)")
+        unknown = [m for m in self.mechanisms if not registry.is_mechanism(m)]
+        if unknown:
+            raise ValueError(f"release.mechanisms: no mechanism is named {', '.join(map(repr, unknown))}; the "
+                             f"registered ones: {', '.join(registry.names())}")
+        for m in self.mechanisms:
+            kind = registry.mechanism(m)
+            if self.relation not in kind.relations:
+                raise ValueError(f"{kind.title.lower()} is DP only under {' or '.join(kind.relations)} neighbours"
+                                 + (" (n public)" if kind.relations == ("replace_one",) else ""))
+            where = f"release.{kind.settings_field or 'settings.' + m}"
+            if not self.settings_of(m):
+                raise ValueError(f"{where}: give {kind.title.lower()}'s {kind.settings_word}")
+            if kind.percent and any(not 0 < v <= 1 for v in self.settings_of(m)):
+                raise ValueError(f"{where} must be shares in (0, 1], got {self.settings_of(m)}")
         if len(set(self.mechanisms)) != len(self.mechanisms) or not (self.mechanisms or self.files or self.programs):
             raise ValueError(f"release.mechanisms must be distinct, and non-empty unless release.files or "
                              f"release.programs names a release, got {self.mechanisms}")
@@ -684,22 +691,28 @@ class ReleaseConfig(_Strict):
                 f"release.invariants {totals} publish an exact person count, and adding or removing one person changes "
                 "it (ε = ∞ under add_remove). An exact total restricts the neighbours to those of the same size: "
                 "declare release.relation: replace_one, or drop the invariant")
-        if "swapping" in self.mechanisms and (not self.swap_rates or any(not 0 < r <= 1 for r in self.swap_rates)):
-            raise ValueError(f"release.swap_rates must be shares in (0, 1], got {self.swap_rates}")
         return self
 
-    def settings(self, mechanism: str) -> list[float]:
-        """The settings a mechanism is evaluated at: swap rates for swapping, the declared ε of a file
-        release (``file:<name>``; 0 for one not declared DP), ε for the rest."""
-        if mechanism.startswith(FILE_PREFIX):
+    def settings_of(self, mechanism: str) -> list[float]:
+        """The settings a release is evaluated at: its mechanism's own (ε, swap rates, ptable variances: the
+        field the registry names), the declared ε of a file release (``file:<name>``; 0 for one not declared
+        DP), ε for a program."""
+        if registry.is_file(mechanism):
             return [f.epsilon or 0.0 for f in self.files if FILE_PREFIX + f.name == mechanism]
-        if mechanism.startswith(PROGRAM_PREFIX):
+        if registry.is_program(mechanism):
             return list(self.epsilons)
-        if mechanism == "cell_key":
-            return list(self.cell_key.variances)
-        if mechanism == "targeted_swapping":
-            return list(self.targeted_swap.rates)
-        return list(self.swap_rates) if mechanism == "swapping" else list(self.epsilons)
+        field = registry.mechanism(mechanism).settings_field
+        if field is None:
+            return list(self.settings.get(mechanism, []))
+        value = self
+        for part in field.split("."):
+            value = getattr(value, part)
+        return list(value)
+
+    def options_of(self, mechanism: str):
+        """A mechanism's own section of this config (swapping's match list, the cell key method's ptable)."""
+        field = registry.mechanism(mechanism).options_field
+        return self.options.get(mechanism, {}) if field is None else getattr(self, field)
 
     @property
     def evaluated(self) -> list[str]:
@@ -715,14 +728,14 @@ class ReleaseConfig(_Strict):
 
     @property
     def row_mechanisms(self) -> list[str]:
-        """The releases evaluated that publish rows: mechanisms of :data:`ROW_MECHANISMS` and microdata files."""
-        return ([m for m in self.mechanisms if m in ROW_MECHANISMS]
+        """The releases evaluated that publish rows: mechanisms that do, and microdata files."""
+        return ([m for m in self.mechanisms if registry.mechanism(m).rows]
                 + list(dict.fromkeys(FILE_PREFIX + f.name for f in self.files if f.kind == "microdata")))
 
     @property
     def dp_mechanisms(self) -> list[str]:
         """The mechanisms censusrecon runs and audits as DP (files are not run, so not audited)."""
-        return [m for m in self.mechanisms if m not in NOT_DP]
+        return [m for m in self.mechanisms if registry.mechanism(m).dp]
 
     def audited_epsilons(self) -> list[float]:
         eps = sorted(set(self.epsilons))
@@ -792,8 +805,9 @@ class ExperimentConfig(_Strict):
             raise ValueError(f"queries need at least one workload and distinct names, got {labels}")
         if self.attack.exact and not any(q.is_tables for q in self.queries):
             raise ValueError("attack.exact reconstructs published tables: add a kind: tables workload")
-        if self.release is not None and "topdown" in self.release.mechanisms and not self.published.is_tables:
-            raise ValueError("the topdown release publishes tables: make the first workload kind: tables")
+        tables_only = [m for m in (self.release.mechanisms if self.release else []) if registry.mechanism(m).needs_tables]
+        if tables_only and not self.published.is_tables:
+            raise ValueError(f"the {tables_only[0]} release publishes tables: make the first workload kind: tables")
         if self.target.whole_units:
             if "holdout" in self.baselines.methods or "holdout" in self.attack.init:
                 own = (" (the default for your own person file, data.source: table; target.whole_units: false attacks "

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from experiments.config import PROGRAM_PREFIX, ConfigError, ExperimentConfig, ReleaseProgramConfig
+from experiments.config import ConfigError, ExperimentConfig, ReleaseProgramConfig
 from experiments.problem import Study, stable_seed, build_workload, resolve, unit_key
 from microdata.dataset import Dataset
 from microdata.domain import Attribute, Domain
@@ -25,7 +25,9 @@ from synth.audit import (AuditResult, NoiseGroups, ReplayNoise, ReplaySequence, 
                          geometric_shape_pvalue, independence_pvalue, laplace_scale_upper, laplace_scale_upper_stats,
                          laplace_shape_pvalue, overall_outcome, tail_pvalue, tail_threshold)
 from synth.histogram import SparseHistogram
+from synth import registry
 from synth.mechanism import PrivacyError, Relation, parse_relation
+from synth.registry import PROGRAM_PREFIX
 from synth.keyed import KeyedNoise
 from synth.noise import OpenDPNoise
 from experiments.progress import UnitProgress
@@ -83,7 +85,11 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
         roles = {u: "given" for u in units}
     eps_list = r.audited_epsilons()
     mechanisms = r.dp_mechanisms  # swapping is not DP: there is no ε to audit
-    per_unit = [m for m in mechanisms if m in ("laplace_tables", "synthetic")]
+    family = {m: registry.mechanism(m).audit for m in mechanisms}
+    per_unit = [m for m in mechanisms if family[m] in ("tables", "fitted_tables")]
+    fitted = next((m for m in per_unit if family[m] == "fitted_tables"), None)
+    tables_of = next((m for m in per_unit if family[m] == "tables"), None) or (
+        registry.mechanism(fitted).fitted_to if fitted else None)
     programs = list(r.programs)  # run by the tool, audited as black boxes
     cfg = _family_level(cfg, len(eps_list) * len(cfg.target.with_block),
                         mechanisms + [PROGRAM_PREFIX + p.name for p in programs], len(units),
@@ -106,17 +112,20 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
         tables, cache = {}, {}  # the real instances, shared by every ε
         for eps in eps_list:
             if per_unit:
-                tables[eps] = [_audit_tables_unit(study, u, wb, eps, seed, cache) for u in units]
+                tables[eps] = [_audit_tables_unit(study, tables_of, fitted, u, wb, eps, seed, cache) for u in units]
             for mech in mechanisms:
-                if mech in ("laplace_tables", "synthetic"):
-                    res = _combine_units(mech, eps, tables[eps], cfg)
-                elif mech == "perturbed_histogram":
-                    res = _audit_perturbed(cfg, eps, small, seed)
-                elif mech == "topdown":
-                    res = _combine_units("topdown", eps, [_audit_topdown_root(study, root_units, wb, eps, seed, cache)
-                                                          for root_units in _roots(study, units, wb)], cfg)
+                if family[mech] in ("tables", "fitted_tables"):
+                    res = _combine_units(mech, eps, [x[family[mech]] for x in tables[eps]])
+                elif family[mech] == "histogram":
+                    res = _audit_perturbed(cfg, mech, eps, small, seed)
+                elif family[mech] == "tree":
+                    res = _combine_units(mech, eps, [_audit_topdown_root(study, mech, root_units, wb, eps, seed, cache)
+                                                     for root_units in _roots(study, units, wb)])
+                elif family[mech] == "smoothed":
+                    res = _audit_smoothed(cfg, mech, eps, smallest, seed)
                 else:
-                    res = _audit_smoothed(cfg, eps, smallest, seed)
+                    raise ConfigError(f"{mech}: no audit family {family[mech]!r}; a DP mechanism names one of "
+                                      "tables, fitted_tables, histogram, smoothed, tree")
                 if blocks_check is not None:
                     res.checks["block_list"] = blocks_check
                 res.details.update(with_block=wb, **common)
@@ -124,7 +133,7 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
                 bar.update(1, f"{mech} at ε = {eps:g}")
             for spec in programs:
                 res = _combine_units(PROGRAM_PREFIX + spec.name, eps,
-                                     [audit_program(study, spec, u, wb, eps, seed, cache) for u in units], cfg)
+                                     [audit_program(study, spec, u, wb, eps, seed, cache) for u in units])
                 res.details.update(with_block=wb, **common)
                 out.append(res)
                 bar.update(1, f"{PROGRAM_PREFIX + spec.name} at ε = {eps:g}")
@@ -189,13 +198,9 @@ def unit_roles(study: Study, units: list[str], seed: int = 0) -> dict[str, str]:
     return roles
 
 
-def _combine_units(mech: str, eps: float, results: list, cfg: ExperimentConfig) -> AuditResult:
+def _combine_units(mech: str, eps: float, results: list) -> AuditResult:
     """One result for a mechanism at one ε from its audits per unit (or root): the largest bound, every
     unit's failed checks, details per unit."""
-    if mech == "synthetic":
-        results = [x["synthetic"] for x in results]
-    elif mech == "laplace_tables":
-        results = [x["laplace_tables"] for x in results]
     worst = max(results, key=lambda x: x.epsilon_lower_bound)
     checks = {}
     rank = {"fail": 3, "not run": 2, "pass": 1, "informational": 0}  # a unit's failure, then a check it could not run
@@ -217,8 +222,7 @@ def _combine_units(mech: str, eps: float, results: list, cfg: ExperimentConfig) 
 #: noise shape (tables, TopDown, the perturbed histogram); the bound alone (the smoothed histogram,
 #: which adds no noise to counts); a program: its bound, noise scale, shape, tail, independence, repeats
 #: and call shape; a program's first measurements: their bound and their noise's ρ.
-TESTS = {"laplace_tables": 6, "topdown": 6, "perturbed_histogram": 3, "smoothed_histogram": 1, "program": 7,
-         "measurements": 2}
+TESTS = {"tables": 6, "tree": 6, "histogram": 3, "smoothed": 1, "program": 7, "measurements": 2}
 
 
 def _family_level(cfg: ExperimentConfig, results: int, mechanisms: list[str], units: int = 1,
@@ -229,8 +233,11 @@ def _family_level(cfg: ExperimentConfig, results: int, mechanisms: list[str], un
     an audit of correct mechanisms fails with probability at most ``release.audit.false_alarm``
     (Bonferroni); never below ``release.audit.confidence``."""
     a = cfg.release.audit
-    kinds = {("laplace_tables" if m == "synthetic" else m) for m in mechanisms}  # each program is a kind
-    tests = results * (sum(TESTS[m.split(":")[0]] * (units if m in ("laplace_tables", "topdown") or ":" in m else 1)
+    def family(m: str) -> str:  # each program is a family of its own; a fitted file shares its tables' tests
+        return "program" if registry.is_program(m) else registry.mechanism(m).audit.removeprefix("fitted_")
+
+    kinds = {(registry.mechanism(m).fitted_to or m) if registry.is_mechanism(m) else m for m in mechanisms}
+    tests = results * (sum(TESTS[family(m)] * (units if family(m) in ("tables", "tree", "program") else 1)
                            for m in kinds) + TESTS["measurements"] * staged * units)
     level = max(a.confidence, 1 - a.false_alarm / max(tests, 1))
     audit = a.model_copy(update={"confidence": level})
@@ -329,7 +336,7 @@ def _structure_check(cfg, mech, eps, workload, D, D2, **kw) -> str:
 def _replay_check(cfg, mech, eps, workload, D, D2, **kw) -> str:
     """Release D; replay the same noisy counts for D and D′: what follows the noise must agree (a small
     domain's pair, over ``release.audit.replay_draws`` recorded releases)."""
-    source = "laplace_tables" if mech == "synthetic" else mech  # the synthetic rows are fitted to these counts
+    source = registry.mechanism(mech).fitted_to or mech  # the synthetic rows are fitted to these counts
     tables_kw = {k: v for k, v in kw.items() if k != "key"}
     values = []
     for i in range(cfg.release.audit.replay_draws):
@@ -394,7 +401,7 @@ def _histogram_workload(D: Dataset) -> Workload:
     return Workload(D.domain, tuple((a,) for a in D.domain.names))
 
 
-def _audit_perturbed(cfg: ExperimentConfig, eps: float, small, seed: int) -> AuditResult:
+def _audit_perturbed(cfg: ExperimentConfig, mech: str, eps: float, small, seed: int) -> AuditResult:
     """Both paths of the perturbed histogram: dense (every cell noised) and the large-domain one
     (empty cells' positive noise drawn directly), the latter by lowering the dense limit below
     the small domain's size; the larger of the two bounds is reported."""
@@ -412,14 +419,14 @@ def _audit_perturbed(cfg: ExperimentConfig, eps: float, small, seed: int) -> Aud
             if path == "large-domain" and backend.for_publication:
                 break
             rng = np.random.default_rng(stable_seed("audit-hist", seed, eps, path, which))
-            out = _publish(cfg, "perturbed_histogram", eps, data, w, backend, rng, runs=runs, dense_limit=limit).output
+            out = _publish(cfg, mech, eps, data, w, backend, rng, runs=runs, dense_limit=limit).output
             if isinstance(out, list):
                 out = np.stack([lookup(h.keys, h.counts, keys, missing=0) for h in out])
             else:
                 out = out[:, keys]
             ys.append(out)
         if len(ys) == 2:  # two paths, the larger bound reported: each certified at (1 + confidence) / 2
-            results[path] = audit_outputs(ys[0], ys[1], c1, c2 - c1, eps, "perturbed_histogram",
+            results[path] = audit_outputs(ys[0], ys[1], c1, c2 - c1, eps, mech,
                                           (1 + a.confidence) / 2)
             if path == "dense":
                 dense = ys
@@ -435,8 +442,8 @@ def _audit_perturbed(cfg: ExperimentConfig, eps: float, small, seed: int) -> Aud
     with np.errstate(divide="ignore"):
         eps_noise = float(sum(diff[j] / scales[j] if scales[j] > 0 else np.inf for j in cells))
     p_shape = min((geometric_shape_pvalue(excess[j]) for j in cells), default=1.0)
-    checks = {"structure": _structure_check(cfg, "perturbed_histogram", eps, w, D, D2),
-              "post_processing": _replay_check(cfg, "perturbed_histogram", eps, w, D, D2),
+    checks = {"structure": _structure_check(cfg, mech, eps, w, D, D2),
+              "post_processing": _replay_check(cfg, mech, eps, w, D, D2),
               "noise_scale": "pass" if eps_noise <= eps else
               f"fail: the noise added gives ε ≥ {eps_noise:.4g} for this pair (each differing cell's distance over an "
               "upper bound on its noise scale, from the draws above the clip at zero; assumes discrete Laplace noise, "
@@ -447,11 +454,11 @@ def _audit_perturbed(cfg: ExperimentConfig, eps: float, small, seed: int) -> Aud
     details = {f"epsilon_lower_bound_{p.replace('-', '_')}_path": round(r.epsilon_lower_bound, 6) for p, r in results.items()}
     details.update(histogram_cells=D.domain.total_size, epsilon_from_noise_scale=round(eps_noise, 6),
                    noise_shape_p_value=p_shape)
-    return AuditResult("perturbed_histogram", eps, best.epsilon_lower_bound, best.runs, a.confidence,
+    return AuditResult(mech, eps, best.epsilon_lower_bound, best.runs, a.confidence,
                        f"{path} path: {best.event}", checks, details)
 
 
-def _audit_smoothed(cfg: ExperimentConfig, eps: float, small, seed: int) -> AuditResult:
+def _audit_smoothed(cfg: ExperimentConfig, mech: str, eps: float, small, seed: int) -> AuditResult:
     """The smoothed histogram's worst case: a person alone in their cell moves to an empty one,
     in a dataset of two persons released as two draws (k = n), where the whole privacy loss is
     reached by an event of reasonable probability (both draws in the cell the person moved to)."""
@@ -463,12 +470,12 @@ def _audit_smoothed(cfg: ExperimentConfig, eps: float, small, seed: int) -> Audi
     ys = []
     for which, data in ((0, D), (1, D2)):
         rng = np.random.default_rng(stable_seed("audit-smooth", seed, eps, which))
-        draws = _publish(cfg, "smoothed_histogram", eps, data, w, None, rng, runs=a.runs).output
+        draws = _publish(cfg, mech, eps, data, w, None, rng, runs=a.runs).output
         ys.append(np.stack([(draws == ka).sum(axis=1), (draws == kb).sum(axis=1)], axis=1))
-    res = audit_outputs(ys[0], ys[1], np.zeros(2, np.int64), np.array([-1, 1]), eps, "smoothed_histogram",
+    res = audit_outputs(ys[0], ys[1], np.zeros(2, np.int64), np.array([-1, 1]), eps, mech,
                         a.confidence)
-    checks = {"structure": _structure_check(cfg, "smoothed_histogram", eps, w, D, D2)}
-    return AuditResult("smoothed_histogram", eps, res.epsilon_lower_bound, a.runs, a.confidence, res.event, checks,
+    checks = {"structure": _structure_check(cfg, mech, eps, w, D, D2)}
+    return AuditResult(mech, eps, res.epsilon_lower_bound, a.runs, a.confidence, res.event, checks,
                        {"histogram_cells": D.domain.total_size, "draws": len(D)})
 
 
@@ -785,8 +792,9 @@ def _unit_instance(study: Study, unit: str, wb: bool, cache: dict) -> tuple:
     return cache[key]
 
 
-def _audit_tables_unit(study: Study, unit: str, wb: bool, eps: float, seed: int, cache: dict) -> dict:
-    """Laplace tables (and the synthetic file fitted to them) of one unit, on its own D: the bound over the
+def _audit_tables_unit(study: Study, tables: str, fitted: str | None, unit: str, wb: bool, eps: float, seed: int,
+                       cache: dict) -> dict:
+    """Noisy tables (``tables``, Laplace's) and the file ``fitted`` to them (synthetic) of one unit, on its own D: the bound over the
     real pairs, the whole-release checks, the replay over many pairs, the structure."""
     cfg = study.cfg
     a = cfg.release.audit
@@ -803,15 +811,15 @@ def _audit_tables_unit(study: Study, unit: str, wb: bool, eps: float, seed: int,
             continue
         r1 = range(2 * i * a.runs, (2 * i + 1) * a.runs)
         r2 = range((2 * i + 1) * a.runs, (2 * i + 2) * a.runs)
-        y1 = _publish(cfg, "laplace_tables", eps, D, workload, backend, rng0, runs=r1, cells=idx).output.counts
-        y2 = _publish(cfg, "laplace_tables", eps, D2, workload, backend, rng0, runs=r2, cells=idx).output.counts
-        res = audit_outputs(y1, y2, exact[idx], (c2 - exact)[idx], eps, "laplace_tables", pair_conf)
+        y1 = _publish(cfg, tables, eps, D, workload, backend, rng0, runs=r1, cells=idx).output.counts
+        y2 = _publish(cfg, tables, eps, D2, workload, backend, rng0, runs=r2, cells=idx).output.counts
+        res = audit_outputs(y1, y2, exact[idx], (c2 - exact)[idx], eps, tables, pair_conf)
         bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
         pair_tail += [_tail_stats(y1 - exact[idx][None, :], False), _tail_stats(y2 - c2[idx][None, :], False)]
     # whole releases of the real D, each the very call that publishes one (a single release), numbered after
     # every pair's releases under the audit's key
     start = 2 * len(pairs) * a.runs
-    whole = np.stack([_publish(cfg, "laplace_tables", eps, D, workload, _keyed_release(backend, start + r), rng0
+    whole = np.stack([_publish(cfg, tables, eps, D, workload, _keyed_release(backend, start + r), rng0
                                ).output.counts for r in range(a.whole_releases)])
     noise = whole - exact[None, :]
     if isinstance(workload, Workload):
@@ -840,26 +848,26 @@ def _audit_tables_unit(study: Study, unit: str, wb: bool, eps: float, seed: int,
     far = _far_datasets(D, a.replay_far, rng)
     neighbours = _replay_neighbours(D, relation, areas, a.replay_pairs, rng) + far
     values = [whole[i] for i in range(min(a.replay_draws, len(whole)))]
-    checks["post_processing"] = _replay_pairs(cfg, "laplace_tables", eps, workload, D, neighbours, values)
-    record = _publish(cfg, "laplace_tables", eps, D, workload, _keyed_release(backend, start), rng0).record
+    checks["post_processing"] = _replay_pairs(cfg, tables, eps, workload, D, neighbours, values)
+    record = _publish(cfg, tables, eps, D, workload, _keyed_release(backend, start), rng0).record
     checks["accounting"], acc = _tables_accounting(record, eps, sens.l1)
     info.update(acc)
-    checks["structure"] = _structure_check(cfg, "laplace_tables", eps, workload, D, pairs[0][1]) if pairs else "not run"
+    checks["structure"] = _structure_check(cfg, tables, eps, workload, D, pairs[0][1]) if pairs else "not run"
     best = max(bounds, default=(0.0, "none", 0))
     details = dict(info, unit=unit, neighbours=[w for w, _ in pairs], differing_cells=[b[2] for b in bounds],
                    bound_per_pair={w: round(b[0], 6) for (w, _), b in zip(pairs, bounds)}, replay_pairs=len(neighbours),
                    replay_draws=len(values), audited_on="the unit's own D (its private half), every cell")
-    out = {"laplace_tables": AuditResult("laplace_tables", eps, best[0], a.runs, a.confidence, best[1], dict(checks),
+    out = {"tables": AuditResult(tables, eps, best[0], a.runs, a.confidence, best[1], dict(checks),
                                          dict(details, audited_as="the published noisy counts"))}
-    if "synthetic" in cfg.release.mechanisms:
+    if fitted is not None:
         key = unit_key(cfg, "fit", unit, eps)  # the key the published fit uses (public: unit and ε)
         fits = far[:1] + neighbours[:SYNTHETIC_REPLAY_FITS - min(len(far), 1)]
         syn = dict(checks)
-        syn["synthetic_structure"] = (_structure_check(cfg, "synthetic", eps, workload, D, pairs[0][1], key=key)
+        syn["synthetic_structure"] = (_structure_check(cfg, fitted, eps, workload, D, pairs[0][1], key=key)
                                       if pairs else "not run")
-        syn["synthetic_post_processing"] = _replay_pairs(cfg, "synthetic", eps, workload, D, fits, values[:1], key=key)
-        out["synthetic"] = AuditResult("synthetic", eps, best[0], a.runs, a.confidence, best[1], syn,
-                                       dict(details, audited_as="laplace_tables; the fit is post-processing of them",
+        syn["synthetic_post_processing"] = _replay_pairs(cfg, fitted, eps, workload, D, fits, values[:1], key=key)
+        out["fitted_tables"] = AuditResult(fitted, eps, best[0], a.runs, a.confidence, best[1], syn,
+                                       dict(details, audited_as=f"{tables}; the fit is post-processing of them",
                                             synthetic_replay_fits=len(fits)))
     return out
 
@@ -1031,7 +1039,7 @@ def shape_subsample(draws: np.ndarray, rng: np.random.Generator, cap: int = 200_
     return flat if flat.size <= cap else flat[rng.choice(flat.size, cap, replace=False)]
 
 
-def _audit_topdown_root(study: Study, units: list[str], wb: bool, eps: float, seed: int,
+def _audit_topdown_root(study: Study, mech: str, units: list[str], wb: bool, eps: float, seed: int,
                         cache: dict) -> AuditResult:
     """TopDown on its production tree (every level, every node), on the real data of every unit under the
     root: the bound over real pairs (the cells they touch, drawn by the publishing function with the
@@ -1088,7 +1096,7 @@ def _audit_topdown_root(study: Study, units: list[str], wb: bool, eps: float, se
             ys.append(np.concatenate([(m.detailed if q == "detailed" else m.tables)[li] for li, q in keys], axis=1))
         ref1 = np.concatenate([exact[k].ravel()[cells[k]] for k in keys])
         ref2 = np.concatenate([e2[k].ravel()[cells[k]] for k in keys])
-        res = audit_outputs(ys[0], ys[1], ref1, ref2 - ref1, eps, "topdown", pair_conf)
+        res = audit_outputs(ys[0], ys[1], ref1, ref2 - ref1, eps, mech, pair_conf)
         bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(ref1.size), what))
     # whole production releases
     start = 2 * len(pairs) * a.runs
@@ -1175,7 +1183,7 @@ def _audit_topdown_root(study: Study, units: list[str], wb: bool, eps: float, se
     info.update(root=td.root, tree_nodes=[len(i) for i in td.shape.ids], neighbours=[w for w, _ in pairs],
                 bound_per_pair={b[3]: round(b[0], 6) for b in bounds}, audited_on="the production tree, every level "
                 "and node, on the real private halves of every unit under the root")
-    return AuditResult("topdown", eps, best[0], a.runs, a.confidence, best[1], checks, info)
+    return AuditResult(mech, eps, best[0], a.runs, a.confidence, best[1], checks, info)
 
 
 def _topdown_replay(cfg: ExperimentConfig, eps: float, td, neighbours: list, recorded: list) -> str:

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.config import FILE_PREFIX, NOT_DP
 from experiments.metrics import CONFIDENCE, units_to_decide
-from experiments.release.words import (NOT_DP_SETTINGS, fit_words, less_protective, more_protective,
+from experiments.release.words import (fit_words, less_protective, more_protective,
                                        persons_words, setting_label, units_advice)
 from experiments.config import ConfigError
 from experiments.results import write_json
+from synth import registry
 from synth.audit import overall_outcome
 
 PUBLISH, DO_NOT_PUBLISH, CANNOT_DECIDE = "publish", "do_not_publish", "cannot_decide"
@@ -114,10 +114,10 @@ class MechanismDecision:
         if self.setting is None:
             return ""
         label = setting_label(self.mechanism, self.setting)
-        if self.mechanism in NOT_DP:  # a larger swap rate or ptable variance protects more
-            name = NOT_DP_SETTINGS[self.mechanism][0]
+        if not registry.is_dp(self.mechanism):  # a larger swap rate or ptable variance protects more
+            name = registry.mechanism(self.mechanism).setting
             return label.replace(f"{name} ", f"{name} ≥ ", 1)
-        if self.mechanism.startswith(FILE_PREFIX):
+        if registry.is_file(self.mechanism):
             return label
         return label.replace("ε = ", "ε ≤ ")
 
@@ -192,9 +192,9 @@ def load_decision(run_dir: Path) -> Decision:
 
 
 def _audit_state(mech: str, audits: list) -> str:
-    if mech in NOT_DP:
+    if not registry.is_dp(mech):
         return "not applicable: not differentially private, no ε to audit"
-    if mech.startswith(FILE_PREFIX):
+    if registry.is_file(mech):
         return "not applicable: a file made elsewhere cannot be re-run on neighbouring data"
     mine = [a for a in audits if a.mechanism == mech]
     if not mine:
@@ -229,7 +229,7 @@ def partial_step(mech: str, fig: dict, nxt: dict | None, available: int | None) 
                 f"{less_protective(mech)} to find where it does")
     a, b = _num(fig, "setting"), _num(nxt, "setting")
     between = (f"settings between {setting_label(mech, a)} and {setting_label(mech, b)} were not evaluated"
-               + (f" (e.g. ε = {math.sqrt(a * b):.2g}: add it to release.epsilons)" if mech not in NOT_DP and a > 0
+               + (f" (e.g. ε = {math.sqrt(a * b):.2g}: add it to release.epsilons)" if registry.is_dp(mech) and a > 0
                   else ""))
     m, sd, n = _num(nxt, "margin_mean"), _num(nxt, "margin_std"), int(_num(nxt, "units"))
     where = setting_label(mech, b)
@@ -250,7 +250,7 @@ def combine(mech: str, verdicts: list[Verdict]) -> tuple[str, float | None]:
     if any(s != "safe" for s in statuses):
         return next(s for s in statuses if s != "safe"), None
     settings = [v.setting for v in verdicts]
-    return "safe", (max(settings) if mech in NOT_DP else min(settings))
+    return "safe", (min(settings) if registry.is_dp(mech) else max(settings))
 
 
 def decide(cfg, verdicts_by_variant: dict, audits: list, entries: list, row_mechanisms: set, risks,
@@ -307,9 +307,9 @@ def decide(cfg, verdicts_by_variant: dict, audits: list, entries: list, row_mech
         elif status == "cannot_decide":
             closed_undecided.append("the attack is not beyond the best guess even on the exact tables, so this "
                                     "evaluation cannot tell a protected release from an unprotected one")
-        if mech.startswith(FILE_PREFIX):
+        if registry.is_file(mech):
             caveats.append("its ε is the agency's declaration: a file cannot be audited")
-        if mech in NOT_DP:
+        if not registry.is_dp(mech):
             caveats.append("not differentially private: the verdict holds against these attacks only")
         caveats += [v.strength.strip().replace("**", "") for v in verdicts
                     if v.strength and "not saturated" in v.strength]
@@ -335,7 +335,7 @@ def _next_step(cfg, mech: str, status: str, verdicts: list[Verdict], audit: str,
         if simulated:
             steps.append("evaluate it with a publishing backend: release.backend: opendp (pip install "
                          "'censusrecon[dp]')")
-        elif mech in NOT_DP:
+        elif not registry.is_dp(mech):
             steps.append("a differentially private mechanism is what could be published; this one is evaluated for "
                          "comparison")
     if audit in ("inconclusive", "not run"):
@@ -359,7 +359,7 @@ def _next_step(cfg, mech: str, status: str, verdicts: list[Verdict], audit: str,
                      "evaluate more units or a stronger attack")
     elif status == "safe":
         v = next((v for v in verdicts if v.setting == min(x.setting for x in verdicts)), verdicts[0]) \
-            if mech not in NOT_DP else verdicts[0]
+            if registry.is_dp(mech) else verdicts[0]
         steps.append(partial_step(mech, v.figures or {}, v.next, available))
     return "; ".join(s for s in steps if s)
 

@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.config import NOT_DP as NOT_DP_MECHS
-from experiments.config import FILE_PREFIX, PROGRAM_PREFIX, ConfigError, ExperimentConfig, ReidentificationConfig
+from experiments.config import ConfigError, ExperimentConfig, ReidentificationConfig
 from experiments.metrics import (MARGINS_ATTACK, effective_u, k_grid, match_rate_curve, strength_by_runs,
                                  unique_persons)
 from experiments.problem import (Study, stable_seed, baseline_curves, build_workload, exact_answers, rap_settings,
@@ -24,9 +23,8 @@ from experiments.release.audit import audit_release, failed_audits, record_audit
 from experiments.release.files import FILE_NOTE, file_published, read_release_files, unit_layout
 from experiments.release.program import (PROGRAM_NOTE, check_environments, program_digests,
                                         program_inputs, program_seed, run_program)
-from experiments.release.publish import (Published, release_backend, fit_note, check_block_list, neighbours_of,
-                                         own_invariants, publish, publish_cell_key, publish_swapping,
-                                         publish_targeted_swapping, swap_pool, tables_published)
+from experiments.release.publish import (release_backend, check_block_list, neighbours_of, own_invariants,
+                                         publish, swap_pool)
 from experiments.release.report import (plot_release, release_persons, release_strength, setting_label,
                                         unit_selection, write_report)
 from experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
@@ -43,7 +41,9 @@ from reconstruct.rap import rap_rank
 from synth.mechanism import Ledger, PrivacyError, Relation, parse_relation
 from synth.release import (DERIVED_ROWS, TOTAL_DECLARED, TOTAL_PUBLIC_BY_RELATION, table_utility, total_queries,
                            totals_utility, workload_counts)
-from synth.swapping import NOT_DP
+from synth import registry
+from synth.registry import BASELINE, EXACT
+from synth.publishing import Published, tables_published
 from experiments.exact_eval import agreement, reidentification
 from experiments.release.decision import decide, DECISION_FILE, load_decision
 from experiments.release.report import (audits_from_dicts, exact_row, strength_sentence, summarise_release_persons,
@@ -165,7 +165,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     ledger = Ledger()
     curves, utility = [], []
     tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
-    per_unit = 1 + sum(len(r.settings(m)) for m in r.evaluated)
+    per_unit = 1 + sum(len(r.settings_of(m)) for m in r.evaluated)
     topdown_cache: dict = {}  # "trees": (unit, BLOCK?) -> tree of its root; "releases": (root, BLOCK?, ε) -> release
     exact_statuses: dict = {"status": [], "agreement": [], "reidentification": [], "strength": [], "agreement_by_size": []}
     micro: list[pd.DataFrame] = []  # per unit: D, D_holdout and every published microdata file
@@ -371,7 +371,7 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
         return match_rate_curve(rank_by_score(keys, n.astype(np.float64)), truth, ks, u)
 
     exact_status: dict = {"status": [], "agreement": [], "reidentification": [], "strength": [], "agreement_by_size": []}
-    exact_cols = dict(epsilon=math.inf, setting=math.inf, mechanism="exact", utility_error=0.0, **common)
+    exact_cols = dict(epsilon=math.inf, setting=math.inf, mechanism=EXACT, utility_error=0.0, **common)
     curves = [attack(exact, "exact", "exact", math.inf).assign(method="rap_rank", **exact_cols),
               trivial(exact, "exact").assign(method=MARGINS_ATTACK, **exact_cols)]
     # strength in T: the same K runs on the exact tables with twice the steps (their curve is not kept:
@@ -380,12 +380,12 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
     if exact_on:
         c = exact_attack(exact_counts, "exact", math.inf)
         if c is not None:
-            curves.append(c.assign(epsilon=math.inf, setting=math.inf, mechanism="exact", method="exact",
+            curves.append(c.assign(epsilon=math.inf, setting=math.inf, mechanism=EXACT, method="exact",
                                    utility_error=0.0, **common))
     bar.update(1, f"{unit}: exact tables")
     priors = study.priors(prob)
     for b, curve, _ in baseline_curves(cfg, priors, unit, truth, ks, u, lambda b: tie_rng):
-        curves.append(curve.assign(epsilon=np.nan, setting=np.nan, mechanism="baseline", method=b,
+        curves.append(curve.assign(epsilon=np.nan, setting=np.nan, mechanism=BASELINE, method=b,
                                    utility_error=np.nan, **common))
     utility = []
     micro = [_micro_rows(D, unit, wb, "D"), _micro_rows(H, unit, wb, "holdout")]
@@ -393,9 +393,9 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
     if wb:
         extra["block_list"] = prob.block_list_source
     for mech in r.evaluated:
-        for setting in r.settings(mech):
+        for setting in r.settings_of(mech):
             rng = np.random.default_rng(stable_seed("release", cfg.seed, unit, mech, setting))
-            if mech.startswith(PROGRAM_PREFIX):
+            if registry.is_program(mech):
                 spec = r.program(mech)
                 if "program_inputs" not in cache:  # the same D, cells and domain for every program and ε
                     cache["layout"] = unit_layout(study, unit, wb)
@@ -407,52 +407,38 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
                 ledger.note(mech, spec.function or " ".join(spec.command), PROGRAM_NOTE, declared_epsilon=setting,
                             relation=r.relation, differentially_private="declared by the program; audited as a black "
                             "box", for_publication=None, params=spec.params, **extra, invariants=[])
-            elif mech.startswith(FILE_PREFIX):
+            elif registry.is_file(mech):
                 spec = r.file(mech, setting)
                 tf = files[(mech, setting)]
                 pub = file_published(mech, tf, unit, wb, w)
                 ledger.note(mech, "file", FILE_NOTE, declared_epsilon=spec.epsilon, file=spec.path,
                             sha256=tf.digest, made_with=spec.made_with, for_publication=None, **extra,
                             invariants=[])
-            elif mech == "cell_key":
-                pub = publish_cell_key(cfg, setting, D, w, rng)
-                ledger.note("cell_key", "numpy (seeded)", pub.publication_note, ptable_variance=setting,
-                            **{k: v for k, v in pub.facts.items() if k not in ("kind", "ptable_variance")}, **extra,
-                            invariants=own_invariants(cfg, mech, wb))
-            elif mech == "targeted_swapping":
-                if "pool" not in cache:
-                    cache["pool"] = swap_pool(study, unit)
-                pub = publish_targeted_swapping(cfg, setting, D, w, rng, cache["pool"])
-                ledger.note(mech, "numpy (seeded)", pub.publication_note, swap_rate=setting, **pub.facts, **extra,
-                            invariants=own_invariants(cfg, mech, wb))
-            elif mech == "swapping":
-                pub = publish_swapping(cfg, setting, D, w, rng)
-                ledger.note("swapping", "numpy (seeded)", NOT_DP, swap_rate=setting, **pub.facts, **extra,
-                            invariants=own_invariants(cfg, mech, wb))
             else:
-                backend = release_backend(cfg, unit, mech, setting)
-                if mech == "topdown":
-                    pub, extra_td = _topdown_published(study, unit, wb, setting, topdown_cache, w, backend,
-                                                       run_dir)
+                pub, backend, facts = _publish_mechanism(study, unit, wb, mech, setting, D, w, rng, cache,
+                                                         topdown_cache, run_dir)
+                kind = registry.mechanism(mech)
+                if not kind.dp:
+                    ledger.note(mech, kind.made_with, pub.publication_note, **{kind.setting_key: setting},
+                                **{k: v for k, v in pub.facts.items() if k not in ("kind", kind.setting_key)}, **extra,
+                                invariants=own_invariants(cfg, mech, wb))
                 else:
-                    pub = publish(cfg, mech, setting, D, w, backend, rng, key=unit_key(cfg, "fit", unit, setting))
-                    extra_td = {}
-                if getattr(backend, "contrib", False):
-                    extra.update(opendp_version=backend.version, opendp_contrib=True)
-                protects, exact = neighbours_of(cfg, mech)
-                ledger.record(pub.record, backend.name, pub.for_publication, publication_note=pub.publication_note,
-                              invariants=own_invariants(cfg, mech, wb), neighbours=protects, published_exactly=exact,
-                              **extra, **extra_td)
+                    if getattr(backend, "contrib", False):
+                        extra.update(opendp_version=backend.version, opendp_contrib=True)
+                    protects, exact = neighbours_of(cfg, mech)
+                    ledger.record(pub.record, backend.name, pub.for_publication, publication_note=pub.publication_note,
+                                  invariants=own_invariants(cfg, mech, wb), neighbours=protects,
+                                  published_exactly=exact, **extra, **facts)
             if pub.rows is not None:
                 micro.append(_micro_rows(pub.rows, unit, wb, "release", mech, setting))
                 exact_status["agreement_by_size"] += [{"unit": unit, "variant": wb, "mechanism": mech,
                                                        "setting": setting, **a} for a in rows_agreement(D, pub.rows)]
             rows = table_utility(pub.counts, exact_counts, w) + totals_utility(pub.counts, exact_counts, w)
-            utility += [dict(row, epsilon=setting if mech not in NOT_DP_MECHS else np.nan, setting=setting, mechanism=mech,
-                             unit=unit, variant=wb) for row in rows]
+            eps_col = setting if registry.is_dp(mech) else np.nan
+            utility += [dict(row, epsilon=eps_col, setting=setting, mechanism=mech, unit=unit, variant=wb)
+                        for row in rows]
             tables_only = [row for row in rows if row["table"] not in DERIVED_ROWS]  # each published cell once
             err = sum(row["mae_per_cell"] * row["cells"] for row in tables_only) / sum(row["cells"] for row in tables_only)
-            eps_col = setting if mech not in NOT_DP_MECHS else np.nan
             cols = dict(epsilon=eps_col, setting=setting, mechanism=mech, utility_error=err, **common)
             curves.append(attack(pub.answers, f"{mech}-{setting}", mech, setting).assign(method="rap_rank", **cols))
             curves.append(trivial(pub.answers, f"{mech}-{setting}").assign(method=MARGINS_ATTACK, **cols))
@@ -482,7 +468,7 @@ def _noisy_fit(pub: Published) -> _NoisyFit | None:
     estimated from the tables themselves."""
     if pub.facts.get("kind") == "tables":  # noise censusrecon did not draw (publish.tables_published)
         return _NoisyFit(1.0, int(pub.facts["total"]), False)
-    if pub.mechanism != "laplace_tables":
+    if not (registry.is_mechanism(pub.mechanism) and registry.mechanism(pub.mechanism).noise == "laplace"):
         return None  # consistent tables (a microdata file's, swapping's, TopDown's): the exact count model
     t = pub.output
     return _NoisyFit(float(pub.record.scale), int(t.total), t.total_source in (TOTAL_PUBLIC_BY_RELATION, TOTAL_DECLARED))
@@ -527,11 +513,37 @@ def bureau_measures(cfg: ExperimentConfig, D: Dataset, reconstruction: np.ndarra
     return out
 
 
-def _topdown_published(study: Study, unit: str, wb: bool, setting: float, cache: dict, w, backend,
+def _publish_mechanism(study: Study, unit: str, wb: bool, mech: str, setting: float, D: Dataset, w, rng, cache: dict,
+                       topdown_cache: dict, run_dir: Path | None) -> tuple[Published, object, dict]:
+    """One registered mechanism's release of ``unit`` at ``setting`` through :func:`publish`, given what its
+    kind needs (its noise, a fit's key, the swap pool, the shared release of its root); with the noise
+    backend and the facts of a shared release for the ledger."""
+    cfg = study.cfg
+    kind = registry.mechanism(mech)
+    backend = release_backend(cfg, unit, mech, setting) if kind.dp else None
+    facts: dict = {}
+
+    def pool():
+        if "pool" not in cache:
+            cache["pool"] = swap_pool(study, unit)
+        return cache["pool"]
+
+    def shared(x):
+        pub, more = _topdown_published(study, unit, wb, mech, setting, topdown_cache, w, x, run_dir)
+        facts.update(more)
+        return pub
+
+    pub = publish(cfg, mech, setting, D, w, backend, rng,
+                  key=unit_key(cfg, "fit", unit, setting) if kind.needs_fit else None,
+                  pool=pool if kind.needs_pool else None, shared=shared if kind.scope == "root" else None)
+    return pub, backend, facts
+
+
+def _topdown_published(study: Study, unit: str, wb: bool, mech: str, setting: float, cache: dict, w, x,
                        run_dir: Path | None) -> tuple[Published, dict]:
     """``unit``'s share of the TopDown release of its root at ``setting``: one tree per root and one
     release per root and ε, shared by every unit under it; each release's MDF is written once to
-    ``run_dir/mdf/`` (so an interrupted evaluation keeps it)."""
+    ``run_dir/mdf/`` (so an interrupted evaluation keeps it). ``x``: the unit's release inputs."""
     cfg = study.cfg
     trees, releases = cache.setdefault("trees", {}), cache.setdefault("releases", {})
     if (unit, wb) not in trees:
@@ -540,13 +552,12 @@ def _topdown_published(study: Study, unit: str, wb: bool, setting: float, cache:
     td = trees[(unit, wb)]
     key = (td.root, wb, setting)
     if key not in releases:
-        releases[key] = publish_topdown(cfg, td, setting, release_backend(cfg, td.root, "topdown", setting))
+        releases[key] = publish_topdown(cfg, td, setting, release_backend(cfg, td.root, mech, setting))
         if run_dir is not None:
             mdf = topdown_mdf(td, releases[key].estimates).assign(root=td.root, variant=wb, epsilon=setting)
             write_parquet(run_dir / "mdf" / f"{td.root}-{'block' if wb else 'unit'}-{setting:g}.parquet", mdf)
     rel = releases[key]
-    ok, note = fit_note(backend, "topdown")
-    pub = topdown_unit(td, rel.estimates, unit, w, rel.record, ok, note)
+    pub = topdown_unit(td, rel.estimates, unit, w, rel.record, *x.fit)
     return pub, {"root": td.root, "tree_levels": td.shape.levels, "tree_nodes": [len(i) for i in td.shape.ids],
                  "tree_source": td.block_source}
 
@@ -591,11 +602,11 @@ def lift_table(df: pd.DataFrame) -> pd.DataFrame:
     """
     area = df.groupby(["variant", "unit", "setting", "mechanism", "method"], dropna=False)["match_rate"].mean()
     area = area.reset_index()
-    base = area[area["mechanism"] == "baseline"]
+    base = area[area["mechanism"] == BASELINE]
     best = base.loc[base.groupby(["variant", "unit"])["match_rate"].idxmax(), ["variant", "unit", "method", "match_rate"]]
     best = best.rename(columns={"method": "best_baseline", "match_rate": "baseline_area"})
-    rap = area[area["mechanism"] != "baseline"].rename(columns={"match_rate": "rap_area"}).drop(columns="method")
+    rap = area[area["mechanism"] != BASELINE].rename(columns={"match_rate": "rap_area"}).drop(columns="method")
     out = rap.merge(best, on=["variant", "unit"])
     out["lift"] = out["rap_area"] - out["baseline_area"]
-    util = df[df["mechanism"] != "baseline"].groupby(["variant", "unit", "setting", "mechanism"])["utility_error"].first()
+    util = df[df["mechanism"] != BASELINE].groupby(["variant", "unit", "setting", "mechanism"])["utility_error"].first()
     return out.merge(util.reset_index(), on=["variant", "unit", "setting", "mechanism"])

@@ -31,9 +31,9 @@ from experiments.config import ConfigError, ExperimentConfig, ReleaseFileConfig
 from experiments.problem import Study, table_cells
 from microdata.census import CensusWorkload, placed_cells
 from microdata.errors import CensusReconError
-from experiments.config import FILE_PREFIX
+from synth.registry import FILE_PREFIX
 from experiments.problem import exact_answers, load_population, resolve
-from experiments.release.publish import Published, tables_published
+from synth.publishing import Published, tables_published
 from experiments.results import atomic_write_text, write_parquet
 from synth.release import workload_counts
 

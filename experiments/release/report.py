@@ -13,14 +13,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.config import FILE_PREFIX, NOT_DP, PROGRAM_PREFIX  # noqa: E402
 from experiments.doc import Doc  # noqa: E402
 from experiments.metrics import (CONFIDENCE, PLAN_MAX_UNITS, PLAN_POWER, SATURATION_SHARE,  # noqa: E402
                                  average_curves, best_baselines, difference_words, saturation, saturation_words,
                                  strength_sequence, strength_table, summarise_persons, t_half_width, unique_share,
                                  unit_names, units_to_decide, upper_limit, variant_label)
 from experiments.plots import save_figure  # noqa: E402
-from experiments.release.words import (NOT_DP_SETTINGS, fit_words, less_protective,  # noqa: E402,F401
+from experiments.release.words import (fit_words, less_protective,  # noqa: E402,F401
                                        more_protective, persons_words, setting_label, units_advice)
 from experiments.results import time_words  # noqa: E402
 from synth.release import DERIVED_ROWS  # noqa: E402
@@ -28,6 +27,8 @@ from experiments.config import ConfigError, parse_config, ToleranceConfig  # noq
 from experiments.release.decision import HEADS, load_decision, rule_words  # noqa: E402
 from microdata.sources import source  # noqa: E402
 from synth.audit import AuditResult  # noqa: E402
+from synth import registry  # noqa: E402
+from synth.registry import BASELINE, EXACT  # noqa: E402
 
 #: The best attack on a unit's release: the attack (RAP-Rank, the exact attack, the trivial
 #: one-way-margins attack) that reconstructs the most persons there.
@@ -41,12 +42,12 @@ def release_persons(df: pd.DataFrame) -> pd.DataFrame:
     (the baseline that finds the most such persons on that unit, named in ``best_baseline``) and
     the difference. ``n_rows`` and ``n_unique`` are the unit's persons in D and unique in D."""
     top = df[df["k"] == df["u"]]
-    best = best_baselines(top, top["mechanism"] == "baseline", ["variant", "unit"])[
+    best = best_baselines(top, top["mechanism"] == BASELINE, ["variant", "unit"])[
         ["variant", "unit", "method", "num_matched_unique"]]
     best = best.rename(columns={"method": "best_baseline", "num_matched_unique": "baseline_persons"})
     keep = ["variant", "unit", "setting", "mechanism", "method", "num_matched_unique", "n_rows",
             *(["n_unique"] if "n_unique" in top else [])]
-    rel = top[top["mechanism"] != "baseline"][keep].rename(
+    rel = top[top["mechanism"] != BASELINE][keep].rename(
         columns={"method": "attack", "num_matched_unique": "persons_reconstructed"})
     rel = rel.assign(best_attack=rel["attack"])
     strongest = rel.sort_values(["persons_reconstructed", "attack"], ascending=[False, True]).groupby(
@@ -160,7 +161,7 @@ def decision_plan(status: str, x, exact, strength: dict | None, mechanism: str, 
     strength table: not saturated on the exact tables)."""
 
     by_k = (strength or {}).get("by_k", pd.DataFrame())
-    ex_k = by_k[by_k["mechanism"] == "exact"] if len(by_k) else by_k
+    ex_k = by_k[by_k["mechanism"] == EXACT] if len(by_k) else by_k
     weak = len(ex_k) and not bool(ex_k.iloc[0]["saturated"])
     stronger = ("a stronger attack: RAP-Rank had not saturated on the exact tables (doubling K from "
                 f"{ex_k.iloc[0]['half']} to {ex_k.iloc[0]['runs']} added {ex_k.iloc[0]['gain']:+d} persons); "
@@ -219,10 +220,10 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant, strength: d
                 f"({e['best_baselines']}): {difference_words(e)}.")
     out = []
     for mech in dict.fromkeys(p.loc[np.isfinite(p["setting"]), "mechanism"]):
-        swap = mech in NOT_DP  # a larger swap rate or ptable variance protects more
+        swap = not registry.is_dp(mech)  # a larger swap rate or ptable variance protects more
         rows = p[p["mechanism"] == mech].sort_values("setting", ascending=not swap)  # most protective first
-        note = (f" {NOT_DP_SETTINGS[mech][2]} is not differentially private: no ε bounds what other attacks could "
-                "learn." if swap else "")
+        note = (f" {registry.mechanism(mech).title} is not differentially private: no ε bounds what other attacks "
+                "could learn." if swap else "")
         shown = rows["excess_upper"] < rows["tolerance"]
         first_fail = int(np.argmin(shown.to_numpy())) if not shown.all() else len(rows)
         safe = rows.iloc[:first_fail]
@@ -294,7 +295,7 @@ def release_strength(run_dir: Path, variant) -> dict:
         return {"by_k": pd.DataFrame(), "by_t": None}
     t = int(st["steps"].min())
     by_k = saturation(st[st["steps"] == t], ["mechanism", "setting"])
-    ex = st[(st["mechanism"] == "exact") & (st["runs"] == st["runs"].max())].groupby("steps")["persons"].sum()
+    ex = st[(st["mechanism"] == EXACT) & (st["runs"] == st["runs"].max())].groupby("steps")["persons"].sum()
     return {"by_k": by_k, "by_t": ex if len(ex) > 1 else None}
 
 
@@ -361,10 +362,10 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
     per_unit = release_persons(df[df["variant"] == variant])
     persons = summarise_release_persons(per_unit, cfg.release.tolerance)
     d = df[df["variant"] == variant]
-    d = d[d["method"].isin(["rap_rank"]) | (d["mechanism"] == "baseline")]  # RAP-Rank's curves and the baselines
+    d = d[d["method"].isin(["rap_rank"]) | (d["mechanism"] == BASELINE)]  # RAP-Rank's curves and the baselines
     key = [f"{e}|{m}" for e, m in zip(d["setting"].tolist(), d["mechanism"].tolist())]  # nan|baseline, inf|exact
     curves = average_curves(d.assign(key=key), cfg.grid_points, by=["key", "method"])
-    mechanisms = [m for m in dict.fromkeys(d["mechanism"]) if m not in ("exact", "baseline")]
+    mechanisms = [m for m in dict.fromkeys(d["mechanism"]) if m not in (EXACT, BASELINE)]
     best = per_unit["best_baseline"].value_counts().idxmax()
     cmap = plt.get_cmap("viridis")
     fig, axes = plt.subplots(1, len(mechanisms), figsize=(4.6 * len(mechanisms), 4.2), squeeze=False, sharey=True)
@@ -409,10 +410,9 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
         y = pts["persons"] / pts["units"]
         ax.plot(pts["mae_per_cell"], y, "o-", color=plt.get_cmap("tab10")(i), label=mech.replace("_", " "))
         for x_, y_, e in zip(pts["mae_per_cell"], y, pts["setting"]):
-            label = (f"{100 * e:g}%" if mech in ("swapping", "targeted_swapping") else f"V={e:g}" if mech == "cell_key"
-                     else f"ε={e:g}")
+            label = registry.mechanism(mech).short(e) if registry.is_mechanism(mech) else f"ε={e:g}"
             ax.annotate(label, (x_, y_), textcoords="offset points", xytext=(4, 3), fontsize=7)
-    ex = p[p["mechanism"] == "exact"]
+    ex = p[p["mechanism"] == EXACT]
     if len(ex):
         ax.plot([0], [ex["persons"].iloc[0] / ex["units"].iloc[0]], "*", ms=14, color="black", label="exact tables")
     ax.set_xscale("symlog", linthresh=0.1)
@@ -674,13 +674,13 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
               "data; with a declared noise family, the noise's scale, shape, tail and independence from output minus "
               "truth):")
         doc.table(["release", "program", "declared noise", "settings"],
-                  [[PROGRAM_PREFIX + p.name, f"`{p.function or ' '.join(p.command)}`", p.noise or "not declared",
+                  [[registry.PROGRAM_PREFIX + p.name, f"`{p.function or ' '.join(p.command)}`", p.noise or "not declared",
                     json.dumps(p.params) if p.params else "none"] for p in r.programs], numeric=set())
     if r.files:
         doc.p("Releases made outside censusrecon, evaluated as published (their ε is the agency's declaration; a file "
               "cannot be audited):")
         doc.table(["release", "file", "declared ε", "made with"],
-                  [[FILE_PREFIX + f.name, f"`{f.path}`", "not DP" if f.epsilon is None else f"{f.epsilon:g}",
+                  [[registry.FILE_PREFIX + f.name, f"`{f.path}`", "not DP" if f.epsilon is None else f"{f.epsilon:g}",
                     f.made_with or "not said"] for f in r.files], numeric=set())
     for v in variants:
         p = persons[persons["variant"] == v]
@@ -695,7 +695,7 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
               + ("share (a large unit finds more persons than a small one because it is larger; the shares of "
                  "units of different sizes agree better)." if cfg.release.tolerance.per_unit is None else "persons."))
         rows = []
-        order = {m: i for i, m in enumerate(["exact", *cfg.release.evaluated])}
+        order = {m: i for i, m in enumerate([EXACT, *cfg.release.evaluated])}
         best_rows = p[p["attack"] == BEST_ATTACK]
         for _, x in best_rows.assign(o=best_rows["mechanism"].map(order)).sort_values(["o", "setting"]).iterrows():
             rows.append([x["mechanism"], setting_label(x["mechanism"], x["setting"]), x["best_attacks"],
@@ -771,11 +771,11 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     doc.ul([f"The total n of each unit: {n_note or 'not used'}."]
            + ([f"The published block list: {blocks}."] if blocks else [])
            + [f"Declared invariants (published exactly): {', '.join(r.invariants) if r.invariants else 'none'}."])
-    dp_mechs = [m for m in r.mechanisms if m not in NOT_DP]
+    dp_mechs = r.dp_mechanisms
     rel_rows = [[m, e["neighbours"], e.get("published_exactly", "")] for m in dp_mechs
                 for e in [next((x for x in entries if x["mechanism"] == m and x.get("neighbours")), None)] if e]
     level = cfg.target.level
-    rel_rows += [[PROGRAM_PREFIX + p.name, f"the persons of one {level}: one person "
+    rel_rows += [[registry.PROGRAM_PREFIX + p.name, f"the persons of one {level}: one person "
                   + ("replaced within it" if r.relation == "replace_one" else "added or removed")
                   + " (the relation it is asked to protect; audited)", "what the program publishes exactly: not declared"]
                  for p in r.programs]

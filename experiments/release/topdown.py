@@ -11,7 +11,7 @@ import pandas as pd
 
 from experiments.config import ConfigError, ExperimentConfig
 from experiments.problem import Study, build_workload
-from experiments.release.publish import Published, table_labels
+from synth.publishing import Published, table_labels
 from microdata.dataset import Dataset
 from microdata.geography import FROM_ROWS
 from reconstruct.exact import query_matrix

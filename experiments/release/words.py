@@ -3,12 +3,10 @@ protection goes, persons with their denominators, advice on units. Imports nothi
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
-from experiments.config import FILE_PREFIX
 from experiments.metrics import PLAN_MAX_UNITS
+from synth import registry
 
 
 def setting_label(mechanism: str, value: float) -> str:
@@ -17,29 +15,16 @@ def setting_label(mechanism: str, value: float) -> str:
     >>> setting_label("file:agency", 2.0), setting_label("file:agency", 0.0), setting_label("swapping", 0.1)
     ('ε = 2 (declared)', 'as released', 'swap rate 10%')
     """
-    if mechanism == "exact" or value == math.inf:
-        return "exact tables"
-    if mechanism.startswith(FILE_PREFIX):
-        return f"ε = {value:g} (declared)" if value > 0 else "as released"
-    if mechanism == "cell_key":
-        return f"ptable variance {value:g}"
-    return f"swap rate {100 * value:g}%" if mechanism in ("swapping", "targeted_swapping") else f"ε = {value:g}"
-
-
-#: what the setting of each mechanism that is not DP is called (singular, plural), and the mechanism's name;
-#: a larger setting protects more
-NOT_DP_SETTINGS = {"swapping": ("swap rate", "swap rates", "Swapping"),
-                   "targeted_swapping": ("swap rate", "swap rates", "Targeted swapping"),
-                   "cell_key": ("ptable variance", "ptable variances", "The cell key method")}
+    return registry.label(mechanism, value)
 
 
 def more_protective(mechanism: str) -> str:
     """Which way the settings protect more, for a plan: 'larger swap rates', 'smaller ε', ..."""
-    return f"larger {NOT_DP_SETTINGS[mechanism][1]}" if mechanism in NOT_DP_SETTINGS else "smaller ε"
+    return registry.mechanism(mechanism).more_protective if registry.is_mechanism(mechanism) else "smaller ε"
 
 
 def less_protective(mechanism: str) -> str:
-    return f"smaller {NOT_DP_SETTINGS[mechanism][1]}" if mechanism in NOT_DP_SETTINGS else "larger ε"
+    return registry.mechanism(mechanism).less_protective if registry.is_mechanism(mechanism) else "larger ε"
 
 
 def persons_words(x) -> str:

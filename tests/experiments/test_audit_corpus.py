@@ -13,6 +13,7 @@ import pytest
 import experiments.release.topdown
 import synth.histogram
 import synth.keyed
+import synth.publishing
 import synth.release
 import synth.topdown
 from experiments.config import load_config
@@ -286,16 +287,12 @@ def _patch(monkeypatch, patches, name):
                     _TRUE["n"] = len(data)
                     return real_lt(data, *a, **k)
                 monkeypatch.setattr(synth.release, "laplace_tables", lt)
-                import experiments.release.publish as pub
-
-                monkeypatch.setattr(pub, "laplace_tables", lt)
+                monkeypatch.setattr(synth.publishing, "laplace_tables", lt)
         if (owner, attr) == (experiments.release.topdown, "publish_topdown"):
             _set_everywhere(monkeypatch, owner, attr, fake)
         monkeypatch.setattr(owner, attr, fake)
         if (owner, attr) == (synth.release, "laplace_tables"):
-            import experiments.release.publish as pub
-
-            monkeypatch.setattr(pub, "laplace_tables", fake)
+            monkeypatch.setattr(synth.publishing, "laplace_tables", fake)
 
 
 @pytest.fixture(scope="module")

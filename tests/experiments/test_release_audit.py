@@ -326,9 +326,9 @@ def test_a_check_that_could_not_run_on_one_unit_leaves_the_mechanism_inconclusiv
 
     ran = unit("a", noise_scale="pass", block_list="not applicable: one block")
     short = unit("b", noise_scale="not run: too few releases", block_list="pass")
-    r = _combine_units("program:p", 1.0, [ran, short], None)
+    r = _combine_units("program:p", 1.0, [ran, short])
     assert r.outcome == "inconclusive" and r.checks["noise_scale"] == "not run: too few releases [b]"
     assert r.checks["block_list"] == "pass"
-    r = _combine_units("program:p", 1.0, [short, unit("c", noise_scale="fail: ε ≥ 3")], None)
+    r = _combine_units("program:p", 1.0, [short, unit("c", noise_scale="fail: ε ≥ 3")])
     assert r.outcome == "failed" and r.checks["noise_scale"] == "fail: ε ≥ 3 [c]"
-    assert _combine_units("program:p", 1.0, [ran, unit("d", noise_scale="pass")], None).outcome == "passed"
+    assert _combine_units("program:p", 1.0, [ran, unit("d", noise_scale="pass")]).outcome == "passed"
