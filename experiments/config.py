@@ -11,7 +11,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from experiments.metrics import MARGINS_ATTACK
+from experiments import attacks
 from microdata.errors import CensusReconError
 from reconstruct.settings import default as rap_default
 from synth import registry
@@ -315,6 +315,9 @@ class AttackConfig(_Strict):
         None, description="rows drawn from each fitted relaxed dataset: null = one per relaxed row; an integer; "
         "or n = as many as D has persons (the paper code's census setting; the attacker reads n off the published "
         "total)")
+    methods: list[str] = Field(
+        [attacks.MARGINS_ATTACK], description="attacks run unit by unit on the published answers beside RAP-Rank, by "
+        "their names in experiments.attacks: one_way_margins (the trivial attack), or any attack registered")
     exact: bool = Field(
         False, description="also reconstruct every tables workload exactly by integer programming (HiGHS) and "
         "certify rows: methods exact and exact_certified")
@@ -352,6 +355,17 @@ class AttackConfig(_Strict):
     def _inits(cls, v):
         if not v or len(set(v)) != len(v):
             raise ValueError(f"attack.init needs distinct entries (random, holdout or a geography level), got {v}")
+        return v
+
+    @field_validator("methods")
+    @classmethod
+    def _methods(cls, v):
+        unit_by_unit = attacks.per_unit()
+        wrong = [m for m in v if m not in unit_by_unit]
+        if wrong or len(set(v)) != len(v):
+            raise ValueError(f"attack.methods: {', '.join(map(repr, wrong)) or 'repeated entries'}: the attacks run "
+                             f"unit by unit are {', '.join(unit_by_unit)} (RAP-Rank always runs; the exact attack: "
+                             "attack.exact)")
         return v
 
 
@@ -837,7 +851,7 @@ class ExperimentConfig(_Strict):
 
     def rap_method(self, query: "QueryConfig", init: str) -> str:
         """rap_rank[_<workload> when several][_init_<baseline>]."""
-        name = "rap_rank" + (f"_{query.label}" if len(self.queries) > 1 else "")
+        name = attacks.RAP_RANK + (f"_{query.label}" if len(self.queries) > 1 else "")
         return name if init == "random" else f"{name}_init_{init}"
 
     def __eq__(self, other) -> bool:  # the fields, not where the config was read from
@@ -867,9 +881,9 @@ class ExperimentConfig(_Strict):
         others are studied by ``run`` only)."""
         return self.queries[0]
 
-    def margins_method(self, query: "QueryConfig") -> str:
-        """The trivial attack on one workload: one_way_margins[_<workload> when several]."""
-        return MARGINS_ATTACK + (f"_{query.label}" if len(self.queries) > 1 else "")
+    def unit_method(self, attack: str, query: "QueryConfig") -> str:
+        """An attack run unit by unit, on one workload: <attack>[_<workload> when several]."""
+        return attack + (f"_{query.label}" if len(self.queries) > 1 else "")
 
     def digest(self) -> str:
         """12 hex digits of the SHA-256 of the canonical JSON of the resolved config."""

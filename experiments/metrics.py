@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from experiments.attacks import is_attack
 from microdata.agreement import SIZE_CLASSES, size_class, size_label
 from microdata.errors import CensusReconError
 from microdata.ranking import Ranking
@@ -178,16 +179,6 @@ def concentration(keys: np.ndarray) -> dict:
     return {"distinct_over_total": float(len(counts) / counts.sum()),
             "entropy_bits": float(-(p * np.log2(p)).sum()),
             "unique_row_share": float((counts == 1).sum() / counts.sum())}
-
-
-#: The trivial attack's method name: rows ranked by one-way margins fitted to the release.
-MARGINS_ATTACK = "one_way_margins"
-
-
-def is_attack(method: str) -> bool:
-    """Methods that saw the published statistics (RAP-Rank variants, exact reconstruction, the
-    trivial one-way-margins attack); every other method is a baseline."""
-    return method.startswith(("rap_rank", "exact", MARGINS_ATTACK))
 
 
 def variant_label(v, variants=None) -> str:

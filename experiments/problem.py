@@ -16,6 +16,7 @@ import pandas as pd
 
 from baselines.holdout import holdout_split
 from baselines.priors import EmpiricalPrior, geographic_priors, outside_chance
+from experiments.attacks import EXACT_ATTACK
 from experiments.config import DATA_PATH_KEYS, ConfigError, ExperimentConfig
 from experiments.metrics import block_classes, lookup, match_rate_curve
 from microdata.dataset import Dataset
@@ -423,7 +424,8 @@ def method_names(cfg: ExperimentConfig) -> list[str]:
     attack (one-way margins fitted to the published answers) per workload, and the exact attack
     (all its workloads) when ``attack.exact``."""
     return [cfg.rap_method(q, init) for q in cfg.queries for init in cfg.attack.init] + [
-        cfg.margins_method(q) for q in cfg.queries] + (["exact"] if cfg.attack.exact else [])
+        cfg.unit_method(m, q) for m in cfg.attack.methods for q in cfg.queries] + (
+        [EXACT_ATTACK] if cfg.attack.exact else [])
 
 
 def build_workload(cfg: ExperimentConfig, q, domain, areas: dict | None = None):

@@ -12,8 +12,9 @@ import pandas as pd
 import yaml
 
 from experiments.config import ConfigError, parse_config
+from experiments.attacks import is_attack
 from experiments.metrics import (CONFIDENCE, OUTSIDE_COLUMNS, SATURATION_SHARE, at_u, average_curves, band_kind,
-                                 by_seed, difference_words, is_attack, lift_by_baseline, persons_by_block_size,
+                                 by_seed, difference_words, lift_by_baseline, persons_by_block_size,
                                  persons_reconstructed, saturation, strength_table, summarise_persons, variant_label)
 from experiments.doc import Doc
 from experiments.results import results_kind, time_words

@@ -13,9 +13,11 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from experiments import attacks
+from experiments.attacks import AttackInputs, attack_unit, is_attack
 from experiments.config import ExperimentConfig
 from experiments.metrics import (BLOCK_SIZE_COLUMNS, OUTSIDE_COLUMNS, UNIQUE_BY_BLOCK_SIZE_COLUMNS, best_baselines,
-                                 calibration, concentration, effective_u, is_attack, k_grid, lift_by_baseline,
+                                 calibration, concentration, effective_u, k_grid, lift_by_baseline,
                                  match_rate_curve, persons_reconstructed, strength_by_runs, unique_persons)
 from experiments.plots import plot_match_rate, plot_metrics
 from experiments.progress import UnitProgress
@@ -25,7 +27,6 @@ from experiments.problem import (Study, UnitProblem, stable_seed, baseline_curve
                                  rap_settings, rarity_level, resolve, unit_key, workload_facts)
 from microdata.geography import plural
 from microdata.marginals import Workload
-from reconstruct.margins import margins_attack
 from reconstruct.queries import plan_for
 from reconstruct.rap import default_batch, rap_rank_units
 
@@ -121,17 +122,19 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
                     res.codes, m.prob.private.domain.encode, m.truth, m.u, stable_seed("strength", cfg.seed),
                     res.ranking)]
                 rankings[i][(q.label, name)] = res.ranking
-    for q in cfg.queries:  # the trivial attack: it reads the published answers only
-        name = cfg.margins_method(q)
-        if only is not None and name not in only:
-            continue
-        for i, w in enumerate(work):
-            t0 = time.perf_counter()
-            ranking, size = margins_attack(w.workloads[q.label][1], w.workloads[q.label][3], rng=ties(w, name),
-                                           limit=int(w.ks.max()))
-            frames[i].append(match_rate_curve(ranking, w.truth, w.ks, w.u, size, w.outside, w.block_class)
-                             .assign(method=name, num_queries=w.workloads[q.label][1].num_queries))
-            timings[i][name] = round(time.perf_counter() - t0, 3)
+    for method in a.methods:  # the attacks run unit by unit: they read the published answers only
+        kind = attacks.attack(method)
+        for q in cfg.queries:
+            name = cfg.unit_method(method, q)
+            if only is not None and name not in only:
+                continue
+            for i, w in enumerate(work):
+                t0 = time.perf_counter()
+                _, workload, _, answers = w.workloads[q.label]
+                ranking, size = attack_unit(kind, AttackInputs(workload, answers, ties(w, name), int(w.ks.max())))
+                frames[i].append(match_rate_curve(ranking, w.truth, w.ks, w.u, size, w.outside, w.block_class)
+                                 .assign(method=name, num_queries=workload.num_queries))
+                timings[i][name] = round(time.perf_counter() - t0, 3)
     out = []
     for i, w in enumerate(work):
         D, H = w.prob.private, w.prob.holdout

@@ -13,8 +13,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments import attacks
+from experiments.attacks import RAP_RANK, AttackInputs, attack_unit
 from experiments.config import ConfigError, ExperimentConfig, ReidentificationConfig
-from experiments.metrics import (MARGINS_ATTACK, effective_u, k_grid, match_rate_curve, strength_by_runs,
+from experiments.metrics import (effective_u, k_grid, match_rate_curve, strength_by_runs,
                                  unique_persons)
 from experiments.problem import (Study, stable_seed, baseline_curves, build_workload, exact_answers, rap_settings,
                                  resolve, unit_key)
@@ -35,7 +37,6 @@ from microdata.census import AGE_BIN38_OF_AGE, AGE_BINS_38_LABELS
 from microdata.dataset import Dataset
 from microdata.marginals import Workload
 from microdata.ranking import rank_by_score
-from reconstruct.margins import margins_attack
 from reconstruct.queries import plan_for
 from reconstruct.rap import rap_rank
 from synth.mechanism import Ledger, PrivacyError, Relation, parse_relation
@@ -334,11 +335,16 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
                                                                                          truth, u, seed, res.ranking)]
         return match_rate_curve(res.ranking, truth, ks, u)
 
-    def trivial(targets, tag):
-        """The one-way-margins attack on what was published (noisy answers for a DP release)."""
-        tie = np.random.default_rng(stable_seed("ties", cfg.seed, unit, wb, tag))
-        ranking, size = margins_attack(w, targets, rng=tie, limit=int(ks.max()))
-        return match_rate_curve(ranking, truth, ks, u, size)
+    def unit_attacks(targets, tag, **cols) -> list[pd.DataFrame]:
+        """The attacks run unit by unit (attack.methods) on what was published (noisy answers for a DP release)."""
+        out = []
+        for method in cfg.attack.methods:
+            kind = attacks.attack(method)
+            mixed = (kind.tie_seed_name,) if kind.tie_seed_name else ()
+            tie = np.random.default_rng(stable_seed("ties", cfg.seed, unit, wb, tag, *mixed))
+            ranking, size = attack_unit(kind, AttackInputs(w, targets, tie, int(ks.max())))
+            out.append(match_rate_curve(ranking, truth, ks, u, size).assign(method=method, **cols))
+        return out
 
     common = dict(unit=unit, variant=wb, u=u, n_rows=len(D), n_unique=unique_persons(D))
     exact_on = cfg.attack.exact and not isinstance(w, Workload)
@@ -372,8 +378,8 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
 
     exact_status: dict = {"status": [], "agreement": [], "reidentification": [], "strength": [], "agreement_by_size": []}
     exact_cols = dict(epsilon=math.inf, setting=math.inf, mechanism=EXACT, utility_error=0.0, **common)
-    curves = [attack(exact, "exact", "exact", math.inf).assign(method="rap_rank", **exact_cols),
-              trivial(exact, "exact").assign(method=MARGINS_ATTACK, **exact_cols)]
+    curves = [attack(exact, "exact", "exact", math.inf).assign(method=RAP_RANK, **exact_cols),
+              *unit_attacks(exact, "exact", **exact_cols)]
     # strength in T: the same K runs on the exact tables with twice the steps (their curve is not kept:
     # only how far the persons reconstructed move)
     attack(exact, "exact", "exact", math.inf, dataclasses.replace(settings, steps=2 * settings.steps))
@@ -440,8 +446,8 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
             tables_only = [row for row in rows if row["table"] not in DERIVED_ROWS]  # each published cell once
             err = sum(row["mae_per_cell"] * row["cells"] for row in tables_only) / sum(row["cells"] for row in tables_only)
             cols = dict(epsilon=eps_col, setting=setting, mechanism=mech, utility_error=err, **common)
-            curves.append(attack(pub.answers, f"{mech}-{setting}", mech, setting).assign(method="rap_rank", **cols))
-            curves.append(trivial(pub.answers, f"{mech}-{setting}").assign(method=MARGINS_ATTACK, **cols))
+            curves.append(attack(pub.answers, f"{mech}-{setting}", mech, setting).assign(method=RAP_RANK, **cols))
+            curves += unit_attacks(pub.answers, f"{mech}-{setting}", **cols)
             if exact_on:
                 c = exact_attack(pub.counts, mech, setting, pub.rows, _noisy_fit(pub))
                 if c is not None:

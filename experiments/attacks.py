@@ -1,0 +1,158 @@
+"""Every attack as one value in one registry: its name, that it saw the release (an attack) and what it reads,
+and, for an attack that ranks one unit's rows from the published answers, the function that does. Whether a
+result's method is an attack or a baseline is decided here and nowhere else.
+
+A new attack is one function from :class:`AttackInputs` to a ranking and one :func:`register`; listing its
+name in ``attack.methods`` runs it in ``run``, ``sweep`` and ``evaluate-release`` through :func:`attack_unit`:
+
+>>> from microdata.ranking import rank_by_score
+>>> def first_rows(x):
+...     keys = np.arange(min(x.limit, x.workload.domain.total_size))
+...     return rank_by_score(keys, -keys.astype(float)), len(keys)
+>>> kind = AttackKind("first_rows", first_rows, reads="nothing: the domain's rows in order")
+>>> kind.name, kind.role
+('first_rows', 'attack')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from microdata.errors import CensusReconError
+from microdata.ranking import Ranking
+from reconstruct.margins import margins_attack
+
+#: the trivial attack's name: one-way margins fitted to the published answers
+MARGINS_ATTACK = "one_way_margins"
+RAP_RANK = "rap_rank"
+EXACT_ATTACK = "exact"
+
+
+class UnknownAttack(CensusReconError, ValueError):
+    """A name no attack is registered under."""
+
+
+@dataclass(frozen=True)
+class AttackInputs:
+    """What an attack of one unit is given: the published workload's public definition, the answers an
+    attacker derives from the release (fractions), a generator that breaks its ties, and how many ranked
+    rows are scored. Never the private rows."""
+
+    workload: object
+    answers: np.ndarray
+    rng: np.random.Generator
+    limit: int
+
+
+@dataclass(frozen=True)
+class AttackKind:
+    """One attack.
+
+    Args:
+        name: its method name in results (with ``_<workload>`` when a config has several workloads).
+        rank: ``AttackInputs -> (ranking, candidates)``: the unit's rows ranked from the published answers,
+            and the size of its candidate list (None if unbounded); None for the built-in attacks with their
+            own paths (RAP-Rank, batched over units; the exact attack, by integer programming).
+        reads: what it reads, in words (the report's).
+        role: ``attack`` (it saw the release); baselines are every method not registered here.
+        tie_seed_name: mixed into its tie-breaking seed in an evaluation (the trivial attack's seed predates the
+            registry and has none).
+    """
+
+    name: str
+    rank: Callable[[AttackInputs], tuple[Ranking, int | None]] | None = None
+    reads: str = "the published answers"
+    role: str = "attack"
+    tie_seed_name: str | None = ""
+
+    def __post_init__(self):
+        if not self.name or not self.name.replace("_", "").isalnum():
+            raise ValueError(f"an attack's name is letters, digits and _, got {self.name!r}")
+        if self.role != "attack":
+            raise ValueError(f"attack {self.name!r}: a registered method is an attack; a baseline is configured "
+                             "under baselines")
+        if self.tie_seed_name == "":
+            object.__setattr__(self, "tie_seed_name", self.name)
+
+
+_REGISTRY: dict[str, AttackKind] = {}
+
+
+def register(kind: AttackKind, replace: bool = False) -> AttackKind:
+    """Add an attack; its name must be new and must not extend another's (results name methods by prefix)."""
+    if not isinstance(kind, AttackKind):
+        raise TypeError(f"register takes an AttackKind, got {type(kind).__name__}")
+    if kind.name in _REGISTRY and not replace:
+        raise ValueError(f"an attack named {kind.name!r} is already registered")
+    clash = [n for n in _REGISTRY if n != kind.name and (n.startswith(kind.name + "_") or kind.name.startswith(n + "_"))]
+    if clash:
+        raise ValueError(f"attack {kind.name!r}: its results could not be told from {clash[0]!r}'s "
+                         "(<name>_<workload>): choose a name that does not extend another")
+    _REGISTRY[kind.name] = kind
+    return kind
+
+
+def unregister(name: str) -> None:
+    """Remove an attack added by :func:`register` (a test's)."""
+    if name in BUILT_IN:
+        raise ValueError(f"{name!r} is built in")
+    _REGISTRY.pop(name, None)
+
+
+def attack(name: str) -> AttackKind:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownAttack(f"no attack is named {name!r}; the registered ones: {', '.join(names())}") from None
+
+
+def names() -> list[str]:
+    return list(_REGISTRY)
+
+
+def per_unit() -> list[str]:
+    """The attacks run unit by unit through :func:`attack_unit` (they have a ``rank``)."""
+    return [n for n, k in _REGISTRY.items() if k.rank is not None]
+
+
+def kind_of(method: str) -> AttackKind | None:
+    """The attack a result's method comes from (``rap_rank_tables_init_county`` → RAP-Rank), or None for a
+    baseline (a method no attack's name begins)."""
+    for name, kind in _REGISTRY.items():
+        if method == name or method.startswith(name + "_"):
+            return kind
+    return None
+
+
+def is_attack(method: str) -> bool:
+    """Whether a result's method saw the published statistics (an attack) or not (a baseline).
+
+    >>> is_attack("rap_rank_init_county"), is_attack("one_way_margins"), is_attack("exact"), is_attack("county")
+    (True, True, True, False)
+    """
+    return kind_of(method) is not None
+
+
+def attack_unit(kind: AttackKind, x: AttackInputs) -> tuple[Ranking, int | None]:
+    """One unit's ranking by ``kind`` from what was published: the one call run, sweep and evaluate-release make."""
+    if kind.rank is None:
+        raise ValueError(f"{kind.name} runs on its own path, not unit by unit")
+    return kind.rank(x)
+
+
+def _margins(x: AttackInputs) -> tuple[Ranking, int]:
+    return margins_attack(x.workload, x.answers, rng=x.rng, limit=x.limit)
+
+
+BUILT_IN = (
+    AttackKind(RAP_RANK, reads="the published answers (relaxed projection, K runs, rows ranked by frequency)"),
+    AttackKind(MARGINS_ATTACK, _margins, reads="the published answers (one-way margins fitted to them)",
+               tie_seed_name=None),
+    AttackKind(EXACT_ATTACK, reads="the published tables (integer programming)"),
+)
+for _kind in BUILT_IN:
+    register(_kind)
+BUILT_IN = tuple(k.name for k in BUILT_IN)

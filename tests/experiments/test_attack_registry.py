@@ -1,0 +1,79 @@
+"""Attacks are values in one registry: a new one is one function and one registration, run by `run`, `sweep` and
+`evaluate-release` through the same per-unit call, scored as an attack whatever its name."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from experiments import attacks
+from experiments.attacks import AttackInputs, AttackKind
+from experiments.config import ConfigError, load_config
+from experiments.release.evaluate import evaluate_release
+from experiments.runner import run_experiment
+from experiments.sweep import sweep
+from microdata.ranking import rank_by_score
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ---- an attack a newcomer adds: the rows of the first published cells' values, most published first ---------
+
+def guess_rows(x: AttackInputs):
+    """Every row of the domain scored by the published answer of the first marginal's cell it falls in (a
+    deliberately weak attack: it reads one table of the release)."""
+    dom = x.workload.domain
+    keys = np.arange(dom.total_size)
+    first = x.workload.marginals[0]
+    codes = dom.decode(keys)[:, [dom.index(a) for a in first]]
+    cell = np.ravel_multi_index(codes.T, [dom.size(a) for a in first])
+    return rank_by_score(keys, x.answers[: np.prod([dom.size(a) for a in first])][cell], rng=x.rng,
+                         limit=x.limit), dom.total_size
+
+
+GUESS = AttackKind("guess", guess_rows, reads="the first published table")
+
+
+@pytest.fixture
+def guess():
+    attacks.register(GUESS, replace=True)
+    yield GUESS
+    attacks.unregister(GUESS.name)
+
+
+def test_an_attack_added_in_one_registration_runs_everywhere_and_is_scored_as_an_attack(guess, tmp_path):
+    assert attacks.is_attack("guess") and not attacks.is_attack("county")  # named unlike the others, still one
+    cfg = load_config(ROOT / "configs" / "tiny.yaml", ["attack.methods=[one_way_margins, guess]",
+                                                       "target.with_block=[false]", "attack.init=[random]"])
+    run = run_experiment(cfg, tmp_path / "run", progress=False)
+    curves = pd.read_parquet(run / "match_rate.parquet")
+    assert {"rap_rank", "one_way_margins", "guess"} <= set(curves["method"])
+    persons = pd.read_parquet(run / "persons.parquet")
+    assert "guess" in set(persons.loc[persons["method"].map(attacks.is_attack), "method"])
+
+    summary = sweep(cfg, tmp_path / "sweep", "local", progress=False)  # a task per (unit, method): the same curves
+    swept = pd.read_parquet(Path(summary["run_dir"]) / "sweep_match_rate.parquet")
+    for method in ("guess", "one_way_margins"):
+        a = curves[curves["method"] == method].sort_values(["unit", "k"])["match_rate"].to_numpy()
+        b = swept[swept["method"] == method].sort_values(["unit", "k"])["match_rate"].to_numpy()
+        np.testing.assert_array_equal(a, b)
+
+    rel = load_config(ROOT / "configs" / "release_tiny.yaml",
+                      ["attack.methods=[guess]", "release.mechanisms=[laplace_tables]", "release.epsilons=[1.0]",
+                       "release.audit.runs=2000", "release.audit.seed=1", "release.risks=false"])
+    out = evaluate_release(rel, tmp_path / "rel", progress=False)
+    ev = pd.read_parquet(out / "release_eval.parquet")
+    assert set(ev.loc[ev["mechanism"] == "laplace_tables", "method"]) == {"rap_rank", "guess"}
+
+
+def test_an_unregistered_attack_is_a_config_error():
+    with pytest.raises(ConfigError, match="attack.methods: 'guess'.*one_way_margins"):
+        load_config(ROOT / "configs" / "tiny.yaml", ["attack.methods=[guess]"])
+
+
+def test_an_attack_whose_results_could_not_be_told_apart_is_refused():
+    with pytest.raises(ValueError, match="could not be told from 'rap_rank'"):
+        attacks.register(AttackKind("rap", guess_rows))
+    with pytest.raises(ValueError, match="built in"):
+        attacks.unregister("rap_rank")
