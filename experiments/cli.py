@@ -75,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--reaudit", action="store_true",
                     help="audit a finished evaluation again (its earlier report, audit and decision are kept under "
                          "earlier/)")
+    ev.add_argument("--backend", choices=["local", "ray"], default="local",
+                    help="local: one process; ray: each unit a task on a Ray cluster (pip install 'censusrecon[ray]'); "
+                         "either resumes after a kill, evaluating only the units not done")
+    ev.add_argument("--address", default=None, help="address of a running Ray cluster (default: start a local one "
+                    "with sweep.num_cpus CPUs)")
     au = sub.add_parser("audit", help="audit the publishing code of every mechanism at the config's ε values",
                         description="Release neighbours of every released unit's own data through the calls that "
                                     "publish, many times, and certify a lower bound on each mechanism's ε at every ε "
@@ -172,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
 
             cfg = load_config(args.config, args.overrides)
             with nothing_half_made(release_dir(args.out, cfg)):
-                run_dir = evaluate_release(cfg, args.out, progress=not args.no_progress, reaudit=args.reaudit)
+                run_dir = evaluate_release(cfg, args.out, progress=not args.no_progress, reaudit=args.reaudit,
+                                           backend=args.backend, address=args.address)
             return _print_release_summary(run_dir, cfg)
         elif args.command == "sweep":
             import json

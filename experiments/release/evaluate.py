@@ -15,7 +15,7 @@ import pandas as pd
 
 from experiments import attacks
 from experiments.attacks import RAP_RANK, AttackInputs, attack_unit
-from experiments.config import ConfigError, ExperimentConfig, ReidentificationConfig
+from experiments.config import ConfigError, ExperimentConfig, ReidentificationConfig, parse_config
 from experiments.metrics import (effective_u, k_grid, match_rate_curve, strength_by_runs,
                                  unique_persons)
 from experiments.problem import (Study, stable_seed, baseline_curves, build_workload, exact_answers, rap_settings,
@@ -126,11 +126,18 @@ def keep_earlier(run_dir: Path) -> Path | None:
 
 
 def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", progress: bool = True,
-                     reaudit: bool = False) -> Path:
+                     reaudit: bool = False, backend: str = "local", address: str | None = None) -> Path:
     """Release → attack → compare with the exact-table attack and the baselines, per ε and mechanism;
     audit; decide (``decision.json``); report. A finished evaluation of the same code, config and inputs
     is not run again and changes no file, unless ``reaudit`` (then its audit runs again, and the earlier
-    report, audit and decision are kept under ``earlier/``)."""
+    report, audit and decision are kept under ``earlier/``).
+
+    Each unit's evaluation is one call of :func:`evaluate_unit`, which writes the unit's files (the JSON last,
+    marking it done); a call killed at any moment loses no finished unit, and the next one evaluates only those
+    not done. ``backend="ray"`` runs the units as Ray tasks (``address`` to join a cluster; default a local one
+    with ``sweep.num_cpus`` CPUs)."""
+    if backend not in ("local", "ray"):
+        raise ConfigError(f"unknown backend {backend!r}; use 'local' or 'ray'")
     if cfg.release is None:
         raise ConfigError("this config has no 'release' section; see configs/release_demo.yaml")
     if cfg.baselines.include_target:
@@ -173,51 +180,38 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     units_bar = UnitProgress(len(tasks), "units", progress)
     # a line per release attacked where there is no terminal: a 2010-sized tract's releases take minutes each
     bar = UnitProgress(len(tasks) * per_unit, "releases attacked", progress, leave=False)
-    found = 0
-    resumed: list[dict] = []  # the facts of units finished by an earlier call (their time counts too)
+    stems = {(wb, unit): unit_stem(run_dir, unit, wb) for wb, unit in tasks}
+    todo = [t for t in tasks if not unit_done(stems[t], fingerprint, inputs)]
+    units_bar.found(len(tasks) - len(todo), run_dir)
+    bar.skip(per_unit * (len(tasks) - len(todo)))
+    fresh: dict = {}  # the units evaluated by this process, as evaluate_unit returned them
     try:
-        for wb, unit in tasks:
-            stem = run_dir / "units" / f"{'block' if wb else 'noblock'}_{unit}"
-            saved = stem.with_suffix(".json")
-            earlier = json.loads(saved.read_text()) if saved.exists() else {}
-            if earlier.get("code_fingerprint") == fingerprint and earlier.get("release_files", {}) == inputs:
-                facts = earlier
-                curves.append(pd.read_parquet(stem.with_suffix(".parquet")))
-                if stem.with_suffix(".micro.parquet").exists():
-                    micro.append(pd.read_parquet(stem.with_suffix(".micro.parquet")))
-                utility.extend(facts["utility"])
-                ledger.entries.extend(facts["ledger"])
-                for kind, rows_ in facts.get("exact_attack", {}).items():
-                    exact_statuses[kind].extend(rows_)
+        if backend == "local":
+            for wb, unit in todo:
+                fresh[(wb, unit)] = evaluate_unit(study, unit, wb, run_dir, fingerprint, inputs, files, bar,
+                                                  topdown_cache)
+                units_bar.update(1, f"{unit} {'with' if wb else 'without'} BLOCK")
+        else:
+            for wb, unit in _on_ray(cfg, todo, run_dir, fingerprint, inputs, address):
                 bar.skip(per_unit)
-                found += 1
-                resumed.append(facts)
-                continue
-            if found:
-                units_bar.found(found, run_dir)
-                found = 0
-            n_ledger = len(ledger.entries)
-            t_unit = time.perf_counter()
-            unit_curves, unit_util, unit_exact, unit_micro = _evaluate_unit(study, unit, wb, ledger, bar,
-                                                                            topdown_cache, run_dir, files)
-            write_parquet(stem.with_suffix(".parquet"), unit_curves)
-            if unit_micro is not None:  # before the JSON: a unit counts as done only with all its files
-                write_parquet(stem.with_suffix(".micro.parquet"), unit_micro)
-                micro.append(unit_micro)
-            write_json(saved, {"code_fingerprint": fingerprint, "release_files": inputs, "utility": unit_util,
-                               "exact_attack": unit_exact,
-                               "ledger": ledger.entries[n_ledger:], "seconds_unit": round(time.perf_counter() - t_unit, 2)})
-            for kind, rows_ in unit_exact.items():
-                exact_statuses[kind].extend(rows_)
-            curves.append(unit_curves)
-            utility.extend(unit_util)
-            units_bar.update(1, f"{unit} {'with' if wb else 'without'} BLOCK")
-        units_bar.found(found, run_dir)
+                units_bar.update(1, f"{unit} {'with' if wb else 'without'} BLOCK")
     except KeyboardInterrupt:
         raise units_bar.interrupted() from None
     finally:
         bar.close()
         units_bar.close()
+    resumed: list[dict] = []  # the facts of units finished by an earlier call (their time counts too)
+    for task in tasks:  # every unit's result: this process's, or its files (an earlier call's, a Ray worker's)
+        facts = fresh[task] if task in fresh else read_unit(stems[task])
+        curves.append(facts["curves"])
+        if facts["micro_rows"] is not None:
+            micro.append(facts["micro_rows"])
+        utility.extend(facts["utility"])
+        ledger.entries.extend(facts["ledger"])
+        for kind, rows_ in facts.get("exact_attack", {}).items():
+            exact_statuses[kind].extend(rows_)
+        if task not in todo:
+            resumed.append(facts)
     df = pd.concat(curves, ignore_index=True)
     util = pd.DataFrame(utility)
     lift = lift_table(df)
@@ -273,6 +267,88 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     decision.save(run_dir)
     write_report(cfg, run_dir, df, util, audits, ledger, facts, decision)
     return run_dir
+
+
+def unit_stem(run_dir: Path, unit: str, wb: bool) -> Path:
+    """Where one unit's evaluation is kept: <stem>.parquet (its curves), .micro.parquet (the microdata it
+    published, for the risks), .json (the rest; written last: its presence marks the unit done)."""
+    return run_dir / "units" / f"{'block' if wb else 'noblock'}_{unit}"
+
+
+def unit_done(stem: Path, fingerprint: str, inputs: dict) -> bool:
+    """Whether a unit was evaluated by this code on these release files and programs."""
+    try:
+        earlier = json.loads(stem.with_suffix(".json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False
+    return (earlier.get("code_fingerprint") == fingerprint and earlier.get("release_files", {}) == inputs
+            and stem.with_suffix(".parquet").exists())
+
+
+class _Quiet:
+    def update(self, n: int = 1, what: str = "") -> None:
+        pass
+
+
+def evaluate_unit(study: Study, unit: str, wb: bool, run_dir: Path, fingerprint: str, inputs: dict, files: dict,
+                  bar=None, topdown_cache: dict | None = None) -> dict:
+    """Evaluate one unit (every release of it attacked, the exact tables, the baselines) and write its files,
+    the JSON last: the one step both backends run per unit. Returns what it wrote (the facts with the curves
+    and the published microdata as frames)."""
+    ledger = Ledger()
+    t_unit = time.perf_counter()
+    unit_curves, unit_util, unit_exact, unit_micro = _evaluate_unit(study, unit, wb, ledger, bar or _Quiet(),
+                                                                    topdown_cache, run_dir, files)
+    stem = unit_stem(run_dir, unit, wb)
+    write_parquet(stem.with_suffix(".parquet"), unit_curves)
+    if unit_micro is not None:  # before the JSON: a unit counts as done only with all its files
+        write_parquet(stem.with_suffix(".micro.parquet"), unit_micro)
+    facts = {"code_fingerprint": fingerprint, "release_files": inputs, "utility": unit_util, "exact_attack": unit_exact,
+             "micro": unit_micro is not None, "ledger": ledger.entries,
+             "seconds_unit": round(time.perf_counter() - t_unit, 2)}
+    write_json(stem.with_suffix(".json"), facts)
+    return {**facts, "curves": unit_curves, "micro_rows": unit_micro}
+
+
+def read_unit(stem: Path) -> dict:
+    """A unit's evaluation as :func:`evaluate_unit` returned it, from its files."""
+    facts = json.loads(stem.with_suffix(".json").read_text())
+    facts["curves"] = pd.read_parquet(stem.with_suffix(".parquet"))
+    facts["micro_rows"] = pd.read_parquet(stem.with_suffix(".micro.parquet")) if facts.get("micro") else None
+    return facts
+
+
+def unit_task(cfg_json: dict, base_dir: str | None, unit: str, wb: bool, run_dir: str, fingerprint: str,
+              inputs: dict) -> tuple[bool, str]:
+    """One unit evaluated where the config is all there is (a Ray worker): the config resolved again against
+    its data (the same units: the choice is seeded), the release files read, :func:`evaluate_unit`."""
+    study = resolve(parse_config(cfg_json).with_base_dir(base_dir))
+    evaluate_unit(study, unit, wb, Path(run_dir), fingerprint, inputs, read_release_files(study, study.units))
+    return wb, unit
+
+
+def _on_ray(cfg: ExperimentConfig, todo: list, run_dir: Path, fingerprint: str, inputs: dict, address: str | None):
+    """Yield each unit of ``todo`` as its Ray task finishes."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("the ray backend needs Ray: pip install 'censusrecon[ray]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, num_cpus=None if address else cfg.sweep.num_cpus, include_dashboard=False,
+                 log_to_driver=False, logging_level=logging.WARNING)
+    try:
+        remote = ray.remote(num_cpus=1)(unit_task)
+        cfg_json = cfg.model_dump(mode="json")
+        pending = [remote.remote(cfg_json, cfg.base_dir, unit, wb, str(run_dir), fingerprint, inputs)
+                   for wb, unit in todo]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for d in done:
+                yield ray.get(d)
+    finally:
+        if started_here:
+            ray.shutdown()
 
 
 def verdicts_of(persons: pd.DataFrame, util: pd.DataFrame, strengths: dict, tolerance,

@@ -264,7 +264,7 @@ def test_evaluate_release_prints_the_answer_and_fails_on_a_failed_audit(release_
                8).save(run)
 
     redecide(load_audits(run))
-    monkeypatch.setattr(release, "evaluate_release", lambda cfg, out, progress, reaudit: run)
+    monkeypatch.setattr(release, "evaluate_release", lambda cfg, out, progress, reaudit, **kw: run)
     assert main(["evaluate-release", cfg_path, "--no-progress"]) == 3  # undecided
     captured = capsys.readouterr()
     out = captured.out
