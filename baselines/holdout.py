@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from microdata.dataset import Dataset
-from microdata.errors import CensusReconError
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.errors import CensusReconError
 
 
 def holdout_split(data: Dataset, rng: np.random.Generator, fraction: float = 0.5) -> tuple[Dataset, Dataset]:
@@ -15,7 +15,7 @@ def holdout_split(data: Dataset, rng: np.random.Generator, fraction: float = 0.5
     is the strongest prior an attacker could have (the same distribution as D).
     Every row lands in exactly one part.
 
-    >>> from microdata.domain import Domain
+    >>> from censusrecon.microdata.domain import Domain
     >>> d = Dataset(Domain.from_sizes({"A": 3}), np.arange(10)[:, None] % 3)
     >>> D, H = holdout_split(d, np.random.default_rng(0))
     >>> len(D), len(H)

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from microdata.dataset import Dataset
-from microdata.domain import Domain
-from microdata.errors import CensusReconError
-from microdata.ranking import Ranking, product_support, rank_by_frequency, rank_by_score, rank_product
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Domain
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.ranking import Ranking, product_support, rank_by_frequency, rank_by_score, rank_product
 
 
 @dataclass(frozen=True, eq=False)

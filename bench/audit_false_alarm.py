@@ -20,7 +20,7 @@ code (the log's name carries a hash of it); a progress bar shows audits done and
     python bench/audit_false_alarm.py --audits 300 --jobs 2 --mechanisms "" --runs 1000 \
         --config configs/agency/own_release.yaml --set target.units=all --set "release.epsilons=[0.5, 8.0]" \
         --set "release.files=[]" --set "release.programs=[{name: opendp, function: \
-        'synth.adapters.opendp_tables:release', noise: laplace, audit_runs: 500, calls: batch, single_runs: 20}]"
+        'censusrecon.synth.adapters.opendp_tables:release', noise: laplace, audit_runs: 500, calls: batch, single_runs: 20}]"
     # TopDown on release_tiny's county tree (its exact replay, free of statistical error, cut short):
     python bench/audit_false_alarm.py --audits 200 --jobs 2 --mechanisms topdown --runs 10000 \
         --set "target.with_block=[true]" --set release.topdown.root=county \
@@ -38,9 +38,9 @@ from pathlib import Path
 from scipy.stats import beta
 from tqdm import tqdm
 
-from experiments.config import load_config
-from experiments.problem import resolve
-from experiments.release.audit import audit_release
+from censusrecon.experiments.config import load_config
+from censusrecon.experiments.problem import resolve
+from censusrecon.experiments.release.audit import audit_release
 
 
 def clopper_pearson(failed: int, n: int) -> tuple[float, float]:

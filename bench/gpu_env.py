@@ -37,8 +37,8 @@ def unimportable() -> dict[str, str]:
     """Every module of the project that fails to import, with why (empty: all import)."""
     bad = {}
     for top in PACKAGES:
-        pkg = importlib.import_module(top)
-        for info in pkgutil.walk_packages(pkg.__path__, top + "."):
+        pkg = importlib.import_module(f"censusrecon.{top}")
+        for info in pkgutil.walk_packages(pkg.__path__, f"censusrecon.{top}."):
             try:
                 importlib.import_module(info.name)
             except Exception as exc:  # noqa: BLE001 - the report names every failure

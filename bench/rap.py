@@ -18,11 +18,11 @@ import time
 import jax
 import numpy as np
 
-from microdata.dataset import Dataset
-from microdata.domain import Domain
-from microdata.marginals import Workload, answer
-from reconstruct.queries import MarginalPlan
-from reconstruct.rap import RAPSettings, default_batch, rap_rank, use_cpu_cores_as_devices
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Domain
+from censusrecon.microdata.marginals import Workload, answer
+from censusrecon.reconstruct.queries import MarginalPlan
+from censusrecon.reconstruct.rap import RAPSettings, default_batch, rap_rank, use_cpu_cores_as_devices
 
 # An ACS-like domain of 15 attributes (one-hot width 191 minus the last attribute's 2).
 SIZES = (92, 24, 5, 18, 2, 9, 2, 3, 5, 5, 4, 4, 4, 3, 9)

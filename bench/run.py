@@ -32,12 +32,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from microdata.census import TABLE_SETS, CensusWorkload, sf1_tables
-from microdata.dataset import Dataset
-from microdata.domain import Attribute, Domain
-from microdata.marginals import Workload, answer, marginal_counts
-from reconstruct.queries import MarginalPlan, ProductPlan, exact_counts, plan_for, usable_dtype
-from reconstruct.rap import RAPSettings, default_batch, rap_rank, use_cpu_cores_as_devices, rap_rank_units
+from censusrecon.microdata.census import TABLE_SETS, CensusWorkload, sf1_tables
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Attribute, Domain
+from censusrecon.microdata.marginals import Workload, answer, marginal_counts
+from censusrecon.reconstruct.queries import MarginalPlan, ProductPlan, exact_counts, plan_for, usable_dtype
+from censusrecon.reconstruct.rap import RAPSettings, default_batch, rap_rank, use_cpu_cores_as_devices, rap_rank_units
 
 #: the goals for RAP-Rank K = 100 x T = 1000 on 2 CPU cores, seconds (2-way, 3-way)
 MARGINAL_GOALS_S = {2: 15.0, 3: 300.0}
@@ -98,7 +98,7 @@ def product_matmul_gflops(plan: ProductPlan, rows: int, reps: int = 10) -> tuple
     the step's own matmul calls, on operands in memory. Returns (GFLOP/s, matmul GFLOP a step).
     What a step would run at if nothing but its matmuls took time: its fraction of the peak
     cannot exceed this one's."""
-    from reconstruct.queries import _block_answers, _dot
+    from censusrecon.reconstruct.queries import _block_answers, _dot
 
     devices = len(jax.devices())
     shapes = [(len(p.left_combos), len(p.right_combos)) for p in plan.parts]
@@ -185,7 +185,7 @@ def census_problem(rows_cap: int = 900, blocks: int | None = None):
     """A tract of the embedded population with BLOCK, and its SF1 person tables; with ``blocks``, a
     2010-sized tract of that many occupied blocks instead, made of a county's first blocks (the
     compact population's tracts hold about 23)."""
-    from microdata.population import embedded_population
+    from censusrecon.microdata.population import embedded_population
 
     pop = embedded_population(0)
     geo = pop.geography
@@ -209,8 +209,8 @@ def census_problem(rows_cap: int = 900, blocks: int | None = None):
 def exact_bench(out: dict, blocks: int = 24) -> None:
     """Exact reconstruction (count-form integer program, HiGHS) of a tract of ``blocks`` occupied
     blocks from every SF1 table, and the certification of its solution's support."""
-    from microdata.population import embedded_population
-    from reconstruct.exact import reconstruct_exact
+    from censusrecon.microdata.population import embedded_population
+    from censusrecon.reconstruct.exact import reconstruct_exact
 
     pop = embedded_population(0)
     geo = pop.geography
@@ -250,9 +250,9 @@ def exact_2010_bench(out: dict, persons: int = 4257, blocks: float = 85.6) -> No
     nearest 2010's average in persons and occupied blocks: every SF1 table, the solve, the 38-bin zero variability of
     every block on all the tables (certification on the Bureau's schema) and every block's Bureau
     solution variability (solvar). Single-year certificates are not part of it."""
-    from microdata.census import AGE_BIN38_OF_AGE
-    from microdata.population2010 import Census2010Spec, census2010_population
-    from reconstruct.exact import reconstruct_exact
+    from censusrecon.microdata.census import AGE_BIN38_OF_AGE
+    from censusrecon.microdata.population2010 import Census2010Spec, census2010_population
+    from censusrecon.reconstruct.exact import reconstruct_exact
 
     pop = census2010_population(0, Census2010Spec(states=1, counties_per_state=1, tracts_per_county=8))
     geo = pop.geography
@@ -291,10 +291,10 @@ def topdown_bench(out: dict, solvers=("clarabel", "osqp")) -> None:
     """TopDown's estimation (every node's detailed histogram and SF1 tables measured, then the top-down
     QPs, rounding and MDF) for one county of the embedded population, 4 tracts with their blocks,
     every SF1 person table, ε = 2: seconds per QP solver, and against the 60 s target."""
-    from experiments.config import load_config
-    from experiments.problem import load_population, resolve
-    from experiments.release.topdown import publish_topdown, topdown_root
-    from synth.noise import SimulationNoise
+    from censusrecon.experiments.config import load_config
+    from censusrecon.experiments.problem import load_population, resolve
+    from censusrecon.experiments.release.topdown import publish_topdown, topdown_root
+    from censusrecon.synth.noise import SimulationNoise
 
     cfg = load_config("configs/agency/release_agency_compact.yaml", ["queries.tables=sf1", "release.epsilons=[2.0]"])
     pop = load_population(cfg)
@@ -446,7 +446,7 @@ def answers_bench(args, out: Figures) -> None:
 
 def units_bench(args, out: Figures) -> None:
     """Many tracts' RAP-Rank in shared compiled calls (all 2-way, without BLOCK), then 8 of them one at a time."""
-    from microdata.population import embedded_population
+    from censusrecon.microdata.population import embedded_population
 
     pop = embedded_population(0)
     sub = ["AGE", "SEX", "HISP", "RACE"]

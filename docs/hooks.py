@@ -4,7 +4,7 @@ parser and the config schema, at build time, so neither can drift from what it d
 import re
 from pathlib import Path
 
-from experiments.reference import cli_reference, config_reference
+from censusrecon.experiments.reference import cli_reference, config_reference
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

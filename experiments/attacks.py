@@ -5,7 +5,7 @@ result's method is an attack or a baseline is decided here and nowhere else.
 A new attack is one function from :class:`AttackInputs` to a ranking and one :func:`register`; listing its
 name in ``attack.methods`` runs it in ``run``, ``sweep`` and ``evaluate-release`` through :func:`attack_unit`:
 
->>> from microdata.ranking import rank_by_score
+>>> from censusrecon.microdata.ranking import rank_by_score
 >>> def first_rows(x):
 ...     keys = np.arange(min(x.limit, x.workload.domain.total_size))
 ...     return rank_by_score(keys, -keys.astype(float)), len(keys)
@@ -21,9 +21,9 @@ from typing import Callable
 
 import numpy as np
 
-from microdata.errors import CensusReconError
-from microdata.ranking import Ranking
-from reconstruct.margins import margins_attack
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.ranking import Ranking
+from censusrecon.reconstruct.margins import margins_attack
 
 #: the trivial attack's name: one-way margins fitted to the published answers
 MARGINS_ATTACK = "one_way_margins"

@@ -7,7 +7,7 @@ import logging
 import sys
 import time
 
-from microdata.errors import CensusReconError
+from censusrecon.microdata.errors import CensusReconError
 
 
 #: exit statuses (the CLI's epilog and the docs' reference say them): 0 done and, for a release
@@ -150,19 +150,19 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    from reconstruct.rap import use_cpu_cores_as_devices
+    from censusrecon.reconstruct.rap import use_cpu_cores_as_devices
 
     use_cpu_cores_as_devices()  # before any JAX computation: every core runs RAP runs at once
     from pathlib import Path
 
-    from experiments.results import nothing_half_made, results_dir
+    from censusrecon.experiments.results import nothing_half_made, results_dir
 
     try:
         if getattr(args, "out", None) is not None and args.command in ("run", "evaluate-release", "sweep"):
             _check_out(args.out)
         if args.command == "run":
-            from experiments.config import load_config
-            from experiments.runner import run_experiment
+            from censusrecon.experiments.config import load_config
+            from censusrecon.experiments.runner import run_experiment
 
             cfg = load_config(args.config, args.overrides)
             with nothing_half_made(Path(args.out) / cfg.name / cfg.digest()):
@@ -172,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {run_dir / 'match_rate.png'}")
             _print_summary(run_dir)
         elif args.command == "evaluate-release":
-            from experiments.config import load_config
-            from experiments.release.evaluate import evaluate_release, release_dir
+            from censusrecon.experiments.config import load_config
+            from censusrecon.experiments.release.evaluate import evaluate_release, release_dir
 
             cfg = load_config(args.config, args.overrides)
             with nothing_half_made(release_dir(args.out, cfg)):
@@ -183,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "sweep":
             import json
 
-            from experiments.config import load_config
-            from experiments.sweep import sweep
+            from censusrecon.experiments.config import load_config
+            from censusrecon.experiments.sweep import sweep
 
             cfg = load_config(args.config, args.overrides)
             with nothing_half_made(Path(args.out) / cfg.name / cfg.digest()):
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "describe-population":
             return _describe_population(args)
         elif args.command == "report":
-            from experiments.report import write_run_report, write_seeds_report
+            from censusrecon.experiments.report import write_run_report, write_seeds_report
 
             md = (write_run_report(results_dir(args.run_dir[0], args.out, args.overrides)) if len(args.run_dir) == 1
                   else write_seeds_report([results_dir(d, args.out, args.overrides) for d in args.run_dir]))
@@ -204,18 +204,18 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "audit":
             return _audit(args)
         elif args.command == "plot":
-            from experiments.runner import replot
+            from censusrecon.experiments.runner import replot
 
             for path in replot(results_dir(args.run_dir, args.out, args.overrides)):
                 print(path)
         elif args.command == "release-template":
-            from experiments.config import load_config
-            from experiments.release.files import write_template
+            from censusrecon.experiments.config import load_config
+            from censusrecon.experiments.release.files import write_template
 
             path, rows, units = write_template(load_config(args.config, args.overrides), args.to, force=args.force)
             print(f"{path}: {rows} cells of {units} units; fill the value column")
         elif args.command == "example-data":
-            from microdata.example import AGENCY_RELEASE, write_agency_example, write_agency_release
+            from censusrecon.microdata.example import AGENCY_RELEASE, write_agency_example, write_agency_release
 
             release = Path(args.out_dir) / AGENCY_RELEASE
             if release.exists() and not args.force:  # before anything is written: nothing half made
@@ -251,7 +251,7 @@ def _check_out(out: str) -> None:
     import os
     from pathlib import Path
 
-    from experiments.config import ConfigError
+    from censusrecon.experiments.config import ConfigError
 
     path = Path(out)
     if path.exists() and not path.is_dir():
@@ -267,8 +267,8 @@ def _check_out(out: str) -> None:
 def _queries(args) -> None:
     import json
 
-    from experiments.config import load_config
-    from experiments.runner import unit_queries
+    from censusrecon.experiments.config import load_config
+    from censusrecon.experiments.runner import unit_queries
 
     cfg = load_config(args.config, args.overrides)
     for row in unit_queries(cfg):
@@ -286,14 +286,14 @@ def _describe_population(args) -> int:
     import json
     from pathlib import Path
 
-    from experiments.config import load_config
-    from experiments.problem import load_population
-    from microdata.describe import describe, format_table
+    from censusrecon.experiments.config import load_config
+    from censusrecon.experiments.problem import load_population
+    from censusrecon.microdata.describe import describe, format_table
 
     cfg = load_config(args.config, args.overrides)
     with_gq = None
     if cfg.data.source == "embedded":  # the 2010-shaped generator knows who lives in group quarters
-        from microdata.sources import embedded_2010
+        from censusrecon.microdata.sources import embedded_2010
 
         with_gq = embedded_2010(cfg.data.model_dump(mode="python"))
     pop = load_population(cfg, None if with_gq is None else with_gq[0])
@@ -314,7 +314,7 @@ def _describe_population(args) -> int:
             print(f"{len(off)} of {sum(s.within is not None for s in part)} {what} outside their tolerance"
                   + (f": {', '.join(off)}" if off else ""))
     if args.plot:
-        from experiments.plots import plot_population
+        from censusrecon.experiments.plots import plot_population
 
         for p in plot_population(stats, Path(args.plot), title=f"{cfg.name}: population beside 2010"):
             print(p, file=sys.stderr)
@@ -324,25 +324,25 @@ def _describe_population(args) -> int:
 def _audit(args) -> int:
     import json
 
-    from experiments.config import ConfigError, load_config
-    from experiments.problem import resolve
-    from experiments.release.audit import audit_release
+    from censusrecon.experiments.config import ConfigError, load_config
+    from censusrecon.experiments.problem import resolve
+    from censusrecon.experiments.release.audit import audit_release
 
     cfg = load_config(args.config, args.overrides)
     if cfg.release is None:
         raise ConfigError(f"{args.config} has no 'release' section: nothing to audit")
-    from experiments.release.program import check_environments
+    from censusrecon.experiments.release.program import check_environments
 
     check_environments(cfg)  # before any work: a missing environment names its make target
     t0 = time.perf_counter()
     results = audit_release(resolve(cfg), progress=not (args.json or args.no_progress), seed=args.seed)
-    from experiments.release.audit import record_audit
-    from experiments.release.evaluate import release_dir
-    from experiments.results import code_fingerprint
+    from censusrecon.experiments.release.audit import record_audit
+    from censusrecon.experiments.release.evaluate import release_dir
+    from censusrecon.experiments.results import code_fingerprint
 
     history = release_dir("results", cfg) / "audit_history.jsonl"
     earlier = record_audit(history, results, code_fingerprint())
-    from experiments.release.evaluate import save_recorded_audit
+    from censusrecon.experiments.release.evaluate import save_recorded_audit
 
     save_recorded_audit(history.parent, cfg, results)  # evaluate-release of this code and config reuses it
     if args.json:
@@ -364,7 +364,7 @@ def _audit(args) -> int:
     for e in earlier:
         print(f"EARLIER AUDIT FAILED ({e['when']}, seed {e['seed']}): {'; '.join(e['failed'])}; a later audit under "
               "another seed does not replace it", file=sys.stderr)
-    from synth.audit import overall_outcome
+    from censusrecon.synth.audit import overall_outcome
 
     outcome = overall_outcome(results)
     if outcome == "failed":
@@ -394,9 +394,9 @@ def _print_release_summary(run_dir, cfg) -> int:
     the one-sided limit the rule compares with the tolerance and the estimate labelled apart, its audit,
     backend and risks, and the next step; any audit failure; the report's paths. Returns the decision's
     exit status."""
-    from experiments.metrics import variant_label
-    from experiments.release.decision import HEADS, load_decision, terminal_lines
-    from experiments.release.report import load_audits
+    from censusrecon.experiments.metrics import variant_label
+    from censusrecon.experiments.release.decision import HEADS, load_decision, terminal_lines
+    from censusrecon.experiments.release.report import load_audits
 
     decision = load_decision(run_dir)
     variants = list(dict.fromkeys(v.variant for m in decision.mechanisms for v in m.verdicts))
@@ -431,9 +431,9 @@ def _print_release_summary(run_dir, cfg) -> int:
 def _print_summary(run_dir) -> None:
     import pandas as pd
 
-    from experiments.metrics import (average_curves, difference_words, persons_reconstructed, saturation,
+    from censusrecon.experiments.metrics import (average_curves, difference_words, persons_reconstructed, saturation,
                                      saturation_words, summarise_persons, variant_label)
-    from experiments.release.report import persons_words
+    from censusrecon.experiments.release.report import persons_words
 
     df = pd.read_parquet(run_dir / "match_rate.parquet")
     curves = average_curves(df, 10, by=["variant", "method"])

@@ -11,12 +11,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from experiments import attacks
-from microdata.errors import CensusReconError
-from reconstruct.settings import default as rap_default
-from synth import registry
-from synth.mechanism import MIN_EPSILON
-from synth.registry import FILE_PREFIX, PROGRAM_PREFIX
+from censusrecon.experiments import attacks
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.reconstruct.settings import default as rap_default
+from censusrecon.synth import registry
+from censusrecon.synth.mechanism import MIN_EPSILON
+from censusrecon.synth.registry import FILE_PREFIX, PROGRAM_PREFIX
 
 
 class ConfigError(CensusReconError):
@@ -139,7 +139,7 @@ class DataConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self):
-        from microdata.sources import source
+        from censusrecon.microdata.sources import source
 
         src = source(self.source)
         for name, field in type(self).model_fields.items():
@@ -236,7 +236,7 @@ class QueryConfig(_Strict):
     @model_validator(mode="after")
     def _check(self):
         if self.kind in ("census", "tables"):
-            from microdata.census import TABLE_SETS, sf1_tables
+            from censusrecon.microdata.census import TABLE_SETS, sf1_tables
 
             known = set(sf1_tables())
             if isinstance(self.tables, str):
@@ -263,7 +263,7 @@ class QueryConfig(_Strict):
             what = f"all {self.k}-way marginals" + (" and every lower order" if self.lower else "")
             return what if self.max_marginals is None else f"{self.max_marginals} randomly chosen of {what}"
         if isinstance(self.tables, str):
-            from microdata.census import TABLE_SETS
+            from censusrecon.microdata.census import TABLE_SETS
 
             names = TABLE_SETS.get(self.tables)
             return (f"the SF1 tables preset '{self.tables}' ({', '.join(names)})" if names else

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from experiments.attacks import is_attack
-from microdata.agreement import SIZE_CLASSES, size_class, size_label
-from microdata.errors import CensusReconError
-from microdata.ranking import Ranking
+from censusrecon.experiments.attacks import is_attack
+from censusrecon.microdata.agreement import SIZE_CLASSES, size_class, size_label
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.ranking import Ranking
 
 CURVE_COLUMNS = ["threshold", "k", "k_over_u", "num_candidates", "num_matched", "match_rate"]
 
@@ -71,7 +71,7 @@ def match_rate_curve(ranking: Ranking, truth_keys: np.ndarray, ks: np.ndarray, u
     (:func:`block_classes`), the unique matches by class (:data:`BLOCK_SIZE_COLUMNS`) beside the persons
     unique in D of each class (:data:`UNIQUE_BY_BLOCK_SIZE_COLUMNS`, the same on every row).
 
-    >>> from microdata.ranking import Ranking
+    >>> from censusrecon.microdata.ranking import Ranking
     >>> r = Ranking(np.array([4, 9, 1, 7]), np.array([4., 3., 2., 1.]))
     >>> c = match_rate_curve(r, np.array([1, 4, 5]), np.array([1, 2, 4, 6]), u=3)
     >>> c.match_rate.round(3).tolist(), c.num_candidates.tolist()
@@ -163,8 +163,8 @@ def unique_persons(data) -> int:
     """Persons of ``data`` whose whole row no other person shares: the most any method can
     reconstruct (the denominator of persons reconstructed).
 
-    >>> from microdata.domain import Domain
-    >>> from microdata.dataset import Dataset
+    >>> from censusrecon.microdata.domain import Domain
+    >>> from censusrecon.microdata.dataset import Dataset
     >>> unique_persons(Dataset(Domain.from_sizes({"A": 4}), np.array([[0], [0], [1], [3]])))
     2
     """
@@ -516,7 +516,7 @@ def strength_by_runs(codes: np.ndarray, encode, truth_keys: np.ndarray, u: int, 
     (K, rows, d), ``encode`` maps (m, d) codes to row keys; ties are broken by ``seed``, the same
     for every k. ``ranking``: the attack's own ranking of all K runs, used for k = K so that the
     last column is the figure reported for the attack."""
-    from microdata.ranking import rank_by_frequency
+    from censusrecon.microdata.ranking import rank_by_frequency
 
     out = []
     for k in strength_prefixes(len(codes)):

@@ -11,8 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.attacks import is_attack  # noqa: E402
-from experiments.metrics import (BOOTSTRAP_MIN_UNITS, OUTSIDE_COLUMNS, at_u, average_curves,  # noqa: E402
+from censusrecon.experiments.attacks import is_attack  # noqa: E402
+from censusrecon.experiments.metrics import (BOOTSTRAP_MIN_UNITS, OUTSIDE_COLUMNS, at_u, average_curves,  # noqa: E402
                                  lift_by_baseline, variant_label)
 
 _BASELINE_STYLE = {
@@ -192,7 +192,7 @@ def plot_population(stats, out_base: Path, title: str = "") -> list[Path]:
     share of blocks and persons per bin, modal share, Σp² and uniqueness on {block, sex, 38-bin age};
     then, in ``<out_base>_validation``, each validation statistic's distance from its 2010 figure in
     tolerances (red where outside)."""
-    from microdata.describe import SIZE_LABELS
+    from censusrecon.microdata.describe import SIZE_LABELS
 
     by = {s.name: s for s in stats}
     panels = [("blocks_pct", "% of occupied blocks"), ("persons_pct", "% of persons"),

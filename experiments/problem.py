@@ -14,18 +14,18 @@ import jax
 import numpy as np
 import pandas as pd
 
-from baselines.holdout import holdout_split
-from baselines.priors import EmpiricalPrior, geographic_priors, outside_chance
-from experiments.attacks import EXACT_ATTACK
-from experiments.config import DATA_PATH_KEYS, ConfigError, ExperimentConfig
-from experiments.metrics import block_classes, lookup, match_rate_curve
-from microdata.dataset import Dataset
-from microdata.domain import Attribute
-from microdata.geography import plural
-from microdata.marginals import Workload, answer
-from microdata.sources import source
-from reconstruct.queries import EXACT_CHUNK, exact_counts
-from reconstruct.settings import CONFIG_FIELDS, RAPSettings
+from censusrecon.baselines.holdout import holdout_split
+from censusrecon.baselines.priors import EmpiricalPrior, geographic_priors, outside_chance
+from censusrecon.experiments.attacks import EXACT_ATTACK
+from censusrecon.experiments.config import DATA_PATH_KEYS, ConfigError, ExperimentConfig
+from censusrecon.experiments.metrics import block_classes, lookup, match_rate_curve
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Attribute
+from censusrecon.microdata.geography import plural
+from censusrecon.microdata.marginals import Workload, answer
+from censusrecon.microdata.sources import source
+from censusrecon.reconstruct.queries import EXACT_CHUNK, exact_counts
+from censusrecon.reconstruct.settings import CONFIG_FIELDS, RAPSettings
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def load_population(cfg: ExperimentConfig, persons: Dataset | None = None) -> Da
 
 def check_census_tables(cfg: ExperimentConfig, pop: Dataset) -> None:
     """Census tables need AGE, SEX, HISP, CENRACE; name the tables this data cannot build."""
-    from microdata.census import required_attributes, tables_needing
+    from censusrecon.microdata.census import required_attributes, tables_needing
 
     for q in cfg.queries:
         if not q.is_tables:
@@ -399,7 +399,7 @@ def resolve(cfg: ExperimentConfig, pop: Dataset | None = None) -> Study:
 
 def census_cells(q) -> list:
     """The SF1 cells a tables workload names (its preset, or the SF1 names in its list)."""
-    from microdata.census import TABLE_SETS, reference_cells, sf1_tables
+    from censusrecon.microdata.census import TABLE_SETS, reference_cells, sf1_tables
 
     if q.tables == "reference":
         return reference_cells()
@@ -434,7 +434,7 @@ def build_workload(cfg: ExperimentConfig, q, domain, areas: dict | None = None):
     block, or per area of ``areas`` (:meth:`Study.areas`) for tables of a level between the unit
     and its blocks, when BLOCK is kept; summed to the unit when it is not)."""
     if q.is_tables:
-        from microdata.census import CensusWorkload
+        from censusrecon.microdata.census import CensusWorkload
 
         cells, inside_areas = table_cells(cfg, q, domain, areas)
         return CensusWorkload.build(domain, cells, areas=inside_areas)
@@ -447,7 +447,7 @@ def build_workload(cfg: ExperimentConfig, q, domain, areas: dict | None = None):
 def table_cells(cfg: ExperimentConfig, q, domain, areas: dict | None = None) -> tuple[list, dict]:
     """The cells a tables workload publishes (SF1 cells, then the declared tables' cells) and the areas
     of the levels between the unit and its blocks they are published per (``areas`` cut to those)."""
-    from microdata.tables import TableError, build_table_cells
+    from censusrecon.microdata.tables import TableError, build_table_cells
 
     declared = [t.model_dump() for t in (q.tables if isinstance(q.tables, list) else []) if not isinstance(t, str)]
     try:

@@ -17,7 +17,7 @@ def _escape(text: str) -> str:
 
 def cli_reference() -> str:
     """Markdown: every command with its description and a table of its arguments."""
-    from experiments.cli import build_parser
+    from censusrecon.experiments.cli import build_parser
 
     parser = build_parser()
     out = [f"`censusrecon` — {_escape(parser.description)}", "", _escape(parser.epilog or ""), ""]
@@ -77,7 +77,7 @@ def _summary(model) -> str:
 
 def config_reference() -> str:
     """Markdown: every config key (dotted), its type, default and meaning, section by section."""
-    from experiments.config import ExperimentConfig
+    from censusrecon.experiments.config import ExperimentConfig
 
     out: list[str] = []
 

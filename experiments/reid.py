@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from microdata.census import AGE_BIN38_OF_AGE
+from censusrecon.microdata.census import AGE_BIN38_OF_AGE
 
 @dataclass(frozen=True)
 class AttackerFile:
@@ -131,7 +131,7 @@ def block_modes(block: np.ndarray, re: np.ndarray, group_of_block: np.ndarray | 
     value; if its count is 1 or values tie, one level up, its block group's mode (``group_of_block``:
     each BLOCK code's group; the whole unit without it) under the same condition; failing that,
     code 0 (not Hispanic, White alone)."""
-    from microdata.describe import block_modes as modes
+    from censusrecon.microdata.describe import block_modes as modes
 
     group = np.zeros(len(block), np.int64) if group_of_block is None else np.asarray(group_of_block)[block]
     m = modes(block, group, re, fallback=0)

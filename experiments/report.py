@@ -11,14 +11,14 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from experiments.config import ConfigError, parse_config
-from experiments.attacks import is_attack
-from experiments.metrics import (CONFIDENCE, OUTSIDE_COLUMNS, SATURATION_SHARE, at_u, average_curves, band_kind,
+from censusrecon.experiments.config import ConfigError, parse_config
+from censusrecon.experiments.attacks import is_attack
+from censusrecon.experiments.metrics import (CONFIDENCE, OUTSIDE_COLUMNS, SATURATION_SHARE, at_u, average_curves, band_kind,
                                  by_seed, difference_words, lift_by_baseline, persons_by_block_size,
                                  persons_reconstructed, saturation, strength_table, summarise_persons, variant_label)
-from experiments.doc import Doc
-from experiments.results import results_kind, time_words
-from microdata.census import TABLE_SETS
+from censusrecon.experiments.doc import Doc
+from censusrecon.experiments.results import results_kind, time_words
+from censusrecon.microdata.census import TABLE_SETS
 
 
 def _pct(a: float, b: float, digits: int = 0) -> str:
@@ -269,7 +269,7 @@ def write_run_report(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     kind = results_kind(run_dir)
     if kind == "release":
-        from experiments.release.report import write_release_report_from_dir
+        from censusrecon.experiments.release.report import write_release_report_from_dir
 
         return write_release_report_from_dir(run_dir)
     if kind == "sweep":
@@ -413,7 +413,7 @@ def bureau_section(doc: Doc, units: list[dict], reid: pd.DataFrame | None, run_d
         return
     pooled = pooled_by_size(units)
     if run_dir is not None and len(pooled) > 1:
-        from experiments.plots import plot_bureau
+        from censusrecon.experiments.plots import plot_bureau
 
         plot_bureau(pooled, {b: ref.by_size.get(b, _NO_FIGURES) if ref else _NO_FIGURES for b in BUREAU_BY_SIZE},
                     run_dir / "bureau", "the exact attack beside the Census Bureau's 2010 figures")

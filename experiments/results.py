@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import yaml
 
-from microdata.dataset import atomic_write_table, shared_mode
+from censusrecon.microdata.dataset import atomic_write_table, shared_mode
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -66,7 +66,7 @@ def code_fingerprint() -> str:
 
     h = hashlib.sha256()
     for name in _PACKAGES:
-        pkg_dir = Path(importlib.import_module(name).__file__).parent
+        pkg_dir = Path(importlib.import_module(f"censusrecon.{name}").__file__).parent
         for f in sorted(pkg_dir.rglob("*.py")):
             h.update(str(f.relative_to(pkg_dir.parent)).encode())
             h.update(f.read_bytes())
@@ -83,7 +83,7 @@ def results_dir(arg: str | Path, out: str | Path = "results", overrides: list[st
     """The results directory a command was given: the directory itself, or for a config file (with
     the ``--set`` overrides its run had) the directory its run wrote (``out/<name>/<config-hash>/``;
     its ``release/`` when only evaluate-release ran)."""
-    from experiments.config import ConfigError, load_config
+    from censusrecon.experiments.config import ConfigError, load_config
 
     arg = Path(arg)
     if arg.suffix not in (".yaml", ".yml") or not arg.is_file():
@@ -101,7 +101,7 @@ def results_kind(run_dir: str | Path) -> str:
     """"run" (censusrecon run), "release" (censusrecon evaluate-release) or "sweep" (censusrecon
     sweep, and no run of the same config) for a finished results directory; a user error naming
     what is wrong otherwise."""
-    from experiments.config import ConfigError
+    from censusrecon.experiments.config import ConfigError
 
     run_dir = Path(run_dir)
     if not run_dir.exists():

@@ -13,22 +13,22 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from experiments import attacks
-from experiments.attacks import AttackInputs, attack_unit, is_attack
-from experiments.config import ExperimentConfig
-from experiments.metrics import (BLOCK_SIZE_COLUMNS, OUTSIDE_COLUMNS, UNIQUE_BY_BLOCK_SIZE_COLUMNS, best_baselines,
+from censusrecon.experiments import attacks
+from censusrecon.experiments.attacks import AttackInputs, attack_unit, is_attack
+from censusrecon.experiments.config import ExperimentConfig
+from censusrecon.experiments.metrics import (BLOCK_SIZE_COLUMNS, OUTSIDE_COLUMNS, UNIQUE_BY_BLOCK_SIZE_COLUMNS, best_baselines,
                                  calibration, concentration, effective_u, k_grid, lift_by_baseline,
                                  match_rate_curve, persons_reconstructed, strength_by_runs, unique_persons)
-from experiments.plots import plot_match_rate, plot_metrics
-from experiments.progress import UnitProgress
-from experiments.results import (code_fingerprint, jax_info, results_kind, run_seconds, versions, write_json,
+from censusrecon.experiments.plots import plot_match_rate, plot_metrics
+from censusrecon.experiments.progress import UnitProgress
+from censusrecon.experiments.results import (code_fingerprint, jax_info, results_kind, run_seconds, versions, write_json,
                                  write_parquet, write_yaml)
-from experiments.problem import (Study, UnitProblem, stable_seed, baseline_curves, build_workload, exact_answers,
+from censusrecon.experiments.problem import (Study, UnitProblem, stable_seed, baseline_curves, build_workload, exact_answers,
                                  rap_settings, rarity_level, resolve, unit_key, workload_facts)
-from microdata.geography import plural
-from microdata.marginals import Workload
-from reconstruct.queries import plan_for
-from reconstruct.rap import default_batch, rap_rank_units
+from censusrecon.microdata.geography import plural
+from censusrecon.microdata.marginals import Workload
+from censusrecon.reconstruct.queries import plan_for
+from censusrecon.reconstruct.rap import default_batch, rap_rank_units
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
 
 def _exact_attack(cfg: ExperimentConfig, w: _UnitWork, frames: list, rankings: dict, ties, timings: dict):
     """The exact attack on each tables workload of one unit; its curves join ``frames``."""
-    from experiments.exact_eval import evaluate_exact
+    from censusrecon.experiments.exact_eval import evaluate_exact
 
     facts, agree, reid = {}, [], []
     so_far = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -352,19 +352,19 @@ def replot(run_dir: str | Path) -> list[Path]:
     """Regenerate the plots of a finished run from its Parquet."""
     import yaml
 
-    from experiments.config import parse_config
+    from censusrecon.experiments.config import parse_config
 
     run_dir = Path(run_dir)
     kind = results_kind(run_dir)
     if kind == "sweep":
-        from experiments.config import ConfigError
+        from censusrecon.experiments.config import ConfigError
 
         raise ConfigError(f"{run_dir} holds a sweep: censusrecon report draws its plot (bureau.png, with exact tasks) "
                           "and writes its report")
     release = kind == "release"
     cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
     if release:
-        from experiments.release.report import replot_release
+        from censusrecon.experiments.release.report import replot_release
 
         return replot_release(run_dir, cfg)
     return plot_run(run_dir, cfg)

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.config import ConfigError, ExperimentConfig, parse_config
-from experiments.metrics import by_seed, persons_reconstructed
-from experiments.progress import UnitProgress
-from experiments.report import write_sweep_report
-from experiments.results import code_fingerprint, write_json, write_parquet, write_yaml
+from censusrecon.experiments.config import ConfigError, ExperimentConfig, parse_config
+from censusrecon.experiments.metrics import by_seed, persons_reconstructed
+from censusrecon.experiments.progress import UnitProgress
+from censusrecon.experiments.report import write_sweep_report
+from censusrecon.experiments.results import code_fingerprint, write_json, write_parquet, write_yaml
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class Task:
 def plan_tasks(cfg: ExperimentConfig) -> list[Task]:
     """Every (seed × BLOCK variant × unit × method) task; ``sweep.methods`` keeps only those named.
     Units nobody lives in are not attacked (as in a run)."""
-    from experiments.problem import method_names, resolve
+    from censusrecon.experiments.problem import method_names, resolve
 
     units = resolve(cfg).units
     methods = method_names(cfg) + ["baselines"]
@@ -120,8 +120,8 @@ def run_task(cfg_json: dict, task: Task, out_dir: str, fingerprint: str, base_di
     ``base_dir`` is the config's folder, where its relative data paths are read from. While it
     runs, its RAP fits' progress is in ``<task id>.progress.json`` (:class:`TaskProgress`), and
     ``say`` (the local backend's) also gets a line a minute."""
-    from experiments.problem import resolve
-    from experiments.runner import run_unit
+    from censusrecon.experiments.problem import resolve
+    from censusrecon.experiments.runner import run_unit
 
     t0 = time.perf_counter()
     cfg = parse_config(cfg_json).model_copy(update={"seed": task.seed}).with_base_dir(base_dir)
@@ -214,7 +214,7 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
     per_seed = by_seed(curves)
     write_parquet(run_dir / "persons.parquet", persons_reconstructed(per_seed))
     if not curves.empty and curves["method"].nunique() > 1:
-        from experiments.plots import plot_match_rate
+        from censusrecon.experiments.plots import plot_match_rate
 
         plot_match_rate(per_seed, run_dir / "match_rate", title=f"{cfg.name}: {per_seed['unit'].nunique()} "
                         f"{cfg.target.level}s × seeds")

@@ -8,9 +8,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from microdata.dataset import Dataset
-from microdata.domain import Domain
-from microdata.errors import CensusReconError
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Domain
+from censusrecon.microdata.errors import CensusReconError
 
 #: The six OMB races, in SF1 order.
 MAJOR_RACES = ("White", "Black or African American", "American Indian and Alaska Native", "Asian",

@@ -14,9 +14,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from microdata.domain import Domain
-from microdata.errors import DomainError
-from microdata.geography import Geography
+from censusrecon.microdata.domain import Domain
+from censusrecon.microdata.errors import DomainError
+from censusrecon.microdata.geography import Geography
 
 _META_KEY = b"censusrecon.domain"
 

@@ -7,7 +7,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from microdata.errors import DomainError
+from censusrecon.microdata.errors import DomainError
 
 _INT64_MAX = np.iinfo(np.int64).max
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from microdata.errors import CensusReconError
-from microdata.population import PopulationSpec, embedded_population
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.population import PopulationSpec, embedded_population
 
 #: The example's codes for the embedded population's RACE groups and its SEX and HISP.
 RACE_CODES = ("W", "B", "AIAN", "A", "NHPI", "O", "2+")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from microdata.errors import GeographyError
+from censusrecon.microdata.errors import GeographyError
 
 #: The census hierarchy, coarsest first.
 CENSUS_LEVELS: tuple[str, ...] = ("national", "state", "county", "tract", "block")

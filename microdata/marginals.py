@@ -8,9 +8,9 @@ from typing import Sequence
 
 import numpy as np
 
-from microdata.dataset import Dataset
-from microdata.domain import Domain
-from microdata.errors import DomainError
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Domain
+from censusrecon.microdata.errors import DomainError
 
 
 @dataclass(frozen=True)

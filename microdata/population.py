@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from microdata.dataset import Dataset
-from microdata.domain import Attribute, Domain
-from microdata.errors import CensusReconError
-from microdata.geography import Geography, UnitCatalogue
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Attribute, Domain
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.geography import Geography, UnitCatalogue
 
 #: The seven major census race groups (OMB's six races alone, and two or more races).
 RACES: tuple[str, ...] = (
@@ -34,7 +34,7 @@ _PROFILE_SHARES = np.array([0.40, 0.17, 0.30, 0.13])
 def person_domain() -> Domain:
     """AGE (single year 0..115), SEX, HISP, RACE (7 groups) and CENRACE (the PPMF's 63 race
     combinations; RACE is CENRACE's major group)."""
-    from microdata.census import CENRACE_COMBOS, cenrace_label
+    from censusrecon.microdata.census import CENRACE_COMBOS, cenrace_label
 
     return Domain(
         (
@@ -55,7 +55,7 @@ def race_group(cenrace: np.ndarray) -> np.ndarray:
 def multirace_weights() -> np.ndarray:
     """Shares of the 57 multi-race CENRACE codes among persons of two or more races: pairs
     dominate (White with each other race most of all), each extra race is rarer."""
-    from microdata.census import CENRACE_COMBOS
+    from censusrecon.microdata.census import CENRACE_COMBOS
 
     w = []
     for combo in CENRACE_COMBOS[6:]:

@@ -45,8 +45,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtr
 
-from microdata.dataset import Dataset
-from microdata.errors import CensusReconError
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.errors import CensusReconError
 
 #: The Bureau's block-size bins (SUPP Table 7) with 2010's share of occupied blocks in each and the
 #: mean size of a block in it (persons / blocks); the last bin is closed at ``MAX_BLOCK``.
@@ -171,7 +171,7 @@ class Census2010Spec:
     tract_rarity_exponent: float | None = 0.27
 
     def __post_init__(self) -> None:
-        from microdata.population import check_census_sizes
+        from censusrecon.microdata.population import check_census_sizes
 
         check_census_sizes(self)
         median, spread = self.tract_persons
@@ -296,8 +296,8 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None,
     >>> d.domain.names, len(d.geography.unit_ids("tract"))
     (('AGE', 'SEX', 'HISP', 'RACE', 'CENRACE'), 2)
     """
-    from microdata.census import CENRACE_COMBOS
-    from microdata.population import MAX_AGE, multirace_weights, census_geography, person_domain
+    from censusrecon.microdata.census import CENRACE_COMBOS
+    from censusrecon.microdata.population import MAX_AGE, multirace_weights, census_geography, person_domain
 
     spec = spec or Census2010Spec()
     rng = np.random.default_rng([seed, 2010])

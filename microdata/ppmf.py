@@ -9,11 +9,11 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from microdata.dataset import Dataset
-from microdata.domain import Attribute, Domain
-from microdata.errors import CensusReconError
-from microdata.geography import Geography
-from microdata.population import MAX_AGE, person_domain, race_group
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Attribute, Domain
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.geography import Geography
+from censusrecon.microdata.population import MAX_AGE, person_domain, race_group
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def read_ppmf(path: str | Path, states: Sequence[str] | None = None, counties: S
     0..115, QSEX 1 or 2, CENHISP 1 or 2, CENRACE 01..63, VOTING_AGE 1 or 2, geography codes of
     2, 3, 6 and 4 digits); the first that is not names the file, row, column and value.
     """
-    from microdata.table_source import ColumnSpec, reading
+    from censusrecon.microdata.table_source import ColumnSpec, reading
 
     path = Path(path)
     if not path.is_file():

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from microdata.errors import CensusReconError
+from censusrecon.microdata.errors import CensusReconError
 
 
 @dataclass(frozen=True, eq=False)

@@ -7,8 +7,8 @@ from typing import Callable
 
 import numpy as np
 
-from microdata.dataset import Dataset
-from microdata.errors import CensusReconError
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.errors import CensusReconError
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ def _population_keys(s: dict) -> tuple[str, dict]:
 
 
 def _embedded(s: dict, attributes) -> Dataset:
-    from microdata.population import PopulationSpec, embedded_population
+    from censusrecon.microdata.population import PopulationSpec, embedded_population
 
     with_gq = embedded_2010(s)
     if with_gq is not None:
@@ -51,7 +51,7 @@ def embedded_2010(s: dict) -> tuple[Dataset, np.ndarray] | None:
     shape, p = _population_keys(s)
     if shape != "2010":
         return None
-    from microdata.population2010 import DIRICHLET_MIX, Census2010Spec, census2010_population
+    from censusrecon.microdata.population2010 import DIRICHLET_MIX, Census2010Spec, census2010_population
 
     if p.pop("race_mix", "rarity") == "dirichlet":  # the spec's defaults are the rarity mixes
         p = {**DIRICHLET_MIX, **p}
@@ -59,14 +59,14 @@ def embedded_2010(s: dict) -> tuple[Dataset, np.ndarray] | None:
 
 
 def _nist(s: dict, attributes) -> Dataset:
-    from microdata.acs import read_nist
+    from censusrecon.microdata.acs import read_nist
 
     return read_nist(s["path"], attributes=attributes, bounds=s.get("bounds") or {}, bins=s.get("bins", 10),
                      dictionary=s.get("dictionary"))
 
 
 def _folktables(s: dict, attributes) -> Dataset:
-    from microdata.acs import read_folktables
+    from censusrecon.microdata.acs import read_folktables
 
     return read_folktables(s["path"], s["states"], s["task"], year=s.get("year", 2018),
                            horizon=s.get("horizon", "1-Year"), include_target=s.get("include_target", True),
@@ -74,21 +74,21 @@ def _folktables(s: dict, attributes) -> Dataset:
 
 
 def _ppmf(s: dict, attributes) -> Dataset:
-    from microdata.ppmf import read_ppmf
+    from censusrecon.microdata.ppmf import read_ppmf
 
     return read_ppmf(s["path"], states=s.get("states") or None, counties=s.get("counties") or None,
                      tracts=s.get("tracts") or None)
 
 
 def _bureau(s: dict, attributes) -> Dataset:
-    from microdata.bureau import read_bureau_extract
+    from censusrecon.microdata.bureau import read_bureau_extract
 
     return read_bureau_extract(s["path"], tracts=s.get("tracts") or None, age=s.get("age") or "binned",
                                units_file=s.get("units_file"))
 
 
 def _table(s: dict, attributes) -> Dataset:
-    from microdata.table_source import ColumnSpec, read_table
+    from censusrecon.microdata.table_source import ColumnSpec, read_table
 
     specs = {name: ColumnSpec(name, d["column"], tuple(d["values"]) if d.get("values") is not None else None,
                               tuple(d["range"]) if d.get("range") is not None else None)

@@ -11,10 +11,10 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from microdata.dataset import Dataset
-from microdata.domain import Attribute, Domain
-from microdata.errors import CensusReconError
-from microdata.geography import Geography, UnitCatalogue
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Attribute, Domain
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.geography import Geography, UnitCatalogue
 
 log = logging.getLogger(__name__)
 

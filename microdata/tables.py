@@ -8,10 +8,10 @@ import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
-from microdata.census import Cell
-from microdata.domain import Domain
-from microdata.errors import CensusReconError
-from microdata.geography import plural
+from censusrecon.microdata.census import Cell
+from censusrecon.microdata.domain import Domain
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.geography import plural
 
 
 class TableError(CensusReconError):

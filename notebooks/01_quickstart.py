@@ -25,13 +25,13 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from experiments.config import load_config
-from experiments.metrics import effective_u, k_grid, match_rate_curve
-from experiments.problem import resolve
-from experiments.runner import run_experiment
-from microdata.marginals import Workload, answer
-from reconstruct.queries import MarginalPlan
-from reconstruct.rap import RAPSettings, rap_rank
+from censusrecon.experiments.config import load_config
+from censusrecon.experiments.metrics import effective_u, k_grid, match_rate_curve
+from censusrecon.experiments.problem import resolve
+from censusrecon.experiments.runner import run_experiment
+from censusrecon.microdata.marginals import Workload, answer
+from censusrecon.reconstruct.queries import MarginalPlan
+from censusrecon.reconstruct.rap import RAPSettings, rap_rank
 
 ROOT = Path.cwd() if (Path.cwd() / "configs").exists() else Path.cwd().parent
 config_path = os.environ.get("CENSUSRECON_CONFIG", str(ROOT / "configs" / "demo.yaml"))

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.cli import main as censusrecon  # the command line, as a function: censusrecon([...])
+from censusrecon.experiments.cli import main as censusrecon  # the command line, as a function: censusrecon([...])
 
 ROOT = Path.cwd() if (Path.cwd() / "configs").exists() else Path.cwd().parent
 OUT = Path(os.environ.get("CENSUSRECON_OUT", ROOT / "results"))

@@ -26,17 +26,17 @@ from pathlib import Path
 
 import jax
 
-from experiments.config import load_config
-from experiments.metrics import effective_u, k_grid, match_rate_curve
-from experiments.problem import resolve
-from experiments.release.evaluate import evaluate_release
-from experiments.release.report import load_audits
-from microdata.marginals import Workload, answer
-from reconstruct.queries import MarginalPlan
-from reconstruct.rap import RAPSettings, rap_rank
-from synth.mechanism import Ledger
-from synth.noise import SimulationNoise
-from synth.release import laplace_tables, table_utility, workload_counts
+from censusrecon.experiments.config import load_config
+from censusrecon.experiments.metrics import effective_u, k_grid, match_rate_curve
+from censusrecon.experiments.problem import resolve
+from censusrecon.experiments.release.evaluate import evaluate_release
+from censusrecon.experiments.release.report import load_audits
+from censusrecon.microdata.marginals import Workload, answer
+from censusrecon.reconstruct.queries import MarginalPlan
+from censusrecon.reconstruct.rap import RAPSettings, rap_rank
+from censusrecon.synth.mechanism import Ledger
+from censusrecon.synth.noise import SimulationNoise
+from censusrecon.synth.release import laplace_tables, table_utility, workload_counts
 
 ROOT = Path.cwd() if (Path.cwd() / "configs").exists() else Path.cwd().parent
 QUICK = os.environ.get("CENSUSRECON_QUICK") == "1"  # the tests' small settings

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from microdata.domain import Domain
-from microdata.errors import CensusReconError
+from censusrecon.microdata.domain import Domain
+from censusrecon.microdata.errors import CensusReconError
 
 log = logging.getLogger(__name__)
 

@@ -17,17 +17,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from microdata.census import CensusWorkload, membership_matrix
-from microdata.errors import CensusReconError
-from microdata.marginals import Workload
-from microdata.ranking import Ranking, product_support, rank_product
+from censusrecon.microdata.census import CensusWorkload, membership_matrix
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.marginals import Workload
+from censusrecon.microdata.ranking import Ranking, product_support, rank_product
 
 
 def product_structure(workload) -> tuple[list[np.ndarray], np.ndarray]:
     """Every query of ``workload`` as a product of per-attribute value sets: per attribute a 0/1
     (values × sets) membership matrix, and a (queries × attributes) index of each query's set.
 
-    >>> from microdata.domain import Domain
+    >>> from censusrecon.microdata.domain import Domain
     >>> w = Workload(Domain.from_sizes({"A": 2, "B": 3}), (("A",), ("A", "B")))
     >>> member, index = product_structure(w)
     >>> [m.shape for m in member], index[:3].tolist()

@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from microdata.census import membership_matrix
-from microdata.marginals import Workload
-from reconstruct.relaxed import Layout, softmax_backward, softmax_forward
+from censusrecon.microdata.census import membership_matrix
+from censusrecon.microdata.marginals import Workload
+from censusrecon.reconstruct.relaxed import Layout, softmax_backward, softmax_forward
 
 log = logging.getLogger(__name__)
 

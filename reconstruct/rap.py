@@ -15,13 +15,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from microdata.domain import Domain
-from microdata.errors import CensusReconError
-from microdata.ranking import Ranking, rank_by_frequency
-from reconstruct.queries import usable_dtype
-from reconstruct.relaxed import logits_from_codes, random_logits, recentre, round_relaxed
-from reconstruct.relaxed import probabilities as probs_of
-from reconstruct.settings import RAPSettings  # noqa: F401  (defined there, light; the attack's callers import it here)
+from censusrecon.microdata.domain import Domain
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.ranking import Ranking, rank_by_frequency
+from censusrecon.reconstruct.queries import usable_dtype
+from censusrecon.reconstruct.relaxed import logits_from_codes, random_logits, recentre, round_relaxed
+from censusrecon.reconstruct.relaxed import probabilities as probs_of
+from censusrecon.reconstruct.settings import RAPSettings  # noqa: F401  (defined there, light; the attack's callers import it here)
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ class RAPRankResult:
         """Every distinct row of the union (sorted int64 keys) and the fraction of the K runs
         whose rounded output contains it, in (0, 1].
 
-        >>> from microdata.domain import Domain
+        >>> from censusrecon.microdata.domain import Domain
         >>> codes = np.array([[[0], [0], [1]], [[1], [2], [2]]])  # K = 2 runs of 3 rows
         >>> r = RAPRankResult(codes, Ranking(np.zeros(0), np.zeros(0)), np.zeros(2), np.zeros(2),
         ...                   domain=Domain.from_sizes({"A": 3}))

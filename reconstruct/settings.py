@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from microdata.errors import CensusReconError
+from censusrecon.microdata.errors import CensusReconError
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 from scipy.stats import beta
 
-from synth.mechanism import PrivacyError, Relation, parse_relation
+from censusrecon.synth.mechanism import PrivacyError, Relation, parse_relation
 
 
 def check_state(value: str) -> str:

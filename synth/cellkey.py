@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from microdata.dataset import Dataset
-from microdata.marginals import Workload, marginal_counts
-from synth.mechanism import PrivacyError
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.marginals import Workload, marginal_counts
+from censusrecon.synth.mechanism import PrivacyError
 
 NOT_DP = ("the cell key method is not differentially private: its perturbation is bounded and zeros stay zero, "
           "so no ε bounds what the perturbed tables reveal")
@@ -110,7 +110,7 @@ def cell_key_tables(data: Dataset, workload, table: PerturbationTable, rng: np.r
                     ) -> tuple[np.ndarray, dict]:
     """The workload's counts perturbed by the cell key method, and facts of the release: the share of
     cells perturbed and of non-zero cells perturbed."""
-    from synth.release import workload_counts
+    from censusrecon.synth.release import workload_counts
 
     counts = workload_counts(data, workload)
     keys = record_keys(len(data), table.key_range, rng)

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from microdata.dataset import Dataset
-from synth.mechanism import (Mechanism, PrivacyError, Relation, check_counts, check_epsilon, histogram_sensitivity,
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.synth.mechanism import (Mechanism, PrivacyError, Relation, check_counts, check_epsilon, histogram_sensitivity,
                              parse_relation)
-from synth.keyed import noisy, releases_of
-from synth.noise import noise_scale
+from censusrecon.synth.keyed import noisy, releases_of
+from censusrecon.synth.noise import noise_scale
 
 #: Largest domain noised cell by cell; beyond it the simulation backend noises empty cells sparsely.
 DENSE_LIMIT = 2_000_000

@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from synth.mechanism import PrivacyError, check_counts, check_scale, checked_add
+from censusrecon.synth.mechanism import PrivacyError, check_counts, check_scale, checked_add
 
 #: Cells drawn per compiled call (padded to a power of two, so few shapes are compiled).
 CHUNK = 1 << 21

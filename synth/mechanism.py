@@ -10,8 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
-from microdata.domain import Domain
-from microdata.errors import CensusReconError
+from censusrecon.microdata.domain import Domain
+from censusrecon.microdata.errors import CensusReconError
 
 _INT64_MAX = np.iinfo(np.int64).max
 

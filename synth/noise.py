@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from synth.mechanism import PrivacyError, check_counts, check_scale, checked_add, laplace_scale
+from censusrecon.synth.mechanism import PrivacyError, check_counts, check_scale, checked_add, laplace_scale
 
 
 class NoiseBackend(Protocol):

@@ -10,17 +10,17 @@ from typing import Any, Callable
 
 import numpy as np
 
-from microdata.dataset import Dataset
-from microdata.errors import CensusReconError
-from microdata.marginals import Workload, answer, marginal_counts
-from reconstruct.settings import RAPSettings
-from synth.cellkey import NOT_DP as CELL_KEY_NOT_DP
-from synth.cellkey import cell_key_tables, perturbation_table
-from synth.histogram import DENSE_LIMIT, SparseHistogram, perturbed_histogram, smoothed_histogram
-from synth.mechanism import Mechanism, Relation, parse_relation
-from synth.release import TOTAL_PUBLIC_BY_RELATION, estimate_total, fit_synthetic, laplace_tables, workload_counts
-from synth.swapping import NOT_DP as SWAPPING_NOT_DP
-from synth.swapping import TARGETED_NOT_DP, swap_records, targeted_swap
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.marginals import Workload, answer, marginal_counts
+from censusrecon.reconstruct.settings import RAPSettings
+from censusrecon.synth.cellkey import NOT_DP as CELL_KEY_NOT_DP
+from censusrecon.synth.cellkey import cell_key_tables, perturbation_table
+from censusrecon.synth.histogram import DENSE_LIMIT, SparseHistogram, perturbed_histogram, smoothed_histogram
+from censusrecon.synth.mechanism import Mechanism, Relation, parse_relation
+from censusrecon.synth.release import TOTAL_PUBLIC_BY_RELATION, estimate_total, fit_synthetic, laplace_tables, workload_counts
+from censusrecon.synth.swapping import NOT_DP as SWAPPING_NOT_DP
+from censusrecon.synth.swapping import TARGETED_NOT_DP, swap_records, targeted_swap
 
 
 class ReleaseError(CensusReconError):

@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-from microdata.errors import CensusReconError
-from synth import publishing as p
-from synth.cellkey import NOT_DP as CELL_KEY_NOT_DP
-from synth.swapping import NOT_DP as SWAPPING_NOT_DP
-from synth.swapping import TARGETED_NOT_DP
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.synth import publishing as p
+from censusrecon.synth.cellkey import NOT_DP as CELL_KEY_NOT_DP
+from censusrecon.synth.swapping import NOT_DP as SWAPPING_NOT_DP
+from censusrecon.synth.swapping import TARGETED_NOT_DP
 
 #: a release made outside censusrecon is named file:<name> in the results; a program run by it program:<name>
 FILE_PREFIX = "file:"

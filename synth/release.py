@@ -7,13 +7,13 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from microdata.dataset import Dataset
-from microdata.marginals import Workload, marginal_counts
-from reconstruct.queries import plan_for
-from reconstruct.rap import RAPSettings, run_rap
-from synth.mechanism import Mechanism, PrivacyError, Relation, marginal_sensitivity, parse_relation
-from synth.keyed import noisy, releases_of
-from synth.noise import noise_scale
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.marginals import Workload, marginal_counts
+from censusrecon.reconstruct.queries import plan_for
+from censusrecon.reconstruct.rap import RAPSettings, run_rap
+from censusrecon.synth.mechanism import Mechanism, PrivacyError, Relation, marginal_sensitivity, parse_relation
+from censusrecon.synth.keyed import noisy, releases_of
+from censusrecon.synth.noise import noise_scale
 
 
 #: How the total n of a release was obtained, as the ledger records it.

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from microdata.census import P12_GROUP_OF_AGE as _AGE_GROUP
-from microdata.dataset import Dataset
-from synth.mechanism import PrivacyError
+from censusrecon.microdata.census import P12_GROUP_OF_AGE as _AGE_GROUP
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.synth.mechanism import PrivacyError
 
 NOT_DP = "record swapping is not differentially private: no ε bounds what the swapped tables reveal"
 

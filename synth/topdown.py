@@ -19,8 +19,8 @@ from fractions import Fraction
 import numpy as np
 import scipy.sparse as sp
 
-from synth.keyed import noisy, releases_of
-from synth.mechanism import Mechanism, PrivacyError, Relation, parse_relation
+from censusrecon.synth.keyed import noisy, releases_of
+from censusrecon.synth.mechanism import Mechanism, PrivacyError, Relation, parse_relation
 
 #: The 2020 production weights of the person-file budget per geographic level (out of 4099),
 #: renormalised over the levels a release's tree has.
@@ -407,7 +407,7 @@ def solve_children(yd: np.ndarray, wd: float, yt: np.ndarray, wt: float, a: sp.c
     elif solver == "highs":
         import highspy
 
-        from reconstruct.exact import highs_instance, highs_lp
+        from censusrecon.reconstruct.exact import highs_instance, highs_lp
 
         model = highspy.HighsModel()
         lb = np.concatenate([np.zeros(nx), np.full(nr, -np.inf)])

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from microdata.acs import STATE_FIPS
+from censusrecon.microdata.acs import STATE_FIPS
 
 
 def _maybe_null(rng, values, p):

@@ -23,8 +23,8 @@ import jax
 import numpy as np
 import pytest
 
-from microdata.dataset import Dataset
-from microdata.domain import Domain
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Domain
 
 jax.config.update("jax_default_matmul_precision", "highest")  # in case JAX was imported before this file
 
@@ -54,7 +54,7 @@ def small_data() -> Dataset:
 def program_agency(tmp_path_factory):
     """The worked example's files in a fresh folder, and the overrides that point configs/agency/
     own_release.yaml at them with one tract, one ε and no release but the program a test names."""
-    from microdata.example import write_agency_example
+    from censusrecon.microdata.example import write_agency_example
 
     d = tmp_path_factory.mktemp("agency")
     persons, blocks = write_agency_example(d / "inputs")

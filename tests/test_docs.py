@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.cli import build_parser, main
-from experiments.config import load_config
+from censusrecon.experiments.cli import build_parser, main
+from censusrecon.experiments.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ def test_the_documentation_site_builds_strictly(tmp_path):
 def test_every_config_key_and_argument_has_a_meaning():
     """The generated reference has no empty meaning: every config key (sections by their docstring) and
     every command's argument says what it does."""
-    from experiments.reference import cli_reference, config_reference
+    from censusrecon.experiments.reference import cli_reference, config_reference
 
     def empty_meanings(text):
         rows = [re.split(r"(?<!\\)\|", line.strip())[1:-1] for line in text.splitlines() if line.startswith("| `")]
@@ -136,7 +136,7 @@ def test_the_guide_is_walked_command_by_command(tmp_path, monkeypatch, capsys):
         main(commands["--help"])
     assert e.value.code == 0
     capsys.readouterr()
-    from experiments.config import ConfigError
+    from censusrecon.experiments.config import ConfigError
 
     examples = re.findall(r"`--set '?([^`']+)'?`", GUIDE.read_text())  # the prose's --set examples
     assert len(examples) >= 3

@@ -14,14 +14,19 @@ ALLOWED = {
 }
 
 
+def _mod(name: str) -> str:
+    """A module's name inside the project: censusrecon.synth.registry -> synth.registry."""
+    return name.removeprefix("censusrecon.")
+
+
 def _imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out |= {a.name.split(".")[0] for a in node.names}
+            out |= {_mod(a.name).split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module.split(".")[0])
+            out.add(_mod(node.module).split(".")[0])
     return out & OURS
 
 
@@ -48,7 +53,8 @@ def test_library_import_has_no_side_effects():
     code = (
         "import logging, jax\n"
         "before = (len(logging.getLogger().handlers), jax.config.jax_enable_x64)\n"
-        "import microdata.population, reconstruct.rap, baselines.priors, experiments.runner\n"
+        "import censusrecon.microdata.population, censusrecon.reconstruct.rap, censusrecon.baselines.priors, "
+        "censusrecon.experiments.runner\n"
         "after = (len(logging.getLogger().handlers), jax.config.jax_enable_x64)\n"
         "assert before == after, (before, after)\n"
     )
@@ -71,8 +77,8 @@ def test_the_release_package_has_no_import_circle_and_the_attack_side_does_not_i
                         and getattr(n, "module", "") != "__future__"], "the package's __init__ imports nothing"
             continue
         for node in ast.walk(ast.parse(f.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("experiments.release."):
-                other = node.module.split(".")[2]
+            if isinstance(node, ast.ImportFrom) and node.module and _mod(node.module).startswith("experiments.release."):
+                other = _mod(node.module).split(".")[2]
                 if other not in RELEASE_ORDER[f.stem]:
                     bad.append(f"{f.stem} imports {other}")
     for name in ("runner.py", "problem.py", "metrics.py", "sweep.py", "config.py"):
@@ -94,9 +100,10 @@ def _module_graph() -> dict[str, set[str]]:
         deps = set()
         for node in ast.walk(ast.parse(f.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                deps |= {m for m in [node.module, *(f"{node.module}.{a.name}" for a in node.names)] if m in mods}
+                m0 = _mod(node.module)
+                deps |= {m for m in [m0, *(f"{m0}.{a.name}" for a in node.names)] if m in mods}
             elif isinstance(node, ast.Import):
-                deps |= {a.name for a in node.names if a.name in mods}
+                deps |= {_mod(a.name) for a in node.names if _mod(a.name) in mods}
         graph[name] = deps - {name}
     return graph
 
@@ -143,7 +150,7 @@ def test_no_private_name_is_imported_from_another_module():
     for pkg in ALLOWED:
         for f in (ROOT / pkg).rglob("*.py"):
             for node in ast.walk(ast.parse(f.read_text())):
-                if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in OURS:
+                if isinstance(node, ast.ImportFrom) and node.module and _mod(node.module).split(".")[0] in OURS:
                     bad += [f"{f.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
                             if a.name.startswith("_") and not a.name.startswith("__")]
     assert not bad, bad
@@ -166,3 +173,28 @@ def test_every_cache_is_bounded():
                 if unbounded or plain:
                     bad.append(f"{f.relative_to(ROOT)}:{node.lineno}")
     assert not bad, bad
+
+
+def test_every_import_of_the_project_goes_through_its_one_name():
+    """Installed, the project is one package, censusrecon (a user's own experiments/ folder is never ours): no
+    module, test, benchmark or notebook imports a subpackage by its folder's bare name."""
+    bad = []
+    for f in [p for d in (*ALLOWED, "tests", "bench", "notebooks", "censusrecon") for p in (ROOT / d).rglob("*.py")]:
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+            bad += [f"{f.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in OURS]
+    assert not bad, bad
+
+
+def test_the_distribution_installs_one_top_level_package():
+    """pyproject's packages: censusrecon and, under it, every folder of the project that is a package."""
+    import tomllib
+
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(tool["packages"])
+    assert {p.split(".")[0] for p in listed} == {"censusrecon"}
+    folders = {"censusrecon." + ".".join(p.parent.relative_to(ROOT).parts) for d in ALLOWED
+               for p in (ROOT / d).rglob("__init__.py") if "data" not in p.relative_to(ROOT).parts}
+    assert folders | {"censusrecon"} == listed
+    assert all(tool["package-dir"][f"censusrecon.{d}"] == d for d in ALLOWED)

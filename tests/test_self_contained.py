@@ -59,7 +59,7 @@ def test_every_shipped_data_file_is_package_data():
     import fnmatch
     import tomllib
 
-    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["microdata"]
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["censusrecon.microdata"]
     files = [p.relative_to(ROOT / "microdata").as_posix() for p in (ROOT / "microdata" / "data").rglob("*")
              if p.is_file() and "__pycache__" not in p.parts]
     assert files

@@ -10,33 +10,33 @@ import math
 
 import numpy as np
 
-from experiments.config import ConfigError, ExperimentConfig, ReleaseProgramConfig
-from experiments.problem import Study, stable_seed, build_workload, resolve, unit_key
-from microdata.dataset import Dataset
-from microdata.domain import Attribute, Domain
-from microdata.geography import FROM_ROWS, Geography
-from experiments.metrics import lookup
-from experiments.release.yardstick import (cells_of, detailed_sensitivity, node_table_sensitivity, opendp_epsilon,
+from censusrecon.experiments.config import ConfigError, ExperimentConfig, ReleaseProgramConfig
+from censusrecon.experiments.problem import Study, stable_seed, build_workload, resolve, unit_key
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Attribute, Domain
+from censusrecon.microdata.geography import FROM_ROWS, Geography
+from censusrecon.experiments.metrics import lookup
+from censusrecon.experiments.release.yardstick import (cells_of, detailed_sensitivity, node_table_sensitivity, opendp_epsilon,
                                            person_types, table_sensitivity, zcdp_rho)
-from microdata.marginals import Workload
-from synth.release import workload_counts
-from synth.audit import (AuditResult, NoiseGroups, ReplayNoise, ReplaySequence, audit_outputs, check_state,
+from censusrecon.microdata.marginals import Workload
+from censusrecon.synth.release import workload_counts
+from censusrecon.synth.audit import (AuditResult, NoiseGroups, ReplayNoise, ReplaySequence, audit_outputs, check_state,
                          clipped_upper_excess, gaussian_shape_pvalue, gaussian_sigma_upper_stats, geometric_scale_upper,
                          geometric_shape_pvalue, independence_pvalue, laplace_scale_upper, laplace_scale_upper_stats,
                          laplace_shape_pvalue, overall_outcome, tail_pvalue, tail_threshold)
-from synth.histogram import SparseHistogram
-from synth import registry
-from synth.mechanism import PrivacyError, Relation, parse_relation
-from synth.registry import PROGRAM_PREFIX
-from synth.keyed import KeyedNoise
-from synth.noise import OpenDPNoise
-from experiments.progress import UnitProgress
-from experiments.release.files import unit_layout
-from experiments.release.program import one_way_inputs, program_inputs, program_seed, run_program
-from experiments.release.publish import publish
-from experiments.release.topdown import publish_topdown, topdown_root, topdown_shape, topdown_tree
-from synth.audit import clopper_pearson, gaussian_rho_spent, opendp_rho
-from synth.topdown import Budget, QUERIES
+from censusrecon.synth.histogram import SparseHistogram
+from censusrecon.synth import registry
+from censusrecon.synth.mechanism import PrivacyError, Relation, parse_relation
+from censusrecon.synth.registry import PROGRAM_PREFIX
+from censusrecon.synth.keyed import KeyedNoise
+from censusrecon.synth.noise import OpenDPNoise
+from censusrecon.experiments.progress import UnitProgress
+from censusrecon.experiments.release.files import unit_layout
+from censusrecon.experiments.release.program import one_way_inputs, program_inputs, program_seed, run_program
+from censusrecon.experiments.release.publish import publish
+from censusrecon.experiments.release.topdown import publish_topdown, topdown_root, topdown_shape, topdown_tree
+from censusrecon.synth.audit import clopper_pearson, gaussian_rho_spent, opendp_rho
+from censusrecon.synth.topdown import Budget, QUERIES
 
 log = logging.getLogger(__name__)
 

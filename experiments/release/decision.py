@@ -29,13 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.metrics import CONFIDENCE, units_to_decide
-from experiments.release.words import (fit_words, less_protective, more_protective,
+from censusrecon.experiments.metrics import CONFIDENCE, units_to_decide
+from censusrecon.experiments.release.words import (fit_words, less_protective, more_protective,
                                        persons_words, setting_label, units_advice)
-from experiments.config import ConfigError
-from experiments.results import write_json
-from synth import registry
-from synth.audit import overall_outcome
+from censusrecon.experiments.config import ConfigError
+from censusrecon.experiments.results import write_json
+from censusrecon.synth import registry
+from censusrecon.synth.audit import overall_outcome
 
 PUBLISH, DO_NOT_PUBLISH, CANNOT_DECIDE = "publish", "do_not_publish", "cannot_decide"
 #: the words that open a decision's line, for a board

@@ -13,44 +13,44 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments import attacks
-from experiments.attacks import RAP_RANK, AttackInputs, attack_unit
-from experiments.config import ConfigError, ExperimentConfig, ReidentificationConfig, parse_config
-from experiments.metrics import (effective_u, k_grid, match_rate_curve, strength_by_runs,
+from censusrecon.experiments import attacks
+from censusrecon.experiments.attacks import RAP_RANK, AttackInputs, attack_unit
+from censusrecon.experiments.config import ConfigError, ExperimentConfig, ReidentificationConfig, parse_config
+from censusrecon.experiments.metrics import (effective_u, k_grid, match_rate_curve, strength_by_runs,
                                  unique_persons)
-from experiments.problem import (Study, stable_seed, baseline_curves, build_workload, exact_answers, rap_settings,
+from censusrecon.experiments.problem import (Study, stable_seed, baseline_curves, build_workload, exact_answers, rap_settings,
                                  resolve, unit_key)
-from experiments.progress import UnitProgress
-from experiments.release.audit import audit_release, failed_audits, record_audit
-from experiments.release.files import FILE_NOTE, file_published, read_release_files, unit_layout
-from experiments.release.program import (PROGRAM_NOTE, check_environments, program_digests,
+from censusrecon.experiments.progress import UnitProgress
+from censusrecon.experiments.release.audit import audit_release, failed_audits, record_audit
+from censusrecon.experiments.release.files import FILE_NOTE, file_published, read_release_files, unit_layout
+from censusrecon.experiments.release.program import (PROGRAM_NOTE, check_environments, program_digests,
                                         program_inputs, program_seed, run_program)
-from experiments.release.publish import (release_backend, check_block_list, neighbours_of, own_invariants,
+from censusrecon.experiments.release.publish import (release_backend, check_block_list, neighbours_of, own_invariants,
                                          publish, swap_pool)
-from experiments.release.report import (plot_release, release_persons, release_strength, setting_label,
+from censusrecon.experiments.release.report import (plot_release, release_persons, release_strength, setting_label,
                                         unit_selection, write_report)
-from experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
-from experiments.results import (code_fingerprint, jax_info, run_seconds, versions, write_json, write_parquet,
+from censusrecon.experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
+from censusrecon.experiments.results import (code_fingerprint, jax_info, run_seconds, versions, write_json, write_parquet,
                                  write_yaml)
-from microdata.agreement import agreement_by_size
-from microdata.census import AGE_BIN38_OF_AGE, AGE_BINS_38_LABELS
-from microdata.dataset import Dataset
-from microdata.marginals import Workload
-from microdata.ranking import rank_by_score
-from reconstruct.queries import plan_for
-from reconstruct.rap import rap_rank
-from synth.mechanism import Ledger, PrivacyError, Relation, parse_relation
-from synth.release import (DERIVED_ROWS, TOTAL_DECLARED, TOTAL_PUBLIC_BY_RELATION, table_utility, total_queries,
+from censusrecon.microdata.agreement import agreement_by_size
+from censusrecon.microdata.census import AGE_BIN38_OF_AGE, AGE_BINS_38_LABELS
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.marginals import Workload
+from censusrecon.microdata.ranking import rank_by_score
+from censusrecon.reconstruct.queries import plan_for
+from censusrecon.reconstruct.rap import rap_rank
+from censusrecon.synth.mechanism import Ledger, PrivacyError, Relation, parse_relation
+from censusrecon.synth.release import (DERIVED_ROWS, TOTAL_DECLARED, TOTAL_PUBLIC_BY_RELATION, table_utility, total_queries,
                            totals_utility, workload_counts)
-from synth import registry
-from synth.registry import BASELINE, EXACT
-from synth.publishing import Published, tables_published
-from experiments.exact_eval import agreement, reidentification
-from experiments.release.decision import decide, DECISION_FILE, load_decision
-from experiments.release.report import (audits_from_dicts, exact_row, strength_sentence, summarise_release_persons,
+from censusrecon.synth import registry
+from censusrecon.synth.registry import BASELINE, EXACT
+from censusrecon.synth.publishing import Published, tables_published
+from censusrecon.experiments.exact_eval import agreement, reidentification
+from censusrecon.experiments.release.decision import decide, DECISION_FILE, load_decision
+from censusrecon.experiments.release.report import (audits_from_dicts, exact_row, strength_sentence, summarise_release_persons,
                                         verdict_rows)
-from experiments.release.risks import frame, measure, RiskJob
-from reconstruct.exact import query_matrix, reconstruct_exact, reconstruct_least_deviation
+from censusrecon.experiments.release.risks import frame, measure, RiskJob
+from censusrecon.reconstruct.exact import query_matrix, reconstruct_exact, reconstruct_least_deviation
 
 log = logging.getLogger(__name__)
 

@@ -27,15 +27,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.config import ConfigError, ExperimentConfig, ReleaseFileConfig
-from experiments.problem import Study, table_cells
-from microdata.census import CensusWorkload, placed_cells
-from microdata.errors import CensusReconError
-from synth.registry import FILE_PREFIX
-from experiments.problem import exact_answers, load_population, resolve
-from synth.publishing import Published, tables_published
-from experiments.results import atomic_write_text, write_parquet
-from synth.release import workload_counts
+from censusrecon.experiments.config import ConfigError, ExperimentConfig, ReleaseFileConfig
+from censusrecon.experiments.problem import Study, table_cells
+from censusrecon.microdata.census import CensusWorkload, placed_cells
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.synth.registry import FILE_PREFIX
+from censusrecon.experiments.problem import exact_answers, load_population, resolve
+from censusrecon.synth.publishing import Published, tables_published
+from censusrecon.experiments.results import atomic_write_text, write_parquet
+from censusrecon.synth.release import workload_counts
 
 #: the columns of a tables file (label is optional)
 TABLE_COLUMNS = ("unit", "table", "cell", "label", "geography", "value")

@@ -36,12 +36,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.config import ConfigError, ExperimentConfig, ReleaseProgramConfig
-from experiments.release.files import Layout
-from microdata.dataset import Dataset
-from experiments.problem import stable_seed
-from experiments.release.files import file_digest
-from experiments.release.risks import anonymeter_python
+from censusrecon.experiments.config import ConfigError, ExperimentConfig, ReleaseProgramConfig
+from censusrecon.experiments.release.files import Layout
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.experiments.problem import stable_seed
+from censusrecon.experiments.release.files import file_digest
+from censusrecon.experiments.release.risks import anonymeter_python
 
 #: what a program's ledger entry and report say of its privacy
 PROGRAM_NOTE = ("run by censusrecon, made outside it: its ε is the program's own accounting, audited as a black box "

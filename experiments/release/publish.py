@@ -8,16 +8,16 @@ import logging
 
 import numpy as np
 
-from experiments.config import ConfigError, ExperimentConfig
-from experiments.problem import Study, rap_settings, stable_seed
-from microdata.dataset import Dataset
-from microdata.geography import FROM_ROWS
-from synth import registry
-from synth.histogram import DENSE_LIMIT
-from synth.keyed import KeyedNoise
-from synth.mechanism import Relation, parse_relation
-from synth.noise import make_backend
-from synth.publishing import Published, ReleaseInputs
+from censusrecon.experiments.config import ConfigError, ExperimentConfig
+from censusrecon.experiments.problem import Study, rap_settings, stable_seed
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.geography import FROM_ROWS
+from censusrecon.synth import registry
+from censusrecon.synth.histogram import DENSE_LIMIT
+from censusrecon.synth.keyed import KeyedNoise
+from censusrecon.synth.mechanism import Relation, parse_relation
+from censusrecon.synth.noise import make_backend
+from censusrecon.synth.publishing import Published, ReleaseInputs
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def neighbours_of(cfg: ExperimentConfig, mechanism: str) -> tuple[str, str]:
     """What one mechanism's ε protects: the dataset whose neighbours it is DP for, and what it publishes
     exactly (by the relation or declared), so that releases compared side by side say how they differ.
 
-    >>> from experiments.config import parse_config
+    >>> from censusrecon.experiments.config import parse_config
     >>> neighbours_of(parse_config({"name": "x", "release": {"relation": "replace_one"}}), "laplace_tables")[1]
     "the unit's n (replace_one: the same for every neighbour)"
     """

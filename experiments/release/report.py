@@ -13,22 +13,22 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.doc import Doc  # noqa: E402
-from experiments.metrics import (CONFIDENCE, PLAN_MAX_UNITS, PLAN_POWER, SATURATION_SHARE,  # noqa: E402
+from censusrecon.experiments.doc import Doc  # noqa: E402
+from censusrecon.experiments.metrics import (CONFIDENCE, PLAN_MAX_UNITS, PLAN_POWER, SATURATION_SHARE,  # noqa: E402
                                  average_curves, best_baselines, difference_words, saturation, saturation_words,
                                  strength_sequence, strength_table, summarise_persons, t_half_width, unique_share,
                                  unit_names, units_to_decide, upper_limit, variant_label)
-from experiments.plots import save_figure  # noqa: E402
-from experiments.release.words import (fit_words, less_protective,  # noqa: E402,F401
+from censusrecon.experiments.plots import save_figure  # noqa: E402
+from censusrecon.experiments.release.words import (fit_words, less_protective,  # noqa: E402,F401
                                        more_protective, persons_words, setting_label, units_advice)
-from experiments.results import time_words  # noqa: E402
-from synth.release import DERIVED_ROWS  # noqa: E402
-from experiments.config import ConfigError, parse_config, ToleranceConfig  # noqa: E402
-from experiments.release.decision import HEADS, load_decision, rule_words  # noqa: E402
-from microdata.sources import source  # noqa: E402
-from synth.audit import AuditResult  # noqa: E402
-from synth import registry  # noqa: E402
-from synth.registry import BASELINE, EXACT  # noqa: E402
+from censusrecon.experiments.results import time_words  # noqa: E402
+from censusrecon.synth.release import DERIVED_ROWS  # noqa: E402
+from censusrecon.experiments.config import ConfigError, parse_config, ToleranceConfig  # noqa: E402
+from censusrecon.experiments.release.decision import HEADS, load_decision, rule_words  # noqa: E402
+from censusrecon.microdata.sources import source  # noqa: E402
+from censusrecon.synth.audit import AuditResult  # noqa: E402
+from censusrecon.synth import registry  # noqa: E402
+from censusrecon.synth.registry import BASELINE, EXACT  # noqa: E402
 
 #: The best attack on a unit's release: the attack (RAP-Rank, the exact attack, the trivial
 #: one-way-margins attack) that reconstructs the most persons there.

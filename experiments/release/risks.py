@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from microdata.dataset import Dataset
+from censusrecon.microdata.dataset import Dataset
 
 log = logging.getLogger(__name__)
 

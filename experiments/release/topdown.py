@@ -9,18 +9,18 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from experiments.config import ConfigError, ExperimentConfig
-from experiments.problem import Study, build_workload
-from synth.publishing import Published, table_labels
-from microdata.dataset import Dataset
-from microdata.geography import FROM_ROWS
-from reconstruct.exact import query_matrix
-from synth.mechanism import Mechanism
-from synth.release import workload_counts
-from synth.topdown import Measurements, Strategy, Tree, TreeShape, build_tree, check_consistent, mdf_rows
-from synth.topdown import estimate as topdown_estimate
-from synth.topdown import measure as topdown_measure
-from microdata.describe import block_groups
+from censusrecon.experiments.config import ConfigError, ExperimentConfig
+from censusrecon.experiments.problem import Study, build_workload
+from censusrecon.synth.publishing import Published, table_labels
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.geography import FROM_ROWS
+from censusrecon.reconstruct.exact import query_matrix
+from censusrecon.synth.mechanism import Mechanism
+from censusrecon.synth.release import workload_counts
+from censusrecon.synth.topdown import Measurements, Strategy, Tree, TreeShape, build_tree, check_consistent, mdf_rows
+from censusrecon.synth.topdown import estimate as topdown_estimate
+from censusrecon.synth.topdown import measure as topdown_measure
+from censusrecon.microdata.describe import block_groups
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.metrics import PLAN_MAX_UNITS
-from synth import registry
+from censusrecon.experiments.metrics import PLAN_MAX_UNITS
+from censusrecon.synth import registry
 
 
 def setting_label(mechanism: str, value: float) -> str:

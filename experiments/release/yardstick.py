@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from microdata.domain import Domain
-from microdata.marginals import Workload
+from censusrecon.microdata.domain import Domain
+from censusrecon.microdata.marginals import Workload
 
 #: the neighbouring relations, for the privacy unit one person (one row)
 RELATIONS = ("add_remove", "replace_one")

@@ -3,7 +3,7 @@ OpenDP's own measurement, its scale found by OpenDP's privacy map (``binary_sear
 the sensitivity bounded from the public domain: the most cells one person is counted in, twice that
 under replace-one (a replaced person is one removed and one added).
 
-Runs inside censusrecon's environment (``function: synth.adapters.opendp_tables:release``) or as a
+Runs inside censusrecon's environment (``function: censusrecon.synth.adapters.opendp_tables:release``) or as a
 command in one of its own with numpy, pandas and opendp (``command: [python,
 synth/adapters/opendp_tables.py]``). OpenDP draws its noise from the operating system's secure
 randomness, so ``seed`` is not used: no two runs repeat."""
@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 try:
-    from synth.adapters.contract import most_cells_per_person, true_counts
+    from censusrecon.synth.adapters.contract import most_cells_per_person, true_counts
 except ImportError:  # run as a command in an environment of its own
     from contract import most_cells_per_person, true_counts
 

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 try:
-    from synth.adapters.contract import true_counts
+    from censusrecon.synth.adapters.contract import true_counts
 except ImportError:  # run as a command in an environment of its own
     from contract import true_counts
 

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 try:
-    from synth.adapters.contract import table_cell_of_person
+    from censusrecon.synth.adapters.contract import table_cell_of_person
 except ImportError:  # run as a command in an environment of its own
     from contract import table_cell_of_person
 

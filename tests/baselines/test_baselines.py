@@ -1,13 +1,13 @@
 import numpy as np
 import pytest
 
-from baselines.holdout import holdout_split
-from baselines.priors import BlockStrengthenedPrior, ChancePrior, EmpiricalPrior, geographic_priors
-from experiments.metrics import effective_u, k_grid, match_rate_curve
-from microdata.dataset import Dataset
-from microdata.domain import Attribute, Domain
-from microdata.errors import CensusReconError
-from microdata.population import PopulationSpec, embedded_population
+from censusrecon.baselines.holdout import holdout_split
+from censusrecon.baselines.priors import BlockStrengthenedPrior, ChancePrior, EmpiricalPrior, geographic_priors
+from censusrecon.experiments.metrics import effective_u, k_grid, match_rate_curve
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Attribute, Domain
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.population import PopulationSpec, embedded_population
 
 
 def test_split_is_disjoint_complete_and_seeded(small_data):
@@ -101,7 +101,7 @@ def test_finer_geography_is_a_more_informative_prior(seed):
 
 
 def test_chance_prior_ranks_the_product_of_one_way_margins_exactly():
-    from baselines.priors import ChancePrior
+    from censusrecon.baselines.priors import ChancePrior
 
     rng = np.random.default_rng(3)
     dom = Domain.from_sizes({"A": 5, "B": 4, "C": 3})

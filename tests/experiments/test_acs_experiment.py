@@ -3,9 +3,9 @@
 import pandas as pd
 import pytest
 
-from experiments.config import ConfigError, parse_config
-from experiments.problem import load_population
-from experiments.runner import run_experiment
+from censusrecon.experiments.config import ConfigError, parse_config
+from censusrecon.experiments.problem import load_population
+from censusrecon.experiments.runner import run_experiment
 from tests.acs_fixture import make_acs_root
 
 
@@ -46,7 +46,7 @@ def test_a_missing_state_file_is_a_clear_config_time_error(tmp_path):
 
 def test_nist_national_config_runs_on_the_shipped_excerpt(tmp_path, root):
     """The config as shipped, its data inside the project (microdata/data/acs_nist_2018), at a few seconds' strength."""
-    from experiments.config import load_config
+    from censusrecon.experiments.config import load_config
 
     cfg = load_config(root / "configs" / "acs" / "nist_national_2018.yaml",
                       ["attack.runs=2", "attack.steps=20",

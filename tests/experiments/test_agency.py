@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.cli import main
-from experiments.config import ConfigError, load_config
-from microdata.example import write_agency_example
+from censusrecon.experiments.cli import main
+from censusrecon.experiments.config import ConfigError, load_config
+from censusrecon.microdata.example import write_agency_example
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["attack.runs=2", "attack.steps=20", "attack.rows=60", "target.units=2", "grid_points=10",
@@ -71,7 +71,7 @@ def test_the_agency_config_runs_and_evaluates_a_release_end_to_end(agency, capsy
 
 
 def test_the_report_describes_the_tables_that_ran(agency, tmp_path):
-    from experiments.release.evaluate import evaluate_release
+    from censusrecon.experiments.release.evaluate import evaluate_release
 
     _, over = agency
     cfg = load_config(ROOT / "configs" / "agency" / "example.yaml",
@@ -82,7 +82,7 @@ def test_the_report_describes_the_tables_that_ran(agency, tmp_path):
 
 
 def test_table_declarations_are_checked_against_the_data(agency):
-    from experiments.problem import load_population
+    from censusrecon.experiments.problem import load_population
 
     _, over = agency
     for table, expected in (("{name: T, level: block, by: [AGEX]}", "variable 'AGEX' is not an attack attribute"),
@@ -100,7 +100,7 @@ def test_a_key_the_source_does_not_read_is_an_error(capsys):
     assert "data.path is not read by source 'embedded'" in err and "\n" not in err
     # a dumped config (every default written out) still loads
     cfg = load_config(ROOT / "configs" / "demo.yaml")
-    from experiments.config import parse_config
+    from censusrecon.experiments.config import parse_config
 
     assert parse_config(cfg.model_dump(mode="json")) == cfg
 
@@ -150,7 +150,7 @@ def test_every_malformed_input_ends_in_one_line_naming_the_file(tmp_path, capsys
 def test_a_listed_unit_nobody_lives_in_can_be_named(agency, tmp_path, capsys):
     """The public block list names a tract nobody lives in: naming it is no error; it is reported
     as empty (nothing to reconstruct), not attacked; a name in neither the data nor the list is."""
-    from experiments.release.evaluate import evaluate_release
+    from censusrecon.experiments.release.evaluate import evaluate_release
 
     _, over = agency
     blocks_file = Path(next(o for o in over if o.startswith("data.units_file=")).split("=", 1)[1])
@@ -166,7 +166,7 @@ def test_a_listed_unit_nobody_lives_in_can_be_named(agency, tmp_path, capsys):
                       base + [f"target.unit_ids=[{occupied}, {empty}]", "release.epsilons=[4.0]",
                               "release.mechanisms=[laplace_tables]", "release.audit.runs=2000"])
     # queries says so too, naming the unit (it used to fail with "cannot split 0 row(s)")
-    from experiments.cli import main
+    from censusrecon.experiments.cli import main
 
     assert main(["queries", str(ROOT / "configs" / "agency" / "example.yaml"),
                  *[x for o in base + [f"target.unit_ids=[{occupied}, {empty}]"] for x in ("--set", o)]]) == 0

@@ -7,13 +7,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments import attacks
-from experiments.attacks import AttackInputs, AttackKind
-from experiments.config import ConfigError, load_config
-from experiments.release.evaluate import evaluate_release
-from experiments.runner import run_experiment
-from experiments.sweep import sweep
-from microdata.ranking import rank_by_score
+from censusrecon.experiments import attacks
+from censusrecon.experiments.attacks import AttackInputs, AttackKind
+from censusrecon.experiments.config import ConfigError, load_config
+from censusrecon.experiments.release.evaluate import evaluate_release
+from censusrecon.experiments.runner import run_experiment
+from censusrecon.experiments.sweep import sweep
+from censusrecon.microdata.ranking import rank_by_score
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,17 +10,18 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import experiments.release.topdown
-import synth.histogram
-import synth.keyed
-import synth.publishing
-import synth.release
-import synth.topdown
-from experiments.config import load_config
-from experiments.problem import load_population, resolve
-from experiments.release.audit import audit_release
-from experiments.release.publish import publish
-from synth.keyed import KeyedNoise
+import censusrecon.experiments.release.topdown
+import censusrecon.synth.histogram
+import censusrecon.synth.keyed
+import censusrecon.synth.publishing
+import censusrecon.synth.release
+import censusrecon.synth.topdown
+from censusrecon import experiments, synth
+from censusrecon.experiments.config import load_config
+from censusrecon.experiments.problem import load_population, resolve
+from censusrecon.experiments.release.audit import audit_release
+from censusrecon.experiments.release.publish import publish
+from censusrecon.synth.keyed import KeyedNoise
 
 FAST = ["release.epsilons=[1.0]", "release.audit.runs=20000", "release.audit.whole_releases=40",
         "release.audit.replay_pairs=12", "release.audit.replay_draws=2", "release.audit.seed=11", "target.units=1"]
@@ -261,7 +262,7 @@ def _set_everywhere(monkeypatch, owner, attr, fake):
     import sys
 
     real = getattr(owner, attr)
-    for mod in [m for name, m in list(sys.modules.items()) if name.split(".")[0] in ("experiments", "synth")]:
+    for mod in [m for name, m in list(sys.modules.items()) if name.split(".")[:2] in (["censusrecon", "experiments"], ["censusrecon", "synth"])]:
         if mod is not owner and getattr(mod, attr, None) is real:
             monkeypatch.setattr(mod, attr, fake)
     monkeypatch.setattr(owner, attr, fake)
@@ -327,7 +328,7 @@ def test_each_topdown_bug_of_the_corpus_fails_the_audit(bug, root, tiny_pop, mon
     over, patches, check = TOPDOWN_BUGS[bug]
     cfg = load_config(root / "configs" / "release_tiny.yaml", TD + over)
     if bug.startswith("block-level"):
-        from experiments.release.topdown import topdown_root
+        from censusrecon.experiments.release.topdown import topdown_root
 
         study = resolve(cfg, tiny_pop)
         _broadcast_block_detailed.width = topdown_root(study, study.units[0], True).strategy.types
@@ -348,8 +349,8 @@ def test_the_corpus_has_twenty_bugs_across_every_class():
 def test_a_single_release_equals_the_batch_element_drawn_with_the_same_key(root, tiny_pop):
     """One path: the release that is published and the releases the audit draws are one function; cell by
     cell, the cells a pair touches equal the whole release's."""
-    from experiments.problem import build_workload, select_units
-    from experiments.release.topdown import publish_topdown, topdown_root
+    from censusrecon.experiments.problem import build_workload, select_units
+    from censusrecon.experiments.release.topdown import publish_topdown, topdown_root
 
     cfg = _cfg(root, "target.with_block=[true]")
     unit = select_units(tiny_pop, cfg)[0]
@@ -413,7 +414,7 @@ def test_each_topdown_bug_fails_the_audit_at_the_shipped_settings(bug, monkeypat
     cfg = load_config(compact_agency, ["release.mechanisms=[topdown]"] + over)
     pop = load_population(cfg)
     if bug.startswith("block-level"):
-        from experiments.release.topdown import topdown_root
+        from censusrecon.experiments.release.topdown import topdown_root
 
         _broadcast_block_detailed.width = topdown_root(resolve(cfg, pop), "01001000100", True).strategy.types
     _patch(monkeypatch, patches, bug)
@@ -440,8 +441,8 @@ def test_the_discrete_gaussian_truncated_at_5_sigma_fails_on_the_production_tree
 
 
 def test_a_rerun_under_another_seed_is_recorded_beside_a_failed_audit_never_in_its_place(tmp_path):
-    from experiments.release.audit import record_audit
-    from synth.audit import AuditResult
+    from censusrecon.experiments.release.audit import record_audit
+    from censusrecon.synth.audit import AuditResult
 
     def result(passed_bound, seed):
         return [AuditResult("laplace_tables", 1.0, passed_bound, 100, 0.95, "e", {"noise_scale": "pass"},

@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments import runner
-from experiments.cli import main
-from experiments.config import load_config
-from experiments.problem import resolve
+from censusrecon.experiments import runner
+from censusrecon.experiments.cli import main
+from censusrecon.experiments.config import load_config
+from censusrecon.experiments.problem import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = {"unit", "method", "k", "k_over_u", "num_candidates", "num_matched", "match_rate"}
@@ -23,7 +23,7 @@ def tiny_run(tmp_path_factory):
 
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.cli", "run", str(root / "configs" / "tiny.yaml"),
+        [sys.executable, "-m", "censusrecon.experiments.cli", "run", str(root / "configs" / "tiny.yaml"),
          "--out", str(out), "--no-progress"],
         capture_output=True, text=True, cwd=root, timeout=600,
     )
@@ -80,7 +80,7 @@ def test_cli_reports_config_errors_without_a_traceback(tmp_path, capsys):
 
 
 def test_cli_help_lists_commands():
-    proc = subprocess.run([sys.executable, "-m", "experiments.cli", "--help"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "censusrecon.experiments.cli", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "run" in proc.stdout and "plot" in proc.stdout
 
 
@@ -113,7 +113,7 @@ def test_interrupted_run_leaves_no_half_written_file_and_resumes(tmp_path, root,
     # the run's time is the units' time, the resumed one's included, and the report says how it splits
     m = json.loads((run_dir / "manifest.json").read_text())
     assert m["units_resumed"] == 1 and m["seconds_total"] == pytest.approx(m["seconds_this_call"] + first, abs=0.02)
-    from experiments.report import write_run_report
+    from censusrecon.experiments.report import write_run_report
 
     assert "in this call; 1 unit finished by earlier calls" in write_run_report(run_dir).read_text()
 
@@ -263,7 +263,7 @@ def test_tracts_with_block_are_padded_to_a_bucket_and_share_one_program(root, mo
 
 
 def test_the_docs_list_every_command_and_notebook_and_every_command_explains_its_arguments(root, capsys):
-    from experiments.cli import build_parser
+    from censusrecon.experiments.cli import build_parser
 
     readme = "\n".join(p.read_text() for p in [root / "README.md", *sorted((root / "docs" / "pages").glob("*.md"))])
     sub = next(a for a in build_parser()._actions if a.dest == "command")

@@ -1,6 +1,6 @@
 import pytest
 
-from experiments.config import ConfigError, load_config, parse_config
+from censusrecon.experiments.config import ConfigError, load_config, parse_config
 
 
 def test_every_shipped_config_validates_and_names_its_command(root):
@@ -24,8 +24,8 @@ def test_unknown_or_misspelled_key_is_an_error_naming_it():
 
 
 def test_levels_baselines_and_inits_are_checked_against_the_data():
-    from experiments.problem import check_against_data
-    from microdata.population import PopulationSpec, embedded_population
+    from censusrecon.experiments.problem import check_against_data
+    from censusrecon.microdata.population import PopulationSpec, embedded_population
 
     pop = embedded_population(0, PopulationSpec(states=1, counties_per_state=1, tracts_per_county=2))
     check_against_data(parse_config({"name": "x", "target": {"level": "block"}, "baselines": ["tract"]}), pop)
@@ -63,7 +63,7 @@ def test_overrides_apply_and_change_the_hash(root):
 
 
 def test_the_papers_strength_is_one_setting(compact_agency):
-    from experiments.config import PAPER_STRENGTH
+    from censusrecon.experiments.config import PAPER_STRENGTH
 
     cfg = load_config(compact_agency, ["attack.strength=paper"])
     assert (cfg.attack.runs, cfg.attack.steps, cfg.attack.rows) == (100, 1000, 1000) == tuple(PAPER_STRENGTH.values())
@@ -74,7 +74,7 @@ def test_the_papers_strength_is_one_setting(compact_agency):
 def test_whole_units_attack_every_person_and_refuse_what_needs_a_holdout(root):
     import numpy as np
 
-    from experiments.problem import load_population, resolve
+    from censusrecon.experiments.problem import load_population, resolve
 
     base = ["target.whole_units=true", "baselines=[county, state, national, chance]", "attack.init=[random]"]
     cfg = load_config(root / "configs" / "tiny.yaml", base)
@@ -99,9 +99,9 @@ def test_whole_units_attack_every_person_and_refuse_what_needs_a_holdout(root):
 def test_the_rap_settings_are_defined_once():
     """The schema's RAP fields take their defaults from reconstruct.settings.RAPSettings, and rap_settings copies
     every shared field by name: a default config gives RAPSettings' own defaults, and a changed field arrives."""
-    from experiments.config import AttackConfig
-    from experiments.problem import rap_settings
-    from reconstruct.settings import CONFIG_FIELDS, RAPSettings
+    from censusrecon.experiments.config import AttackConfig
+    from censusrecon.experiments.problem import rap_settings
+    from censusrecon.reconstruct.settings import CONFIG_FIELDS, RAPSettings
 
     fields = AttackConfig.model_fields
     assert set(CONFIG_FIELDS) <= set(fields)

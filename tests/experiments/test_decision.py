@@ -10,14 +10,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments.cli import EXIT_AUDIT_FAILED, EXIT_DO_NOT_PUBLISH, EXIT_UNDECIDED, main
-from experiments.config import ToleranceConfig, load_config
-from experiments.release.decision import (CANNOT_DECIDE, DO_NOT_PUBLISH, EXIT_AUDIT_FAILED as D_FAILED,
+from censusrecon.experiments.cli import EXIT_AUDIT_FAILED, EXIT_DO_NOT_PUBLISH, EXIT_UNDECIDED, main
+from censusrecon.experiments.config import ToleranceConfig, load_config
+from censusrecon.experiments.release.decision import (CANNOT_DECIDE, DO_NOT_PUBLISH, EXIT_AUDIT_FAILED as D_FAILED,
                                           EXIT_CANNOT_DECIDE, EXIT_DO_NOT_PUBLISH as D_NO, PUBLISH, decide,
                                           load_decision, terminal_lines)
-from experiments.release.evaluate import verdicts_of
-from experiments.release.report import release_persons, summarise_release_persons
-from synth.audit import AuditResult
+from censusrecon.experiments.release.evaluate import verdicts_of
+from censusrecon.experiments.release.report import release_persons, summarise_release_persons
+from censusrecon.synth.audit import AuditResult
 from tests.experiments.test_release import _hand_made
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -190,7 +190,7 @@ def _first_screen(md: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def example_inputs(tmp_path_factory):
-    from microdata.example import write_agency_example
+    from censusrecon.microdata.example import write_agency_example
 
     d = tmp_path_factory.mktemp("example")
     persons, blocks = write_agency_example(d / "inputs")
@@ -244,7 +244,7 @@ def test_terminal_report_and_exit_status_agree_on_the_example(example_inputs, ba
 
 
 def test_a_missing_anonymeter_fails_before_any_work(tmp_path, monkeypatch, capsys):
-    import experiments.release.evaluate as evaluate
+    import censusrecon.experiments.release.evaluate as evaluate
 
     monkeypatch.setenv("CENSUSRECON_ANONYMETER_PYTHON", str(tmp_path / "nowhere" / "python"))
     monkeypatch.setattr(evaluate, "resolve", lambda cfg: pytest.fail("the data was read before the check"))
@@ -254,6 +254,6 @@ def test_a_missing_anonymeter_fails_before_any_work(tmp_path, monkeypatch, capsy
     assert "make risk-env" in err and "synthetic" in err and "\n" not in err.strip()
     assert not list((tmp_path / "out").rglob("*"))  # nothing written
     # the user's choice not to measure them: then it runs, and those releases cannot be decided
-    from experiments.release.program import check_environments
+    from censusrecon.experiments.release.program import check_environments
 
     check_environments(load_config(cfg, ["release.risks=false"]))

@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.config import ConfigError, load_config, parse_config
-from experiments.exact_eval import agreement, reidentification
-from experiments.runner import run_experiment
-from microdata.domain import Attribute, Domain
-from microdata.errors import CensusReconError
+from censusrecon.experiments.config import ConfigError, load_config, parse_config
+from censusrecon.experiments.exact_eval import agreement, reidentification
+from censusrecon.experiments.runner import run_experiment
+from censusrecon.microdata.domain import Attribute, Domain
+from censusrecon.microdata.errors import CensusReconError
 
 pytest.importorskip("highspy")
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ def test_the_exact_attack_writes_its_curves_and_certified_rows_are_all_in_d(exac
 
 
 def test_the_report_has_the_exact_sections(exact_run):
-    from experiments.report import write_run_report
+    from censusrecon.experiments.report import write_run_report
 
     text = write_run_report(exact_run).read_text()
     for phrase in ("## Exact reconstruction by integer programming", "zero-variability blocks", "Generate-then-Verify",
@@ -62,7 +62,8 @@ def test_the_report_has_the_exact_sections(exact_run):
 
 
 def test_the_run_stops_if_a_certified_count_exceeds_ds(tmp_path, monkeypatch):
-    import reconstruct.exact
+    import censusrecon.reconstruct.exact
+    from censusrecon import reconstruct
 
     def claims_everything(solver, variables, values):  # a broken certifier: every solved row "certified"
         return np.asarray(values), True
@@ -105,7 +106,7 @@ def test_agreement_matches_exact_age_first_then_age_groups_one_to_one():
 
 
 def test_reidentification_confirms_only_the_persons_own_race_and_beats_guessing_on_the_vulnerable():
-    from experiments.config import ReidentificationConfig
+    from censusrecon.experiments.config import ReidentificationConfig
 
     dom = _dom()
     # block 0: three white non-Hispanic adults and one Black child (the vulnerable person)
@@ -122,7 +123,7 @@ def test_reidentification_confirms_only_the_persons_own_race_and_beats_guessing_
 
 
 def test_one_to_one_linkage_never_links_a_reconstructed_record_twice():
-    from experiments.reid import AttackerFile, link_one_to_one, perfect_file
+    from censusrecon.experiments.reid import AttackerFile, link_one_to_one, perfect_file
 
     rng = np.random.default_rng(0)
     # five attacker records of the same block, sex and age, two reconstructed records there:
@@ -144,8 +145,8 @@ def test_one_to_one_linkage_never_links_a_reconstructed_record_twice():
 
 
 def test_a_commercial_file_without_errors_reproduces_the_perfect_files_results():
-    from experiments.config import CommercialFileConfig, ReidentificationConfig
-    from experiments.reid import commercial_file
+    from censusrecon.experiments.config import CommercialFileConfig, ReidentificationConfig
+    from censusrecon.experiments.reid import commercial_file
 
     dom = _dom()
     rng = np.random.default_rng(3)
@@ -168,7 +169,7 @@ def test_a_commercial_file_without_errors_reproduces_the_perfect_files_results()
     x = noisy.set_index(["method", "attacker_file", "group"])
     assert x.loc[("exact", "commercial", "all"), "precision"] < x.loc[("exact", "perfect", "all"), "precision"]
     # the default error rates leave about 37% of records right on person, block, sex and 38-bin age
-    from microdata.census import AGE_BIN38_OF_AGE
+    from censusrecon.microdata.census import AGE_BIN38_OF_AGE
 
     big = 20_000
     b, s, a = rng.integers(0, 40, big), rng.integers(0, 2, big), rng.integers(0, 90, big)
@@ -190,8 +191,8 @@ def test_a_commercial_file_without_errors_reproduces_the_perfect_files_results()
     assert set(g.block[g.person >= 0].tolist()) <= {3, 7, 11} and set(g.block.tolist()) <= {3, 7, 11}
 
 def test_zero_variability_and_agreement_by_the_bureaus_block_size_bins():
-    from experiments.exact_eval import by_block_size
-    from experiments.report import bureau_table
+    from censusrecon.experiments.exact_eval import by_block_size
+    from censusrecon.experiments.report import bureau_table
 
     dom = _dom()
     # block 0: 3 persons (bin 1-9), reconstructed right; block 1: 12 persons (bin 10-49), half of them
@@ -249,15 +250,15 @@ def test_zero_variability_and_agreement_by_the_bureaus_block_size_bins():
 def test_each_of_the_bureaus_experiments_gets_its_own_figures_and_other_tables_get_none(root):
     """All 34 tables, the block tables only (rHDF b) and the 32 without P8 and P10 are the Bureau's three
     experiments: each is compared with its own figures, "—" where it published none; other tables with none."""
-    from experiments.exact_eval import by_block_size
-    from experiments.report import BUREAU_EXPERIMENTS, bureau_reference, bureau_table
+    from censusrecon.experiments.exact_eval import by_block_size
+    from censusrecon.experiments.report import BUREAU_EXPERIMENTS, bureau_reference, bureau_table
 
     def ref(tables):
         return bureau_reference(load_config(root / "configs" / "census" / "exact_state.yaml", [f"queries.tables={tables}"]))
 
     full, block_only, thirty_two = BUREAU_EXPERIMENTS
     assert ref("sf1") is full and ref("[P1, P12, P12A, P14]") is None and ref("race_hispanic") is None
-    from microdata.census import TABLE_SETS
+    from censusrecon.microdata.census import TABLE_SETS
 
     sf1 = list(TABLE_SETS["sf1"])
     assert ref("[" + ", ".join(t for t in sf1 if not t.startswith("PCT")) + "]") is block_only
@@ -291,7 +292,7 @@ def test_links_are_confirmed_on_the_age_bin_and_the_vulnerable_group_keeps_recor
     """The Bureau's rules: a link is confirmed on exact age, failing that on the 38-bin group, whichever
     pass made it; a commercial record of a vulnerable person counts in the group only when it names
     their own block (HDSR Table 6's notes)."""
-    from experiments.reid import AttackerFile, reidentify
+    from censusrecon.experiments.reid import AttackerFile, reidentify
 
     block, sex, age, re = (np.array([0, 0]), np.array([0, 1]), np.array([30, 50]), np.array([1, 0]))
     vulnerable = np.array([True, False])
@@ -322,13 +323,13 @@ def test_the_exact_attack_on_swapped_tables_confirms_against_d_and_reports_the_s
     assert {"exact", "hdf", "modal"} <= set(reid.method) and (reid.confirmed <= reid.putative).all()
     hdf = reid[(reid.method == "hdf") & (reid.attacker_file == "perfect") & (reid.group == "all")]
     assert 0 < hdf.precision.iloc[0] < 1  # the swapped records' races are not their persons'
-    from experiments.report import bureau_table
+    from censusrecon.experiments.report import bureau_table
 
     rows = {(r[0], r[1]): r[2:] for r in bureau_table([u], reid)[1]}
     ours, theirs = rows[("agreement of the swapped file with D (HDF vs CEF), exact age", "all blocks")]
     assert ours == f"{100 * agree.loc['hdf', 'agree_exact_age']:.1f}%" and theirs == "96.3%"
     assert ("reidentification precision, perfect attacker file", "hdf, all persons") in rows
-    from experiments.report import write_run_report
+    from censusrecon.experiments.report import write_run_report
 
     text = write_run_report(run).read_text()
     assert "tabulated from a swapped file" in text

@@ -2,11 +2,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.metrics import (average_curves, band_kind, block_classes, calibration, effective_u, k_grid,
+from censusrecon.experiments.metrics import (average_curves, band_kind, block_classes, calibration, effective_u, k_grid,
                                  lift_by_baseline, match_rate_curve, persons_by_block_size, persons_reconstructed,
                                  summarise_persons)
-from microdata.errors import CensusReconError
-from microdata.ranking import Ranking, rank_by_frequency
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.ranking import Ranking, rank_by_frequency
 
 
 def test_hand_computed_match_rate_is_over_k_and_a_short_list_stops_matching():
@@ -196,7 +196,7 @@ def test_average_curves_reads_each_unit_on_a_common_k_over_u_axis():
 
 
 def test_strength_reads_the_first_k_runs_as_the_attack_with_k_runs():
-    from experiments.metrics import saturation, saturation_words, strength_by_runs, strength_prefixes
+    from censusrecon.experiments.metrics import saturation, saturation_words, strength_by_runs, strength_prefixes
 
     assert strength_prefixes(100) == [12, 25, 50, 100] and strength_prefixes(24) == [3, 6, 12, 24]
     assert strength_prefixes(2) == [1, 2] and strength_prefixes(1) == [1]
@@ -222,7 +222,7 @@ def test_strength_reads_the_first_k_runs_as_the_attack_with_k_runs():
 def test_the_strength_sentence_says_whether_more_runs_could_change_the_verdict():
     import pandas as pd
 
-    from experiments.release.report import doublings_to_reach, strength_sentence
+    from censusrecon.experiments.release.report import doublings_to_reach, strength_sentence
 
     assert doublings_to_reach(246, 6) == 41 and doublings_to_reach(10, 5) == 2 and doublings_to_reach(11, 5) == 3
     assert doublings_to_reach(0, 5) is None and doublings_to_reach(-3, 5) is None and doublings_to_reach(10, 0) is None

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.config import load_config
-from experiments.runner import run_experiment
+from censusrecon.experiments.config import load_config
+from censusrecon.experiments.runner import run_experiment
 from tests.acs_fixture import make_acs_root
 
 PAPER = Path(__file__).resolve().parents[2] / "configs" / "paper"

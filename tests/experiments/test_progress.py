@@ -2,7 +2,7 @@
 
 import io
 
-from experiments.progress import UnitProgress
+from censusrecon.experiments.progress import UnitProgress
 
 
 def test_off_a_terminal_each_unit_done_is_one_line_and_units_found_done_are_counted_silently():

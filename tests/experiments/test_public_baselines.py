@@ -4,12 +4,12 @@ the block list) fixed, and every baseline's ranking stays the same."""
 import numpy as np
 import pytest
 
-from baselines.holdout import holdout_split
-from baselines.priors import ChancePrior
-from experiments.config import load_config
-from experiments.problem import stable_seed, load_population, resolve, select_units
-from microdata.dataset import Dataset
-from microdata.domain import Domain
+from censusrecon.baselines.holdout import holdout_split
+from censusrecon.baselines.priors import ChancePrior
+from censusrecon.experiments.config import load_config
+from censusrecon.experiments.problem import stable_seed, load_population, resolve, select_units
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Domain
 
 
 def _private_rows(pop, cfg, unit):

@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.config import ConfigError, load_config
-from experiments.release.evaluate import evaluate_release
-from synth import registry
-from synth.publishing import ReleaseInputs, tables_published
-from synth.release import workload_counts
+from censusrecon.experiments.config import ConfigError, load_config
+from censusrecon.experiments.release.evaluate import evaluate_release
+from censusrecon.synth import registry
+from censusrecon.synth.publishing import ReleaseInputs, tables_published
+from censusrecon.synth.release import workload_counts
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.cli import main
-from experiments.config import ConfigError, ToleranceConfig, load_config, parse_config
-from experiments.release.evaluate import evaluate_release, lift_table
+from censusrecon.experiments.cli import main
+from censusrecon.experiments.config import ConfigError, ToleranceConfig, load_config, parse_config
+from censusrecon.experiments.release.evaluate import evaluate_release, lift_table
 
 
 _RESOLVED: dict = {}  # how often release_run's evaluation read the data and chose its units
@@ -19,7 +19,7 @@ _RESOLVED: dict = {}  # how often release_run's evaluation read the data and cho
 def release_run(tmp_path_factory, root=None):
     from pathlib import Path
 
-    import experiments.problem as problem
+    import censusrecon.experiments.problem as problem
 
     root = Path(__file__).resolve().parents[2]
     out = tmp_path_factory.mktemp("rel")
@@ -76,7 +76,7 @@ def test_release_evaluation_writes_its_files(release_run):
 
 
 def test_the_report_gives_anonymeter_risks_of_every_published_microdata_file(release_run):
-    from experiments.release.risks import anonymeter_python
+    from censusrecon.experiments.release.risks import anonymeter_python
 
     if anonymeter_python() is None:
         pytest.skip("no anonymeter environment (make risk-env)")
@@ -125,7 +125,7 @@ def _hand_made(exact_rap, eps8_rap, sizes=(20, 20, 20)):
 
 
 def test_release_persons_and_verdict_on_hand_made_numbers():
-    from experiments.release.report import BEST_ATTACK, release_persons, summarise_release_persons, verdict_rows
+    from censusrecon.experiments.release.report import BEST_ATTACK, release_persons, summarise_release_persons, verdict_rows
 
     per = release_persons(_hand_made([40, 45, 42], [30, 33, 32]))
     assert set(per.best_baseline) == {"holdout"}
@@ -155,7 +155,7 @@ def test_release_persons_and_verdict_on_hand_made_numbers():
 def test_not_significant_is_not_safe_when_the_upper_limit_exceeds_the_tolerance():
     """ε = 1's excess (+1 per unit, interval −1.5 to +3.5) is not significantly above the best guess, but
     its upper limit 2.686 exceeds 2 tolerated: not shown safe, with the units that would decide."""
-    from experiments.release.report import release_persons, summarise_release_persons, verdict_rows
+    from censusrecon.experiments.release.report import release_persons, summarise_release_persons, verdict_rows
 
     per = release_persons(_hand_made([40, 45, 42], [30, 33, 32]))
     tol = ToleranceConfig(per_unit=2)
@@ -179,7 +179,7 @@ def test_units_of_different_sizes_are_judged_on_the_share_of_their_unique_person
     2 more: shares 0.01, 0, 0.00667 against 1% tolerated; margins 0, −0.01, −0.00333 (mean −0.00444,
     sd 0.00509): upper limit 0.01 − 0.00444 + t(0.95, 2)·0.00509/√3 = 0.01414 > 0.01, not shown safe,
     and 0.01 + the margin's mean = 0.00556 is the excess its plan quotes."""
-    from experiments.release.report import release_persons, summarise_release_persons, verdict_rows
+    from censusrecon.experiments.release.report import release_persons, summarise_release_persons, verdict_rows
 
     util = pd.DataFrame(columns=["variant", "mechanism", "setting", "table", "cells", "mae_per_cell",
                                  "share_off_10pct"])
@@ -203,7 +203,7 @@ def test_units_of_different_sizes_are_judged_on_the_share_of_their_unique_person
 
 def test_a_later_setting_is_never_called_safe_after_one_that_is_not():
     """The fixed sequence stops at ε = 1 (not shown safe): ε = 8, whose excess is exactly 0, is not named."""
-    from experiments.release.report import release_persons, summarise_release_persons, verdict_rows
+    from censusrecon.experiments.release.report import release_persons, summarise_release_persons, verdict_rows
 
     per = release_persons(_hand_made([40, 45, 42], [10, 12, 11]))
     tol = ToleranceConfig(per_unit=2)
@@ -214,7 +214,7 @@ def test_a_later_setting_is_never_called_safe_after_one_that_is_not():
 
 
 def test_verdict_says_when_it_cannot_decide_and_when_no_setting_is_safe():
-    from experiments.release.report import release_persons, summarise_release_persons, verdict_rows
+    from censusrecon.experiments.release.report import release_persons, summarise_release_persons, verdict_rows
 
     util = pd.DataFrame(columns=["variant", "mechanism", "setting", "table", "cells", "mae_per_cell",
                                  "share_off_10pct"])
@@ -241,9 +241,9 @@ def test_evaluate_release_prints_the_answer_and_fails_on_a_failed_audit(release_
     than the best guess (cannot decide, exit 3, with what would decide it), then with a failed audit (exit 4)."""
     import shutil
 
-    import experiments.release.evaluate as release
-    from experiments.release.decision import decide
-    from experiments.release.report import load_audits, summarise_release_persons
+    import censusrecon.experiments.release.evaluate as release
+    from censusrecon.experiments.release.decision import decide
+    from censusrecon.experiments.release.report import load_audits, summarise_release_persons
 
     run = tmp_path / "release"
     shutil.copytree(release_run, run)
@@ -336,7 +336,7 @@ def test_release_config_errors():
 
 
 def test_ledger_entries_carry_only_their_own_invariants(compact_agency):
-    from experiments.release.publish import own_invariants
+    from censusrecon.experiments.release.publish import own_invariants
 
     cfg = load_config(compact_agency, ["release.invariants=[root_total, unit_total]"])
     assert own_invariants(cfg, "topdown", True) == ["root_total"]
@@ -347,7 +347,7 @@ def test_ledger_entries_carry_only_their_own_invariants(compact_agency):
 
 
 def test_units_chosen_by_their_size_are_recorded_as_outside_epsilon(release_run, compact_agency):
-    from experiments.release.report import unit_selection
+    from censusrecon.experiments.release.report import unit_selection
 
     ledger = json.loads((release_run / "ledger.json").read_text())
     assert ledger["unit_selection"]["data_dependent"]  # release_tiny picks 2 tracts among those of >= 20 persons
@@ -394,14 +394,14 @@ def test_the_decision_is_on_the_first_screen_of_the_report(release_run):
 def test_the_table_error_printed_is_the_cell_weighted_error_of_the_published_tables(root, capsys):
     """Recomputed from a published release cell by cell (every cell of the declared tables once, no derived
     totals): the figure the verdict and the terminal print."""
-    from experiments.problem import build_workload, resolve, select_units
-    from experiments.release.publish import publish
-    from experiments.release.report import utility_summary
-    from synth.keyed import KeyedNoise
-    from synth.release import table_utility, totals_utility, workload_counts
+    from censusrecon.experiments.problem import build_workload, resolve, select_units
+    from censusrecon.experiments.release.publish import publish
+    from censusrecon.experiments.release.report import utility_summary
+    from censusrecon.synth.keyed import KeyedNoise
+    from censusrecon.synth.release import table_utility, totals_utility, workload_counts
 
     cfg = load_config(root / "configs" / "release_tiny.yaml", ["target.with_block=[true]"])
-    from experiments.problem import load_population
+    from censusrecon.experiments.problem import load_population
 
     pop = load_population(cfg)
     rows, cells, errs = [], 0, 0.0
@@ -424,7 +424,7 @@ def test_evaluate_release_reuses_the_audit_that_censusrecon_audit_ran_on_the_sam
         root, tmp_path, monkeypatch, capsys):
     """`censusrecon audit` then `evaluate-release` of the same config: the audit stands and is not run
     again (the report says whose it is); another config (here another audit seed) runs its own."""
-    import experiments.release.evaluate as release
+    import censusrecon.experiments.release.evaluate as release
 
     monkeypatch.chdir(tmp_path)  # the audit command records under ./results
     over = ["release.mechanisms=[laplace_tables]", "release.epsilons=[1.0]", "attack.runs=2", "attack.steps=20",
@@ -447,10 +447,10 @@ def test_published_rows_agreement_picks_exact_and_binned_by_the_age_attribute():
     """rows_agreement on hand-made rows: with single-year AGE (SF1's 116 years) both the exact and the binned
     counts (ages 30 and 31 share the group 30-34: binned only); with AGE the 38 groups only the binned one; with
     another age coding, or without BLOCK, nothing (the Bureau's measure is not defined there)."""
-    from experiments.release.evaluate import rows_agreement
-    from microdata.census import AGE_BIN38_OF_AGE, AGE_BINS_38_LABELS
-    from microdata.dataset import Dataset
-    from microdata.domain import Domain
+    from censusrecon.experiments.release.evaluate import rows_agreement
+    from censusrecon.microdata.census import AGE_BIN38_OF_AGE, AGE_BINS_38_LABELS
+    from censusrecon.microdata.dataset import Dataset
+    from censusrecon.microdata.domain import Domain
 
     single = Domain.from_dict({"BLOCK": ["0", "1"], "AGE": [str(a) for a in range(len(AGE_BIN38_OF_AGE))],
                                "SEX": ["1", "2"]})

@@ -8,22 +8,23 @@ import pandas as pd
 import numpy as np
 import pytest
 
-import experiments.problem
-import experiments.release.publish
-import experiments.release.topdown
-import synth.histogram
-import synth.noise
-import synth.release
-from experiments.cli import main
-from experiments.config import ConfigError, load_config
-from experiments.problem import build_workload, load_population, resolve, select_units
-from experiments.release.publish import publish
-from experiments.release.audit import audit_release
-from microdata.dataset import Dataset
-from microdata.geography import FROM_ROWS
-from synth.audit import ReplayNoise
-from synth.mechanism import marginal_sensitivity
-from synth.noise import SimulationNoise
+import censusrecon.experiments.problem
+import censusrecon.experiments.release.publish
+import censusrecon.experiments.release.topdown
+import censusrecon.synth.histogram
+import censusrecon.synth.noise
+import censusrecon.synth.release
+from censusrecon import experiments, synth
+from censusrecon.experiments.cli import main
+from censusrecon.experiments.config import ConfigError, load_config
+from censusrecon.experiments.problem import build_workload, load_population, resolve, select_units
+from censusrecon.experiments.release.publish import publish
+from censusrecon.experiments.release.audit import audit_release
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.geography import FROM_ROWS
+from censusrecon.synth.audit import ReplayNoise
+from censusrecon.synth.mechanism import marginal_sensitivity
+from censusrecon.synth.noise import SimulationNoise
 
 SMALL = ["release.epsilons=[1.0]", "release.audit.runs=20000", "target.units=1"]
 
@@ -108,7 +109,7 @@ def test_an_audit_whose_accounting_check_could_not_run_is_inconclusive_and_never
                                                                                                    monkeypatch):
     """Where OpenDP is missing the accounting check cannot run: every other check passes, which the old audit
     called "passed"; now the outcome is inconclusive, the terminal says so, and the exit status is 3, not 0."""
-    import experiments.release.audit as audit
+    import censusrecon.experiments.release.audit as audit
 
     monkeypatch.setattr(audit, "_tables_accounting",
                         lambda record, eps, sens: ("not run: OpenDP is not installed (pip install 'censusrecon[dp]')",
@@ -144,7 +145,7 @@ def test_a_one_person_block_changes_no_shape_when_its_resident_is_replaced(root)
         moved_ids[lv][lone] = geo.ids[lv][elsewhere]
     codes = pop.codes.copy()
     codes[lone] = pop.codes[elsewhere]
-    from microdata.geography import Geography
+    from censusrecon.microdata.geography import Geography
 
     neighbour = Dataset(pop.domain, codes, Geography(geo.levels, moved_ids, catalogue=geo.catalogue))
     assert blocks[0] not in set(neighbour.geography.units("block")[neighbour.geography.mask("tract", unit)].tolist())
@@ -163,7 +164,7 @@ def test_a_one_person_block_changes_no_shape_when_its_resident_is_replaced(root)
 
 
 def test_the_ledger_names_the_public_source_of_the_block_list(root, tmp_path):
-    from experiments.release.evaluate import evaluate_release
+    from censusrecon.experiments.release.evaluate import evaluate_release
 
     cfg = load_config(root / "configs" / "release_tiny.yaml",
                       ["target.units=1", "target.with_block=[true]", "release.epsilons=[1.0]", "attack.runs=2",
@@ -200,8 +201,8 @@ def test_under_add_remove_no_release_depends_on_n(mechanism, root):
 
 
 def test_a_data_derived_block_list_is_refused_unless_declared(root, tmp_path, monkeypatch):
-    from experiments.config import ConfigError
-    from experiments.release.evaluate import evaluate_release
+    from censusrecon.experiments.config import ConfigError
+    from censusrecon.experiments.release.evaluate import evaluate_release
 
     from_rows = BUGS["a block list taken from the persons"][1][(experiments.problem.Study, "blocks")]
     monkeypatch.setattr(experiments.problem.Study, "blocks", from_rows)
@@ -240,7 +241,7 @@ def test_topdown_passes_the_audit_on_its_production_path(accounting, compact_age
 
 
 def test_swapping_is_not_audited_and_its_ledger_entry_says_it_is_not_dp(tmp_path, compact_agency):
-    from experiments.release.evaluate import evaluate_release
+    from censusrecon.experiments.release.evaluate import evaluate_release
 
     cfg = load_config(compact_agency,
                       ['target.unit_ids=["01001000100"]', "release.epsilons=[2.0]", "release.swap_rates=[0.2]",
@@ -281,7 +282,7 @@ def test_swapping_is_not_audited_and_its_ledger_entry_says_it_is_not_dp(tmp_path
         assert phrase in text, phrase
     # the compact population: no figure of the Bureau's 2010 population is printed beside its own
     assert "Census Bureau: 2020 TopDown, production settings" not in text and "18.9%" not in text
-    from experiments.release.report import bureau_table
+    from censusrecon.experiments.release.report import bureau_table
 
     for shaped in (True, False):  # a 2010-shaped population gets the Bureau's rows beside its own
         rows = bureau_table(run, True, with_reference=shaped)[1]
@@ -302,7 +303,7 @@ def test_the_cells_a_row_is_counted_in_are_its_one_row_counts(seed):
     """The auditor's cells of each row (computed only over the queries some row can be in) are exactly the
     workload's own counts of that row alone: rows of one block and rows of several, census tables per block
     and per tract."""
-    from experiments.release.yardstick import cells_of
+    from censusrecon.experiments.release.yardstick import cells_of
     from tests.reconstruct.test_product_plan import _random_workload
 
     w = _random_workload(seed)
@@ -318,8 +319,8 @@ def test_the_cells_a_row_is_counted_in_are_its_one_row_counts(seed):
 def test_a_check_that_could_not_run_on_one_unit_leaves_the_mechanism_inconclusive():
     """Combining units: a failure on any unit fails; else a check one unit could not run is "not run" for the
     mechanism, whatever the others said (the old combination kept the first unit's "pass")."""
-    from experiments.release.audit import _combine_units
-    from synth.audit import AuditResult
+    from censusrecon.experiments.release.audit import _combine_units
+    from censusrecon.synth.audit import AuditResult
 
     def unit(name, **checks):
         return AuditResult("program:p", 1.0, 0.2, 100, 0.95, "e", checks, {"unit": name})

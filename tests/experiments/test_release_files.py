@@ -8,12 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.cli import main
-from experiments.config import ConfigError, load_config
-from experiments.problem import load_population, occupied_units, resolve, select_units
-from experiments.release.files import read_release_files, template, unit_layout
-from microdata.example import write_agency_example
-from synth.release import workload_counts
+from censusrecon.experiments.cli import main
+from censusrecon.experiments.config import ConfigError, load_config
+from censusrecon.experiments.problem import load_population, occupied_units, resolve, select_units
+from censusrecon.experiments.release.files import read_release_files, template, unit_layout
+from censusrecon.microdata.example import write_agency_example
+from censusrecon.synth.release import workload_counts
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "agency" / "own_release.yaml"
@@ -83,7 +83,7 @@ def test_every_row_maps_to_its_query_and_copies_of_one_query_are_averaged(agency
 def test_the_example_agencys_own_pipeline_writes_the_layout_the_tool_reads(agency):
     """Made by separate code (pandas, microdata.example), with noise too small to move a count: it reads
     back as the exact tables of every unit evaluated, and its other tracts' rows are skipped."""
-    from microdata.example import write_agency_release
+    from censusrecon.microdata.example import write_agency_release
 
     d, over, truth, units = agency
     path = write_agency_release(d / "inputs", epsilon=1e9, force=True)
@@ -168,7 +168,7 @@ def test_a_file_is_evaluated_beside_the_tools_own_release_with_its_table_error_a
     status = main(["evaluate-release", str(CONFIG), "--out", str(d / "results"), "--no-progress", *sets])
     said = capsys.readouterr().out
     rel = next((d / "results" / "agency_own_release").iterdir()) / "release"
-    from experiments.release.decision import load_decision
+    from censusrecon.experiments.release.decision import load_decision
 
     decision = load_decision(rel)  # laplace_tables on the simulation backend, cell key and swapping not DP
     assert status == decision.exit_status() == 5 and "file:agency" in said and "file:unprotected" in said
@@ -205,7 +205,7 @@ def test_a_microdata_file_is_read_with_the_person_files_codes_and_tabulated(agen
     cfg = load_config(CONFIG, over + [f"release.files=[{{name: rows, kind: microdata, path: {path}}}]"])
     pop = load_population(cfg)
     mf = read_release_files(resolve(cfg, pop), units)[("file:rows", 0.0)]
-    from experiments.release.files import file_published
+    from censusrecon.experiments.release.files import file_published
 
     lay = unit_layout(resolve(cfg, pop), units[0], True)
     pub = file_published("file:rows", mf, units[0], True, lay.workload)

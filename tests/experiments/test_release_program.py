@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.config import ConfigError, load_config
-from experiments.problem import load_population, resolve
-from experiments.release.audit import audit_release
-from synth.adapters import opendp_tables
-from synth.adapters.contract import most_cells_per_person, true_counts
+from censusrecon.experiments.config import ConfigError, load_config
+from censusrecon.experiments.problem import load_population, resolve
+from censusrecon.experiments.release.audit import audit_release
+from censusrecon.synth.adapters import opendp_tables
+from censusrecon.synth.adapters.contract import most_cells_per_person, true_counts
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "agency" / "own_release.yaml"
@@ -79,7 +79,7 @@ def test_a_copy_of_the_opendp_adapter_with_half_its_noise_fails_its_black_box_au
 
 
 def test_a_program_is_run_over_the_grid_attacked_and_audited_end_to_end_as_a_command(agency, capsys):
-    from experiments.cli import main
+    from censusrecon.experiments.cli import main
 
     d, over = agency
     command = f"{{name: opendp_cmd, command: [{sys.executable}, {ROOT / 'synth' / 'adapters' / 'opendp_tables.py'}], " \
@@ -122,7 +122,7 @@ def test_a_program_that_breaks_the_contract_is_a_one_line_error(agency, tmp_path
 def test_the_repeat_and_call_shape_checks_on_hand_made_noise():
     """Repeats: rows that agree by chance on few cells of little noise are expected (not a failure); one repeated
     row among many cells is not. Call shape: the same law passes, half the scale fails."""
-    from experiments.release.audit import _call_shape_check, repeats_pvalue
+    from censusrecon.experiments.release.audit import _call_shape_check, repeats_pvalue
 
     rng = np.random.default_rng(1)
     few = rng.integers(-1, 2, (500, 3))  # 27 possible rows: about C(500, 2) / 27 = 4,620 identical pairs by chance
@@ -163,7 +163,7 @@ def test_a_program_that_halves_its_noise_when_asked_for_one_release_fails_in_eit
     assert r.outcome == "failed" and r.checks["noise_scale"].startswith("fail"), r.checks_summary()
     [unit] = r.details["per_unit"].values()
     assert unit["program_calls"].startswith("one release per call")
-    _, study = _program(over, "{name: honest, function: 'synth.adapters.opendp_tables:release', noise: laplace, "
+    _, study = _program(over, "{name: honest, function: 'censusrecon.synth.adapters.opendp_tables:release', noise: laplace, "
                               "audit_runs: 150}", "release.audit.runs=1000")
     [r] = audit_release(study, seed=5)
     assert r.outcome == "passed", r.checks_summary()
@@ -185,7 +185,7 @@ def test_a_program_whose_seed_is_written_in_it_fails_on_its_repeated_noise(agenc
 
 def test_a_program_at_twice_its_epsilon_on_small_units_fails_an_audit_covering_the_size_range(agency):
     """Class 4: the old default audited the largest unit alone, where this program is honest."""
-    from experiments.release.audit import unit_roles
+    from censusrecon.experiments.release.audit import unit_roles
 
     _, over = agency
     spec = f"{{name: small, function: '{Path(__file__)}:doubled_on_small_units', noise: laplace, calls: batch, " \
@@ -208,10 +208,10 @@ def test_a_program_at_twice_its_epsilon_on_small_units_fails_an_audit_covering_t
 def test_an_audit_that_cannot_certify_the_declared_epsilon_is_inconclusive_never_passed(agency, capsys):
     """Class 5: undeclared noise at 10 releases per neighbour: the old audit said "passed"; the bound alone certifies
     nothing, so the audit says inconclusive, how many releases would certify, and exits 3, not 0."""
-    from experiments.cli import EXIT_UNDECIDED, main
+    from censusrecon.experiments.cli import EXIT_UNDECIDED, main
 
     d, over = agency
-    spec = "{name: quiet, function: 'synth.adapters.opendp_tables:release', audit_runs: 10}"
+    spec = "{name: quiet, function: 'censusrecon.synth.adapters.opendp_tables:release', audit_runs: 10}"
     _, study = _program(over, spec, "release.audit.runs=1000")
     [r] = audit_release(study, seed=5)
     assert not r.failed_checks() and r.epsilon_lower_bound <= r.declared_epsilon  # what the old audit called passed
@@ -253,7 +253,7 @@ def test_a_missing_program_environment_fails_before_any_work_naming_its_make_tar
     """Issue 52's snag: own_release.yaml attacked ten releases for 73 s before failing on a missing .venv-tumult."""
     import time
 
-    from experiments.cli import main
+    from censusrecon.experiments.cli import main
 
     d, over = agency
     missing = tmp_path / ".venv-tumult" / "bin" / "python"

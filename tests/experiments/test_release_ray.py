@@ -17,7 +17,7 @@ SETS = ["target.units=4", "release.mechanisms=[laplace_tables, cell_key]", "rele
 
 
 def _cmd(root: Path, out: Path, backend: str) -> list[str]:
-    cmd = [sys.executable, "-m", "experiments.cli", "evaluate-release", str(root / "configs" / "release_tiny.yaml"),
+    cmd = [sys.executable, "-m", "censusrecon.experiments.cli", "evaluate-release", str(root / "configs" / "release_tiny.yaml"),
            "--backend", backend, "--out", str(out), "--no-progress"]
     for s in SETS:
         cmd += ["--set", s]

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.release.risks import PYTHON_ENV, RiskJob, anonymeter_python, measure
+from censusrecon.experiments.release.risks import PYTHON_ENV, RiskJob, anonymeter_python, measure
 
 needs_anonymeter = pytest.mark.skipif(anonymeter_python() is None, reason="no anonymeter environment (make risk-env)")
 

@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.config import load_config
-from experiments.problem import load_population, resolve, select_units
-from experiments.release.audit import audit_release
-from experiments.release.files import unit_layout
-from experiments.release.program import program_inputs, run_program
-from synth.release import workload_counts
+from censusrecon.experiments.config import load_config
+from censusrecon.experiments.problem import load_population, resolve, select_units
+from censusrecon.experiments.release.audit import audit_release
+from censusrecon.experiments.release.files import unit_layout
+from censusrecon.experiments.release.program import program_inputs, run_program
+from censusrecon.synth.release import workload_counts
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "agency" / "own_release.yaml"
@@ -60,7 +60,7 @@ def test_the_smartnoise_audit_is_inconclusive_and_says_how_far_a_few_releases_re
 
 
 def _first_measurements_audit(cfg, eps=2.0):
-    from experiments.release.audit import _audit_first_measurements, _program_instance, _unit_instance
+    from censusrecon.experiments.release.audit import _audit_first_measurements, _program_instance, _unit_instance
 
     pop = load_population(cfg)
     unit, cache = select_units(pop, cfg)[0], {}

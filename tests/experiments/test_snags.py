@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from experiments.cli import main
-from experiments.config import ConfigError, load_config, parse_config
-from experiments.problem import load_population, resolve, select_units
-from microdata.example import write_agency_example
+from censusrecon.experiments.cli import main
+from censusrecon.experiments.config import ConfigError, load_config, parse_config
+from censusrecon.experiments.problem import load_population, resolve, select_units
+from censusrecon.microdata.example import write_agency_example
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,7 +106,7 @@ def test_a_redistricting_ppmf_without_qage_names_its_file(capsys):
 def test_no_progress_bar_off_a_terminal_but_a_line_per_audit(capsys, root):
     """The audit's bar (and every other) stays off when stderr is not a terminal, as under pytest; the audit
     still says what it does: a line per mechanism and ε, with the time left; nothing with progress off."""
-    from experiments.release.audit import audit_release
+    from censusrecon.experiments.release.audit import audit_release
 
     cfg = load_config(root / "configs" / "release_tiny.yaml", ["release.audit.runs=2000", "release.epsilons=[1.0, 4.0]",
                                                                "release.mechanisms=[laplace_tables]"])
@@ -170,8 +170,8 @@ def test_example_data_never_replaces_a_users_file(tmp_path, capsys):
 def test_a_failed_run_leaves_nothing_behind_and_keeps_finished_work(tmp_path, capsys, monkeypatch):
     """A run or release evaluation that fails before finishing anything leaves no folder; one that had
     finished files keeps them and says where (a rerun resumes from them)."""
-    import experiments.release.evaluate as release
-    import experiments.runner as runner
+    import censusrecon.experiments.release.evaluate as release
+    import censusrecon.experiments.runner as runner
 
     def boom(*a, **k):
         raise RuntimeError("disk on fire")
@@ -182,7 +182,7 @@ def test_a_failed_run_leaves_nothing_behind_and_keeps_finished_work(tmp_path, ca
     monkeypatch.setattr(release, "Ledger", boom)
     assert main(["evaluate-release", str(ROOT / "configs" / "release_tiny.yaml"), "--out", str(out),
                  "--no-progress"]) == 1
-    import experiments.sweep as sweep
+    import censusrecon.experiments.sweep as sweep
 
     monkeypatch.setattr(sweep, "plan_tasks", lambda cfg: [])
     monkeypatch.setattr(sweep, "code_fingerprint", boom)
@@ -190,7 +190,7 @@ def test_a_failed_run_leaves_nothing_behind_and_keeps_finished_work(tmp_path, ca
     assert list(out.iterdir()) == []
     capsys.readouterr()
     # finished work is kept and named
-    from experiments.results import nothing_half_made
+    from censusrecon.experiments.results import nothing_half_made
 
     kept = out / "x" / "y"
     with pytest.raises(RuntimeError), nothing_half_made(kept):

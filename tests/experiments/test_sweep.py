@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments.config import ConfigError, load_config
-from experiments.sweep import TaskProgress, plan_tasks, running_lines, sweep
+from censusrecon.experiments.config import ConfigError, load_config
+from censusrecon.experiments.sweep import TaskProgress, plan_tasks, running_lines, sweep
 
 OVERRIDES = ["target.units=2", "target.with_block=[false]", "attack.init=[random]", "attack.runs=2",
              "attack.steps=20", "attack.rows=40", "sweep.seeds=[0,1]", "sweep.num_cpus=2", "grid_points=10"]
@@ -75,7 +75,7 @@ EXACT_STATE = ["data.population.shape=compact", "data.population.counties_per_st
 
 
 def test_an_exact_sweep_attacks_every_tract_and_pools_them_beside_the_bureau(tmp_path, root):
-    from experiments.report import pooled_by_size
+    from censusrecon.experiments.report import pooled_by_size
 
     cfg = load_config(root / "configs" / "census" / "exact_state.yaml",  # two tracts: a pool of more than one
                       EXACT_STATE + ["data.population.counties_per_state=1", "data.population.tracts_per_county=2"])
@@ -108,7 +108,7 @@ def test_an_exact_sweep_attacks_every_tract_and_pools_them_beside_the_bureau(tmp
     other = sweep(load_config(root / "configs" / "census" / "exact_state.yaml", EXACT_STATE + [
         "data.population.counties_per_state=1", "data.population.tracts_per_county=2", "data.seed=1", "seed=1"]),
         tmp_path, "local", progress=False)
-    from experiments.cli import main
+    from censusrecon.experiments.cli import main
 
     assert main(["report", str(run_dir), other["run_dir"]]) == 0
     seeds = (run_dir.parent / "seeds_report.md").read_text()
@@ -127,7 +127,7 @@ def test_an_exact_sweep_attacks_every_tract_and_pools_them_beside_the_bureau(tmp
 
 def test_ray_exact_sweep_killed_with_sigkill_loses_no_finished_tract_and_recomputes_none(tmp_path, root):
     pytest.importorskip("ray")
-    cmd = [sys.executable, "-m", "experiments.cli", "sweep", str(root / "configs" / "census" / "exact_state.yaml"),
+    cmd = [sys.executable, "-m", "censusrecon.experiments.cli", "sweep", str(root / "configs" / "census" / "exact_state.yaml"),
            "--backend", "ray", "--out", str(tmp_path), "--no-progress", "--set", "sweep.num_cpus=2"]
     for o in EXACT_STATE + ["data.population.tracts_per_county=2"]:
         cmd += ["--set", o]
@@ -167,8 +167,8 @@ def test_ray_exact_sweep_killed_with_sigkill_loses_no_finished_tract_and_recompu
 
 
 def test_a_sweep_task_gives_the_same_curves_as_the_full_run(tmp_path, root):
-    from experiments.problem import load_population, resolve, select_units
-    from experiments.runner import run_unit
+    from censusrecon.experiments.problem import load_population, resolve, select_units
+    from censusrecon.experiments.runner import run_unit
 
     cfg = load_config(root / "configs" / "tiny.yaml", OVERRIDES)
     pop = load_population(cfg)
@@ -181,7 +181,7 @@ def test_a_sweep_task_gives_the_same_curves_as_the_full_run(tmp_path, root):
 
 
 def test_the_spread_between_seeds_is_the_lowest_and_highest_figure_of_each_row():
-    from experiments.report import spread_rows
+    from censusrecon.experiments.report import spread_rows
 
     one = [["solvar 0, % of blocks", "all blocks", "70.0% (7 of 10)", "69.4%"], ["agreement", "all blocks", "n/a", "48.5%"],
            ["only here", "x", "5.0%", "—"]]

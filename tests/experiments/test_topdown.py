@@ -5,15 +5,15 @@ published table, and the same shape for neighbours that empty a block or a whole
 import numpy as np
 import pytest
 
-from experiments.config import load_config
-from experiments.problem import build_workload, load_population, resolve
-from experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
-from experiments.release.audit import _topdown_structure
-from microdata.dataset import Dataset
-from microdata.geography import Geography
-from synth.noise import SimulationNoise
-from synth.release import workload_counts
-from synth.topdown import check_consistent
+from censusrecon.experiments.config import load_config
+from censusrecon.experiments.problem import build_workload, load_population, resolve
+from censusrecon.experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
+from censusrecon.experiments.release.audit import _topdown_structure
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.geography import Geography
+from censusrecon.synth.noise import SimulationNoise
+from censusrecon.synth.release import workload_counts
+from censusrecon.synth.topdown import check_consistent
 
 UNIT = "01001000100"
 
@@ -76,7 +76,7 @@ def test_a_county_target_keeps_its_tracts_in_the_tree_and_publishes_tract_tables
     """Attacking whole counties with SF1's tract table PCT12: the tree keeps the tract level between
     the county and its blocks (as 2020's did), the county's blocks are its leaves in the order of its
     BLOCK values, and PCT12 is published per tract, each over its listed blocks."""
-    from experiments.release.topdown import topdown_shape
+    from censusrecon.experiments.release.topdown import topdown_shape
 
     cfg = load_config(compact_agency,
                       ["target.level=county", "target.unit_ids=['01001']", "release.topdown.root=state",
@@ -96,7 +96,7 @@ def test_a_county_target_keeps_its_tracts_in_the_tree_and_publishes_tract_tables
     with pytest.raises(ValueError, match="need the unit's areas"):
         build_workload(cfg, cfg.queries[0], prob.private.domain)
     # the auditor's two blocks lie in different tracts: a person moving between them changes both tracts' tables
-    from experiments.release.audit import _frame
+    from censusrecon.experiments.release.audit import _frame
     frame, areas = _frame(resolve(cfg, pop), "01001", True)
     assert frame.size("BLOCK") == 2 and [m for _, m in areas["tract"]] == [[0], [1]]
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.config import ConfigError, load_config
-from experiments.problem import load_population, resolve, select_units
-from experiments.release.audit import audit_release
-from experiments.release.files import unit_layout
-from experiments.release.program import program_inputs, run_program
-from synth.release import workload_counts
+from censusrecon.experiments.config import ConfigError, load_config
+from censusrecon.experiments.problem import load_population, resolve, select_units
+from censusrecon.experiments.release.audit import audit_release
+from censusrecon.experiments.release.files import unit_layout
+from censusrecon.experiments.release.program import program_inputs, run_program
+from censusrecon.synth.release import workload_counts
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "agency" / "own_release.yaml"

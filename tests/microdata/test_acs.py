@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from microdata.acs import ACSDataError, Binning, read_folktables, read_nist
+from censusrecon.microdata.acs import ACSDataError, Binning, read_folktables, read_nist
 from tests.acs_fixture import make_acs_root, make_nist_file
 
 SHARED = Path(__file__).resolve().parents[2] / "microdata" / "data" / "acs_nist_2018"  # shipped

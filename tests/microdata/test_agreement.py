@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from microdata.agreement import agreement_by_size, shares, size_class
+from censusrecon.microdata.agreement import agreement_by_size, shares, size_class
 
 BIN = np.arange(120) // 5  # a hand-made age grouping: 0-4, 5-9, ...
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from microdata.bureau import BureauFileError, cenrace_of_flags, read_bureau_extract
-from microdata.census import AGE_BINS_38_LABELS, CENRACE_COMBOS
+from censusrecon.microdata.bureau import BureauFileError, cenrace_of_flags, read_bureau_extract
+from censusrecon.microdata.census import AGE_BINS_38_LABELS, CENRACE_COMBOS
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "microdata" / "data" / "bureau_2010"
@@ -91,8 +91,8 @@ def test_the_shipped_tracts_read_both_files():
 def test_block_tables_from_binned_ages_equal_hand_counted_ones(tmp_path):
     """A hand-made tract of two blocks: P12 (sex by age group) and P14 (sex by single year under 20) tabulated
     on the 38 groups equal the counts made by hand from the rows; PCT12 (single years 22+) is refused."""
-    from microdata.census import CensusWorkload, sf1_tables
-    from microdata.errors import CensusReconError
+    from censusrecon.microdata.census import CensusWorkload, sf1_tables
+    from censusrecon.microdata.errors import CensusReconError
 
     rows = ["0,010730051031000,male,4,4,Y,N,N,N,N,N,N,,",
             "1,010730051031000,male,3,3,Y,N,N,N,N,N,N,,",
@@ -139,7 +139,7 @@ def test_the_real_data_config_runs_on_one_small_tract(tmp_path, capsys):
     RAP-Rank's match rate and persons beyond the best guess, on real 2010 tables."""
     import pandas as pd
 
-    from experiments.cli import main
+    from censusrecon.experiments.cli import main
 
     sets = ["target.unit_ids=['06037532400']", "attack.runs=2", "attack.steps=30", "attack.rows=120",
             "grid_points=10"]
@@ -156,8 +156,8 @@ def test_the_missouri_program_is_rebuilt_from_its_published_counts_and_solved_to
     """The Bureau's integer program for a real Missouri tract (11 persons, 2 blocks): the published counts read
     from its constraint names, the project's own program built from them (a detail cell the file leaves out is
     0, a total it leaves out is free), solved with HiGHS: the same persons as Gurobi's solution, block by block."""
-    from microdata.bureau import bureau_program, compare_persons, read_lp_counts, read_lp_solution
-    from reconstruct.exact import reconstruct_exact
+    from censusrecon.microdata.bureau import bureau_program, compare_persons, read_lp_counts, read_lp_solution
+    from censusrecon.reconstruct.exact import reconstruct_exact
 
     lp = SHIPPED / "lp" / "model_29165030307.lp.gz"
     counts = read_lp_counts(lp)
@@ -177,7 +177,7 @@ def test_the_missouri_program_is_rebuilt_from_its_published_counts_and_solved_to
 
 
 def test_an_lp_file_that_is_not_the_bureaus_is_refused(tmp_path):
-    from microdata.bureau import read_lp_counts
+    from censusrecon.microdata.bureau import read_lp_counts
 
     (tmp_path / "x.lp").write_text("Minimize\n obj: x\nSubject To\n c1: x + y = 1\nEnd\n")
     with pytest.raises(BureauFileError, match="no constraint named after a table cell"):
@@ -191,7 +191,7 @@ def test_agreement_by_block_size_on_a_hand_made_pair(tmp_path):
     """Block 1000 (3 persons: size 1-9) and block 1001 (1 person): the other file gets one of block 1000's
     persons exactly, one in the right age group only (27 for 25), one wrong in sex, and block 1001's person
     in another block. Exact 1 of 4, binned 2 of 4; by size, all four are in blocks of 1-9."""
-    from microdata.bureau import agreement_by_block_size
+    from censusrecon.microdata.bureau import agreement_by_block_size
 
     truth = ["0,010730051031000,male,4,4,Y,N,N,N,N,N,N,,", "1,010730051031000,female,25,25 - 29,Y,N,N,N,N,N,N,,",
              "2,010730051031000,female,60,60 - 61,Y,N,N,N,N,N,N,,", "3,010730051031001,male,40,40 - 44,Y,N,N,N,N,N,N,,"]
@@ -207,7 +207,7 @@ def test_agreement_by_block_size_on_a_hand_made_pair(tmp_path):
 def test_agreement_of_the_real_das_output_with_the_published_tables_records():
     """The 8 shipped tracts: the 2020 DAS run on 2010 data against the records of the published tables, by
     block size (the Bureau's 38 age groups; the paper's national figures are 8.0 / 18.2 / 27.3 / 38.5%)."""
-    from microdata.bureau import agreement_by_block_size
+    from censusrecon.microdata.bureau import agreement_by_block_size
 
     t = read_bureau_extract(SHIPPED / "rhdf_bt_0solvar_extract_8tracts.csv.gz", age="single")
     o = read_bureau_extract(SHIPPED / "rmdf_bt_0solvar_extract_8tracts.csv.gz", age="single")
@@ -218,7 +218,7 @@ def test_agreement_of_the_real_das_output_with_the_published_tables_records():
 
 
 def test_the_public_block_list_keeps_empty_blocks_and_refuses_a_missing_one(tmp_path):
-    from microdata.geography import GeographyError
+    from censusrecon.microdata.geography import GeographyError
 
     (tmp_path / "blocks.csv").write_text("Block ID\n010730051031000\n10730051031001\n010730051031002\n"
                                          "380879650001002\n")
@@ -239,9 +239,9 @@ def test_the_real_das_output_and_our_topdown_are_evaluated_side_by_side(tmp_path
     the production budget beside it (simulation noise: not for publication). The report's agreement table gives
     both by block size with the Bureau's national figures, and the DAS column is the file-level measure
     (agreement_by_block_size on the two extracts) of the same tracts."""
-    from experiments.cli import main
-    from experiments.release.decision import load_decision
-    from microdata.bureau import agreement_by_block_size
+    from censusrecon.experiments.cli import main
+    from censusrecon.experiments.release.decision import load_decision
+    from censusrecon.microdata.bureau import agreement_by_block_size
 
     tracts = ["06037532400", "48427950105"]
     sets = [f"target.unit_ids={tracts}", "attack.runs=2", "attack.steps=30", "attack.rows=120", "grid_points=10"]
@@ -275,7 +275,7 @@ def test_the_real_das_output_and_our_topdown_are_evaluated_side_by_side(tmp_path
 def test_the_real_data_config_runs_unchanged_on_another_file_of_the_format(tmp_path, capsys):
     """--set data.path pointing at another file in the Bureau's format (here the DAS counterpart, Block IDs as
     Excel left them) runs configs/census/bureau_2010.yaml unchanged."""
-    from experiments.cli import main
+    from censusrecon.experiments.cli import main
 
     other = SHIPPED / "rmdf_bt_0solvar_extract_8tracts.csv.gz"
     sets = [f"data.path={other}", "target.unit_ids=['06037532400']", "attack.runs=2", "attack.steps=20",
@@ -292,8 +292,8 @@ def test_the_das_config_runs_on_other_files_of_the_format(tmp_path, capsys):
     import gzip
     import shutil
 
-    from experiments.cli import main
-    from microdata.bureau import agreement_by_block_size
+    from censusrecon.experiments.cli import main
+    from censusrecon.microdata.bureau import agreement_by_block_size
 
     for name in ("rhdf_bt_0solvar_extract_8tracts", "rmdf_bt_0solvar_extract_8tracts", "blocks_8tracts"):
         with gzip.open(SHIPPED / f"{name}.csv.gz") as src, open(tmp_path / f"{name[:4]}.csv", "wb") as dst:

@@ -3,14 +3,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from microdata.census import (CENRACE_COMBOS, CensusWorkload, TABLE_SETS, reference_cells, sf1_tables)
-from microdata.dataset import Dataset
-from microdata.domain import Attribute
-from microdata.population import person_domain
-from microdata.errors import CensusReconError
-from microdata.population import PopulationSpec, embedded_population
-from reconstruct.queries import ProductPlan
-from reconstruct.relaxed import logits_from_codes, probabilities
+from censusrecon.microdata.census import (CENRACE_COMBOS, CensusWorkload, TABLE_SETS, reference_cells, sf1_tables)
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Attribute
+from censusrecon.microdata.population import person_domain
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.population import PopulationSpec, embedded_population
+from censusrecon.reconstruct.queries import ProductPlan
+from censusrecon.reconstruct.relaxed import logits_from_codes, probabilities
 
 EXPECTED_CELLS = {"P1": 1, "P6": 6, "P7": 12, "P8": 71, "P9": 73, "P10": 71, "P11": 73, "P12": 49, "P14": 43,
                   "PCT12": 209, **{f"P12{x}": 49 for x in "ABCDEFGHI"}, **{f"PCT12{x}": 209 for x in "ABCDEFGHIJKLMNO"}}
@@ -75,7 +75,7 @@ def test_reference_set_counts():
     block = [c for c in ref if c.level == "block"]
     tract = [c for c in ref if c.level == "tract"]
     assert len(block) == 421 and len(tract) == 208
-    from microdata.population import person_domain
+    from censusrecon.microdata.population import person_domain
 
     dom = person_domain().project(["AGE", "SEX", "HISP", "CENRACE"])
     with_block = dom.drop([]).__class__((Attribute.range("BLOCK", 7),) + dom.attributes)
@@ -98,13 +98,13 @@ def test_product_plan_matches_exact_answers_on_one_hot_rows(tract):
     got = np.asarray(plan.answers(probabilities(logits, plan.layout)))
     np.testing.assert_allclose(got, w.answer(tract), atol=1e-6)
     # the matmul counter gives the census cells' exact integer counts too
-    from reconstruct.queries import exact_counts
+    from censusrecon.reconstruct.queries import exact_counts
 
     assert np.array_equal(exact_counts(plan, tract.codes), np.rint(w.answer(tract) * len(tract)).astype(np.int64))
 
 
 def test_tables_needing_missing_attributes_are_named():
-    from microdata.domain import Domain
+    from censusrecon.microdata.domain import Domain
 
     dom = Domain((Attribute.range("HISP", 2), Attribute.range("CENRACE", 63)))
     with pytest.raises(CensusReconError, match=r"tables \['P12'\] need attributes \['AGE', 'SEX'\]"):
@@ -124,8 +124,8 @@ def _brute_force_cells_per_person(w) -> int:
 
 @pytest.mark.parametrize("seed", range(12))
 def test_census_sensitivity_is_the_brute_force_maximum_on_small_domains(seed):
-    from microdata.census import Cell
-    from microdata.domain import Attribute, Domain
+    from censusrecon.microdata.census import Cell
+    from censusrecon.microdata.domain import Attribute, Domain
 
     rng = np.random.default_rng(seed)
     attrs = [Attribute.range(f"X{i}", int(rng.integers(2, 4))) for i in range(int(rng.integers(2, 4)))]
@@ -146,7 +146,7 @@ def test_census_sensitivity_is_the_brute_force_maximum_on_small_domains(seed):
 
 
 def test_census_sensitivity_of_the_sf1_set_is_the_maximum_over_persons_not_the_sum_of_table_maxima():
-    from microdata.domain import Attribute, Domain
+    from censusrecon.microdata.domain import Attribute, Domain
 
     base = person_domain().project(["AGE", "SEX", "HISP", "CENRACE"])
     dom = Domain((Attribute.range("BLOCK", 3),) + tuple(base.attributes))
@@ -159,8 +159,8 @@ def test_census_sensitivity_of_the_sf1_set_is_the_maximum_over_persons_not_the_s
 def _area_workload():
     """Three blocks in two tracts (blocks 0 and 1 in T1, block 2 alone in T2): a total per block, a
     total and a SEX table per tract, and the unit's total."""
-    from microdata.domain import Domain
-    from microdata.tables import build_table_cells
+    from censusrecon.microdata.domain import Domain
+    from censusrecon.microdata.tables import build_table_cells
 
     domain = Domain((Attribute.range("BLOCK", 3), Attribute("SEX", ("1", "2"))))
     specs = [{"name": "BT", "level": "block", "by": []}, {"name": "TT", "level": "tract", "by": []},

@@ -2,10 +2,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from microdata.dataset import Dataset
-from microdata.domain import Attribute, Domain
-from microdata.errors import CensusReconError, DomainError
-from microdata.geography import Geography
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Attribute, Domain
+from censusrecon.microdata.errors import CensusReconError, DomainError
+from censusrecon.microdata.geography import Geography
 
 
 def test_encode_decode_round_trip_and_order():

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from microdata.errors import DomainError
-from microdata.marginals import Workload, answer, marginal_counts
+from censusrecon.microdata.errors import DomainError
+from censusrecon.microdata.marginals import Workload, answer, marginal_counts
 
 
 def _loop_counts(data, marg):

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from microdata.errors import CensusReconError
-from microdata.population import RACES, PopulationSpec, embedded_population
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.population import RACES, PopulationSpec, embedded_population
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def test_same_seed_same_population_and_other_seed_differs():
 def test_census_shape(pop):
     geo = pop.geography
     assert pop.domain.names == ("AGE", "SEX", "HISP", "RACE", "CENRACE")
-    from microdata.population import race_group
+    from censusrecon.microdata.population import race_group
 
     assert np.array_equal(race_group(pop.column("CENRACE")), pop.column("RACE"))
     assert len(np.unique(pop.column("CENRACE"))) > 30  # many of the 63 combinations occur

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from microdata.dataset import Dataset
-from microdata.describe import (BLOCK_GROUP_TARGETS, SIZE_LABELS, TARGETS, TARGETS_BY_BIN, VALIDATION, describe,
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.describe import (BLOCK_GROUP_TARGETS, SIZE_LABELS, TARGETS, TARGETS_BY_BIN, VALIDATION, describe,
                                 format_table)
-from microdata.errors import CensusReconError
-from microdata.geography import Geography, UnitCatalogue
-from microdata.population import person_domain
-from microdata.population2010 import (BLOCK_BINS_2010, DIRICHLET_MIX, MAX_BLOCK, RARITY_MIX, Census2010Spec,
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.geography import Geography, UnitCatalogue
+from censusrecon.microdata.population import person_domain
+from censusrecon.microdata.population2010 import (BLOCK_BINS_2010, DIRICHLET_MIX, MAX_BLOCK, RARITY_MIX, Census2010Spec,
                                       _bin_pmf, block_size_pmf_2010, census2010_population, single_year_age_2010)
 
 
@@ -100,7 +100,7 @@ def test_dirichlet_mixes_miss_what_the_rarity_mixes_mend():
 
 
 def test_config_race_mix_selects_the_mixes():
-    from microdata.sources import embedded_2010
+    from censusrecon.microdata.sources import embedded_2010
 
     spec = {"shape": "2010", "states": 1, "counties_per_state": 1, "tracts_per_county": 2}
     small = {k: v for k, v in spec.items() if k != "shape"}
@@ -113,14 +113,14 @@ def test_config_race_mix_selects_the_mixes():
 
 
 def test_compact_population_is_reported_outside_2010():
-    from microdata.population import PopulationSpec, embedded_population
+    from censusrecon.microdata.population import PopulationSpec, embedded_population
 
     s = {x.name: x for x in describe(embedded_population(0, PopulationSpec(states=2)))}
     assert s["empty_blocks_pct"].within is False and s["persons_per_tract"].within is False
 
 
 def test_spec_and_config_refuse_bad_input(tmp_path):
-    from experiments.config import ConfigError, load_config
+    from censusrecon.experiments.config import ConfigError, load_config
 
     with pytest.raises(CensusReconError, match="tract_persons"):
         Census2010Spec(tract_persons=(50.0, 0.3))
@@ -150,7 +150,7 @@ def test_same_seed_same_population_and_states_differ():
 
 
 def test_describe_population_command(tmp_path, capsys):
-    from experiments.cli import main
+    from censusrecon.experiments.cli import main
 
     cfg = tmp_path / "p.yaml"
     cfg.write_text("name: p\ndata: {population: {shape: '2010', states: 1, counties_per_state: 1, "
@@ -225,7 +225,7 @@ def test_tracts_are_cut_into_block_groups_numbered_as_the_bureau_does():
 
 
 def test_blocks_per_tract_follow_its_persons_and_density():
-    from microdata.population2010 import block_size_pmf_2010, tract_density_draws
+    from censusrecon.microdata.population2010 import block_size_pmf_2010, tract_density_draws
 
     data = census2010_population(1, Census2010Spec(states=1, counties_per_state=4, tracts_per_county=5))
     geo = data.geography
@@ -242,7 +242,7 @@ def test_blocks_per_tract_follow_its_persons_and_density():
     z = rng.standard_normal((4000, 200))
     from scipy.special import ndtr
 
-    from microdata.population2010 import _size_of_quantile
+    from censusrecon.microdata.population2010 import _size_of_quantile
 
     m = _size_of_quantile(ndtr(0.75 * d[:, None] + np.sqrt(1 - 0.75 ** 2) * z), cdf).mean(axis=1)
     w = 1.0 / m  # blocks per person of each tract
@@ -252,7 +252,7 @@ def test_blocks_per_tract_follow_its_persons_and_density():
 
 
 def test_the_modal_rule_falls_back_to_the_block_group():
-    from microdata.describe import block_modes
+    from censusrecon.microdata.describe import block_modes
 
     # block 0 ties (White, Black); its group (blocks 0 and 1) is mostly Black, the tract mostly White
     block = np.array([0, 0, 1, 1, 2, 2, 2, 2, 2])

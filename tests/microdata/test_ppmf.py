@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from microdata.ppmf import PPMFError, read_ppmf
+from censusrecon.microdata.ppmf import PPMFError, read_ppmf
 
 SHARED = Path(__file__).resolve().parents[2] / "microdata" / "data" / "ppmf_perry_al" / "ppmf_perry_county_al.csv"
 

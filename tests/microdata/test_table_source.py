@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from microdata.table_source import ColumnSpec, DataFileError, read_table, read_units
+from censusrecon.microdata.table_source import ColumnSpec, DataFileError, read_table, read_units
 
 GEO = [("state", "st"), ("county", "cty"), ("tract", "tract"), ("block", "blk")]
 ATTRS = {"AGE": ColumnSpec("AGE", "age", range=(0, 115)), "SEX": ColumnSpec("SEX", "sex", ("M", "F")),

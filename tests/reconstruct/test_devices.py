@@ -11,12 +11,12 @@ SNIPPET = r"""
 import json, logging, sys
 import jax
 import numpy as np
-from reconstruct.rap import RAPSettings, run_rap, use_cpu_cores_as_devices
+from censusrecon.reconstruct.rap import RAPSettings, run_rap, use_cpu_cores_as_devices
 assert use_cpu_cores_as_devices(int(sys.argv[1])) == int(sys.argv[1])
-from microdata.dataset import Dataset
-from microdata.domain import Domain
-from microdata.marginals import Workload, answer
-from reconstruct.queries import MarginalPlan
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Domain
+from censusrecon.microdata.marginals import Workload, answer
+from censusrecon.reconstruct.queries import MarginalPlan
 dom = Domain.from_sizes({"A": 2, "B": 3, "C": 3})
 rng = np.random.default_rng(1)
 data = Dataset(dom, np.stack([rng.integers(0, s, 12) for s in dom.sizes], axis=1))

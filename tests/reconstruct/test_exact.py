@@ -6,10 +6,10 @@ import time
 import numpy as np
 import pytest
 
-from microdata.census import Cell, CensusWorkload
-from microdata.dataset import Dataset
-from microdata.domain import Attribute, Domain
-from reconstruct.exact import build_count_model, certify_rows, reconstruct_exact
+from censusrecon.microdata.census import Cell, CensusWorkload
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Attribute, Domain
+from censusrecon.reconstruct.exact import build_count_model, certify_rows, reconstruct_exact
 
 pytest.importorskip("highspy")
 
@@ -76,8 +76,8 @@ def test_two_consistent_datasets_certify_only_their_common_rows():
 def test_a_certified_count_above_ds_own_count_stops_the_run():
     """The impossibility check compares counts, not presence: D holding a certified row once where
     the certificate says twice is impossible."""
-    from experiments.exact_eval import check_certified_counts
-    from microdata.errors import CensusReconError
+    from censusrecon.experiments.exact_eval import check_certified_counts
+    from censusrecon.microdata.errors import CensusReconError
 
     w = _workload(DOM, [("T", [{}]), ("A", [{"A": {0}}, {"A": {1}}]), ("B", [{"B": {0}}, {"B": {1}}])])
     D = Dataset(DOM, np.array([[0, 0, 0], [0, 1, 1], [0, 1, 1], [0, 1, 1]]))
@@ -250,7 +250,7 @@ def test_the_bureaus_solution_variability_bounds_every_consistent_dataset_with_t
 def test_least_deviation_reaches_the_lp_optimum_over_the_whole_domain_and_fits_consistent_tables():
     from scipy.optimize import linprog
 
-    from reconstruct.exact import query_matrix, reconstruct_least_deviation
+    from censusrecon.reconstruct.exact import query_matrix, reconstruct_least_deviation
 
     dom = Domain((Attribute.range("BLOCK", 2), Attribute.range("A", 4), Attribute.range("B", 3)))
     tables = [("T", [{}]), ("A", [{"A": {a}} for a in range(4)]), ("B", [{"B": {b}} for b in range(3)]),

@@ -3,11 +3,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from microdata.dataset import Dataset
-from microdata.domain import Domain
-from microdata.marginals import Workload, answer
-from reconstruct.queries import MarginalPlan, per_attribute, reference_answers
-from reconstruct.relaxed import Layout, logits_from_codes, probabilities, random_logits, round_relaxed
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Domain
+from censusrecon.microdata.marginals import Workload, answer
+from censusrecon.reconstruct.queries import MarginalPlan, per_attribute, reference_answers
+from censusrecon.reconstruct.relaxed import Layout, logits_from_codes, probabilities, random_logits, round_relaxed
 
 
 def _random_logits(plan, n=37, seed=0):
@@ -105,7 +105,7 @@ def test_gram_bands_give_the_whole_gram_matrix_answers_and_gradient(bands):
 
 
 def test_a_tall_middle_computed_the_other_way_round_gives_the_same_answers_and_gradient():
-    from reconstruct.queries import _swap_forward
+    from censusrecon.reconstruct.queries import _swap_forward
 
     dom = Domain.from_sizes({"A": 2, "B": 2, "C": 6, "D": 6, "E": 2, "F": 2})
     w = Workload.all_kway(dom, 3)
@@ -153,8 +153,8 @@ def test_layout_rejects_a_non_permutation():
 
 @pytest.mark.parametrize("k,lower", [(1, False), (2, True), (3, False)])
 def test_exact_counts_by_matmul_equal_bincounts_across_chunks(small_data, monkeypatch, k, lower):
-    from microdata.marginals import marginal_counts
-    from reconstruct import queries
+    from censusrecon.microdata.marginals import marginal_counts
+    from censusrecon.reconstruct import queries
 
     monkeypatch.setattr(queries, "EXACT_CHUNK", 64)  # several chunks, the last one padded
     big = Dataset(small_data.domain, np.concatenate([small_data.codes] * 9))

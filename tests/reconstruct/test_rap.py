@@ -4,13 +4,13 @@ import jax
 import numpy as np
 import pytest
 
-from microdata.dataset import Dataset
-from microdata.domain import Domain
-from microdata.errors import CensusReconError
-from microdata.marginals import Workload, answer
-from reconstruct import rap as rap_mod
-from reconstruct.queries import MarginalPlan
-from reconstruct.rap import RAPSettings, rap_rank, run_rap
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Domain
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.marginals import Workload, answer
+from censusrecon.reconstruct import rap as rap_mod
+from censusrecon.reconstruct.queries import MarginalPlan
+from censusrecon.reconstruct.rap import RAPSettings, rap_rank, run_rap
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +159,7 @@ def test_draws_per_run_round_every_relaxed_row_evenly_and_share_the_fit_program(
     data, w, plan, targets = problem
     import jax.numpy as jnp
 
-    from reconstruct.relaxed import draw_rows
+    from censusrecon.reconstruct.relaxed import draw_rows
 
     idx = np.asarray(draw_rows(jax.random.key(0), 5, 13))  # 2 full passes and 3 distinct extra rows
     counts = np.bincount(idx, minlength=5)
@@ -172,7 +172,7 @@ def test_draws_per_run_round_every_relaxed_row_evenly_and_share_the_fit_program(
     assert rap_mod.TRACE_COUNT["n"] == before + 1  # only the rounding is traced again, not the fit
     # a near one-hot relaxed row always rounds to its own row, however many times it is drawn
     logits = jnp.log(jnp.asarray(np.eye(3, dtype=np.float32)[:, [0, 2]] * 0.999999 + 1e-7))
-    from reconstruct.relaxed import Layout, round_relaxed
+    from censusrecon.reconstruct.relaxed import Layout, round_relaxed
 
     rows = np.asarray(round_relaxed(jax.random.key(1), logits, Layout.of([3]), draws=7))
     assert sorted(rows[:, 0].tolist()) == sorted([0, 2] * 3 + rows[6:, 0].tolist())

@@ -4,11 +4,11 @@ whatever the table."""
 import numpy as np
 import pytest
 
-from microdata.dataset import Dataset
-from microdata.domain import Attribute, Domain
-from microdata.marginals import Workload
-from synth.cellkey import cell_key_tables, cell_keys, perturbation_table
-from synth.mechanism import PrivacyError
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Attribute, Domain
+from censusrecon.microdata.marginals import Workload
+from censusrecon.synth.cellkey import cell_key_tables, cell_keys, perturbation_table
+from censusrecon.synth.mechanism import PrivacyError
 
 
 @pytest.mark.parametrize("D, V, K", [(3, 1.0, 256), (5, 2.5, 4096), (2, 0.5, 64)])

@@ -4,16 +4,16 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from microdata.dataset import Dataset
-from microdata.domain import Domain
-from microdata.marginals import Workload, marginal_counts
-from synth.audit import audit, neighbouring_counts
-from synth.histogram import (perturbed_histogram, smoothed_delta, smoothed_epsilon, smoothed_histogram,
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Domain
+from censusrecon.microdata.marginals import Workload, marginal_counts
+from censusrecon.synth.audit import audit, neighbouring_counts
+from censusrecon.synth.histogram import (perturbed_histogram, smoothed_delta, smoothed_epsilon, smoothed_histogram,
                              smoothed_worst_case_epsilon)
-from synth.mechanism import (Ledger, PrivacyError, Relation, check_counts, checked_add, histogram_sensitivity,
+from censusrecon.synth.mechanism import (Ledger, PrivacyError, Relation, check_counts, checked_add, histogram_sensitivity,
                              marginal_sensitivity)
-from synth.noise import OpenDPNoise, SimulationNoise, discrete_laplace_pmf
-from synth.release import laplace_tables
+from censusrecon.synth.noise import OpenDPNoise, SimulationNoise, discrete_laplace_pmf
+from censusrecon.synth.release import laplace_tables
 
 DOM = Domain.from_sizes({"A": 3, "B": 2, "C": 4})
 
@@ -148,7 +148,7 @@ def test_smoothed_histogram_condition_and_its_exact_worst_case():
 def test_perturbed_histogram_sparse_path_matches_the_dense_one_in_law():
     dom = Domain.from_sizes({"A": 50, "B": 50})  # 2500 cells
     data = Dataset(dom, np.array([[1, 2]] * 30 + [[4, 4]] * 10))
-    import synth.histogram as h
+    import censusrecon.synth.histogram as h
 
     dense_sizes, sparse_sizes = [], []
     for s in range(60):
@@ -193,8 +193,8 @@ def test_laplace_tables_with_the_opendp_backend():
 
 @pytest.mark.parametrize("relation", list(Relation))
 def test_census_table_sensitivity_bounds_random_neighbours(relation):
-    from microdata.census import CensusWorkload, sf1_tables
-    from microdata.domain import Attribute
+    from censusrecon.microdata.census import CensusWorkload, sf1_tables
+    from censusrecon.microdata.domain import Attribute
 
     dom = Domain((Attribute.range("BLOCK", 2), Attribute.range("AGE", 116), Attribute.range("SEX", 2),
                   Attribute.range("HISP", 2), Attribute.range("CENRACE", 63)))
@@ -217,7 +217,7 @@ def test_census_table_sensitivity_bounds_random_neighbours(relation):
 
 
 def test_a_scale_the_sampler_cannot_represent_and_an_epsilon_below_the_floor_are_refused():
-    from synth.mechanism import MAX_SCALE, MIN_EPSILON, laplace_scale
+    from censusrecon.synth.mechanism import MAX_SCALE, MIN_EPSILON, laplace_scale
 
     noise = SimulationNoise(0)
     for scale in (1e19, 1e25, float("inf"), 0.0, -1.0):
@@ -234,7 +234,7 @@ def test_a_scale_the_sampler_cannot_represent_and_an_epsilon_below_the_floor_are
 
 
 def test_scales_and_deltas_are_rounded_so_epsilon_never_exceeds_the_declared_value():
-    from synth.mechanism import laplace_scale
+    from censusrecon.synth.mechanism import laplace_scale
 
     for delta_l1 in range(1, 200):
         for eps in (0.01, 0.1, 0.3, 0.7, 1.0, 1.1, 3.0, 10.0):
@@ -250,7 +250,7 @@ def test_scales_and_deltas_are_rounded_so_epsilon_never_exceeds_the_declared_val
 
 def test_with_opendp_the_scale_satisfies_opendps_own_privacy_map_and_the_ledger_records_it():
     pytest.importorskip("opendp")
-    from synth.noise import noise_scale
+    from censusrecon.synth.noise import noise_scale
 
     b = OpenDPNoise()
     assert b.privacy_map(12 / 0.3, 12) > 0.3  # the plain Δ/ε overshoots in OpenDP's own arithmetic
@@ -262,7 +262,7 @@ def test_with_opendp_the_scale_satisfies_opendps_own_privacy_map_and_the_ledger_
 
 
 def test_the_ledger_never_adds_epsilon_across_relations():
-    from synth.mechanism import Mechanism
+    from censusrecon.synth.mechanism import Mechanism
 
     ledger = Ledger()
     ledger.record(Mechanism("laplace_tables", "replace_one", 2, 1.0, 2.0), "x", False, unit="a")
@@ -275,7 +275,7 @@ def test_the_ledger_never_adds_epsilon_across_relations():
 
 
 def test_table_utility_on_hand_made_tables():
-    from synth.release import table_utility
+    from censusrecon.synth.release import table_utility
 
     w = Workload(DOM, (("A",), ("B",)))  # 3 cells, then 2 cells
     exact = np.array([10, 0, 5, 7, 8])
@@ -288,9 +288,9 @@ def test_table_utility_on_hand_made_tables():
 
 
 def test_n_is_estimated_from_a_total_a_partition_or_refused():
-    from microdata.census import Cell, CensusWorkload
-    from microdata.domain import Attribute
-    from synth.release import estimate_total, total_queries
+    from censusrecon.microdata.census import Cell, CensusWorkload
+    from censusrecon.microdata.domain import Attribute
+    from censusrecon.synth.release import estimate_total, total_queries
 
     dom = Domain((Attribute.range("BLOCK", 2), Attribute.range("S", 2), Attribute.range("R", 3)))
 
@@ -315,7 +315,7 @@ def test_n_is_estimated_from_a_total_a_partition_or_refused():
 def test_an_audit_says_exactly_what_was_checked():
     """A check with nothing to check, or covering a declared invariant, is neither a failure nor "all pass"; a check
     that could have failed and did not run makes the audit inconclusive, never passed."""
-    from synth.audit import AuditResult
+    from censusrecon.synth.audit import AuditResult
 
     ok = AuditResult("m", 1.0, 0.4, 1000, 0.95, "e", {"structure": "pass", "noise_scale": "pass",
                                                       "block_list": "declared invariant: occupied_blocks"})

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from synth.audit import clipped_upper_excess, geometric_scale_upper, geometric_shape_pvalue, laplace_shape_pvalue
+from censusrecon.synth.audit import clipped_upper_excess, geometric_scale_upper, geometric_shape_pvalue, laplace_shape_pvalue
 
 
 def test_clipped_upper_excess_keeps_only_draws_the_clip_never_touched():
@@ -45,7 +45,7 @@ def test_the_certified_bound_itself_catches_bounded_noise_and_passes_laplace():
     """Events at thresholds scaled to the outputs reach the edge of bounded noise: uniform noise of
     the same mean |x| as ε = 0.25 Laplace (ε = ∞) is caught by the bound alone; the discrete Laplace of
     the declared scale stays within ε."""
-    from synth.audit import audit_outputs
+    from censusrecon.synth.audit import audit_outputs
 
     rng = np.random.default_rng(5)
     runs, eps = 40_000, 0.25  # noise scale 8: its edge lies far beyond fixed offsets around the count
@@ -68,7 +68,7 @@ def test_the_certified_bound_itself_catches_bounded_noise_and_passes_laplace():
 def test_the_rho_gaussian_noise_spends_is_bounded_below_from_its_draws():
     from scipy.stats import chi2
 
-    from synth.audit import gaussian_rho_spent
+    from censusrecon.synth.audit import gaussian_rho_spent
 
     # hand-made: every draw of a cell ±2, so Σx² = 4n and σ² ≤ 4n / χ²_{α, n}; a cell moved by 3 spends
     # 9 / (2σ²) ≥ 9 χ²_{α, n} / (8n); two such cells, the Bonferroni level split between them
@@ -88,8 +88,8 @@ def test_the_rho_gaussian_noise_spends_is_bounded_below_from_its_draws():
 
 
 def test_opendp_rho_is_the_rho_whose_gaussian_opendp_puts_at_epsilon_delta():
-    from synth.audit import opendp_rho
-    from synth.topdown import rho_for
+    from censusrecon.synth.audit import opendp_rho
+    from censusrecon.synth.topdown import rho_for
 
     # OpenDP's conversion is tighter than Bun and Steinke's ε = ρ + 2√(ρ ln 1/δ): more ρ for the same (ε, δ)
     for eps in (0.5, 2.0, 8.0):
@@ -101,7 +101,7 @@ def test_opendp_rho_is_the_rho_whose_gaussian_opendp_puts_at_epsilon_delta():
 def test_the_exact_laplace_scale_bound_is_where_the_sum_of_absolute_draws_reaches_its_tail():
     from itertools import product
 
-    from synth.audit import laplace_scale_upper_exact
+    from censusrecon.synth.audit import laplace_scale_upper_exact
 
     # by hand: three discrete Laplace draws, P(|x| = j) = (1 − r)/(1 + r) for j = 0, 2(1 − r) r^j/(1 + r)
     # after; the bound's r puts P(Σ|x| ≤ 2) at 1 − confidence (just below: the conservative side)
@@ -125,7 +125,7 @@ def test_the_shape_test_s_subsample_takes_no_draw_twice():
     scale 32.5), 200,000 of each kept for the shape test as the TopDown audit keeps them: drawn without
     replacement the pooled chi-square accepts; drawn with replacement (the defect of 2026-12-03) a draw taken
     twice counts twice, the bins vary about twice as much as the test assumes, and correct noise fails."""
-    from experiments.release.audit import shape_subsample
+    from censusrecon.experiments.release.audit import shape_subsample
 
     rng = np.random.default_rng(3)
     releases = [_discrete_laplace(rng, 32.5, 204_624) for _ in range(5)]

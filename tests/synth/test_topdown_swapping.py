@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from microdata.dataset import Dataset
-from microdata.domain import Attribute, Domain
-from synth.noise import SimulationNoise
-from synth.swapping import NOT_DP, swap_records
-from synth.mechanism import PrivacyError
-from synth.topdown import (Strategy, TreeShape, budgets, build_tree, check_consistent, estimate, level_shares, mdf_rows,
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Attribute, Domain
+from censusrecon.synth.noise import SimulationNoise
+from censusrecon.synth.swapping import NOT_DP, swap_records
+from censusrecon.synth.mechanism import PrivacyError
+from censusrecon.synth.topdown import (Strategy, TreeShape, budgets, build_tree, check_consistent, estimate, level_shares, mdf_rows,
                            measure, round_keeping_sums)
 
 
@@ -134,7 +134,7 @@ def test_swapping_takes_records_unique_in_their_block_first():
 
 
 def test_the_discrete_gaussian_sampler_follows_its_pmf():
-    from synth.noise import SimulationNoise as Sim
+    from censusrecon.synth.noise import SimulationNoise as Sim
 
     for sigma in (0.5, 3.0):
         x = Sim(0).sample_gaussian(sigma, 200_000)
@@ -148,7 +148,7 @@ def test_the_discrete_gaussian_sampler_follows_its_pmf():
 
 @pytest.mark.parametrize("relation", ["add_remove", "replace_one"])
 def test_zcdp_budgets_never_exceed_the_rho_of_epsilon_delta_in_exact_arithmetic(relation):
-    from synth.topdown import epsilon_of, rho_for
+    from censusrecon.synth.topdown import epsilon_of, rho_for
 
     _, strategy = _setup(np.random.default_rng(0))
     for eps in (0.1, 1.0, 2.0, 8.0, 17.14):
@@ -173,7 +173,7 @@ def test_zcdp_topdown_is_consistent_and_records_rho_and_its_epsilon_delta():
 
 
 def test_targeted_swapping_takes_the_records_at_risk_first_and_swaps_them_with_another_areas():
-    from synth.swapping import targeted_swap
+    from censusrecon.synth.swapping import targeted_swap
 
     _D, _Dom = Dataset, Domain
     dom = Domain((Attribute("BLOCK", ("b1", "b2")), Attribute("SEX", ("M", "F")), Attribute("RACE", ("W", "B", "A"))))
