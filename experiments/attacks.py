@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.registry import Registry
 from censusrecon.microdata.ranking import Ranking
 from censusrecon.reconstruct.margins import margins_attack
 
@@ -78,51 +79,31 @@ class AttackKind:
             object.__setattr__(self, "tie_seed_name", self.name)
 
 
-_REGISTRY: dict[str, AttackKind] = {}
-
-
-def register(kind: AttackKind, replace: bool = False) -> AttackKind:
-    """Add an attack; its name must be new and must not extend another's (results name methods by prefix)."""
-    if not isinstance(kind, AttackKind):
-        raise TypeError(f"register takes an AttackKind, got {type(kind).__name__}")
-    if kind.name in _REGISTRY and not replace:
-        raise ValueError(f"an attack named {kind.name!r} is already registered")
-    clash = [n for n in _REGISTRY if n != kind.name and (n.startswith(kind.name + "_") or kind.name.startswith(n + "_"))]
+def _distinct_results(kind: AttackKind, others: dict) -> None:
+    clash = [n for n in others if n.startswith(kind.name + "_") or kind.name.startswith(n + "_")]
     if clash:
         raise ValueError(f"attack {kind.name!r}: its results could not be told from {clash[0]!r}'s "
                          "(<name>_<workload>): choose a name that does not extend another")
-    _REGISTRY[kind.name] = kind
-    return kind
 
 
-def unregister(name: str) -> None:
-    """Remove an attack added by :func:`register` (a test's)."""
-    if name in BUILT_IN:
-        raise ValueError(f"{name!r} is built in")
-    _REGISTRY.pop(name, None)
-
-
-def attack(name: str) -> AttackKind:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise UnknownAttack(f"no attack is named {name!r}; the registered ones: {', '.join(names())}") from None
-
-
-def names() -> list[str]:
-    return list(_REGISTRY)
+#: every attack, by name; a name must not extend another's (results name methods <name>_<workload>)
+ATTACKS: Registry[AttackKind] = Registry("attack", AttackKind, UnknownAttack, _distinct_results)
+register = ATTACKS.register
+unregister = ATTACKS.unregister
+attack = ATTACKS.get
+names = ATTACKS.names
 
 
 def per_unit() -> list[str]:
     """The attacks run unit by unit through :func:`attack_unit` (they have a ``rank``)."""
-    return [n for n, k in _REGISTRY.items() if k.rank is not None]
+    return [k.name for k in ATTACKS if k.rank is not None]
 
 
 def kind_of(method: str) -> AttackKind | None:
     """The attack a result's method comes from (``rap_rank_tables_init_county`` → RAP-Rank), or None for a
     baseline (a method no attack's name begins)."""
-    for name, kind in _REGISTRY.items():
-        if method == name or method.startswith(name + "_"):
+    for kind in ATTACKS:
+        if method == kind.name or method.startswith(kind.name + "_"):
             return kind
     return None
 
@@ -154,5 +135,5 @@ BUILT_IN = (
     AttackKind(EXACT_ATTACK, reads="the published tables (integer programming)"),
 )
 for _kind in BUILT_IN:
-    register(_kind)
+    register(_kind, built_in=True)
 BUILT_IN = tuple(k.name for k in BUILT_IN)

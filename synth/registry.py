@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.registry import Registry
 from censusrecon.synth import publishing as p
 from censusrecon.synth.cellkey import NOT_DP as CELL_KEY_NOT_DP
 from censusrecon.synth.swapping import NOT_DP as SWAPPING_NOT_DP
@@ -139,40 +140,16 @@ class MechanismKind:
         return False, "seeded simulation noise: for studies, not for publication"
 
 
-_REGISTRY: dict[str, MechanismKind] = {}
-
-
-def register(kind: MechanismKind, replace: bool = False) -> MechanismKind:
-    """Add a mechanism; its name must be new (``replace=True`` to redefine one, e.g. in a test)."""
-    if not isinstance(kind, MechanismKind):
-        raise TypeError(f"register takes a MechanismKind, got {type(kind).__name__}")
-    if kind.name in _REGISTRY and not replace:
-        raise ValueError(f"a mechanism named {kind.name!r} is already registered")
-    _REGISTRY[kind.name] = kind
-    return kind
-
-
-def unregister(name: str) -> None:
-    """Remove a mechanism added by :func:`register` (a test's)."""
-    if name in BUILT_IN:
-        raise ValueError(f"{name!r} is built in")
-    _REGISTRY.pop(name, None)
-
-
-def mechanism(name: str) -> MechanismKind:
-    """The mechanism registered under ``name``; an error naming the registered ones otherwise."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise UnknownMechanism(f"no mechanism is named {name!r}; the registered ones: {', '.join(names())}") from None
-
-
-def names() -> list[str]:
-    return list(_REGISTRY)
+MECHANISMS: Registry[MechanismKind] = Registry("mechanism", MechanismKind, UnknownMechanism)
+register = MECHANISMS.register
+unregister = MECHANISMS.unregister
+#: the mechanism registered under a name; an error naming the registered ones otherwise
+mechanism = MECHANISMS.get
+names = MECHANISMS.names
 
 
 def is_mechanism(name: str) -> bool:
-    return name in _REGISTRY
+    return name in MECHANISMS
 
 
 def is_file(name: str) -> bool:
@@ -188,7 +165,7 @@ def is_program(name: str) -> bool:
 def is_dp(name: str) -> bool:
     """A release whose settings are ε (a DP mechanism, a program run at each ε); not a mechanism that is not
     DP; a file: whatever it declares, so True."""
-    return not (name in _REGISTRY and not _REGISTRY[name].dp)
+    return not (name in MECHANISMS and not MECHANISMS.get(name).dp)
 
 
 def label(name: str, value: float) -> str:
@@ -201,7 +178,7 @@ def label(name: str, value: float) -> str:
         return "exact tables"
     if is_file(name):
         return f"ε = {value:g} (declared)" if value > 0 else "as released"
-    return _REGISTRY[name].label(value) if name in _REGISTRY else f"ε = {value:g}"
+    return MECHANISMS.get(name).label(value) if name in MECHANISMS else f"ε = {value:g}"
 
 
 BUILT_IN = (
@@ -226,5 +203,5 @@ BUILT_IN = (
                   options_field="targeted_swap", rows=True, not_dp=TARGETED_NOT_DP, needs_pool=True),
 )
 for _kind in BUILT_IN:
-    register(_kind)
+    register(_kind, built_in=True)
 BUILT_IN = tuple(k.name for k in BUILT_IN)
