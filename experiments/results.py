@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import sys
@@ -16,6 +17,8 @@ import pyarrow as pa
 import yaml
 
 from censusrecon.microdata.dataset import atomic_write_table, shared_mode
+
+log = logging.getLogger(__name__)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -43,6 +46,52 @@ def write_yaml(path: Path, obj) -> None:
 
 def write_parquet(path: Path, df: pd.DataFrame) -> None:
     atomic_write_table(pa.Table.from_pandas(df, preserve_index=False), path)
+
+
+class UnitStore:
+    """One result per (variant, unit) of a run or a release evaluation, under ``run_dir/units/``: its curves
+    (``<stem>.parquet``), the microdata it published if any (``<stem>.micro.parquet``) and its facts
+    (``<stem>.json``, written last: its presence with this code's fingerprint, and the same release
+    ``inputs``, marks the unit done). A call killed at any moment loses no finished unit; the next one, on
+    any backend, computes only those not done."""
+
+    def __init__(self, run_dir: Path, fingerprint: str, inputs: dict | None = None):
+        self.dir, self.fingerprint, self.inputs = Path(run_dir) / "units", fingerprint, inputs
+
+    def stem(self, unit: str, wb: bool) -> Path:
+        return self.dir / f"{'block' if wb else 'noblock'}_{unit}"
+
+    def done(self, unit: str, wb: bool) -> bool:
+        stem = self.stem(unit, wb)
+        try:
+            facts = json.loads(stem.with_suffix(".json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return False
+        if facts.get("code_fingerprint") != self.fingerprint:
+            log.warning("unit %s was computed by other code (%s); recomputing", stem.name, facts.get("code_fingerprint"))
+            return False
+        return (self.inputs is None or facts.get("release_files", {}) == self.inputs) and stem.with_suffix(
+            ".parquet").exists()
+
+    def save(self, unit: str, wb: bool, curves: pd.DataFrame, facts: dict, micro: pd.DataFrame | None = None) -> dict:
+        """Write one unit's result, the JSON last; returns it as :meth:`load` would."""
+        stem = self.stem(unit, wb)
+        facts = {**facts, "code_fingerprint": self.fingerprint}
+        if self.inputs is not None:
+            facts["release_files"] = self.inputs
+        write_parquet(stem.with_suffix(".parquet"), curves)
+        if micro is not None:  # before the JSON: a unit counts as done only with all its files
+            write_parquet(stem.with_suffix(".micro.parquet"), micro)
+            facts["micro"] = True
+        write_json(stem.with_suffix(".json"), facts)
+        return {**facts, "curves": curves, "micro_rows": micro}
+
+    def load(self, unit: str, wb: bool) -> dict:
+        stem = self.stem(unit, wb)
+        facts = json.loads(stem.with_suffix(".json").read_text())
+        facts["curves"] = pd.read_parquet(stem.with_suffix(".parquet"))
+        facts["micro_rows"] = pd.read_parquet(stem.with_suffix(".micro.parquet")) if facts.get("micro") else None
+        return facts
 
 
 def versions() -> dict[str, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from censusrecon.experiments.metrics import (BLOCK_SIZE_COLUMNS, OUTSIDE_COLUMNS
                                  match_rate_curve, persons_reconstructed, strength_by_runs, unique_persons)
 from censusrecon.experiments.plots import plot_match_rate, plot_metrics
 from censusrecon.experiments.progress import UnitProgress
-from censusrecon.experiments.results import (code_fingerprint, jax_info, results_kind, run_seconds, versions, write_json,
+from censusrecon.experiments.results import (UnitStore, code_fingerprint, jax_info, results_kind, run_seconds, versions, write_json,
                                  write_parquet, write_yaml)
 from censusrecon.experiments.problem import (Study, UnitProblem, stable_seed, baseline_curves, build_workload, exact_answers,
                                  rap_settings, rarity_level, resolve, unit_key, workload_facts)
@@ -254,22 +253,13 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
     unit_bar = UnitProgress(len(tasks), "units", progress)
     runs_bar = tqdm(total=cfg.attack.runs, desc="K runs", disable=not unit_bar.tty, leave=False, unit="run")
     group = units_per_call(study)
+    store = UnitStore(run_dir, fingerprint)
     done: dict[tuple[bool, str], tuple[pd.DataFrame, dict]] = {}
-    pending: list[tuple[bool, str]] = []
-
-    def paths(wb: bool, u: str) -> tuple[Path, Path]:
-        stem = f"{'block' if wb else 'noblock'}_{u}"
-        return units_dir / f"{stem}.parquet", units_dir / f"{stem}.json"
-
+    pending = [(wb, u) for wb, u in tasks if not store.done(u, wb)]
     for wb, u in tasks:
-        pq_path, js_path = paths(wb, u)
-        if pq_path.exists() and js_path.exists():
-            saved = json.loads(js_path.read_text())
-            if saved.get("code_fingerprint") == fingerprint:
-                done[(wb, u)] = (pd.read_parquet(pq_path), saved)
-                continue
-            log.warning("unit %s was computed by other code (%s); recomputing", pq_path.stem, saved.get("code_fingerprint"))
-        pending.append((wb, u))
+        if (wb, u) not in pending:
+            facts = store.load(u, wb)
+            done[(wb, u)] = (facts.pop("curves"), {k: v for k, v in facts.items() if k != "micro_rows"})
     unit_bar.found(len(done), run_dir)
     try:
         for start in range(0, len(pending), group):
@@ -280,13 +270,9 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
             results = run_units(study, [(u, wb) for wb, u in chunk], runs_bar=runs_bar if unit_bar.tty else None)
             each = (time.perf_counter() - t_chunk) / max(len(chunk), 1)  # units of a chunk share its compiled calls
             for (wb, u), (df, f) in zip(chunk, results):
-                f["code_fingerprint"] = fingerprint
-                f["seconds_unit"] = round(each, 2)
                 df = df.reindex(columns=COLUMNS)
-                pq_path, js_path = paths(wb, u)
-                write_parquet(pq_path, df)
-                write_json(js_path, f)
-                done[(wb, u)] = (df, f)
+                saved = store.save(u, wb, df, {**f, "seconds_unit": round(each, 2)})
+                done[(wb, u)] = (df, {k: v for k, v in saved.items() if k not in ("curves", "micro_rows")})
                 unit_bar.update(1, f"{u} {'with' if wb else 'without'} BLOCK")
         frames = [done[t][0] for t in tasks]
         facts = [done[t][1] for t in tasks]

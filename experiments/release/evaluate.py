@@ -30,7 +30,7 @@ from censusrecon.experiments.release.publish import (release_backend, check_bloc
 from censusrecon.experiments.release.report import (plot_release, release_persons, release_strength, setting_label,
                                         unit_selection, write_report)
 from censusrecon.experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
-from censusrecon.experiments.results import (code_fingerprint, jax_info, run_seconds, versions, write_json, write_parquet,
+from censusrecon.experiments.results import (UnitStore, code_fingerprint, jax_info, run_seconds, versions, write_json, write_parquet,
                                  write_yaml)
 from censusrecon.microdata.agreement import agreement_by_size
 from censusrecon.microdata.census import AGE_BIN38_OF_AGE, AGE_BINS_38_LABELS
@@ -180,16 +180,15 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     units_bar = UnitProgress(len(tasks), "units", progress)
     # a line per release attacked where there is no terminal: a 2010-sized tract's releases take minutes each
     bar = UnitProgress(len(tasks) * per_unit, "releases attacked", progress, leave=False)
-    stems = {(wb, unit): unit_stem(run_dir, unit, wb) for wb, unit in tasks}
-    todo = [t for t in tasks if not unit_done(stems[t], fingerprint, inputs)]
+    store = UnitStore(run_dir, fingerprint, inputs)
+    todo = [(wb, unit) for wb, unit in tasks if not store.done(unit, wb)]
     units_bar.found(len(tasks) - len(todo), run_dir)
     bar.skip(per_unit * (len(tasks) - len(todo)))
     fresh: dict = {}  # the units evaluated by this process, as evaluate_unit returned them
     try:
         if backend == "local":
             for wb, unit in todo:
-                fresh[(wb, unit)] = evaluate_unit(study, unit, wb, run_dir, fingerprint, inputs, files, bar,
-                                                  topdown_cache)
+                fresh[(wb, unit)] = evaluate_unit(study, unit, wb, store, files, bar, topdown_cache)
                 units_bar.update(1, f"{unit} {'with' if wb else 'without'} BLOCK")
         else:
             for wb, unit in _on_ray(cfg, todo, run_dir, fingerprint, inputs, address):
@@ -202,7 +201,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
         units_bar.close()
     resumed: list[dict] = []  # the facts of units finished by an earlier call (their time counts too)
     for task in tasks:  # every unit's result: this process's, or its files (an earlier call's, a Ray worker's)
-        facts = fresh[task] if task in fresh else read_unit(stems[task])
+        facts = fresh[task] if task in fresh else store.load(task[1], task[0])
         curves.append(facts["curves"])
         if facts["micro_rows"] is not None:
             micro.append(facts["micro_rows"])
@@ -269,53 +268,21 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     return run_dir
 
 
-def unit_stem(run_dir: Path, unit: str, wb: bool) -> Path:
-    """Where one unit's evaluation is kept: <stem>.parquet (its curves), .micro.parquet (the microdata it
-    published, for the risks), .json (the rest; written last: its presence marks the unit done)."""
-    return run_dir / "units" / f"{'block' if wb else 'noblock'}_{unit}"
-
-
-def unit_done(stem: Path, fingerprint: str, inputs: dict) -> bool:
-    """Whether a unit was evaluated by this code on these release files and programs."""
-    try:
-        earlier = json.loads(stem.with_suffix(".json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return False
-    return (earlier.get("code_fingerprint") == fingerprint and earlier.get("release_files", {}) == inputs
-            and stem.with_suffix(".parquet").exists())
-
-
 class _Quiet:
     def update(self, n: int = 1, what: str = "") -> None:
         pass
 
 
-def evaluate_unit(study: Study, unit: str, wb: bool, run_dir: Path, fingerprint: str, inputs: dict, files: dict,
-                  bar=None, topdown_cache: dict | None = None) -> dict:
-    """Evaluate one unit (every release of it attacked, the exact tables, the baselines) and write its files,
-    the JSON last: the one step both backends run per unit. Returns what it wrote (the facts with the curves
-    and the published microdata as frames)."""
+def evaluate_unit(study: Study, unit: str, wb: bool, store: UnitStore, files: dict, bar=None,
+                  topdown_cache: dict | None = None) -> dict:
+    """Evaluate one unit (every release of it attacked, the exact tables, the baselines) and save it in
+    ``store``: the one step both backends run per unit. Returns it as :meth:`UnitStore.load` would."""
     ledger = Ledger()
     t_unit = time.perf_counter()
     unit_curves, unit_util, unit_exact, unit_micro = _evaluate_unit(study, unit, wb, ledger, bar or _Quiet(),
-                                                                    topdown_cache, run_dir, files)
-    stem = unit_stem(run_dir, unit, wb)
-    write_parquet(stem.with_suffix(".parquet"), unit_curves)
-    if unit_micro is not None:  # before the JSON: a unit counts as done only with all its files
-        write_parquet(stem.with_suffix(".micro.parquet"), unit_micro)
-    facts = {"code_fingerprint": fingerprint, "release_files": inputs, "utility": unit_util, "exact_attack": unit_exact,
-             "micro": unit_micro is not None, "ledger": ledger.entries,
-             "seconds_unit": round(time.perf_counter() - t_unit, 2)}
-    write_json(stem.with_suffix(".json"), facts)
-    return {**facts, "curves": unit_curves, "micro_rows": unit_micro}
-
-
-def read_unit(stem: Path) -> dict:
-    """A unit's evaluation as :func:`evaluate_unit` returned it, from its files."""
-    facts = json.loads(stem.with_suffix(".json").read_text())
-    facts["curves"] = pd.read_parquet(stem.with_suffix(".parquet"))
-    facts["micro_rows"] = pd.read_parquet(stem.with_suffix(".micro.parquet")) if facts.get("micro") else None
-    return facts
+                                                                    topdown_cache, store.dir.parent, files)
+    return store.save(unit, wb, unit_curves, {"utility": unit_util, "exact_attack": unit_exact, "ledger": ledger.entries,
+                                              "seconds_unit": round(time.perf_counter() - t_unit, 2)}, unit_micro)
 
 
 def unit_task(cfg_json: dict, base_dir: str | None, unit: str, wb: bool, run_dir: str, fingerprint: str,
@@ -323,7 +290,7 @@ def unit_task(cfg_json: dict, base_dir: str | None, unit: str, wb: bool, run_dir
     """One unit evaluated where the config is all there is (a Ray worker): the config resolved again against
     its data (the same units: the choice is seeded), the release files read, :func:`evaluate_unit`."""
     study = resolve(parse_config(cfg_json).with_base_dir(base_dir))
-    evaluate_unit(study, unit, wb, Path(run_dir), fingerprint, inputs, read_release_files(study, study.units))
+    evaluate_unit(study, unit, wb, UnitStore(Path(run_dir), fingerprint, inputs), read_release_files(study, study.units))
     return wb, unit
 
 
