@@ -24,7 +24,6 @@ import numpy as np
 from censusrecon.microdata.errors import CensusReconError
 from censusrecon.microdata.registry import Registry
 from censusrecon.microdata.ranking import Ranking
-from censusrecon.reconstruct.margins import margins_attack
 
 #: the trivial attack's name: one-way margins fitted to the published answers
 MARGINS_ATTACK = "one_way_margins"
@@ -125,6 +124,9 @@ def attack_unit(kind: AttackKind, x: AttackInputs) -> tuple[Ranking, int | None]
 
 
 def _margins(x: AttackInputs) -> tuple[Ranking, int]:
+    # JAX starts when the attack runs, not when the registry is imported (a config is checked without it)
+    from censusrecon.reconstruct.margins import margins_attack
+
     return margins_attack(x.workload, x.answers, rng=x.rng, limit=x.limit)
 
 

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import jax
 import numpy as np
 
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.marginals import Workload, marginal_counts
-from censusrecon.reconstruct.queries import plan_for
-from censusrecon.reconstruct.rap import RAPSettings, run_rap
+from censusrecon.reconstruct.settings import RAPSettings
 from censusrecon.synth.mechanism import Mechanism, PrivacyError, Relation, marginal_sensitivity, parse_relation
 from censusrecon.synth.keyed import noisy, releases_of
 from censusrecon.synth.noise import noise_scale
@@ -162,11 +160,15 @@ def estimate_total(workload, noisy: np.ndarray) -> int:
     return int(max(1, np.median(sums)))
 
 
-def fit_synthetic(tables: NoisyTables, key: jax.Array, settings: RAPSettings) -> Dataset:
-    """Synthetic microdata fitted to noisy tables by relaxed projection (one RAP run, rounded).
+def fit_synthetic(tables: NoisyTables, key, settings: RAPSettings) -> Dataset:
+    """Synthetic microdata fitted to noisy tables by relaxed projection (one RAP run, rounded; ``key`` a JAX key).
 
     Post-processing of the noisy tables: it costs no privacy. ``settings.rows`` is n'.
     """
+    # JAX starts when a fit runs, not when the release code is imported (a config is checked without it)
+    from censusrecon.reconstruct.queries import plan_for
+    from censusrecon.reconstruct.rap import run_rap
+
     w = tables.workload
     plan = plan_for(w)
     codes, _, _ = run_rap(plan, tables.answers(), key, np.arange(1), settings)

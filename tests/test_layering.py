@@ -30,6 +30,16 @@ def _imports(path: Path) -> set[str]:
     return out & OURS
 
 
+def test_checking_a_config_does_not_start_jax():
+    """A config's errors are one line within a second: the schema, the registries it names mechanisms and attacks
+    from, and what they import leave JAX to the code that runs an attack or a fit."""
+    import subprocess
+    import sys
+
+    code = "import sys, censusrecon.experiments.config; assert 'jax' not in sys.modules, 'jax imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
 def test_imports_flow_one_way():
     bad = []
     for pkg, allowed in ALLOWED.items():
