@@ -10,8 +10,8 @@ name in ``attack.methods`` runs it in ``run``, ``sweep`` and ``evaluate-release`
 ...     keys = np.arange(min(x.limit, x.workload.domain.total_size))
 ...     return rank_by_score(keys, -keys.astype(float)), len(keys)
 >>> kind = AttackKind("first_rows", first_rows, reads="nothing: the domain's rows in order")
->>> kind.name, kind.role
-('first_rows', 'attack')
+>>> kind.name, kind.reads
+('first_rows', "nothing: the domain's rows in order")
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ class AttackInputs:
 
 @dataclass(frozen=True)
 class AttackKind:
-    """One attack.
+    """One attack. Every registered method is an attack (it saw the release); a baseline is any method not
+    registered here.
 
     Args:
         name: its method name in results (with ``_<workload>`` when a config has several workloads).
@@ -57,25 +58,18 @@ class AttackKind:
             and the size of its candidate list (None if unbounded); None for the built-in attacks with their
             own paths (RAP-Rank, batched over units; the exact attack, by integer programming).
         reads: what it reads, in words (the report's).
-        role: ``attack`` (it saw the release); baselines are every method not registered here.
-        tie_seed_name: mixed into its tie-breaking seed in an evaluation (the trivial attack's seed predates the
-            registry and has none).
+        seed_with_name: its name is mixed into its tie-breaking seed in an evaluation (not the trivial attack's,
+            whose seed predates the registry).
     """
 
     name: str
     rank: Callable[[AttackInputs], tuple[Ranking, int | None]] | None = None
     reads: str = "the published answers"
-    role: str = "attack"
-    tie_seed_name: str | None = ""
+    seed_with_name: bool = True
 
     def __post_init__(self):
         if not self.name or not self.name.replace("_", "").isalnum():
             raise ValueError(f"an attack's name is letters, digits and _, got {self.name!r}")
-        if self.role != "attack":
-            raise ValueError(f"attack {self.name!r}: a registered method is an attack; a baseline is configured "
-                             "under baselines")
-        if self.tie_seed_name == "":
-            object.__setattr__(self, "tie_seed_name", self.name)
 
 
 def _distinct_results(kind: AttackKind, others: dict) -> None:
@@ -133,7 +127,7 @@ def _margins(x: AttackInputs) -> tuple[Ranking, int]:
 BUILT_IN = (
     AttackKind(RAP_RANK, reads="the published answers (relaxed projection, K runs, rows ranked by frequency)"),
     AttackKind(MARGINS_ATTACK, _margins, reads="the published answers (one-way margins fitted to them)",
-               tie_seed_name=None),
+               seed_with_name=False),
     AttackKind(EXACT_ATTACK, reads="the published tables (integer programming)"),
 )
 for _kind in BUILT_IN:
