@@ -22,10 +22,11 @@ from censusrecon.experiments.metrics import block_classes, lookup, match_rate_cu
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.domain import Attribute
 from censusrecon.microdata.geography import plural
-from censusrecon.microdata.marginals import Workload, answer
+from censusrecon.microdata.marginals import Workload
 from censusrecon.microdata.sources import source
 from censusrecon.reconstruct.queries import EXACT_CHUNK, exact_counts
 from censusrecon.reconstruct.settings import CONFIG_FIELDS, RAPSettings
+from censusrecon.synth.publishing import answers_of
 
 log = logging.getLogger(__name__)
 
@@ -481,7 +482,7 @@ def exact_answers(data: Dataset, w, plan=None) -> np.ndarray:
     counts, several times the rate of one bincount per marginal); small ones through bincounts."""
     if plan is not None and len(data) >= EXACT_CHUNK:
         return exact_counts(plan, data.codes) / len(data)
-    return answer(data, w) if isinstance(w, Workload) else w.answer(data)
+    return answers_of(data, w)
 
 
 def workload_facts(q, w) -> dict:

@@ -288,9 +288,10 @@ def evaluate_unit(study: Study, unit: str, wb: bool, store: UnitStore, files: di
 def unit_task(cfg_json: dict, base_dir: str | None, unit: str, wb: bool, run_dir: str, fingerprint: str,
               inputs: dict) -> tuple[bool, str]:
     """One unit evaluated where the config is all there is (a Ray worker): the config resolved again against
-    its data (the same units: the choice is seeded), the release files read, :func:`evaluate_unit`."""
+    its data (the same units: the choice is seeded), the unit's release files read (the driver checked them against
+    every unit), :func:`evaluate_unit`."""
     study = resolve(parse_config(cfg_json).with_base_dir(base_dir))
-    evaluate_unit(study, unit, wb, UnitStore(Path(run_dir), fingerprint, inputs), read_release_files(study, study.units))
+    evaluate_unit(study, unit, wb, UnitStore(Path(run_dir), fingerprint, inputs), read_release_files(study, [unit]))
     return wb, unit
 
 
@@ -383,7 +384,7 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
         out = []
         for method in cfg.attack.methods:
             kind = attacks.attack(method)
-            mixed = (kind.tie_seed_name,) if kind.tie_seed_name else ()
+            mixed = (kind.name,) if kind.seed_with_name else ()
             tie = np.random.default_rng(stable_seed("ties", cfg.seed, unit, wb, tag, *mixed))
             ranking, size = attack_unit(kind, AttackInputs(w, targets, tie, int(ks.max())))
             out.append(match_rate_curve(ranking, truth, ks, u, size).assign(method=method, **cols))
