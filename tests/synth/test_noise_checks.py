@@ -135,3 +135,22 @@ def test_the_shape_test_s_subsample_takes_no_draw_twice():
     assert laplace_shape_pvalue(np.concatenate(kept)) > 1e-4
     twice = [x[rng.integers(0, x.size, 200_000)] for x in releases]
     assert laplace_shape_pvalue(np.concatenate(twice)) < 1e-6
+
+
+def test_the_shape_test_s_far_bin_is_never_nearly_empty_and_still_sees_a_clipped_tail():
+    """The audit reads shape p-values at Bonferroni levels near 1e-5, where a chi-square bin expecting 5
+    draws makes correct noise fail 2 to 3.6 times too often (bench/shape_test_level.py: 25 of 10^6 tests below 1e-5
+    against 10 allowed): every bin expects at least 50 draws, and the bins still reach far enough that
+    Laplace noise clipped at 8 scales fails at 10^6 draws while the same noise unclipped passes."""
+    from censusrecon.synth.audit import laplace_abs_tail, laplace_ratio, shape_bins
+
+    for n, t in [(1_000, 1.0), (50_000, 3.0), (1_000_000, 3.0), (5_000_000, 40.0)]:
+        r = math.exp(-1 / t)
+        edges, probs = shape_bins(n, laplace_abs_tail(r), int(60 * t))
+        assert probs.min() * n >= 50 - 1e-6, (n, t, probs.min() * n)
+        assert abs(probs.sum() - 1) < 1e-9 and edges[0] == 0
+    rng = np.random.default_rng(7)
+    t = 3.0
+    lap = _discrete_laplace(rng, t, 1_000_000)
+    assert laplace_shape_pvalue(lap) > 1e-3
+    assert laplace_shape_pvalue(np.clip(lap, -8 * t, 8 * t)) < 1e-6
