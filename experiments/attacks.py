@@ -3,7 +3,8 @@ and, for an attack that ranks one unit's rows from the published answers, the fu
 result's method is an attack or a baseline is decided here and nowhere else.
 
 A new attack is one function from :class:`AttackInputs` to a ranking and one :func:`register`; listing its
-name in ``attack.methods`` runs it in ``run``, ``sweep`` and ``evaluate-release`` through :func:`attack_unit`:
+name in ``attack.methods`` runs it in ``run``, ``sweep`` and ``evaluate-release`` through :func:`attack_units`,
+the call RAP-Rank runs through too:
 
 >>> from censusrecon.microdata.ranking import rank_by_score
 >>> def first_rows(x):
@@ -39,12 +40,29 @@ class UnknownAttack(CensusReconError, ValueError):
 class AttackInputs:
     """What an attack of one unit is given: the published workload's public definition, the answers an
     attacker derives from the release (fractions), a generator that breaks its ties, and how many ranked
-    rows are scored. Never the private rows."""
+    rows are scored. Never the private rows. An attack that fits K runs (RAP-Rank) also gets its JAX key,
+    K, its settings and, for a run started from rows, the outsider's rows it draws them from; ``plan`` is
+    the workload's evaluation plan when the caller holds it already."""
 
     workload: object
     answers: np.ndarray
     rng: np.random.Generator
     limit: int
+    key: object = None
+    runs: int = 1
+    settings: object = None
+    init_pool: np.ndarray | None = None
+    plan: object = None
+
+
+@dataclass(frozen=True)
+class Attacked:
+    """One unit's attack: its ranking of rows, the size of its candidate list (None if unbounded), and
+    the fit behind it where there is one (RAP-Rank's K reconstructions: calibration, strength, losses)."""
+
+    ranking: Ranking
+    candidates: int | None
+    fit: object = None
 
 
 @dataclass(frozen=True)
@@ -55,8 +73,11 @@ class AttackKind:
     Args:
         name: its method name in results (with ``_<workload>`` when a config has several workloads).
         rank: ``AttackInputs -> (ranking, candidates)``: the unit's rows ranked from the published answers,
-            and the size of its candidate list (None if unbounded); None for the built-in attacks with their
-            own paths (RAP-Rank, batched over units; the exact attack, by integer programming).
+            and the size of its candidate list (None if unbounded); None for the exact attack, which reads
+            the integer tables and runs on its own path (integer programming, with its certificates).
+        rank_units: instead of ``rank``, ``(list of AttackInputs, on_batch) -> list of Attacked``: units
+            that share one evaluation plan and settings attacked in shared compiled calls (RAP-Rank); each
+            unit's result is what it gets alone.
         reads: what it reads, in words (the report's).
         seed_with_name: its name is mixed into its tie-breaking seed in an evaluation (not the trivial attack's,
             whose seed predates the registry).
@@ -66,6 +87,7 @@ class AttackKind:
     rank: Callable[[AttackInputs], tuple[Ranking, int | None]] | None = None
     reads: str = "the published answers"
     seed_with_name: bool = True
+    rank_units: Callable[[list[AttackInputs], Callable | None], list[Attacked]] | None = None
 
     def __post_init__(self):
         if not self.name or not self.name.replace("_", "").isalnum():
@@ -88,8 +110,10 @@ names = ATTACKS.names
 
 
 def per_unit() -> list[str]:
-    """The attacks run unit by unit through :func:`attack_unit` (they have a ``rank``)."""
-    return [k.name for k in ATTACKS if k.rank is not None]
+    """The attacks ``attack.methods`` may list: those that rank a unit from its published answers, but
+    RAP-Rank, which always runs (once per workload and initialisation), and the exact attack, which
+    reads the integer tables (``attack.exact``)."""
+    return [k.name for k in ATTACKS if k.name != RAP_RANK and (k.rank is not None or k.rank_units is not None)]
 
 
 def kind_of(method: str) -> AttackKind | None:
@@ -110,11 +134,21 @@ def is_attack(method: str) -> bool:
     return kind_of(method) is not None
 
 
-def attack_unit(kind: AttackKind, x: AttackInputs) -> tuple[Ranking, int | None]:
-    """One unit's ranking by ``kind`` from what was published: the one call run, sweep and evaluate-release make."""
+def attack_units(kind: AttackKind, xs: list[AttackInputs], on_batch: Callable[[int], None] | None = None
+                 ) -> list[Attacked]:
+    """Several units' attacks by ``kind``, each from what its unit published: the one call run, sweep and
+    evaluate-release make, for RAP-Rank as for every other attack. ``on_batch`` hears of the runs a fit
+    finished (RAP-Rank's progress)."""
+    if kind.rank_units is not None:
+        return kind.rank_units(xs, on_batch)
     if kind.rank is None:
-        raise ValueError(f"{kind.name} runs on its own path, not unit by unit")
-    return kind.rank(x)
+        raise ValueError(f"{kind.name} reads the integer tables and runs on its own path, not unit by unit")
+    return [Attacked(*kind.rank(x)) for x in xs]
+
+
+def attack_unit(kind: AttackKind, x: AttackInputs, on_batch: Callable[[int], None] | None = None) -> Attacked:
+    """One unit's attack by ``kind`` (:func:`attack_units` of one)."""
+    return attack_units(kind, [x], on_batch)[0]
 
 
 def _margins(x: AttackInputs) -> tuple[Ranking, int]:
@@ -124,8 +158,23 @@ def _margins(x: AttackInputs) -> tuple[Ranking, int]:
     return margins_attack(x.workload, x.answers, rng=x.rng, limit=x.limit)
 
 
+def _rap_rank(xs: list[AttackInputs], on_batch: Callable[[int], None] | None) -> list[Attacked]:
+    """RAP-Rank of units sharing one plan, settings and K, in shared compiled calls."""
+    from censusrecon.reconstruct.queries import plan_for
+    from censusrecon.reconstruct.rap import rap_rank_units
+
+    first = xs[0]
+    plan = first.plan if first.plan is not None else plan_for(first.workload)
+    pools = None if first.init_pool is None else [x.init_pool for x in xs]
+    results = rap_rank_units(plan, [x.answers for x in xs], first.workload.domain, [x.key for x in xs], first.runs,
+                             first.settings, init_pools=pools, on_batch=on_batch, rngs=[x.rng for x in xs],
+                             limit=[x.limit for x in xs])
+    return [Attacked(r.ranking, r.union_size, r) for r in results]
+
+
 BUILT_IN = (
-    AttackKind(RAP_RANK, reads="the published answers (relaxed projection, K runs, rows ranked by frequency)"),
+    AttackKind(RAP_RANK, reads="the published answers (relaxed projection, K runs, rows ranked by frequency)",
+               rank_units=_rap_rank),
     AttackKind(MARGINS_ATTACK, _margins, reads="the published answers (one-way margins fitted to them)",
                seed_with_name=False),
     AttackKind(EXACT_ATTACK, reads="the published tables (integer programming)"),

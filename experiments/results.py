@@ -9,8 +9,10 @@ import platform
 import sys
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 import pyarrow as pa
@@ -48,50 +50,134 @@ def write_parquet(path: Path, df: pd.DataFrame) -> None:
     atomic_write_table(pa.Table.from_pandas(df, preserve_index=False), path)
 
 
+@dataclass(frozen=True)
+class UnitTask:
+    """One piece of work a store keeps: a unit and its BLOCK variant (``run``, ``evaluate-release``), and for a
+    sweep's task also its method and seed. ``id`` names its files."""
+
+    unit: str
+    with_block: bool
+    method: str = ""
+    seed: int | None = None
+
+    @property
+    def id(self) -> str:
+        stem = f"{'block' if self.with_block else 'noblock'}_{self.unit}"
+        return stem if not self.method else f"{stem}_{self.method}_s{self.seed}"
+
+    @property
+    def label(self) -> str:
+        """The task in words, for a progress line."""
+        return self.id if self.method else f"{self.unit} {'with' if self.with_block else 'without'} BLOCK"
+
+
 class UnitStore:
-    """One result per (variant, unit) of a run or a release evaluation, under ``run_dir/units/``: its curves
-    (``<stem>.parquet``), the microdata it published if any (``<stem>.micro.parquet``) and its facts
-    (``<stem>.json``, written last: its presence with this code's fingerprint, and the same release
-    ``inputs``, marks the unit done). A call killed at any moment loses no finished unit; the next one, on
-    any backend, computes only those not done."""
+    """One result per :class:`UnitTask` of a run, a sweep or a release evaluation, under ``run_dir/<folder>/``:
+    its curves (``<id>.parquet``), the microdata it published if any (``<id>.micro.parquet``) and its facts
+    (``<id>.json``, written last: its presence with this code's fingerprint, and the same release ``inputs``,
+    marks the task done). A call killed at any moment loses no finished task; the next one, on any backend,
+    computes only those not done (:func:`finish`)."""
 
-    def __init__(self, run_dir: Path, fingerprint: str, inputs: dict | None = None):
-        self.dir, self.fingerprint, self.inputs = Path(run_dir) / "units", fingerprint, inputs
+    def __init__(self, run_dir: Path, fingerprint: str, inputs: dict | None = None, folder: str = "units"):
+        self.dir, self.fingerprint, self.inputs = Path(run_dir) / folder, fingerprint, inputs
 
-    def stem(self, unit: str, wb: bool) -> Path:
-        return self.dir / f"{'block' if wb else 'noblock'}_{unit}"
+    def stem(self, task: UnitTask) -> Path:
+        return self.dir / task.id
 
-    def done(self, unit: str, wb: bool) -> bool:
-        stem = self.stem(unit, wb)
+    def done(self, task: UnitTask) -> bool:
+        stem = self.stem(task)
         try:
             facts = json.loads(stem.with_suffix(".json").read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             return False
         if facts.get("code_fingerprint") != self.fingerprint:
-            log.warning("unit %s was computed by other code (%s); recomputing", stem.name, facts.get("code_fingerprint"))
+            log.warning("%s was computed by other code (%s); recomputing", stem.name, facts.get("code_fingerprint"))
             return False
         return (self.inputs is None or facts.get("release_files", {}) == self.inputs) and stem.with_suffix(
             ".parquet").exists()
 
-    def save(self, unit: str, wb: bool, curves: pd.DataFrame, facts: dict, micro: pd.DataFrame | None = None) -> dict:
-        """Write one unit's result, the JSON last; returns it as :meth:`load` would."""
-        stem = self.stem(unit, wb)
+    def save(self, task: UnitTask, curves: pd.DataFrame, facts: dict, micro: pd.DataFrame | None = None) -> dict:
+        """Write one task's result, the JSON last; returns it as :meth:`load` would."""
+        stem = self.stem(task)
         facts = {**facts, "code_fingerprint": self.fingerprint}
         if self.inputs is not None:
             facts["release_files"] = self.inputs
         write_parquet(stem.with_suffix(".parquet"), curves)
-        if micro is not None:  # before the JSON: a unit counts as done only with all its files
+        if micro is not None:  # before the JSON: a task counts as done only with all its files
             write_parquet(stem.with_suffix(".micro.parquet"), micro)
             facts["micro"] = True
         write_json(stem.with_suffix(".json"), facts)
         return {**facts, "curves": curves, "micro_rows": micro}
 
-    def load(self, unit: str, wb: bool) -> dict:
-        stem = self.stem(unit, wb)
+    def load(self, task: UnitTask) -> dict:
+        stem = self.stem(task)
         facts = json.loads(stem.with_suffix(".json").read_text())
         facts["curves"] = pd.read_parquet(stem.with_suffix(".parquet"))
         facts["micro_rows"] = pd.read_parquet(stem.with_suffix(".micro.parquet")) if facts.get("micro") else None
         return facts
+
+
+def finish(store: UnitStore, tasks: list[UnitTask], compute: Callable[[list[UnitTask]], list[dict]], *,
+           group: int = 1, backend: str = "local", remote: Callable | None = None, remote_args: tuple = (),
+           address: str | None = None, num_cpus: int | None = None, on_found: Callable | None = None,
+           on_start: Callable | None = None,
+           on_done: Callable | None = None, on_idle: Callable | None = None, idle_s: float | None = None
+           ) -> tuple[dict[UnitTask, dict], list[UnitTask]]:
+    """The one resume loop of ``run``, ``sweep`` and ``evaluate-release``: every task of ``tasks`` not done in
+    ``store`` is computed, in this process by ``compute`` (``group`` tasks per call, which saves and returns
+    each) or, ``backend="ray"``, as one Ray task each, ``remote(*remote_args, task)`` (which saves it where the
+    driver reads it); then every task's result, this process's or its files. ``on_found(n)`` hears how many
+    were done already, ``on_start(chunk)`` is called before a local call, ``on_done(task)`` as each finishes, ``on_idle()`` every ``idle_s`` seconds without one (Ray).
+    Returns ``({task: result}, the tasks computed by this call)``."""
+    if backend not in ("local", "ray"):
+        raise ValueError(f"unknown backend {backend!r}; use 'local' or 'ray'")
+    todo = [t for t in tasks if not store.done(t)]
+    if on_found is not None:
+        on_found(len(tasks) - len(todo))
+    fresh: dict[UnitTask, dict] = {}
+    if backend == "local":
+        for start in range(0, len(todo), group):
+            chunk = todo[start:start + group]
+            if on_start is not None:
+                on_start(chunk)
+            for t, result in zip(chunk, compute(chunk)):
+                fresh[t] = result
+                if on_done is not None:
+                    on_done(t)
+    else:
+        for t in _on_ray(remote, remote_args, todo, address, num_cpus, on_idle, idle_s):
+            if on_done is not None:
+                on_done(t)
+    return {t: fresh[t] if t in fresh else store.load(t) for t in tasks}, todo
+
+
+def _on_ray(fn: Callable, args: tuple, todo: list[UnitTask], address: str | None, num_cpus: int | None,
+            on_idle: Callable | None, idle_s: float | None):
+    """Yield each task of ``todo`` as its Ray task, ``fn(*args, task)``, finishes (a local cluster of
+    ``num_cpus`` CPUs unless ``address`` names one to join); a task Ray retries after its worker died
+    counts once."""
+    try:
+        import ray
+    except ImportError:
+        from censusrecon.experiments.config import ConfigError
+
+        raise ConfigError("the ray backend needs Ray: pip install 'censusrecon[ray]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
+                 log_to_driver=False, logging_level=logging.WARNING)
+    try:
+        remote = ray.remote(num_cpus=1)(fn)
+        pending = [remote.remote(*args, t) for t in todo]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1, timeout=idle_s)
+            for d in done:
+                yield ray.get(d)
+            if not done and on_idle is not None:
+                on_idle()
+    finally:
+        if started_here:
+            ray.shutdown()
 
 
 def versions() -> dict[str, str]:

@@ -13,21 +13,21 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from censusrecon.experiments import attacks
-from censusrecon.experiments.attacks import AttackInputs, attack_unit, is_attack
+from censusrecon.experiments.attacks import AttackInputs, attack_unit, attack_units, is_attack
 from censusrecon.experiments.config import ExperimentConfig
 from censusrecon.experiments.metrics import (BLOCK_SIZE_COLUMNS, OUTSIDE_COLUMNS, UNIQUE_BY_BLOCK_SIZE_COLUMNS, best_baselines,
                                  calibration, concentration, effective_u, k_grid, lift_by_baseline,
                                  match_rate_curve, persons_reconstructed, strength_by_runs, unique_persons)
 from censusrecon.experiments.plots import plot_match_rate, plot_metrics
 from censusrecon.experiments.progress import UnitProgress
-from censusrecon.experiments.results import (UnitStore, code_fingerprint, jax_info, results_kind, run_seconds, versions, write_json,
+from censusrecon.experiments.results import (UnitStore, UnitTask, code_fingerprint, finish, jax_info, results_kind, run_seconds, versions, write_json,
                                  write_parquet, write_yaml)
 from censusrecon.experiments.problem import (Study, UnitProblem, stable_seed, baseline_curves, build_workload, exact_answers,
                                  rap_settings, rarity_level, resolve, unit_key, workload_facts)
 from censusrecon.microdata.geography import plural
 from censusrecon.microdata.marginals import Workload
 from censusrecon.reconstruct.queries import plan_for
-from censusrecon.reconstruct.rap import default_batch, rap_rank_units
+from censusrecon.reconstruct.rap import default_batch
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,7 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
     strength = [[] for _ in work]  # persons reconstructed by the first k of the K runs
     rankings = [{} for _ in work]  # (workload label, method) -> RAP-Rank's ranking, for the exact attack
     exact_on = a.exact and (only is None or "exact" in only)
+    rap = attacks.attack(attacks.RAP_RANK)
     for q, init in itertools.product(cfg.queries, a.init):
         name = cfg.rap_method(q, init)
         if only is not None and name not in only:
@@ -96,17 +97,17 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
             pools = None
             if init != "random":
                 pools = [study.init_pool(m.prob, m.priors[init], init, settings.rows) for m in members]
-            keys = [unit_key(cfg, "rap", m.prob.unit, m.prob.with_block, init, q.label) for m in members]
             if runs_bar is not None:
                 runs_bar.reset(total=a.runs * len(members))
                 runs_bar.set_description(f"{name} K runs" + (f" x {len(members)} units" if len(members) > 1 else ""))
-            results = rap_rank_units(plan, [m.workloads[q.label][3] for m in members], members[0].prob.private.domain,
-                                     keys, a.runs, settings, init_pools=pools,
-                                     on_batch=(runs_bar.update if runs_bar is not None else None),
-                                     rngs=[ties(m, name) for m in members],
-                                     limit=[int(max(m.ks.max(), len(m.prob.private) if exact_on else 0))
-                                            for m in members])
-            for i, m, res in zip(idx, members, results):
+            inputs = [AttackInputs(m.workloads[q.label][1], m.workloads[q.label][3], ties(m, name),
+                                   int(max(m.ks.max(), len(m.prob.private) if exact_on else 0)),
+                                   key=unit_key(cfg, "rap", m.prob.unit, m.prob.with_block, init, q.label),
+                                   runs=a.runs, settings=settings, init_pool=None if pools is None else pools[j],
+                                   plan=plan) for j, m in enumerate(members)]
+            results = attack_units(rap, inputs, runs_bar.update if runs_bar is not None else None)
+            for i, m, got in zip(idx, members, results):
+                res = got.fit
                 workload = m.workloads[q.label][1]
                 timings[i][name] = round(res.seconds, 3)
                 rap_facts[i][name] = {"mean_final_loss": float(res.final_loss.mean()),
@@ -114,14 +115,14 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
                                       "distinct_candidates": int(res.union_size),
                                       "rows_per_run": int(res.codes.shape[1]), "relaxed_rows": settings.rows,
                                       "units_in_call": len(members)}
-                frames[i].append(match_rate_curve(res.ranking, m.truth, m.ks, m.u, res.union_size, m.outside, m.block_class)
-                                 .assign(method=name, num_queries=workload.num_queries))
+                frames[i].append(match_rate_curve(got.ranking, m.truth, m.ks, m.u, got.candidates, m.outside,
+                                                  m.block_class).assign(method=name, num_queries=workload.num_queries))
                 calib[i] += calibration(*res.run_fractions(), m.truth, a.runs).assign(method=name).to_dict("records")
                 strength[i] += [dict(r, method=name) for r in strength_by_runs(
                     res.codes, m.prob.private.domain.encode, m.truth, m.u, stable_seed("strength", cfg.seed),
-                    res.ranking)]
-                rankings[i][(q.label, name)] = res.ranking
-    for method in a.methods:  # the attacks run unit by unit: they read the published answers only
+                    got.ranking)]
+                rankings[i][(q.label, name)] = got.ranking
+    for method in a.methods:  # the other attacks, through the same call: they read the published answers only
         kind = attacks.attack(method)
         for q in cfg.queries:
             name = cfg.unit_method(method, q)
@@ -130,9 +131,9 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
             for i, w in enumerate(work):
                 t0 = time.perf_counter()
                 _, workload, _, answers = w.workloads[q.label]
-                ranking, size = attack_unit(kind, AttackInputs(workload, answers, ties(w, name), int(w.ks.max())))
-                frames[i].append(match_rate_curve(ranking, w.truth, w.ks, w.u, size, w.outside, w.block_class)
-                                 .assign(method=name, num_queries=workload.num_queries))
+                got = attack_unit(kind, AttackInputs(workload, answers, ties(w, name), int(w.ks.max())))
+                frames[i].append(match_rate_curve(got.ranking, w.truth, w.ks, w.u, got.candidates, w.outside,
+                                                  w.block_class).assign(method=name, num_queries=workload.num_queries))
                 timings[i][name] = round(time.perf_counter() - t0, 3)
     out = []
     for i, w in enumerate(work):
@@ -249,39 +250,32 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
     write_yaml(run_dir / "config.yaml", cfg.model_dump(mode="json"))
     log.info("attacking %d %s: %s", len(units), plural(cfg.target.level), units)
     fingerprint = code_fingerprint()
-    tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
+    tasks = [UnitTask(u, wb) for wb in cfg.target.with_block for u in units]
     unit_bar = UnitProgress(len(tasks), "units", progress)
     runs_bar = tqdm(total=cfg.attack.runs, desc="K runs", disable=not unit_bar.tty, leave=False, unit="run")
-    group = units_per_call(study)
     store = UnitStore(run_dir, fingerprint)
-    done: dict[tuple[bool, str], tuple[pd.DataFrame, dict]] = {}
-    pending = [(wb, u) for wb, u in tasks if not store.done(u, wb)]
-    for wb, u in tasks:
-        if (wb, u) not in pending:
-            facts = store.load(u, wb)
-            done[(wb, u)] = (facts.pop("curves"), {k: v for k, v in facts.items() if k != "micro_rows"})
-    unit_bar.found(len(done), run_dir)
+
+    def compute(chunk: list[UnitTask]) -> list[dict]:  # units of a chunk share compiled calls, and its time
+        t_chunk = time.perf_counter()
+        results = run_units(study, [(t.unit, t.with_block) for t in chunk], runs_bar=runs_bar if unit_bar.tty else None)
+        each = round((time.perf_counter() - t_chunk) / max(len(chunk), 1), 2)
+        return [store.save(t, df.reindex(columns=COLUMNS), {**f, "seconds_unit": each})
+                for t, (df, f) in zip(chunk, results)]
+
+    def start(chunk: list[UnitTask]) -> None:
+        unit_bar.postfix(", ".join(t.label for t in chunk[:3]) + (" ..." if len(chunk) > 3 else ""))
+
     try:
-        for start in range(0, len(pending), group):
-            chunk = pending[start:start + group]
-            unit_bar.postfix(", ".join(f"{u} {'with' if wb else 'without'} BLOCK" for wb, u in chunk[:3])
-                             + (" ..." if len(chunk) > 3 else ""))
-            t_chunk = time.perf_counter()
-            results = run_units(study, [(u, wb) for wb, u in chunk], runs_bar=runs_bar if unit_bar.tty else None)
-            each = (time.perf_counter() - t_chunk) / max(len(chunk), 1)  # units of a chunk share its compiled calls
-            for (wb, u), (df, f) in zip(chunk, results):
-                df = df.reindex(columns=COLUMNS)
-                saved = store.save(u, wb, df, {**f, "seconds_unit": round(each, 2)})
-                done[(wb, u)] = (df, {k: v for k, v in saved.items() if k not in ("curves", "micro_rows")})
-                unit_bar.update(1, f"{u} {'with' if wb else 'without'} BLOCK")
-        frames = [done[t][0] for t in tasks]
-        facts = [done[t][1] for t in tasks]
+        results, computed = finish(store, tasks, compute, group=units_per_call(study),
+                                   on_found=lambda n: unit_bar.found(n, run_dir), on_start=start,
+                                   on_done=lambda t: unit_bar.update(1, t.label))
     except KeyboardInterrupt:
         raise unit_bar.interrupted() from None
     finally:
         runs_bar.close()
         unit_bar.close()
-
+    frames = [results[t]["curves"] for t in tasks]
+    facts = [{k: v for k, v in results[t].items() if k not in ("curves", "micro_rows")} for t in tasks]
     result = pd.concat(frames, ignore_index=True)
     write_parquet(run_dir / "match_rate.parquet", result)
     write_parquet(run_dir / "lift.parquet", lift_by_baseline(result))
@@ -312,7 +306,7 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
         "rarity_level": rarity_level(pop.geography, cfg.target.level) if len(pop.geography.coarser(cfg.target.level)) > 1 else None,
         "units": facts,
         "empty_units": empty,  # named, listed, nobody lives there: not attacked
-        **run_seconds(time.perf_counter() - t_start, [done[t][1] for t in tasks if t not in pending]),
+        **run_seconds(time.perf_counter() - t_start, [f for t, f in zip(tasks, facts) if t not in computed]),
     }
     write_json(run_dir / "manifest.json", manifest)
     return run_dir

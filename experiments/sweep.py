@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -19,21 +18,14 @@ from censusrecon.experiments.config import ConfigError, ExperimentConfig, parse_
 from censusrecon.experiments.metrics import by_seed, persons_reconstructed
 from censusrecon.experiments.progress import UnitProgress
 from censusrecon.experiments.report import write_sweep_report
-from censusrecon.experiments.results import code_fingerprint, write_json, write_parquet, write_yaml
+from censusrecon.experiments.results import UnitStore, UnitTask, code_fingerprint, finish, write_json, write_parquet, write_yaml
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Task:
-    unit: str
-    with_block: bool
-    method: str  # a RAP-Rank method name, or "baselines"
-    seed: int
-
-    @property
-    def id(self) -> str:
-        return f"{'block' if self.with_block else 'noblock'}_{self.unit}_{self.method}_s{self.seed}"
+#: a sweep's task: a unit, its BLOCK variant, one method (a RAP-Rank method name, another attack's, "exact" or
+#: "baselines") and one seed, kept in the store every long command shares
+Task = UnitTask
 
 
 def plan_tasks(cfg: ExperimentConfig) -> list[Task]:
@@ -114,55 +106,49 @@ def running_line(p: dict) -> str:
     return f"  running {p['task']}: {p['what']} {p['done']}/{p['total']} ({p['seconds'] / 60:.1f} min so far)"
 
 
-def run_task(cfg_json: dict, task: Task, out_dir: str, fingerprint: str, base_dir: str | None = None,
-             say=None) -> str:
-    """Run one task and write its result atomically under ``out_dir``; returns the task id.
-    ``base_dir`` is the config's folder, where its relative data paths are read from. While it
-    runs, its RAP fits' progress is in ``<task id>.progress.json`` (:class:`TaskProgress`), and
-    ``say`` (the local backend's) also gets a line a minute."""
+def run_task(cfg_json: dict, base_dir: str | None, run_dir: str, fingerprint: str, task: Task) -> Task:
+    """Run one task where the config is all there is (a Ray worker) and save it (:func:`task_result`)."""
+    task_result(cfg_json, base_dir, run_dir, fingerprint, task)
+    return task
+
+
+def task_result(cfg_json: dict, base_dir: str | None, run_dir: str, fingerprint: str, task: Task,
+                say=None) -> dict:
+    """Run one task and save it in the sweep's store (``run_dir/tasks/``); returns it as the store loads it.
+    ``base_dir`` is the config's folder, where its relative data paths are read from. While it runs, its RAP
+    fits' progress is in ``<task id>.progress.json`` (:class:`TaskProgress`), and ``say`` (the local backend's)
+    also gets a line a minute."""
     from censusrecon.experiments.problem import resolve
     from censusrecon.experiments.runner import run_unit
 
     t0 = time.perf_counter()
     cfg = parse_config(cfg_json).model_copy(update={"seed": task.seed}).with_base_dir(base_dir)
-    out = Path(out_dir)
-    progress = TaskProgress(out / f"{task.id}.progress.json", task.id, say)
+    store = UnitStore(Path(run_dir), fingerprint, folder="tasks")
+    progress = TaskProgress(store.dir / f"{task.id}.progress.json", task.id, say)
     try:
         df, facts = run_unit(resolve(cfg), task.unit, task.with_block, runs_bar=progress, only={task.method})
     finally:
         progress.close()
-    write_parquet(out / f"{task.id}.parquet", df.assign(seed=task.seed))
-    marker = {"task": task.__dict__, "code_fingerprint": fingerprint, "seconds": facts["seconds"],
-              "wall_seconds": round(time.perf_counter() - t0, 3), "rows": facts["rows"]}
+    marker = {"task": task.__dict__, "seconds": facts["seconds"], "wall_seconds": round(time.perf_counter() - t0, 3),
+              "rows": facts["rows"]}
     if facts.get("strength"):  # a RAP task: persons by its first k runs, pooled into strength.parquet
         marker["strength"] = [dict(x, unit=task.unit, variant=task.with_block, seed=task.seed)
                               for x in facts["strength"]]
     if task.method == "exact":  # what the state's tables pool: solve, certificates, by block size, agreement, reid
         marker["unit_facts"] = {k: facts[k] for k in ("unit", "with_block", "rows", "exact", "agreement",
                                                       "reidentification") if k in facts}
-    # the .json is written last: its presence (with this code's fingerprint) marks the task done
-    write_json(out / f"{task.id}.json", marker)
-    return task.id
-
-
-def _done(out: Path, task: Task, fingerprint: str) -> bool:
-    j, p = out / f"{task.id}.json", out / f"{task.id}.parquet"
-    if not (j.exists() and p.exists()):
-        return False
-    try:
-        return json.loads(j.read_text()).get("code_fingerprint") == fingerprint
-    except (json.JSONDecodeError, OSError):
-        return False
+    return store.save(task, df.assign(seed=task.seed), marker)
 
 
 def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str = "local",
           address: str | None = None, progress: bool = True) -> dict:
     """Run every (unit × method × seed) task not yet finished; a rerun skips finished tasks.
 
-    Each task writes its Parquet, then a JSON marker, atomically under
-    ``results/<name>/<hash>/tasks/``; a sweep killed at any moment (even SIGKILL) loses no
-    finished task and, rerun, recomputes none. ``backend="ray"`` fans tasks out over a Ray
-    cluster (``address`` to join one; default a local cluster with ``sweep.num_cpus`` CPUs).
+    Each task writes its Parquet, then its JSON, atomically under ``results/<name>/<hash>/tasks/``
+    (:class:`experiments.results.UnitStore`, through the resume loop ``run`` and ``evaluate-release`` use);
+    a sweep killed at any moment (even SIGKILL) loses no finished task and, rerun, recomputes none.
+    ``backend="ray"`` fans tasks out over a Ray cluster (``address`` to join one; default a local cluster
+    with ``sweep.num_cpus`` CPUs).
     """
     if backend not in ("local", "ray"):
         raise ConfigError(f"unknown sweep backend {backend!r}; use 'local' or 'ray'")
@@ -175,41 +161,22 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
         stale.unlink(missing_ok=True)
     write_yaml(run_dir / "config.yaml", cfg.model_dump(mode="json"))
     fingerprint = code_fingerprint()
-    todo = [t for t in tasks if not _done(out, t, fingerprint)]
-    skipped = len(tasks) - len(todo)
     cfg_json = cfg.model_dump(mode="json")
     bar = UnitProgress(len(tasks), "sweep tasks", progress)  # a bar on a terminal, a line per task elsewhere
-    bar.found(skipped, run_dir)
-    if backend == "local":
-        for t in todo:
-            run_task(cfg_json, t, str(out), fingerprint, cfg.base_dir, say=bar.say)
-            bar.update(1, t.id)
-    else:
-        try:
-            import ray
-        except ImportError:
-            raise ConfigError("the ray backend needs Ray: pip install 'censusrecon[ray]'") from None
-        started_here = not ray.is_initialized()
-        if started_here:
-            ray.init(address=address, num_cpus=None if address else cfg.sweep.num_cpus,
-                     include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
-        try:
-            remote = ray.remote(num_cpus=1)(run_task)
-            pending = [remote.remote(cfg_json, t, str(out), fingerprint, cfg.base_dir) for t in todo]
-            seen: dict = {}
-            while pending:
-                done, pending = ray.wait(pending, num_returns=1, timeout=PROGRESS_EVERY_S)
-                for d in done:
-                    bar.update(1, ray.get(d))
-                if not done:  # a minute without a finished task: say how the running ones are doing
-                    for line in running_lines(out, seen):
-                        bar.say(line)
-        finally:
-            if started_here:
-                ray.shutdown()
+    seen: dict = {}
+
+    def idle() -> None:  # a minute without a finished task: say how the running ones are doing
+        for line in running_lines(out, seen):
+            bar.say(line)
+
+    args = (cfg_json, cfg.base_dir, str(run_dir), fingerprint)
+    results, computed = finish(
+        UnitStore(run_dir, fingerprint, folder="tasks"), tasks,
+        lambda chunk: [task_result(*args, t, say=bar.say) for t in chunk], backend=backend, remote=run_task,
+        remote_args=args, address=address, num_cpus=cfg.sweep.num_cpus, on_found=lambda n: bar.found(n, run_dir),
+        on_done=lambda t: bar.update(1, t.id), on_idle=idle, idle_s=PROGRESS_EVERY_S)
     bar.close()
-    frames = [pd.read_parquet(out / f"{t.id}.parquet") for t in tasks]
-    curves = pd.concat(frames, ignore_index=True)
+    curves = pd.concat([results[t]["curves"] for t in tasks], ignore_index=True)
     write_parquet(run_dir / "sweep_match_rate.parquet", curves)
     per_seed = by_seed(curves)
     write_parquet(run_dir / "persons.parquet", persons_reconstructed(per_seed))
@@ -218,11 +185,11 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
 
         plot_match_rate(per_seed, run_dir / "match_rate", title=f"{cfg.name}: {per_seed['unit'].nunique()} "
                         f"{cfg.target.level}s × seeds")
-    markers = {t.id: json.loads((out / f"{t.id}.json").read_text()) for t in tasks}
+    markers = {t.id: results[t] for t in tasks}
     strength = [x for m in markers.values() for x in m.get("strength", [])]
     if strength:
         write_parquet(run_dir / "strength.parquet", by_seed(pd.DataFrame(strength)))
-    summary = {"tasks_total": len(tasks), "tasks_run": len(todo), "tasks_skipped": skipped,
+    summary = {"tasks_total": len(tasks), "tasks_run": len(computed), "tasks_skipped": len(tasks) - len(computed),
                "seconds": round(time.perf_counter() - t0, 2), "run_dir": str(run_dir)}
     exact = [t for t in tasks if t.method == "exact"]
     if exact:

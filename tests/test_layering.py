@@ -208,3 +208,30 @@ def test_the_distribution_installs_one_top_level_package():
                for p in (ROOT / d).rglob("__init__.py") if "data" not in p.relative_to(ROOT).parts}
     assert folders | {"censusrecon"} == listed
     assert all(tool["package-dir"][f"censusrecon.{d}"] == d for d in ALLOWED)
+
+
+def _calls(path: Path, attr: str) -> list[int]:
+    """Lines of ``path`` that call a method or function named ``attr`` (``x.attr(...)`` or ``attr(...)``;
+    ``"ray.wait"``: that one only)."""
+    owner, _, attr = attr.rpartition(".")
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+            if name == attr and (not owner or getattr(getattr(f, "value", None), "id", None) == owner):
+                out.append(node.lineno)
+    return out
+
+
+def test_one_resume_loop_one_ray_loop_and_one_attack_call():
+    """run, sweep and evaluate-release decide what is done, wait on Ray and attack a unit in one place each:
+    a unit store's ``done`` and ``ray.wait`` are called in experiments/results.py only (``finish``), RAP-Rank's
+    fit is called by the registered attack only (experiments/attacks.py), never by a pipeline of its own."""
+    where = {"done": set(), "ray.wait": set(), "rap_rank_units": set(), "rap_rank": set()}
+    for f in (ROOT / "experiments").rglob("*.py"):
+        for attr in where:
+            if _calls(f, attr):
+                where[attr].add(str(f.relative_to(ROOT)))
+    assert where["done"] <= {"experiments/results.py"} and where["ray.wait"] == {"experiments/results.py"}, where
+    assert where["rap_rank_units"] == {"experiments/attacks.py"} and not where["rap_rank"], where

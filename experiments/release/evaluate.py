@@ -30,7 +30,7 @@ from censusrecon.experiments.release.publish import (release_backend, check_bloc
 from censusrecon.experiments.release.report import (plot_release, release_persons, release_strength, setting_label,
                                         unit_selection, write_report)
 from censusrecon.experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
-from censusrecon.experiments.results import (UnitStore, code_fingerprint, jax_info, run_seconds, versions, write_json, write_parquet,
+from censusrecon.experiments.results import (UnitStore, UnitTask, code_fingerprint, finish, jax_info, run_seconds, versions, write_json, write_parquet,
                                  write_yaml)
 from censusrecon.microdata.agreement import agreement_by_size
 from censusrecon.microdata.census import AGE_BIN38_OF_AGE, AGE_BINS_38_LABELS
@@ -38,7 +38,6 @@ from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.marginals import Workload
 from censusrecon.microdata.ranking import rank_by_score
 from censusrecon.reconstruct.queries import plan_for
-from censusrecon.reconstruct.rap import rap_rank
 from censusrecon.synth.mechanism import Ledger, PrivacyError, Relation, parse_relation
 from censusrecon.synth.release import (DERIVED_ROWS, TOTAL_DECLARED, TOTAL_PUBLIC_BY_RELATION, table_utility, total_queries,
                            totals_utility, workload_counts)
@@ -172,7 +171,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     write_yaml(run_dir / "config.yaml", cfg.model_dump(mode="json"))
     ledger = Ledger()
     curves, utility = [], []
-    tasks = [(wb, u) for wb in cfg.target.with_block for u in units]
+    tasks = [UnitTask(u, wb) for wb in cfg.target.with_block for u in units]
     per_unit = 1 + sum(len(r.settings_of(m)) for m in r.evaluated)
     topdown_cache: dict = {}  # "trees": (unit, BLOCK?) -> tree of its root; "releases": (root, BLOCK?, ε) -> release
     exact_statuses: dict = {"status": [], "agreement": [], "reidentification": [], "strength": [], "agreement_by_size": []}
@@ -181,19 +180,22 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     # a line per release attacked where there is no terminal: a 2010-sized tract's releases take minutes each
     bar = UnitProgress(len(tasks) * per_unit, "releases attacked", progress, leave=False)
     store = UnitStore(run_dir, fingerprint, inputs)
-    todo = [(wb, unit) for wb, unit in tasks if not store.done(unit, wb)]
-    units_bar.found(len(tasks) - len(todo), run_dir)
-    bar.skip(per_unit * (len(tasks) - len(todo)))
-    fresh: dict = {}  # the units evaluated by this process, as evaluate_unit returned them
+
+    def found(n: int) -> None:
+        units_bar.found(n, run_dir)
+        bar.skip(per_unit * n)
+
+    def done(t: UnitTask) -> None:
+        if backend == "ray":  # a Ray task's releases are counted when its unit is
+            bar.skip(per_unit)
+        units_bar.update(1, t.label)
+
     try:
-        if backend == "local":
-            for wb, unit in todo:
-                fresh[(wb, unit)] = evaluate_unit(study, unit, wb, store, files, bar, topdown_cache)
-                units_bar.update(1, f"{unit} {'with' if wb else 'without'} BLOCK")
-        else:
-            for wb, unit in _on_ray(cfg, todo, run_dir, fingerprint, inputs, address):
-                bar.skip(per_unit)
-                units_bar.update(1, f"{unit} {'with' if wb else 'without'} BLOCK")
+        results, computed = finish(
+            store, tasks, lambda chunk: [evaluate_unit(study, t, store, files, bar, topdown_cache) for t in chunk],
+            backend=backend, remote=unit_task, remote_args=(cfg.model_dump(mode="json"), cfg.base_dir, str(run_dir),
+                                                            fingerprint, inputs),
+            address=address, num_cpus=cfg.sweep.num_cpus, on_found=found, on_done=done)
     except KeyboardInterrupt:
         raise units_bar.interrupted() from None
     finally:
@@ -201,7 +203,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
         units_bar.close()
     resumed: list[dict] = []  # the facts of units finished by an earlier call (their time counts too)
     for task in tasks:  # every unit's result: this process's, or its files (an earlier call's, a Ray worker's)
-        facts = fresh[task] if task in fresh else store.load(task[1], task[0])
+        facts = results[task]
         curves.append(facts["curves"])
         if facts["micro_rows"] is not None:
             micro.append(facts["micro_rows"])
@@ -209,7 +211,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
         ledger.entries.extend(facts["ledger"])
         for kind, rows_ in facts.get("exact_attack", {}).items():
             exact_statuses[kind].extend(rows_)
-        if task not in todo:
+        if task not in computed:
             resumed.append(facts)
     df = pd.concat(curves, ignore_index=True)
     util = pd.DataFrame(utility)
@@ -273,50 +275,27 @@ class _Quiet:
         pass
 
 
-def evaluate_unit(study: Study, unit: str, wb: bool, store: UnitStore, files: dict, bar=None,
+def evaluate_unit(study: Study, task: UnitTask, store: UnitStore, files: dict, bar=None,
                   topdown_cache: dict | None = None) -> dict:
     """Evaluate one unit (every release of it attacked, the exact tables, the baselines) and save it in
     ``store``: the one step both backends run per unit. Returns it as :meth:`UnitStore.load` would."""
     ledger = Ledger()
     t_unit = time.perf_counter()
-    unit_curves, unit_util, unit_exact, unit_micro = _evaluate_unit(study, unit, wb, ledger, bar or _Quiet(),
-                                                                    topdown_cache, store.dir.parent, files)
-    return store.save(unit, wb, unit_curves, {"utility": unit_util, "exact_attack": unit_exact, "ledger": ledger.entries,
-                                              "seconds_unit": round(time.perf_counter() - t_unit, 2)}, unit_micro)
+    unit_curves, unit_util, unit_exact, unit_micro = _evaluate_unit(study, task.unit, task.with_block, ledger,
+                                                                    bar or _Quiet(), topdown_cache, store.dir.parent,
+                                                                    files)
+    return store.save(task, unit_curves, {"utility": unit_util, "exact_attack": unit_exact, "ledger": ledger.entries,
+                                          "seconds_unit": round(time.perf_counter() - t_unit, 2)}, unit_micro)
 
 
-def unit_task(cfg_json: dict, base_dir: str | None, unit: str, wb: bool, run_dir: str, fingerprint: str,
-              inputs: dict) -> tuple[bool, str]:
+def unit_task(cfg_json: dict, base_dir: str | None, run_dir: str, fingerprint: str, inputs: dict,
+              task: UnitTask) -> UnitTask:
     """One unit evaluated where the config is all there is (a Ray worker): the config resolved again against
     its data (the same units: the choice is seeded), the unit's release files read (the driver checked them against
     every unit), :func:`evaluate_unit`."""
     study = resolve(parse_config(cfg_json).with_base_dir(base_dir))
-    evaluate_unit(study, unit, wb, UnitStore(Path(run_dir), fingerprint, inputs), read_release_files(study, [unit]))
-    return wb, unit
-
-
-def _on_ray(cfg: ExperimentConfig, todo: list, run_dir: Path, fingerprint: str, inputs: dict, address: str | None):
-    """Yield each unit of ``todo`` as its Ray task finishes."""
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError("the ray backend needs Ray: pip install 'censusrecon[ray]'") from None
-    started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(address=address, num_cpus=None if address else cfg.sweep.num_cpus, include_dashboard=False,
-                 log_to_driver=False, logging_level=logging.WARNING)
-    try:
-        remote = ray.remote(num_cpus=1)(unit_task)
-        cfg_json = cfg.model_dump(mode="json")
-        pending = [remote.remote(cfg_json, cfg.base_dir, unit, wb, str(run_dir), fingerprint, inputs)
-                   for wb, unit in todo]
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for d in done:
-                yield ray.get(d)
-    finally:
-        if started_here:
-            ray.shutdown()
+    evaluate_unit(study, task, UnitStore(Path(run_dir), fingerprint, inputs), read_release_files(study, [task.unit]))
+    return task
 
 
 def verdicts_of(persons: pd.DataFrame, util: pd.DataFrame, strengths: dict, tolerance,
@@ -365,19 +344,21 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
     exact_counts = workload_counts(D, w)
     settings = rap_settings(cfg)
     tie_rng = np.random.default_rng(stable_seed("ties", cfg.seed, unit, wb))
+    rap = attacks.attack(RAP_RANK)
 
     def attack(targets, tag, mech, setting, steps_settings=None):
         """RAP-Rank on published answers; its strength rows (the first k of its K runs) are kept."""
         s = settings if steps_settings is None else steps_settings
         rng = (tie_rng if steps_settings is None
                else np.random.default_rng(stable_seed("ties", cfg.seed, unit, wb, "2T")))
-        res = rap_rank(plan, targets, D.domain, unit_key(cfg, "attack", unit, wb, tag), cfg.attack.runs,
-                       s, rng=rng, limit=int(ks.max()))
+        got = attack_unit(rap, AttackInputs(w, targets, rng, int(ks.max()), key=unit_key(cfg, "attack", unit, wb, tag),
+                                            runs=cfg.attack.runs, settings=s, plan=plan))
+        res = got.fit
         seed = stable_seed("strength", cfg.seed)
         exact_status["strength"] += [{"unit": unit, "variant": wb, "mechanism": mech, "setting": setting,
                                       "steps": s.steps, **r} for r in strength_by_runs(res.codes, D.domain.encode,
                                                                                          truth, u, seed, res.ranking)]
-        return match_rate_curve(res.ranking, truth, ks, u)
+        return match_rate_curve(got.ranking, truth, ks, u)
 
     def unit_attacks(targets, tag, **cols) -> list[pd.DataFrame]:
         """The attacks run unit by unit (attack.methods) on what was published (noisy answers for a DP release)."""
@@ -386,8 +367,8 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
             kind = attacks.attack(method)
             mixed = (kind.name,) if kind.seed_with_name else ()
             tie = np.random.default_rng(stable_seed("ties", cfg.seed, unit, wb, tag, *mixed))
-            ranking, size = attack_unit(kind, AttackInputs(w, targets, tie, int(ks.max())))
-            out.append(match_rate_curve(ranking, truth, ks, u, size).assign(method=method, **cols))
+            got = attack_unit(kind, AttackInputs(w, targets, tie, int(ks.max())))
+            out.append(match_rate_curve(got.ranking, truth, ks, u, got.candidates).assign(method=method, **cols))
         return out
 
     common = dict(unit=unit, variant=wb, u=u, n_rows=len(D), n_unique=unique_persons(D))

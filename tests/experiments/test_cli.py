@@ -250,15 +250,17 @@ def test_tracts_with_block_are_padded_to_a_bucket_and_share_one_program(root, mo
         assert p.private.column("BLOCK").max() < n and p.holdout.column("BLOCK").max() < n
         assert np.all(p.block_weights[n:] == 0)
     calls = []
-    real_units = runner.rap_rank_units
+    import censusrecon.reconstruct.rap as rap
+
+    real_units = rap.rap_rank_units
 
     def recording(plan, targets, *a, **k):
         calls.append(len(targets))
         return real_units(plan, targets, *a, **k)
 
-    monkeypatch.setattr(runner, "rap_rank_units", recording)
+    monkeypatch.setattr(rap, "rap_rank_units", recording)  # what RAP-Rank's registered attack calls
     out = runner.run_units(study, [(u, True) for u in units])
-    assert calls == [len(units)]  # one plan for all four tracts: one stream of calls
+    assert calls == [len(units)]  # one plan for all four tracts: one stream of calls, through attack_units
     assert all(len(df) for df, _ in out)
 
 
