@@ -76,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="audit a finished evaluation again (its earlier report, audit and decision are kept under "
                          "earlier/)")
     ev.add_argument("--backend", choices=["local", "ray"], default="local",
-                    help="local: one process; ray: each unit a task on a Ray cluster (pip install 'censusrecon[ray]'); "
-                         "either resumes after a kill, evaluating only the units not done")
+                    help="local: one process; ray: each unit, and each (BLOCK variant, ε) of the audit, a task on a Ray "
+                         "cluster (pip install 'censusrecon[ray]'); either resumes after a kill, evaluating only the "
+                         "units not done")
     ev.add_argument("--address", default=None, help="address of a running Ray cluster (default: start a local one "
                     "with sweep.num_cpus CPUs)")
     au = sub.add_parser("audit", help="audit the publishing code of every mechanism at the config's ε values",
@@ -91,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--seed", type=int, default=None, help="the audit's noise key (default: release.audit.seed, else "
                     "fresh); a re-run under another seed is another audit, never a replacement for a failed one")
     au.add_argument("--json", action="store_true", help="print one JSON object per (mechanism, ε) instead of a table")
+    au.add_argument("--backend", choices=["local", "ray"], default="local",
+                    help="local: one process; ray: each (BLOCK variant, ε) a task on a Ray cluster (pip install "
+                         "'censusrecon[ray]'); the same results")
+    au.add_argument("--address", default=None, help="address of a running Ray cluster (default: start a local one "
+                    "with sweep.num_cpus CPUs)")
     qs = sub.add_parser("queries", help="what a config publishes, per target unit, without attacking",
                         description="Print, per target unit, its blocks, distinct queries and cells per table.")
     _add_config(qs, out=False, progress=False)
@@ -335,7 +341,8 @@ def _audit(args) -> int:
 
     check_environments(cfg)  # before any work: a missing environment names its make target
     t0 = time.perf_counter()
-    results = audit_release(resolve(cfg), progress=not (args.json or args.no_progress), seed=args.seed)
+    results = audit_release(resolve(cfg), progress=not (args.json or args.no_progress), seed=args.seed,
+                            backend=args.backend, address=args.address)
     from censusrecon.experiments.release.audit import record_audit
     from censusrecon.experiments.release.evaluate import release_dir
     from censusrecon.experiments.results import code_fingerprint

@@ -145,17 +145,20 @@ def finish(store: UnitStore, tasks: list[UnitTask], compute: Callable[[list[Unit
                 if on_done is not None:
                     on_done(t)
     else:
-        for t in _on_ray(remote, remote_args, todo, address, num_cpus, on_idle, idle_s):
+        for t in on_ray(remote, remote_args, todo, address, num_cpus, on_idle, idle_s):
             if on_done is not None:
                 on_done(t)
     return {t: fresh[t] if t in fresh else store.load(t) for t in tasks}, todo
 
 
-def _on_ray(fn: Callable, args: tuple, todo: list[UnitTask], address: str | None, num_cpus: int | None,
-            on_idle: Callable | None, idle_s: float | None):
-    """Yield each task of ``todo`` as its Ray task, ``fn(*args, task)``, finishes (a local cluster of
-    ``num_cpus`` CPUs unless ``address`` names one to join); a task Ray retries after its worker died
-    counts once."""
+@contextmanager
+def ray_session(backend: str, address: str | None, num_cpus: int | None):
+    """A Ray session for the ``ray`` backend (nothing for ``local``): a local cluster of ``num_cpus`` CPUs, or the
+    cluster at ``address``, started here unless one is running and shut down when the block ends, so that a
+    command's unit tasks and audit tasks share one start."""
+    if backend != "ray":
+        yield
+        return
     try:
         import ray
     except ImportError:
@@ -167,17 +170,30 @@ def _on_ray(fn: Callable, args: tuple, todo: list[UnitTask], address: str | None
         ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
                  log_to_driver=False, logging_level=logging.WARNING)
     try:
-        remote = ray.remote(num_cpus=1)(fn)
-        pending = [remote.remote(*args, t) for t in todo]
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1, timeout=idle_s)
-            for d in done:
-                yield ray.get(d)
-            if not done and on_idle is not None:
-                on_idle()
+        yield
     finally:
         if started_here:
             ray.shutdown()
+
+
+def on_ray(fn: Callable, args: tuple, items: list, address: str | None, num_cpus: int | None,
+           on_idle: Callable | None = None, idle_s: float | None = None, with_item: bool = False):
+    """Yield the result of each Ray task ``fn(*args, item)``, one per item of ``items``, as it finishes
+    (``with_item``: as ``(item, result)``), in the running Ray session or one of its own
+    (:func:`ray_session`); ``on_idle()`` every ``idle_s`` seconds without a finished task. A task Ray retries
+    after its worker died counts once."""
+    with ray_session("ray", address, num_cpus):
+        import ray
+
+        remote = ray.remote(num_cpus=1)(fn)
+        refs = {remote.remote(*args, item): item for item in items}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1, timeout=idle_s)
+            for d in done:
+                yield (refs[d], ray.get(d)) if with_item else ray.get(d)
+            if not done and on_idle is not None:
+                on_idle()
 
 
 def versions() -> dict[str, str]:

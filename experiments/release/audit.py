@@ -53,7 +53,7 @@ CHUNK_VALUES = 20_000_000
 
 
 def audit_release(study: Study, units: list[str] | None = None, progress: bool = False,
-                  seed: int | None = None) -> list[AuditResult]:
+                  seed: int | None = None, backend: str = "local", address: str | None = None) -> list[AuditResult]:
     """Audit every configured mechanism at every audited ε of the config through the functions that publish
     (:func:`experiments.release.publish.publish`, :func:`experiments.release.topdown.publish_topdown`), on
     the real units' private data.
@@ -67,6 +67,11 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     the replay of recorded releases over many pairs; the structure checks. The histograms are audited
     on small worst-case domains (their sensitivity does not depend on the data). ``seed`` keys the
     audit's noise (default ``release.audit.seed``, else fresh), recorded in every result.
+
+    Each (BLOCK variant, ε) is one job (:func:`audit_job`): run here in turn, sharing the real instances
+    between the ε of a variant, or, ``backend="ray"``, one Ray task each (``address`` to join a cluster;
+    default a local one with ``sweep.num_cpus`` CPUs), each resolving the config again: the same results,
+    in the same order (every draw is keyed by the seed, the unit and the ε, never by what ran before).
     """
     import secrets
 
@@ -74,6 +79,8 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     r = cfg.release
     if r is None:
         raise ConfigError("this config has no 'release' section: nothing to audit")
+    if backend not in ("local", "ray"):
+        raise ConfigError(f"unknown backend {backend!r}; use 'local' or 'ray'")
     if seed is None:
         seed, seed_source = (r.audit.seed, "given") if r.audit.seed is not None else (secrets.randbits(31), "fresh")
     else:
@@ -85,60 +92,121 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
         roles = {u: "given" for u in units}
     eps_list = r.audited_epsilons()
     mechanisms = r.dp_mechanisms  # swapping is not DP: there is no ε to audit
-    family = {m: registry.mechanism(m).audit for m in mechanisms}
-    per_unit = [m for m in mechanisms if family[m] in ("tables", "fitted_tables")]
-    fitted = next((m for m in per_unit if family[m] == "fitted_tables"), None)
-    tables_of = next((m for m in per_unit if family[m] == "tables"), None) or (
-        registry.mechanism(fitted).fitted_to if fitted else None)
     programs = list(r.programs)  # run by the tool, audited as black boxes
     cfg = _family_level(cfg, len(eps_list) * len(cfg.target.with_block),
                         mechanisms + [PROGRAM_PREFIX + p.name for p in programs], len(units),
                         sum(p.measurements is not None for p in programs))
     study = dataclasses.replace(study, cfg=cfg)  # the audit's own settings for this family of results
-    jobs = len(cfg.target.with_block) * len(eps_list) * (len(mechanisms) + len(programs))
+    per_job = len(mechanisms) + len(programs)
+    jobs = [(wb, eps) for wb in cfg.target.with_block for eps in eps_list]
     # a line per mechanism and ε audited, with an estimate of the time left (an audit takes minutes)
-    bar = UnitProgress(jobs, "audits", progress, estimate=True)
+    bar = UnitProgress(len(jobs) * per_job, "audits", progress, estimate=True)
     if progress:
-        bar.say(f"audit: {jobs} (mechanism, ε) pairs on {len(units)} units ({', '.join(units)}), seed {seed}")
+        bar.say(f"audit: {len(jobs) * per_job} (mechanism, ε) pairs on {len(units)} units ({', '.join(units)}), "
+                f"seed {seed}" + (f", {len(jobs)} Ray tasks" if backend == "ray" else ""))
+    plan = AuditPlan(list(units), roles, seed, seed_source)
     out = []
-    common = {"audit_seed": seed, "audit_seed_source": seed_source, "audited_units": list(units),
-              "unit_roles": roles}
-    anchor = next((u for u, role in roles.items() if role == "largest"), units[0])  # the histograms' frame
-    for wb in cfg.target.with_block:
-        blocks_check = _block_list_check(study, anchor) if wb else None
-        frame, _ = _frame(study, anchor, wb)
-        small = _histogram_pair(frame, parse_relation(r.relation))
-        smallest = _histogram_pair(frame, parse_relation(r.relation), cells=SMOOTHED_CELLS)
-        tables, cache = {}, {}  # the real instances, shared by every ε
-        for eps in eps_list:
-            if per_unit:
-                tables[eps] = [_audit_tables_unit(study, tables_of, fitted, u, wb, eps, seed, cache) for u in units]
-            for mech in mechanisms:
-                if family[mech] in ("tables", "fitted_tables"):
-                    res = _combine_units(mech, eps, [x[family[mech]] for x in tables[eps]])
-                elif family[mech] == "histogram":
-                    res = _audit_perturbed(cfg, mech, eps, small, seed)
-                elif family[mech] == "tree":
-                    res = _combine_units(mech, eps, [_audit_topdown_root(study, mech, root_units, wb, eps, seed, cache)
-                                                     for root_units in _roots(study, units, wb)])
-                elif family[mech] == "smoothed":
-                    res = _audit_smoothed(cfg, mech, eps, smallest, seed)
-                else:
-                    raise ConfigError(f"{mech}: no audit family {family[mech]!r}; a DP mechanism names one of "
-                                      "tables, fitted_tables, histogram, smoothed, tree")
-                if blocks_check is not None:
-                    res.checks["block_list"] = blocks_check
-                res.details.update(with_block=wb, **common)
-                out.append(res)
-                bar.update(1, f"{mech} at ε = {eps:g}")
-            for spec in programs:
-                res = _combine_units(PROGRAM_PREFIX + spec.name, eps,
-                                     [audit_program(study, spec, u, wb, eps, seed, cache) for u in units])
-                res.details.update(with_block=wb, **common)
-                out.append(res)
-                bar.update(1, f"{PROGRAM_PREFIX + spec.name} at ε = {eps:g}")
-    bar.close()
+    try:
+        if backend == "local":
+            caches: dict = {}  # per variant: the real instances, shared by every ε
+            for wb, eps in jobs:
+                out += audit_job(study, plan, wb, eps, caches.setdefault(wb, {}), bar)
+        else:
+            out = _audit_on_ray(study, plan, jobs, address, bar)
+    finally:
+        bar.close()
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditPlan:
+    """What every job of one audit shares: the audited units and their roles, and the audit's seed."""
+
+    units: list[str]
+    roles: dict[str, str]
+    seed: int
+    seed_source: str
+
+    @property
+    def anchor(self) -> str:
+        """The unit whose frame the histograms are audited on: the largest audited unit."""
+        return next((u for u, role in self.roles.items() if role == "largest"), self.units[0])
+
+
+def audit_job(study: Study, plan: AuditPlan, wb: bool, eps: float, cache: dict, bar=None) -> list[AuditResult]:
+    """One (BLOCK variant, ε) of an audit: every DP mechanism, then every release program, in config order.
+    ``cache`` holds the variant's real instances (its frame, its tables' pairs, its trees), shared by the ε of
+    one process; a fresh one gives the same results."""
+    cfg = study.cfg
+    r = cfg.release
+    seed, units = plan.seed, plan.units
+    mechanisms = r.dp_mechanisms
+    family = {m: registry.mechanism(m).audit for m in mechanisms}
+    per_unit = [m for m in mechanisms if family[m] in ("tables", "fitted_tables")]
+    fitted = next((m for m in per_unit if family[m] == "fitted_tables"), None)
+    tables_of = next((m for m in per_unit if family[m] == "tables"), None) or (
+        registry.mechanism(fitted).fitted_to if fitted else None)
+    common = {"audit_seed": seed, "audit_seed_source": plan.seed_source, "audited_units": list(units),
+              "unit_roles": plan.roles}
+    if "audit_frame" not in cache:
+        frame, _ = _frame(study, plan.anchor, wb)
+        relation = parse_relation(r.relation)
+        cache["audit_frame"] = (_block_list_check(study, plan.anchor) if wb else None,
+                                _histogram_pair(frame, relation), _histogram_pair(frame, relation, cells=SMOOTHED_CELLS))
+    blocks_check, small, smallest = cache["audit_frame"]
+    out = []
+    tables = ([_audit_tables_unit(study, tables_of, fitted, u, wb, eps, seed, cache) for u in units]
+              if per_unit else [])
+    for mech in mechanisms:
+        if family[mech] in ("tables", "fitted_tables"):
+            res = _combine_units(mech, eps, [x[family[mech]] for x in tables])
+        elif family[mech] == "histogram":
+            res = _audit_perturbed(cfg, mech, eps, small, seed)
+        elif family[mech] == "tree":
+            res = _combine_units(mech, eps, [_audit_topdown_root(study, mech, root_units, wb, eps, seed, cache)
+                                             for root_units in _roots(study, units, wb)])
+        elif family[mech] == "smoothed":
+            res = _audit_smoothed(cfg, mech, eps, smallest, seed)
+        else:
+            raise ConfigError(f"{mech}: no audit family {family[mech]!r}; a DP mechanism names one of "
+                              "tables, fitted_tables, histogram, smoothed, tree")
+        if blocks_check is not None:
+            res.checks["block_list"] = blocks_check
+        res.details.update(with_block=wb, **common)
+        out.append(res)
+        if bar is not None:
+            bar.update(1, f"{mech} at ε = {eps:g}")
+    for spec in r.programs:
+        res = _combine_units(PROGRAM_PREFIX + spec.name, eps,
+                             [audit_program(study, spec, u, wb, eps, seed, cache) for u in units])
+        res.details.update(with_block=wb, **common)
+        out.append(res)
+        if bar is not None:
+            bar.update(1, f"{PROGRAM_PREFIX + spec.name} at ε = {eps:g}")
+    return out
+
+
+def audit_task(cfg_json: dict, base_dir: str | None, plan: AuditPlan, job: tuple[bool, float]) -> list[AuditResult]:
+    """One audit job where the config is all there is (a Ray worker): the config (at the audit's level)
+    resolved again against its data, :func:`audit_job` with a cache of its own."""
+    from censusrecon.experiments.config import parse_config
+
+    study = resolve(parse_config(cfg_json).with_base_dir(base_dir))
+    return audit_job(study, plan, job[0], job[1], {})
+
+
+def _audit_on_ray(study: Study, plan: AuditPlan, jobs: list, address: str | None, bar) -> list[AuditResult]:
+    """The jobs as Ray tasks (through the loop the long commands share); results in job order."""
+    from censusrecon.experiments.results import on_ray
+
+    cfg = study.cfg
+    got = {}
+    for job, results in on_ray(audit_task, (cfg.model_dump(mode="json"), cfg.base_dir, plan), jobs, address,
+                               cfg.sweep.num_cpus, with_item=True):
+        got[job] = results
+        for res in results:
+            bar.update(1, f"{res.mechanism} at ε = {job[1]:g}")
+    return [res for job in jobs for res in got[job]]
 
 
 def record_audit(history: Path, results: list[AuditResult], code: str) -> list[dict]:

@@ -30,7 +30,7 @@ from censusrecon.experiments.release.publish import (release_backend, check_bloc
 from censusrecon.experiments.release.report import (plot_release, release_persons, release_strength, setting_label,
                                         unit_selection, write_report)
 from censusrecon.experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
-from censusrecon.experiments.results import (UnitStore, UnitTask, code_fingerprint, finish, jax_info, run_seconds, versions, write_json, write_parquet,
+from censusrecon.experiments.results import (UnitStore, UnitTask, code_fingerprint, finish, ray_session, jax_info, run_seconds, versions, write_json, write_parquet,
                                  write_yaml)
 from censusrecon.microdata.agreement import agreement_by_size
 from censusrecon.microdata.census import AGE_BIN38_OF_AGE, AGE_BINS_38_LABELS
@@ -133,8 +133,8 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
 
     Each unit's evaluation is one call of :func:`evaluate_unit`, which writes the unit's files (the JSON last,
     marking it done); a call killed at any moment loses no finished unit, and the next one evaluates only those
-    not done. ``backend="ray"`` runs the units as Ray tasks (``address`` to join a cluster; default a local one
-    with ``sweep.num_cpus`` CPUs)."""
+    not done. ``backend="ray"`` runs the units, and the audit's (BLOCK variant, ε) jobs, as Ray tasks
+    (``address`` to join a cluster; default a local one with ``sweep.num_cpus`` CPUs)."""
     if backend not in ("local", "ray"):
         raise ConfigError(f"unknown backend {backend!r}; use 'local' or 'ray'")
     if cfg.release is None:
@@ -190,40 +190,41 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
             bar.skip(per_unit)
         units_bar.update(1, t.label)
 
-    try:
-        results, computed = finish(
-            store, tasks, lambda chunk: [evaluate_unit(study, t, store, files, bar, topdown_cache) for t in chunk],
-            backend=backend, remote=unit_task, remote_args=(cfg.model_dump(mode="json"), cfg.base_dir, str(run_dir),
-                                                            fingerprint, inputs),
-            address=address, num_cpus=cfg.sweep.num_cpus, on_found=found, on_done=done)
-    except KeyboardInterrupt:
-        raise units_bar.interrupted() from None
-    finally:
-        bar.close()
-        units_bar.close()
-    resumed: list[dict] = []  # the facts of units finished by an earlier call (their time counts too)
-    for task in tasks:  # every unit's result: this process's, or its files (an earlier call's, a Ray worker's)
-        facts = results[task]
-        curves.append(facts["curves"])
-        if facts["micro_rows"] is not None:
-            micro.append(facts["micro_rows"])
-        utility.extend(facts["utility"])
-        ledger.entries.extend(facts["ledger"])
-        for kind, rows_ in facts.get("exact_attack", {}).items():
-            exact_statuses[kind].extend(rows_)
-        if task not in computed:
-            resumed.append(facts)
-    df = pd.concat(curves, ignore_index=True)
-    util = pd.DataFrame(utility)
-    lift = lift_table(df)
-    recorded = None if reaudit else recorded_audit(run_dir, cfg, fingerprint)
-    if recorded is not None:  # `censusrecon audit` audited this very code and config: its audit stands
-        audits = recorded
-        units_bar.say(f"audit: the one `censusrecon audit` ran at {audits[0].details['recorded_by_audit_command']} on "
-                      "this code and config (seed "
-                      f"{audits[0].details.get('audit_seed')}); its result stands, so it is not run again")
-    else:
-        audits = audit_release(study, progress=progress)
+    with ray_session(backend, address, cfg.sweep.num_cpus):  # one Ray start for the units and the audit
+        try:
+            results, computed = finish(
+                store, tasks, lambda chunk: [evaluate_unit(study, t, store, files, bar, topdown_cache) for t in chunk],
+                backend=backend, remote=unit_task, remote_args=(cfg.model_dump(mode="json"), cfg.base_dir, str(run_dir),
+                                                                fingerprint, inputs),
+                address=address, num_cpus=cfg.sweep.num_cpus, on_found=found, on_done=done)
+        except KeyboardInterrupt:
+            raise units_bar.interrupted() from None
+        finally:
+            bar.close()
+            units_bar.close()
+        resumed: list[dict] = []  # the facts of units finished by an earlier call (their time counts too)
+        for task in tasks:  # every unit's result: this process's, or its files (an earlier call's, a Ray worker's)
+            facts = results[task]
+            curves.append(facts["curves"])
+            if facts["micro_rows"] is not None:
+                micro.append(facts["micro_rows"])
+            utility.extend(facts["utility"])
+            ledger.entries.extend(facts["ledger"])
+            for kind, rows_ in facts.get("exact_attack", {}).items():
+                exact_statuses[kind].extend(rows_)
+            if task not in computed:
+                resumed.append(facts)
+        df = pd.concat(curves, ignore_index=True)
+        util = pd.DataFrame(utility)
+        lift = lift_table(df)
+        recorded = None if reaudit else recorded_audit(run_dir, cfg, fingerprint)
+        if recorded is not None:  # `censusrecon audit` audited this very code and config: its audit stands
+            audits = recorded
+            units_bar.say(f"audit: the one `censusrecon audit` ran at {audits[0].details['recorded_by_audit_command']} on "
+                          "this code and config (seed "
+                          f"{audits[0].details.get('audit_seed')}); its result stands, so it is not run again")
+        else:
+            audits = audit_release(study, progress=progress, backend=backend, address=address)
     keep_earlier(run_dir)  # a rerun (--reaudit) keeps the earlier report, audit and decision before writing its own
     risks, risk_note = measure_risks(cfg, micro)
     write_json(run_dir / "risks.json", {"note": risk_note})
