@@ -178,3 +178,20 @@ def test_the_slow_tier_starts_a_test_only_when_its_expected_time_fits_the_deadli
     monkeypatch.setenv(DEADLINE_ENV, str(time.time() - 1))
     with pytest.raises(pytest.skip.Exception, match="0 s left"):
         pytest_runtest_setup(short)
+
+
+def test_every_name_the_api_page_lists_exists(root):
+    """The API page's mkdocstrings blocks name modules and members; a renamed function must not leave a name there
+    that the library no longer has (``audited_units`` did, 2026-12-05)."""
+    import importlib
+    import re
+
+    page = (root / "docs" / "pages" / "api.md").read_text()
+    missing = []
+    for module, body in re.findall(r":::\s*([\w.]+)\n((?:[ \t]+.*\n)*)", page):
+        mod = importlib.import_module(f"censusrecon.{module}")
+        listed = re.search(r"members:\s*\[([^\]]*)\]", body)
+        for name in ([n.strip() for n in listed.group(1).split(",") if n.strip()] if listed else []):
+            if not hasattr(mod, name):
+                missing.append(f"{module}.{name}")
+    assert not missing, missing

@@ -33,7 +33,7 @@ from censusrecon.synth.noise import OpenDPNoise
 from censusrecon.experiments.progress import UnitProgress
 from censusrecon.experiments.release.files import unit_layout
 from censusrecon.experiments.release.program import one_way_inputs, program_inputs, program_seed, run_program
-from censusrecon.experiments.release.publish import publish
+from censusrecon.experiments.release.publish import ReleaseSpec, publish
 from censusrecon.experiments.release.topdown import publish_topdown, topdown_root, topdown_shape, topdown_tree
 from censusrecon.synth.audit import clopper_pearson, gaussian_rho_spent, opendp_rho
 from censusrecon.synth.topdown import Budget, QUERIES
@@ -388,7 +388,7 @@ def _noise(cfg: ExperimentConfig, seed: int, *parts):
 
 
 def _publish(cfg, mech, eps, D, workload, backend, rng, **kw):
-    return publish(cfg, mech, eps, D, workload, backend, rng, **kw)
+    return publish(ReleaseSpec.of(cfg), mech, eps, D, workload, backend, rng, **kw)
 
 
 def _structure_check(cfg, mech, eps, workload, D, D2, **kw) -> str:

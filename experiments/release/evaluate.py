@@ -25,8 +25,8 @@ from censusrecon.experiments.release.audit import audit_release, failed_audits, 
 from censusrecon.experiments.release.files import FILE_NOTE, file_published, read_release_files, unit_layout
 from censusrecon.experiments.release.program import (PROGRAM_NOTE, check_environments, program_digests,
                                         program_inputs, program_seed, run_program)
-from censusrecon.experiments.release.publish import (release_backend, check_block_list, neighbours_of, own_invariants,
-                                         publish, swap_pool)
+from censusrecon.experiments.release.publish import (ReleaseSpec, release_backend, check_block_list, neighbours_of,
+                                         own_invariants, publish, swap_pool)
 from censusrecon.experiments.release.report import (plot_release, release_persons, release_strength, setting_label,
                                         unit_selection, write_report)
 from censusrecon.experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
@@ -374,6 +374,7 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
 
     common = dict(unit=unit, variant=wb, u=u, n_rows=len(D), n_unique=unique_persons(D))
     exact_on = cfg.attack.exact and not isinstance(w, Workload)
+    spec = ReleaseSpec.of(cfg)  # what the config says about publishing, for the ledger
 
     cache: dict = {}
 
@@ -453,13 +454,13 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
                 if not kind.dp:
                     ledger.note(mech, kind.made_with, pub.publication_note, **{kind.setting_key: setting},
                                 **{k: v for k, v in pub.facts.items() if k not in ("kind", kind.setting_key)}, **extra,
-                                invariants=own_invariants(cfg, mech, wb))
+                                invariants=own_invariants(spec, mech, wb))
                 else:
                     if getattr(backend, "contrib", False):
                         extra.update(opendp_version=backend.version, opendp_contrib=True)
-                    protects, exact = neighbours_of(cfg, mech)
+                    protects, exact = neighbours_of(spec, mech)
                     ledger.record(pub.record, backend.name, pub.for_publication, publication_note=pub.publication_note,
-                                  invariants=own_invariants(cfg, mech, wb), neighbours=protects,
+                                  invariants=own_invariants(spec, mech, wb), neighbours=protects,
                                   published_exactly=exact, **extra, **facts)
             if pub.rows is not None:
                 micro.append(_micro_rows(pub.rows, unit, wb, "release", mech, setting))
@@ -552,7 +553,8 @@ def _publish_mechanism(study: Study, unit: str, wb: bool, mech: str, setting: fl
     backend and the facts of a shared release for the ledger."""
     cfg = study.cfg
     kind = registry.mechanism(mech)
-    backend = release_backend(cfg, unit, mech, setting) if kind.dp else None
+    spec = ReleaseSpec.of(cfg)
+    backend = release_backend(spec, unit, mech, setting) if kind.dp else None
     facts: dict = {}
 
     def pool():
@@ -565,7 +567,7 @@ def _publish_mechanism(study: Study, unit: str, wb: bool, mech: str, setting: fl
         facts.update(more)
         return pub
 
-    pub = publish(cfg, mech, setting, D, w, backend, rng,
+    pub = publish(spec, mech, setting, D, w, backend, rng,
                   key=unit_key(cfg, "fit", unit, setting) if kind.needs_fit else None,
                   pool=pool if kind.needs_pool else None, shared=shared if kind.scope == "root" else None)
     return pub, backend, facts
@@ -584,7 +586,7 @@ def _topdown_published(study: Study, unit: str, wb: bool, mech: str, setting: fl
     td = trees[(unit, wb)]
     key = (td.root, wb, setting)
     if key not in releases:
-        releases[key] = publish_topdown(cfg, td, setting, release_backend(cfg, td.root, mech, setting))
+        releases[key] = publish_topdown(cfg, td, setting, release_backend(ReleaseSpec.of(cfg), td.root, mech, setting))
         if run_dir is not None:
             mdf = topdown_mdf(td, releases[key].estimates).assign(root=td.root, variant=wb, epsilon=setting)
             write_parquet(run_dir / "mdf" / f"{td.root}-{'block' if wb else 'unit'}-{setting:g}.parquet", mdf)

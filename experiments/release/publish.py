@@ -1,15 +1,17 @@
-"""Publishing one release from a config: the inputs a registered mechanism is given (synth.registry), built
-from the config, the release's noise, and what the release protects; the one code path evaluate-release
-attacks, the auditor audits and an agency would publish through."""
+"""Publishing one release: what the config says about publishing resolved once (ReleaseSpec), the inputs a
+registered mechanism is given (synth.registry), the release's noise, and what the release protects; the one
+code path evaluate-release attacks, the auditor audits and an agency would publish through."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 
 from censusrecon.experiments.config import ConfigError, ExperimentConfig
 from censusrecon.experiments.problem import Study, rap_settings, stable_seed
+from censusrecon.reconstruct.settings import RAPSettings
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.geography import FROM_ROWS
 from censusrecon.synth import registry
@@ -22,33 +24,68 @@ from censusrecon.synth.publishing import Published, ReleaseInputs
 log = logging.getLogger(__name__)
 
 
-def release_backend(cfg: ExperimentConfig, *parts):
+@dataclass(frozen=True)
+class ReleaseSpec:
+    """What publishing reads of a config, resolved once (:meth:`of`): the experiment's seed (the simulation
+    noise's key), the noise backend, the neighbouring relation and the declared invariants, each mechanism's
+    own options, the RAP settings a fitted release uses, the level a unit is and TopDown's root. Publishing,
+    the ledger's words and the auditor's calls of it take this, not the config.
+
+    >>> from censusrecon.experiments.config import parse_config
+    >>> spec = ReleaseSpec.of(parse_config({"name": "x", "release": {"relation": "replace_one"}}))
+    >>> spec.relation, spec.invariants, spec.backend
+    ('replace_one', (), 'simulation')
+    """
+
+    seed: int
+    backend: str
+    relation: str
+    invariants: tuple[str, ...]
+    options: tuple[tuple[str, object], ...]
+    rap: RAPSettings
+    level: str
+    topdown_root: str
+
+    @classmethod
+    def of(cls, cfg: ExperimentConfig) -> "ReleaseSpec":
+        r = cfg.release
+        if r is None:
+            raise ConfigError("this config has no 'release' section: nothing is published")
+        return cls(cfg.seed, r.backend, r.relation, tuple(r.invariants),
+                   tuple((m, r.options_of(m)) for m in registry.names()), rap_settings(cfg), cfg.target.level,
+                   r.topdown.root)
+
+    def options_of(self, mechanism: str):
+        """A mechanism's own options (its section of the config, or ``release.options``)."""
+        return dict(self.options).get(mechanism, {})
+
+
+def release_backend(spec: ReleaseSpec, *parts):
     """The noise of one release: OpenDP's (publication), or counter-based simulation noise keyed by the
     experiment's seed and the release (:class:`synth.keyed.KeyedNoise`, the auditor's key schedule)."""
-    r = cfg.release
-    if r.backend == "opendp":
+    if spec.backend == "opendp":
         return make_backend("opendp")
-    return KeyedNoise(stable_seed("noise", cfg.seed, *parts))
+    return KeyedNoise(stable_seed("noise", spec.seed, *parts))
 
 
-def release_inputs(cfg: ExperimentConfig, mechanism: str, setting: float, D: Dataset, workload, backend,
+def release_inputs(spec: ReleaseSpec, mechanism: str, setting: float, D: Dataset, workload, backend,
                    rng: np.random.Generator, key=None, runs=None, dense_limit: int = DENSE_LIMIT,
                    cells: np.ndarray | None = None, pool=None, shared=None) -> ReleaseInputs:
     """What ``mechanism`` is given to release D's tables at ``setting``: D and the public workload, the
     noise, the relation and the invariants the agency declared, the mechanism's own options, and (for a
     fit) the RAP settings."""
-    r = cfg.release
     kind = registry.mechanism(mechanism)
-    return ReleaseInputs(D, workload, setting, rng, backend, r.relation, tuple(r.invariants), kind.fit_note(backend),
-                         r.options_of(mechanism), key, rap_settings(cfg) if kind.needs_fit else None, runs, cells,
+    return ReleaseInputs(D, workload, setting, rng, backend, spec.relation, spec.invariants, kind.fit_note(backend),
+                         spec.options_of(mechanism), key, spec.rap if kind.needs_fit else None, runs, cells,
                          dense_limit, pool, shared)
 
 
-def publish(cfg: ExperimentConfig, mechanism: str, epsilon: float, D: Dataset, workload, backend,
+def publish(spec: ReleaseSpec, mechanism: str, epsilon: float, D: Dataset, workload, backend,
             rng: np.random.Generator, key=None, runs=None, dense_limit: int = DENSE_LIMIT,
             cells: np.ndarray | None = None, pool=None, shared=None) -> Published:
     """Release D's tables by ``mechanism`` at ``epsilon`` (its setting): the one code path evaluate-release
-    attacks, the auditor audits and an agency would publish through.
+    attacks, the auditor audits and an agency would publish through. ``spec``: what the config says about
+    publishing (:class:`ReleaseSpec`).
 
     D's domain (attributes, BLOCK from the public block list) and the workload are public
     inputs. The true n of D reaches the release only where the neighbouring relation makes it
@@ -60,7 +97,7 @@ def publish(cfg: ExperimentConfig, mechanism: str, epsilon: float, D: Dataset, w
     """
     if not registry.is_mechanism(mechanism):
         raise ConfigError(f"unknown mechanism {mechanism!r}; the registered ones: {', '.join(registry.names())}")
-    x = release_inputs(cfg, mechanism, epsilon, D, workload, backend, rng, key, runs, dense_limit, cells, pool, shared)
+    x = release_inputs(spec, mechanism, epsilon, D, workload, backend, rng, key, runs, dense_limit, cells, pool, shared)
     return registry.mechanism(mechanism).publish(x)
 
 
@@ -78,41 +115,41 @@ def swap_pool(study: Study, unit: str) -> Dataset:
     return pop.take(rows).project([a for a in study.attributes if a != "BLOCK"])
 
 
-def own_invariants(cfg: ExperimentConfig, mechanism: str, with_block: bool) -> list[str]:
+def own_invariants(spec: ReleaseSpec, mechanism: str, with_block: bool) -> list[str]:
     """The declared invariants a mechanism's release really publishes, for its ledger entry: the
     root total for TopDown only, the unit total where the tables' n is taken as declared
     (Laplace tables and what is fitted to them), the block list wherever blocks are published."""
     uses = registry.mechanism(mechanism).uses if registry.is_mechanism(mechanism) else frozenset()
     publishes = {"root_total": "root_total" in uses, "unit_total": "unit_total" in uses, "occupied_blocks": with_block}
-    return [i for i in cfg.release.invariants if publishes.get(i, True)]
+    return [i for i in spec.invariants if publishes.get(i, True)]
 
 
-def neighbours_of(cfg: ExperimentConfig, mechanism: str) -> tuple[str, str]:
+def neighbours_of(spec: ReleaseSpec, mechanism: str) -> tuple[str, str]:
     """What one mechanism's ε protects: the dataset whose neighbours it is DP for, and what it publishes
     exactly (by the relation or declared), so that releases compared side by side say how they differ.
 
     >>> from censusrecon.experiments.config import parse_config
-    >>> neighbours_of(parse_config({"name": "x", "release": {"relation": "replace_one"}}), "laplace_tables")[1]
+    >>> spec = ReleaseSpec.of(parse_config({"name": "x", "release": {"relation": "replace_one"}}))
+    >>> neighbours_of(spec, "laplace_tables")[1]
     "the unit's n (replace_one: the same for every neighbour)"
     """
-    r = cfg.release
-    replace = parse_relation(r.relation) is Relation.REPLACE_ONE
-    level = cfg.target.level
+    replace = parse_relation(spec.relation) is Relation.REPLACE_ONE
+    level, root, invariants = spec.level, spec.topdown_root, spec.invariants
     kind = registry.mechanism(mechanism)
     if kind.scope == "root":
-        what = (f"every person under the {r.topdown.root} around the unit (the release's root): one person "
+        what = (f"every person under the {root} around the unit (the release's root): one person "
                 + ("replaced anywhere in it, moving between its units" if replace else "added or removed"))
-        exact = [f"the {r.topdown.root}'s n" + (" (replace_one: the same for every neighbour)" if replace else "")]
-        if not replace and "root_total" in r.invariants:
-            exact = [f"the {r.topdown.root}'s n (declared invariant)"]
-        if not replace and "root_total" not in r.invariants:
+        exact = [f"the {root}'s n" + (" (replace_one: the same for every neighbour)" if replace else "")]
+        if not replace and "root_total" in invariants:
+            exact = [f"the {root}'s n (declared invariant)"]
+        if not replace and "root_total" not in invariants:
             exact = []
     else:
         what = f"the persons of one {level}: one person " + ("replaced within it" if replace else "added or removed")
         exact = (["the unit's n (replace_one: the same for every neighbour)"] if replace else
-                 ["the unit's n (declared invariant)"] if "unit_total" in r.invariants and
+                 ["the unit's n (declared invariant)"] if "unit_total" in invariants and
                  "unit_total" in kind.uses else [])
-    exact += [i for i in own_invariants(cfg, mechanism, True) if i not in ("unit_total", "root_total")]
+    exact += [i for i in own_invariants(spec, mechanism, True) if i not in ("unit_total", "root_total")]
     return what, "; ".join(exact) or "nothing"
 
 

@@ -336,14 +336,14 @@ def test_release_config_errors():
 
 
 def test_ledger_entries_carry_only_their_own_invariants(compact_agency):
-    from censusrecon.experiments.release.publish import own_invariants
+    from censusrecon.experiments.release.publish import ReleaseSpec, own_invariants
 
-    cfg = load_config(compact_agency, ["release.invariants=[root_total, unit_total]"])
-    assert own_invariants(cfg, "topdown", True) == ["root_total"]
-    assert own_invariants(cfg, "laplace_tables", True) == ["unit_total"]
-    assert own_invariants(cfg, "swapping", True) == [] and own_invariants(cfg, "synthetic", True) == ["unit_total"]
-    cfg = load_config(compact_agency, ["release.invariants=[occupied_blocks]"])
-    assert own_invariants(cfg, "swapping", True) == ["occupied_blocks"] and own_invariants(cfg, "swapping", False) == []
+    spec = ReleaseSpec.of(load_config(compact_agency, ["release.invariants=[root_total, unit_total]"]))
+    assert own_invariants(spec, "topdown", True) == ["root_total"]
+    assert own_invariants(spec, "laplace_tables", True) == ["unit_total"]
+    assert own_invariants(spec, "swapping", True) == [] and own_invariants(spec, "synthetic", True) == ["unit_total"]
+    spec = ReleaseSpec.of(load_config(compact_agency, ["release.invariants=[occupied_blocks]"]))
+    assert own_invariants(spec, "swapping", True) == ["occupied_blocks"] and own_invariants(spec, "swapping", False) == []
 
 
 def test_units_chosen_by_their_size_are_recorded_as_outside_epsilon(release_run, compact_agency):
@@ -395,7 +395,7 @@ def test_the_table_error_printed_is_the_cell_weighted_error_of_the_published_tab
     """Recomputed from a published release cell by cell (every cell of the declared tables once, no derived
     totals): the figure the verdict and the terminal print."""
     from censusrecon.experiments.problem import build_workload, resolve, select_units
-    from censusrecon.experiments.release.publish import publish
+    from censusrecon.experiments.release.publish import ReleaseSpec, publish
     from censusrecon.experiments.release.report import utility_summary
     from censusrecon.synth.keyed import KeyedNoise
     from censusrecon.synth.release import table_utility, totals_utility, workload_counts
@@ -408,7 +408,7 @@ def test_the_table_error_printed_is_the_cell_weighted_error_of_the_published_tab
     for unit in select_units(pop, cfg)[:2]:
         D = resolve(cfg, pop).prepare(unit, True, pad_blocks=False).private
         w = build_workload(cfg, cfg.queries[0], D.domain)
-        pub = publish(cfg, "laplace_tables", 1.0, D, w, KeyedNoise(3), np.random.default_rng(0))
+        pub = publish(ReleaseSpec.of(cfg), "laplace_tables", 1.0, D, w, KeyedNoise(3), np.random.default_rng(0))
         exact = workload_counts(D, w)
         errs += float(np.abs(pub.counts - exact).sum())
         cells += exact.size

@@ -18,7 +18,7 @@ from censusrecon import experiments, synth
 from censusrecon.experiments.cli import main
 from censusrecon.experiments.config import ConfigError, load_config
 from censusrecon.experiments.problem import build_workload, load_population, resolve, select_units
-from censusrecon.experiments.release.publish import publish
+from censusrecon.experiments.release.publish import ReleaseSpec, publish
 from censusrecon.experiments.release.audit import audit_release
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.geography import FROM_ROWS
@@ -154,8 +154,8 @@ def test_a_one_person_block_changes_no_shape_when_its_resident_is_replaced(root)
         prob = resolve(cfg, people).prepare(unit, True, pad_blocks=False)
         D = prob.private
         w = build_workload(cfg, cfg.queries[0], D.domain)
-        tables = publish(cfg, "laplace_tables", 1.0, D, w, SimulationNoise(0), np.random.default_rng(0))
-        hist = publish(cfg, "perturbed_histogram", 1.0, D, w, SimulationNoise(0), np.random.default_rng(0))
+        tables = publish(ReleaseSpec.of(cfg), "laplace_tables", 1.0, D, w, SimulationNoise(0), np.random.default_rng(0))
+        hist = publish(ReleaseSpec.of(cfg), "perturbed_histogram", 1.0, D, w, SimulationNoise(0), np.random.default_rng(0))
         shapes.append((D.domain, tables.structure, tables.output.counts.shape, hist.structure,
                        hist.output.domain_size, prob.block_list_source))
     assert shapes[0] == shapes[1]
@@ -185,12 +185,12 @@ def test_under_add_remove_no_release_depends_on_n(mechanism, root):
     D2 = Dataset(D.domain, np.vstack([D.codes, D.codes[:1]]))
     w = build_workload(cfg, cfg.queries[0], D.domain)
     source = "laplace_tables" if mechanism == "synthetic" else mechanism
-    first = publish(cfg, source, 1.0, D, w, SimulationNoise(3), np.random.default_rng(0))
+    first = publish(ReleaseSpec.of(cfg), source, 1.0, D, w, SimulationNoise(3), np.random.default_rng(0))
     out = first.output
     values = out.counts if source == "laplace_tables" else np.bincount(out.keys, out.counts, D.domain.total_size)
     key = experiments.problem.unit_key(cfg, "test")
-    a = publish(cfg, mechanism, 1.0, D, w, ReplayNoise(values.astype(np.int64)), np.random.default_rng(1), key=key)
-    b = publish(cfg, mechanism, 1.0, D2, w, ReplayNoise(values.astype(np.int64)), np.random.default_rng(1), key=key)
+    a = publish(ReleaseSpec.of(cfg), mechanism, 1.0, D, w, ReplayNoise(values.astype(np.int64)), np.random.default_rng(1), key=key)
+    b = publish(ReleaseSpec.of(cfg), mechanism, 1.0, D2, w, ReplayNoise(values.astype(np.int64)), np.random.default_rng(1), key=key)
     np.testing.assert_array_equal(a.answers, b.answers)
     if mechanism == "synthetic":
         assert len(a.output) == len(b.output) != len(D)  # rows from the noisy total, not from n
