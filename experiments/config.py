@@ -17,6 +17,8 @@ from censusrecon.reconstruct.settings import default as rap_default
 from censusrecon.synth import registry
 from censusrecon.synth.mechanism import MIN_EPSILON
 from censusrecon.synth.registry import FILE_PREFIX, PROGRAM_PREFIX
+from censusrecon.microdata.census import TABLE_SETS, sf1_tables
+from censusrecon.microdata.sources import source
 
 
 class ConfigError(CensusReconError):
@@ -139,8 +141,6 @@ class DataConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self):
-        from censusrecon.microdata.sources import source
-
         src = source(self.source)
         for name, field in type(self).model_fields.items():
             if name == "source" or name in src.keys:
@@ -236,8 +236,6 @@ class QueryConfig(_Strict):
     @model_validator(mode="after")
     def _check(self):
         if self.kind in ("census", "tables"):
-            from censusrecon.microdata.census import TABLE_SETS, sf1_tables
-
             known = set(sf1_tables())
             if isinstance(self.tables, str):
                 if self.tables not in (*TABLE_SETS, "reference"):
@@ -263,8 +261,6 @@ class QueryConfig(_Strict):
             what = f"all {self.k}-way marginals" + (" and every lower order" if self.lower else "")
             return what if self.max_marginals is None else f"{self.max_marginals} randomly chosen of {what}"
         if isinstance(self.tables, str):
-            from censusrecon.microdata.census import TABLE_SETS
-
             names = TABLE_SETS.get(self.tables)
             return (f"the SF1 tables preset '{self.tables}' ({', '.join(names)})" if names else
                     "the paper code's SF1 query set ('reference': P1, P6, P7, P9, P11, P12, P12A-I per block; PCT12 "

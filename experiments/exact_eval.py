@@ -18,6 +18,11 @@ from censusrecon.microdata.domain import Domain
 from censusrecon.microdata.errors import CensusReconError
 from censusrecon.microdata.ranking import Ranking, rank_by_score
 from censusrecon.reconstruct.exact import ExactResult, certify_rows, reconstruct_exact
+from censusrecon.experiments.config import ReidentificationConfig
+from censusrecon.experiments.problem import stable_seed
+from censusrecon.experiments.reid import (AttackerFile, block_modes, commercial_file, guesser_files, perfect_file,
+                                         reidentify, vulnerable_persons)
+from censusrecon.synth.swapping import swap_records
 
 log = logging.getLogger(__name__)
 
@@ -150,10 +155,6 @@ def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.nd
     tables were computed from when they are not D's (a swapped file, the Bureau's HDF), from which the
     guessers take their block shares; ``group_of_block``: each BLOCK code's block group, where the
     modal rule falls back to (the whole unit without it). None without single-year AGE and SEX."""
-    from censusrecon.experiments.config import ReidentificationConfig
-    from censusrecon.experiments.reid import (AttackerFile, block_modes, commercial_file, guesser_files, perfect_file,
-                                  reidentify, vulnerable_persons)
-
     if not {"AGE", "SEX"} <= set(domain.names) or domain.size("AGE") != len(AGE_GROUP):
         return None
     rc = rc or ReidentificationConfig()
@@ -200,9 +201,6 @@ def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: in
         keys = {"p12": {"AGE": P12_GROUP_OF_AGE}}
     hdf, swap_facts = D, None  # the file the tables are tabulated from: D, or D swapped (the Bureau's HDF)
     if cfg.attack.exact_swap_rate > 0 and "BLOCK" in D.domain:  # (without BLOCK there is nothing to swap between)
-        from censusrecon.experiments.problem import stable_seed
-        from censusrecon.synth.swapping import swap_records
-
         hdf, swap_facts = swap_records(D, cfg.attack.exact_swap_rate,
                                        np.random.default_rng(stable_seed("hdf", cfg.seed, prob.unit, prob.with_block)),
                                        ["SEX", "AGE"])

@@ -27,6 +27,9 @@ from censusrecon.microdata.sources import source
 from censusrecon.reconstruct.queries import EXACT_CHUNK, exact_counts
 from censusrecon.reconstruct.settings import CONFIG_FIELDS, RAPSettings
 from censusrecon.synth.publishing import answers_of
+from censusrecon.microdata.census import (TABLE_SETS, CensusWorkload, reference_cells, required_attributes, sf1_tables,
+                                         tables_needing)
+from censusrecon.microdata.tables import TableError, build_table_cells
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +60,6 @@ def load_population(cfg: ExperimentConfig, persons: Dataset | None = None) -> Da
 
 def check_census_tables(cfg: ExperimentConfig, pop: Dataset) -> None:
     """Census tables need AGE, SEX, HISP, CENRACE; name the tables this data cannot build."""
-    from censusrecon.microdata.census import required_attributes, tables_needing
-
     for q in cfg.queries:
         if not q.is_tables:
             continue
@@ -400,8 +401,6 @@ def resolve(cfg: ExperimentConfig, pop: Dataset | None = None) -> Study:
 
 def census_cells(q) -> list:
     """The SF1 cells a tables workload names (its preset, or the SF1 names in its list)."""
-    from censusrecon.microdata.census import TABLE_SETS, reference_cells, sf1_tables
-
     if q.tables == "reference":
         return reference_cells()
     tables = sf1_tables()
@@ -435,8 +434,6 @@ def build_workload(cfg: ExperimentConfig, q, domain, areas: dict | None = None):
     block, or per area of ``areas`` (:meth:`Study.areas`) for tables of a level between the unit
     and its blocks, when BLOCK is kept; summed to the unit when it is not)."""
     if q.is_tables:
-        from censusrecon.microdata.census import CensusWorkload
-
         cells, inside_areas = table_cells(cfg, q, domain, areas)
         return CensusWorkload.build(domain, cells, areas=inside_areas)
     w = Workload.all_kway(domain, q.k, lower=q.lower)
@@ -448,8 +445,6 @@ def build_workload(cfg: ExperimentConfig, q, domain, areas: dict | None = None):
 def table_cells(cfg: ExperimentConfig, q, domain, areas: dict | None = None) -> tuple[list, dict]:
     """The cells a tables workload publishes (SF1 cells, then the declared tables' cells) and the areas
     of the levels between the unit and its blocks they are published per (``areas`` cut to those)."""
-    from censusrecon.microdata.tables import TableError, build_table_cells
-
     declared = [t.model_dump() for t in (q.tables if isinstance(q.tables, list) else []) if not isinstance(t, str)]
     try:
         levels = geography_levels(cfg)

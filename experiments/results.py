@@ -19,6 +19,7 @@ import pyarrow as pa
 import yaml
 
 from censusrecon.microdata.dataset import atomic_write_table, shared_mode
+from censusrecon.experiments.config import ConfigError, load_config
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +163,6 @@ def ray_session(backend: str, address: str | None, num_cpus: int | None):
     try:
         import ray
     except ImportError:
-        from censusrecon.experiments.config import ConfigError
-
         raise ConfigError("the ray backend needs Ray: pip install 'censusrecon[ray]'") from None
     started_here = not ray.is_initialized()
     if started_here:
@@ -234,8 +233,6 @@ def results_dir(arg: str | Path, out: str | Path = "results", overrides: list[st
     """The results directory a command was given: the directory itself, or for a config file (with
     the ``--set`` overrides its run had) the directory its run wrote (``out/<name>/<config-hash>/``;
     its ``release/`` when only evaluate-release ran)."""
-    from censusrecon.experiments.config import ConfigError, load_config
-
     arg = Path(arg)
     if arg.suffix not in (".yaml", ".yml") or not arg.is_file():
         if overrides:
@@ -252,8 +249,6 @@ def results_kind(run_dir: str | Path) -> str:
     """"run" (censusrecon run), "release" (censusrecon evaluate-release) or "sweep" (censusrecon
     sweep, and no run of the same config) for a finished results directory; a user error naming
     what is wrong otherwise."""
-    from censusrecon.experiments.config import ConfigError
-
     run_dir = Path(run_dir)
     if not run_dir.exists():
         raise ConfigError(f"results directory {str(run_dir)!r} does not exist")

@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 from censusrecon.experiments import attacks
 from censusrecon.experiments.attacks import AttackInputs, attack_unit, attack_units, is_attack
-from censusrecon.experiments.config import ExperimentConfig
+from censusrecon.experiments.config import ConfigError, ExperimentConfig, parse_config
 from censusrecon.experiments.metrics import (BLOCK_SIZE_COLUMNS, OUTSIDE_COLUMNS, UNIQUE_BY_BLOCK_SIZE_COLUMNS, best_baselines,
                                  calibration, concentration, effective_u, k_grid, lift_by_baseline,
                                  match_rate_curve, persons_reconstructed, strength_by_runs, unique_persons)
@@ -332,13 +332,10 @@ def replot(run_dir: str | Path) -> list[Path]:
     """Regenerate the plots of a finished run from its Parquet."""
     import yaml
 
-    from censusrecon.experiments.config import parse_config
 
     run_dir = Path(run_dir)
     kind = results_kind(run_dir)
     if kind == "sweep":
-        from censusrecon.experiments.config import ConfigError
-
         raise ConfigError(f"{run_dir} holds a sweep: censusrecon report draws its plot (bureau.png, with exact tasks) "
                           "and writes its report")
     release = kind == "release"

@@ -15,6 +15,7 @@ from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.domain import Attribute, Domain
 from censusrecon.microdata.errors import CensusReconError
 from censusrecon.microdata.geography import Geography
+from censusrecon.microdata.table_source import reading
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +208,6 @@ def read_nist(path: str | Path, attributes: Sequence[str] | None = None,
     dict_path = Path(dictionary) if dictionary else path.with_name("data_dictionary.json")
     if not dict_path.is_file():
         raise ACSDataError(f"data dictionary {str(dict_path)!r} does not exist (expected beside {path.name})")
-    from censusrecon.microdata.table_source import reading
 
     try:
         spec = json.loads(dict_path.read_text(encoding="utf-8"))
@@ -296,7 +296,6 @@ def read_folktables(root: str | Path, states: Sequence[str], task: str, year: in
                     f"ACS file {str(f)!r} for {s} is missing; expected the layout "
                     f"root/<year>/<horizon>/psam_p<FIPS>.csv (or set data.download: true)"
                 )
-    from censusrecon.microdata.table_source import reading
 
     source = ACSDataSource(survey_year=str(year), horizon=horizon, survey="person", root_dir=str(root))
     files = root / str(year) / horizon

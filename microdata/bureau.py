@@ -27,8 +27,13 @@ import pandas as pd
 
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.errors import CensusReconError
-from censusrecon.microdata.geography import Geography
+from censusrecon.microdata.geography import Geography, UnitCatalogue
 from censusrecon.microdata.population import MAX_AGE, person_domain, race_group
+from censusrecon.microdata.agreement import agreement_by_size, shares
+from censusrecon.microdata.census import (AGE_BIN38_OF_AGE, AGE_BINS_38_LABELS, CENRACE_COMBOS, CensusWorkload,
+                                         sf1_tables)
+from censusrecon.microdata.domain import Attribute, Domain
+from censusrecon.microdata.table_source import reading
 
 #: the published columns, in order; the two uniqueness flags are the Bureau's and not read
 RACE_FLAGS = ("White", "Black", "American Indian or Alaskan Native", "Asian", "Native Hawaiian or Pacific Island",
@@ -44,8 +49,6 @@ def age_bin(age: np.ndarray) -> np.ndarray:
     >>> age_bin(np.array([0, 21, 22, 24, 25, 61, 62, 85, 104])).tolist()
     [0, 21, 22, 22, 23, 30, 31, 37, 37]
     """
-    from censusrecon.microdata.census import AGE_BIN38_OF_AGE
-
     return AGE_BIN38_OF_AGE[np.asarray(age)]
 
 
@@ -56,8 +59,6 @@ def cenrace_of_flags(flags: np.ndarray) -> np.ndarray:
     ...                            [0, 0, 0, 0, 1, 1], [1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0]])).tolist()
     [0, 1, 6, 20, 62, -1]
     """
-    from censusrecon.microdata.census import CENRACE_COMBOS
-
     index = {sum(1 << i for i in combo): code for code, combo in enumerate(CENRACE_COMBOS)}
     lookup = np.full(64, -1, dtype=np.int64)
     for mask, code in index.items():
@@ -68,8 +69,6 @@ def cenrace_of_flags(flags: np.ndarray) -> np.ndarray:
 
 def _frame(path: Path) -> pd.DataFrame:
     """The file's columns as text, whatever its format (.csv or .csv.gz, or .xlsx with the `xlsx` extra)."""
-    from censusrecon.microdata.table_source import reading
-
     name = path.name.lower()
     suffix = ".csv" if name.endswith((".csv", ".csv.gz")) else path.suffix.lower()
     if suffix == ".xlsx":
@@ -106,9 +105,6 @@ def _shared(a: Counter, b: Counter) -> int:
 def read_block_list(path: str | Path):
     """The public list of blocks (empty ones included) for an extract: a CSV with a ``Block ID`` column of
     15-digit block ids (14 where Excel dropped the leading zero), one row a block."""
-    from censusrecon.microdata.geography import UnitCatalogue
-    from censusrecon.microdata.table_source import reading
-
     path = Path(path)
     if not path.is_file():
         raise BureauFileError(f"block list {str(path)!r} does not exist")
@@ -164,7 +160,6 @@ def read_bureau_extract(path: str | Path, tracts: list[str] | None = None, age: 
     if not ok.all():
         bad(~ok.to_numpy(), "Age", f"an integer in [0, {MAX_AGE}]")
     ages = years.to_numpy(dtype=np.int64)
-    from censusrecon.microdata.census import AGE_BINS_38_LABELS
 
     labels = np.array(AGE_BINS_38_LABELS)
     held = df["Binned Age"].str.strip().str.replace(r"\s*-\s*", " - ", regex=True).to_numpy() == labels[age_bin(ages)]
@@ -184,8 +179,6 @@ def read_bureau_extract(path: str | Path, tracts: list[str] | None = None, age: 
         bad(cenrace < 0, "White", "a race: every race flag of this row is N")
     domain = person_domain()
     if age == "binned":  # the 38 groups in place of the single year
-        from censusrecon.microdata.domain import Attribute, Domain
-
         ages = age_bin(ages)
         domain = Domain((Attribute("AGE", tuple(labels)), *domain.attributes[1:]))
     codes = np.stack([ages, sex.to_numpy(dtype=np.int64), flags[6], race_group(cenrace), cenrace], axis=1)
@@ -286,9 +279,6 @@ def bureau_program(lp: str | Path):
     A cell of those tables the file does not name is 0 when it is a detail cell (the Bureau dropped the
     variables, and so the constraints, that a published zero rules out) and left free when it is a sum of
     other cells (a total the detail cells already fix). Returns (workload, counts, block ids)."""
-    from censusrecon.microdata.census import CensusWorkload, sf1_tables
-    from censusrecon.microdata.domain import Attribute, Domain
-
     counts = read_lp_counts(lp)
     tables = sorted({t for t, _, _ in counts})
     known = sf1_tables()
@@ -342,9 +332,6 @@ def agreement_by_block_size(truth: Dataset, other: Dataset) -> list[dict]:
     ``truth`` (1-9, 10-49, 50-99, 100+ persons) and overall, as shares (:mod:`microdata.agreement`). Both
     need single-year AGE (``age="single"``) for the exact figure; on binned AGE only the binned one is given
     (``exact`` None)."""
-    from censusrecon.microdata.agreement import agreement_by_size, shares
-    from censusrecon.microdata.census import AGE_BIN38_OF_AGE, AGE_BINS_38_LABELS
-
     binned_only = truth.domain.attribute("AGE").values == AGE_BINS_38_LABELS
     if (other.domain.attribute("AGE").values == AGE_BINS_38_LABELS) != binned_only:
         raise BureauFileError("agreement compares files read with the same data.age (binned or single)")

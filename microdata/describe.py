@@ -15,6 +15,8 @@ import pandas as pd
 
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.census import AGE_BIN38_OF_AGE, CENRACE_COMBOS
+from censusrecon.microdata.population import race_group
 
 #: The Bureau's seven block-size bins (persons per block), the last open.
 SIZE_BINS = ((1, 9), (10, 49), (50, 99), (100, 249), (250, 499), (500, 999), (1000, None))
@@ -131,8 +133,6 @@ VALIDATION = {
 def race7_1980(cenrace: np.ndarray) -> np.ndarray:
     """SF1 P8's race in 1980's seven categories (SUPP Tables 18-19) of CENRACE codes 0..62: White
     alone 0; Black, AIAN, Asian, NHPI, some other race alone or with White 1..5; the rest 6."""
-    from censusrecon.microdata.census import CENRACE_COMBOS
-
     cat = np.full(len(CENRACE_COMBOS), 6)
     for code, combo in enumerate(CENRACE_COMBOS):
         rest = [r for r in combo if r != 0]
@@ -180,9 +180,6 @@ def describe(data: Dataset, tract_level: str = "tract", block_level: str = "bloc
     SEX, HISP and CENRACE or RACE), beside its 2010 figure and tolerance: the tuned ones, then the
     validation ones (``tuned`` False). ``group_quarters``: each person's group-quarters flag where the
     data has one (its share is not measured without it)."""
-    from censusrecon.microdata.census import AGE_BIN38_OF_AGE
-    from censusrecon.microdata.population import race_group
-
     geo = data.geography
     for lv in (tract_level, block_level):
         if lv not in geo.levels:

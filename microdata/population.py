@@ -10,6 +10,7 @@ from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.domain import Attribute, Domain
 from censusrecon.microdata.errors import CensusReconError
 from censusrecon.microdata.geography import Geography, UnitCatalogue
+from censusrecon.microdata.census import CENRACE_COMBOS, cenrace_label
 
 #: The seven major census race groups (OMB's six races alone, and two or more races).
 RACES: tuple[str, ...] = (
@@ -34,8 +35,6 @@ _PROFILE_SHARES = np.array([0.40, 0.17, 0.30, 0.13])
 def person_domain() -> Domain:
     """AGE (single year 0..115), SEX, HISP, RACE (7 groups) and CENRACE (the PPMF's 63 race
     combinations; RACE is CENRACE's major group)."""
-    from censusrecon.microdata.census import CENRACE_COMBOS, cenrace_label
-
     return Domain(
         (
             Attribute.range("AGE", MAX_AGE + 1),
@@ -55,8 +54,6 @@ def race_group(cenrace: np.ndarray) -> np.ndarray:
 def multirace_weights() -> np.ndarray:
     """Shares of the 57 multi-race CENRACE codes among persons of two or more races: pairs
     dominate (White with each other race most of all), each extra race is rarer."""
-    from censusrecon.microdata.census import CENRACE_COMBOS
-
     w = []
     for combo in CENRACE_COMBOS[6:]:
         base = 10.0 ** -(len(combo) - 2)

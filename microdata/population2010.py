@@ -47,6 +47,9 @@ from scipy.special import ndtr
 
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.census import CENRACE_COMBOS
+from censusrecon.microdata.population import (MAX_AGE, census_geography, check_census_sizes, multirace_weights,
+                                             person_domain)
 
 #: The Bureau's block-size bins (SUPP Table 7) with 2010's share of occupied blocks in each and the
 #: mean size of a block in it (persons / blocks); the last bin is closed at ``MAX_BLOCK``.
@@ -171,8 +174,6 @@ class Census2010Spec:
     tract_rarity_exponent: float | None = 0.27
 
     def __post_init__(self) -> None:
-        from censusrecon.microdata.population import check_census_sizes
-
         check_census_sizes(self)
         median, spread = self.tract_persons
         if not 100 <= median <= 20_000 or not 0 <= spread <= 1.5:
@@ -296,9 +297,6 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None,
     >>> d.domain.names, len(d.geography.unit_ids("tract"))
     (('AGE', 'SEX', 'HISP', 'RACE', 'CENRACE'), 2)
     """
-    from censusrecon.microdata.census import CENRACE_COMBOS
-    from censusrecon.microdata.population import MAX_AGE, multirace_weights, census_geography, person_domain
-
     spec = spec or Census2010Spec()
     rng = np.random.default_rng([seed, 2010])
     c_state, c_county, c_tract, c_block = spec.concentration

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from censusrecon.experiments.config import ConfigError, ExperimentConfig, ReleaseProgramConfig
+from censusrecon.experiments.config import ConfigError, ExperimentConfig, ReleaseProgramConfig, parse_config
 from censusrecon.experiments.problem import Study, stable_seed, build_workload, resolve, unit_key
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.domain import Attribute, Domain
@@ -37,6 +37,7 @@ from censusrecon.experiments.release.publish import ReleaseSpec, publish
 from censusrecon.experiments.release.topdown import publish_topdown, topdown_root, topdown_shape, topdown_tree
 from censusrecon.synth.audit import clopper_pearson, gaussian_rho_spent, opendp_rho
 from censusrecon.synth.topdown import Budget, QUERIES
+from censusrecon.experiments.results import on_ray
 
 log = logging.getLogger(__name__)
 
@@ -189,16 +190,12 @@ def audit_job(study: Study, plan: AuditPlan, wb: bool, eps: float, cache: dict, 
 def audit_task(cfg_json: dict, base_dir: str | None, plan: AuditPlan, job: tuple[bool, float]) -> list[AuditResult]:
     """One audit job where the config is all there is (a Ray worker): the config (at the audit's level)
     resolved again against its data, :func:`audit_job` with a cache of its own."""
-    from censusrecon.experiments.config import parse_config
-
     study = resolve(parse_config(cfg_json).with_base_dir(base_dir))
     return audit_job(study, plan, job[0], job[1], {})
 
 
 def _audit_on_ray(study: Study, plan: AuditPlan, jobs: list, address: str | None, bar) -> list[AuditResult]:
     """The jobs as Ray tasks (through the loop the long commands share); results in job order."""
-    from censusrecon.experiments.results import on_ray
-
     cfg = study.cfg
     got = {}
     for job, results in on_ray(audit_task, (cfg.model_dump(mode="json"), cfg.base_dir, plan), jobs, address,
