@@ -105,12 +105,24 @@ class CountModel:
         return self.domain.encode(self.codes)
 
 
-def build_count_model(workload, counts: np.ndarray, chunk: int = 2_000_000) -> CountModel:
+class ModelTooLarge(ExactError):
+    """The count model was not built by its deadline: ``model`` holds its variables (the cells no published
+    zero rules out) and no constraint yet."""
+
+    def __init__(self, message: str, model: "CountModel"):
+        super().__init__(message)
+        self.model = model
+
+
+def build_count_model(workload, counts: np.ndarray, chunk: int = 2_000_000,
+                      deadline: float | None = None) -> CountModel:
     """The count-form model of ``workload``'s published ``counts`` (int, workload order).
 
     ``workload`` is a product-query workload (census SF1 tables, the reference set, declared
     tables): each query a product of per-attribute value sets, BLOCK included when the tables are
-    published per block."""
+    published per block. Past ``deadline`` (a ``time.perf_counter()`` value) it raises
+    :class:`ModelTooLarge`: tables with few zeros (noisy ones, made consistent) leave nearly every cell of
+    the domain a variable, and the model then takes longer than any solve."""
     counts = np.asarray(counts)
     if counts.shape != (workload.num_queries,):
         raise ExactError(f"need one published count per query ({workload.num_queries}), got {counts.shape}")
@@ -132,6 +144,11 @@ def build_count_model(workload, counts: np.ndarray, chunk: int = 2_000_000) -> C
     rows, cols = [], []
     step = max(1, chunk // max(len(codes), 1))
     for start in range(0, len(nz), step):
+        if deadline is not None and time.perf_counter() > deadline:
+            unbuilt = CountModel(dom, codes, sp.csr_matrix((0, len(codes))), np.zeros(0), len(counts),
+                                 int((counts == 0).sum()), int(np.prod(dom.sizes)))
+            raise ModelTooLarge(f"the count model ({len(codes):,} variables, {len(nz):,} non-zero cells) was not "
+                                f"built in time: {start:,} of its {len(nz):,} cells done", unbuilt)
         part = nz[start:start + step]
         hit = np.ones((len(codes), len(part)), dtype=bool)
         for j in range(len(dom)):
@@ -622,9 +639,14 @@ def reconstruct_exact(workload, counts: np.ndarray, time_limit: float = 300.0, c
 
     A block whose every support cell is certified at its solved count, and whose total the
     tables fix, has zero solution variability: its reconstruction is the only one. A unit past
-    ``time_limit`` seconds (model building excluded) is reported as not solved, never as having no
-    certified rows. Returns the result and the live solver (for further certificates)."""
-    model = build_count_model(workload, counts)
+    ``time_limit`` seconds of solving is reported as not solved, never as having no certified rows; the
+    model's build has a limit of ``time_limit`` seconds of its own (tables with few zeros, noisy ones made
+    consistent, make it longer than any solve): one not built within it is not solved, and says so.
+    Returns the result and the live solver (for further certificates)."""
+    try:
+        model = build_count_model(workload, counts, deadline=time.perf_counter() + time_limit)
+    except ModelTooLarge as e:
+        return ExactResult(f"not solved within {time_limit:g} s ({e})", e.model), None
     if model.empty_nonzero_cells:
         return ExactResult("infeasible", model), None
     solver = ExactSolver(model, time_limit, threads)

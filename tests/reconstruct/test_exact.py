@@ -275,3 +275,19 @@ def test_least_deviation_reaches_the_lp_optimum_over_the_whole_domain_and_fits_c
                    b_eq=np.append(noisy, len(D)), bounds=(0, None), method="highs")
     assert res.solved and res.lp_residual == pytest.approx(full.fun)  # column generation found the LP optimum
     assert res.residual >= full.fun - 1e-9 and res.counts.sum() == len(D) and res.rounds > 1
+
+
+
+def test_a_count_model_not_built_within_the_time_limit_is_not_solved_and_says_so():
+    """Tables with few zeros (noisy ones made consistent) leave nearly the whole domain as variables, and
+    building the model can take far longer than the solve (on CENRACE with blocks it ran past 8 minutes
+    under a 30 s limit). The build has the time limit too: past it the result is not solved and names what
+    was not built, its variables counted; a limit that leaves time builds and solves as before."""
+    w = _workload(DOM, [("T", [{}]), ("AB", [{"A": {a}, "B": {b}} for a in range(2) for b in range(2)])])
+    D = Dataset(DOM, np.array([[0, 0, 1], [0, 0, 1], [0, 1, 0]]))
+    res, solver = reconstruct_exact(w, w.counts(D), time_limit=0.0, certify_support=False)
+    assert res.status.startswith("not solved within 0 s (the count model (2 variables") and not res.solved
+    assert "not built in time: 0 of its 3 cells done" in res.status and solver is None
+    assert res.facts()["variables"] == 2  # the cells no published zero rules out: (A, B) = (0, 1) and (1, 0)
+    res, _ = reconstruct_exact(w, w.counts(D), time_limit=30.0, certify_support=False)
+    assert res.solved
