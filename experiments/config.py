@@ -317,7 +317,8 @@ class AttackConfig(_Strict):
     exact: bool = Field(
         False, description="also reconstruct every tables workload exactly by integer programming (HiGHS) and "
         "certify rows: methods exact and exact_certified")
-    exact_time_limit: float = Field(300.0, gt=0, description="seconds per unit for the exact attack")
+    exact_time_limit: float = Field(300.0, gt=0, description="seconds per unit for the exact attack's solve and "
+                                    "certificates, and as many for building its count model")
     exact_swap_rate: float = Field(
         0.0, ge=0, le=1, description="the exact attack reads tables tabulated from D with this share of its records "
         "swapped between blocks (persons of the same sex and P12 age group exchange blocks, those unique in their "
