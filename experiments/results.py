@@ -118,6 +118,16 @@ class UnitStore:
         return facts
 
 
+#: the places a long command runs its units: this process, or a Ray cluster
+BACKENDS = ("local", "ray")
+
+
+def check_backend(backend: str) -> None:
+    """A user error, before any work, for a backend that is none of :data:`BACKENDS`."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r}; use 'local' or 'ray'")
+
+
 def finish(store: UnitStore, tasks: list[UnitTask], compute: Callable[[list[UnitTask]], list[dict]], *,
            group: int = 1, backend: str = "local", remote: Callable | None = None, remote_args: tuple = (),
            address: str | None = None, num_cpus: int | None = None, on_found: Callable | None = None,
@@ -128,10 +138,10 @@ def finish(store: UnitStore, tasks: list[UnitTask], compute: Callable[[list[Unit
     ``store`` is computed, in this process by ``compute`` (``group`` tasks per call, which saves and returns
     each) or, ``backend="ray"``, as one Ray task each, ``remote(*remote_args, task)`` (which saves it where the
     driver reads it); then every task's result, this process's or its files. ``on_found(n)`` hears how many
-    were done already, ``on_start(chunk)`` is called before a local call, ``on_done(task)`` as each finishes, ``on_idle()`` every ``idle_s`` seconds without one (Ray).
-    Returns ``({task: result}, the tasks computed by this call)``."""
-    if backend not in ("local", "ray"):
-        raise ValueError(f"unknown backend {backend!r}; use 'local' or 'ray'")
+    were done already, ``on_start(chunk)`` is called before a local call, ``on_done(task)`` as each finishes,
+    ``on_idle()`` every ``idle_s`` seconds without one (Ray). Returns ``({task: result}, the tasks computed by
+    this call)``."""
+    check_backend(backend)
     todo = [t for t in tasks if not store.done(t)]
     if on_found is not None:
         on_found(len(tasks) - len(todo))

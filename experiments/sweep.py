@@ -18,7 +18,7 @@ from censusrecon.experiments.config import ConfigError, ExperimentConfig, parse_
 from censusrecon.experiments.metrics import by_seed, persons_reconstructed
 from censusrecon.experiments.progress import UnitProgress
 from censusrecon.experiments.report import write_sweep_report
-from censusrecon.experiments.results import UnitStore, UnitTask, code_fingerprint, finish, write_json, write_parquet, write_yaml
+from censusrecon.experiments.results import UnitStore, UnitTask, check_backend, code_fingerprint, finish, write_json, write_parquet, write_yaml
 
 log = logging.getLogger(__name__)
 
@@ -150,17 +150,17 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
     ``backend="ray"`` fans tasks out over a Ray cluster (``address`` to join one; default a local cluster
     with ``sweep.num_cpus`` CPUs).
     """
-    if backend not in ("local", "ray"):
-        raise ConfigError(f"unknown sweep backend {backend!r}; use 'local' or 'ray'")
+    check_backend(backend)
     t0 = time.perf_counter()
     run_dir = Path(out_root) / cfg.name / cfg.digest()
     tasks = plan_tasks(cfg)
-    out = run_dir / "tasks"
+    fingerprint = code_fingerprint()
+    store = UnitStore(run_dir, fingerprint, folder="tasks")
+    out = store.dir
     out.mkdir(parents=True, exist_ok=True)
     for stale in [*out.glob(".*.tmp"), *out.glob("*.progress.json")]:  # left by tasks killed mid-way
         stale.unlink(missing_ok=True)
     write_yaml(run_dir / "config.yaml", cfg.model_dump(mode="json"))
-    fingerprint = code_fingerprint()
     cfg_json = cfg.model_dump(mode="json")
     bar = UnitProgress(len(tasks), "sweep tasks", progress)  # a bar on a terminal, a line per task elsewhere
     seen: dict = {}
@@ -171,7 +171,7 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
 
     args = (cfg_json, cfg.base_dir, str(run_dir), fingerprint)
     results, computed = finish(
-        UnitStore(run_dir, fingerprint, folder="tasks"), tasks,
+        store, tasks,
         lambda chunk: [task_result(*args, t, say=bar.say) for t in chunk], backend=backend, remote=run_task,
         remote_args=args, address=address, num_cpus=cfg.sweep.num_cpus, on_found=lambda n: bar.found(n, run_dir),
         on_done=lambda t: bar.update(1, t.id), on_idle=idle, idle_s=PROGRESS_EVERY_S)

@@ -37,7 +37,7 @@ from censusrecon.experiments.release.publish import ReleaseSpec, publish
 from censusrecon.experiments.release.topdown import publish_topdown, topdown_root, topdown_shape, topdown_tree
 from censusrecon.synth.audit import clopper_pearson, gaussian_rho_spent, opendp_rho
 from censusrecon.synth.topdown import Budget, QUERIES
-from censusrecon.experiments.results import on_ray
+from censusrecon.experiments.results import check_backend, on_ray
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +80,7 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     r = cfg.release
     if r is None:
         raise ConfigError("this config has no 'release' section: nothing to audit")
-    if backend not in ("local", "ray"):
-        raise ConfigError(f"unknown backend {backend!r}; use 'local' or 'ray'")
+    check_backend(backend)
     if seed is None:
         seed, seed_source = (r.audit.seed, "given") if r.audit.seed is not None else (secrets.randbits(31), "fresh")
     else:

@@ -30,7 +30,7 @@ from censusrecon.experiments.release.publish import (ReleaseSpec, release_backen
 from censusrecon.experiments.release.report import (plot_release, release_persons, release_strength, setting_label,
                                         unit_selection, write_report)
 from censusrecon.experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
-from censusrecon.experiments.results import (UnitStore, UnitTask, code_fingerprint, finish, ray_session, jax_info, run_seconds, versions, write_json, write_parquet,
+from censusrecon.experiments.results import (UnitStore, UnitTask, check_backend, code_fingerprint, finish, ray_session, jax_info, run_seconds, versions, write_json, write_parquet,
                                  write_yaml)
 from censusrecon.microdata.agreement import agreement_by_size
 from censusrecon.microdata.census import AGE_BIN38_OF_AGE, AGE_BINS_38_LABELS
@@ -135,8 +135,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     marking it done); a call killed at any moment loses no finished unit, and the next one evaluates only those
     not done. ``backend="ray"`` runs the units, and the audit's (BLOCK variant, ε) jobs, as Ray tasks
     (``address`` to join a cluster; default a local one with ``sweep.num_cpus`` CPUs)."""
-    if backend not in ("local", "ray"):
-        raise ConfigError(f"unknown backend {backend!r}; use 'local' or 'ray'")
+    check_backend(backend)
     if cfg.release is None:
         raise ConfigError("this config has no 'release' section; see configs/release_demo.yaml")
     if cfg.baselines.include_target:
@@ -374,7 +373,7 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
 
     common = dict(unit=unit, variant=wb, u=u, n_rows=len(D), n_unique=unique_persons(D))
     exact_on = cfg.attack.exact and not isinstance(w, Workload)
-    spec = ReleaseSpec.of(cfg)  # what the config says about publishing, for the ledger
+    spec = ReleaseSpec.of(cfg)  # what the config says about publishing, resolved once for the unit
 
     cache: dict = {}
 
@@ -448,7 +447,7 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
                             sha256=tf.digest, made_with=spec.made_with, for_publication=None, **extra,
                             invariants=[])
             else:
-                pub, backend, facts = _publish_mechanism(study, unit, wb, mech, setting, D, w, rng, cache,
+                pub, backend, facts = _publish_mechanism(study, spec, unit, wb, mech, setting, D, w, rng, cache,
                                                          topdown_cache, run_dir)
                 kind = registry.mechanism(mech)
                 if not kind.dp:
@@ -546,14 +545,14 @@ def bureau_measures(cfg: ExperimentConfig, D: Dataset, reconstruction: np.ndarra
     return out
 
 
-def _publish_mechanism(study: Study, unit: str, wb: bool, mech: str, setting: float, D: Dataset, w, rng, cache: dict,
-                       topdown_cache: dict, run_dir: Path | None) -> tuple[Published, object, dict]:
-    """One registered mechanism's release of ``unit`` at ``setting`` through :func:`publish`, given what its
+def _publish_mechanism(study: Study, spec: ReleaseSpec, unit: str, wb: bool, mech: str, setting: float, D: Dataset,
+                       w, rng, cache: dict, topdown_cache: dict, run_dir: Path | None) -> tuple[Published, object, dict]:
+    """One registered mechanism's release of ``unit`` at ``setting`` through :func:`publish` (``spec``: the unit's
+    :class:`ReleaseSpec`), given what its
     kind needs (its noise, a fit's key, the swap pool, the shared release of its root); with the noise
     backend and the facts of a shared release for the ledger."""
     cfg = study.cfg
     kind = registry.mechanism(mech)
-    spec = ReleaseSpec.of(cfg)
     backend = release_backend(spec, unit, mech, setting) if kind.dp else None
     facts: dict = {}
 
@@ -563,7 +562,7 @@ def _publish_mechanism(study: Study, unit: str, wb: bool, mech: str, setting: fl
         return cache["pool"]
 
     def shared(x):
-        pub, more = _topdown_published(study, unit, wb, mech, setting, topdown_cache, w, x, run_dir)
+        pub, more = _topdown_published(study, spec, unit, wb, mech, setting, topdown_cache, w, x, run_dir)
         facts.update(more)
         return pub
 
@@ -573,8 +572,8 @@ def _publish_mechanism(study: Study, unit: str, wb: bool, mech: str, setting: fl
     return pub, backend, facts
 
 
-def _topdown_published(study: Study, unit: str, wb: bool, mech: str, setting: float, cache: dict, w, x,
-                       run_dir: Path | None) -> tuple[Published, dict]:
+def _topdown_published(study: Study, spec: ReleaseSpec, unit: str, wb: bool, mech: str, setting: float, cache: dict,
+                       w, x, run_dir: Path | None) -> tuple[Published, dict]:
     """``unit``'s share of the TopDown release of its root at ``setting``: one tree per root and one
     release per root and ε, shared by every unit under it; each release's MDF is written once to
     ``run_dir/mdf/`` (so an interrupted evaluation keeps it). ``x``: the unit's release inputs."""
@@ -586,7 +585,7 @@ def _topdown_published(study: Study, unit: str, wb: bool, mech: str, setting: fl
     td = trees[(unit, wb)]
     key = (td.root, wb, setting)
     if key not in releases:
-        releases[key] = publish_topdown(cfg, td, setting, release_backend(ReleaseSpec.of(cfg), td.root, mech, setting))
+        releases[key] = publish_topdown(cfg, td, setting, release_backend(spec, td.root, mech, setting))
         if run_dir is not None:
             mdf = topdown_mdf(td, releases[key].estimates).assign(root=td.root, variant=wb, epsilon=setting)
             write_parquet(run_dir / "mdf" / f"{td.root}-{'block' if wb else 'unit'}-{setting:g}.parquet", mdf)
