@@ -456,8 +456,9 @@ class ToleranceConfig(_Strict):
 class AuditConfig(_Strict):
     """The empirical ε audit of every mechanism, run on the code that publishes."""
 
-    epsilons: Literal["all", "extremes"] = Field(
-        "all", description="audit every ε of release.epsilons, or only the smallest and the largest")
+    epsilons: Literal["all", "extremes"] | list[float] = Field(
+        "all", description="audit every ε of release.epsilons (the default: a decision to publish names only an ε "
+        "the audit checked), only the smallest and the largest, or these ε of release.epsilons")
     runs: int = Field(100_000, ge=1000, description="releases on each of the two neighbouring inputs")
     confidence: float = Field(0.95, gt=0.5, lt=1, description="the least confidence of every statistical check")
     false_alarm: float = Field(0.001, gt=0, lt=0.5, description="the chance that an audit of correct mechanisms "
@@ -476,10 +477,11 @@ class AuditConfig(_Strict):
                             "block drawn at random) also replayed: post-processing may read nothing "
                             "but the measurements and the public facts, so any data must give the same output; a "
                             "tie broken or a rounding steered by the true counts shows at once")
-    units: Literal["all"] | int = Field(4, description="the units audited: all released units, or this many (at "
-                                        "least 4, or all when there are fewer): the smallest, the median, the largest "
-                                        "and one drawn with the audit's seed, then the rest drawn likewise; a bug "
-                                        "that shows only on small (or only on large) units is inside the range")
+    units: Literal["all"] | int = Field("all", description="the units audited: all released units (the default: "
+                                        "a decision to publish covers only what was audited), or a sample of this "
+                                        "many (at least 4): the smallest, the median, the largest and one drawn with "
+                                        "the audit's seed, then the rest drawn likewise; the decision then covers the "
+                                        "sampled units only, and says so")
 
     @field_validator("units")
     @classmethod
@@ -555,6 +557,9 @@ class ReleaseProgramConfig(_Strict):
     noise: Literal["laplace", "gaussian"] | None = Field(
         None, description="the noise family the program declares (independent noise on each cell's count): the audit "
         "then also checks the noise's scale and shape from output minus truth; null: the statistical bound alone")
+    delta: float | None = Field(None, gt=0, lt=1, description="noise: gaussian: the δ of the (ε, δ) each ε of the "
+                                "grid means (default params.delta); the audit checks its noise against the zCDP ρ "
+                                "that OpenDP's conversion gives for them")
     audit_runs: int | None = Field(None, ge=10, description="releases per neighbour in its audit (default "
                                    "release.audit.runs); each is a whole release of the unit. Few runs reach only a "
                                    "small ε: the audit says how far (bound_power)")
@@ -576,11 +581,22 @@ class ReleaseProgramConfig(_Strict):
         if self.function is not None and ":" not in self.function:
             raise ValueError(f"release.programs {self.name!r}: function is module:function or file.py:function, got "
                              f"{self.function!r}")
+        if self.noise == "gaussian" and self.delta_of() is None:
+            raise ValueError(f"release.programs {self.name!r}: Gaussian noise spends a zCDP ρ that depends on the δ of "
+                             "its (ε, δ): give release.programs[].delta (or params.delta)")
+        if self.delta is not None and "delta" in self.params and float(self.params["delta"]) != self.delta:
+            raise ValueError(f"release.programs {self.name!r}: params.delta ({self.params['delta']}) and delta "
+                             f"({self.delta}) must be the same δ")
         m = self.measurements
         if m is not None and "delta" in self.params and float(self.params["delta"]) != m.delta:
             raise ValueError(f"release.programs {self.name!r}: params.delta ({self.params['delta']}) and "
                              f"measurements.delta ({m.delta}) must be the same δ")
         return self
+
+    def delta_of(self) -> float | None:
+        """The δ of its (ε, δ): ``delta``, else ``params.delta``."""
+        return self.delta if self.delta is not None else (
+            float(self.params["delta"]) if "delta" in self.params else None)
 
 
 class CellKeyConfig(_Strict):
@@ -696,6 +712,13 @@ class ReleaseConfig(_Strict):
             if len(eps) > 1 and (None in eps or len(set(eps)) != len(eps)):
                 raise ValueError(f"release.files: the {len(eps)} files named {name!r} are one release at several ε: "
                                  f"each needs its own epsilon, got {eps}")
+        if isinstance(self.audit.epsilons, list):
+            stray = [e for e in self.audit.epsilons if e not in self.epsilons]
+            if not self.audit.epsilons or stray:
+                raise ValueError(f"release.audit.epsilons: {', '.join(f'{e:g}' for e in stray) or 'an empty list'} "
+                                 f"{'is' if len(stray) == 1 else 'are'} not among release.epsilons "
+                                 f"({', '.join(f'{e:g}' for e in self.epsilons)}): audit the ε you release at, or "
+                                 "all (the default) or extremes")
         totals = [i for i in self.invariants if i in ("unit_total", "root_total")]
         if totals and self.relation == "add_remove":
             raise ValueError(
@@ -749,7 +772,10 @@ class ReleaseConfig(_Strict):
         return [m for m in self.mechanisms if registry.mechanism(m).dp]
 
     def audited_epsilons(self) -> list[float]:
+        """The ε the audit checks (``audit.epsilons``), in increasing order; PUBLISH names no other."""
         eps = sorted(set(self.epsilons))
+        if isinstance(self.audit.epsilons, list):
+            return sorted(set(self.audit.epsilons))
         return eps if self.audit.epsilons == "all" else sorted({eps[0], eps[-1]})
 
 

@@ -155,7 +155,8 @@ def publish_synthetic(x: ReleaseInputs) -> Published:
         "rows": len(synth), "rows_are": tables.total_source})
     return Published("synthetic", rec, synth, answers_of(synth, x.workload),
                      ("rows over", tuple(x.data.domain.names), x.data.domain.sizes), *x.fit,
-                     workload_counts(synth, x.workload).astype(np.float64), rows=synth)
+                     workload_counts(synth, x.workload).astype(np.float64), rows=synth,
+                     facts={"noisy_tables": tables.counts})  # what it fitted: the auditor checks the call that publishes
 
 
 def publish_perturbed_histogram(x: ReleaseInputs) -> Published:

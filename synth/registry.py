@@ -31,6 +31,12 @@ EXACT = "exact"
 BASELINE = "baseline"
 
 
+#: the audit families a DP mechanism may name (experiments.release.audit draws each): noisy tables; a file fitted
+#: to noisy tables (audited as them, its fit replayed); a noisy histogram of the whole domain; draws from a smoothed
+#: histogram; TopDown's release of a whole tree
+AUDIT_FAMILIES = ("tables", "fitted_tables", "histogram", "smoothed", "tree")
+
+
 class UnknownMechanism(CensusReconError, ValueError):
     """A name no mechanism is registered under."""
 
@@ -103,6 +109,12 @@ class MechanismKind:
             raise ValueError(f"mechanism {self.name!r}: say why it is not DP (not_dp)")
         if not self.dp and self.audit is not None:
             raise ValueError(f"mechanism {self.name!r} is not DP: there is no ε to audit")
+        if self.dp and self.audit not in AUDIT_FAMILIES:
+            raise ValueError(f"mechanism {self.name!r} is DP: name the audit family that checks what it publishes "
+                             f"(audit=one of {', '.join(AUDIT_FAMILIES)}), got {self.audit!r}")
+        if self.audit == "fitted_tables" and not self.fitted_to:
+            raise ValueError(f"mechanism {self.name!r} is audited as a file fitted to noisy tables: say whose "
+                             "(fitted_to)")
 
     def label(self, value: float) -> str:
         """'ε = 2', 'swap rate 10%', 'ptable variance 2'."""

@@ -17,14 +17,15 @@ from censusrecon.microdata.domain import Attribute, Domain
 from censusrecon.microdata.geography import FROM_ROWS, Geography
 from censusrecon.experiments.metrics import lookup
 from censusrecon.experiments.release.yardstick import (cells_of, detailed_sensitivity, node_table_sensitivity, opendp_epsilon,
-                                           person_types, table_sensitivity, zcdp_rho)
+                                           person_types, smoothed_mixing, table_sensitivity, zcdp_rho)
 from censusrecon.microdata.marginals import Workload
 from censusrecon.synth.release import workload_counts
 from censusrecon.synth.audit import (AuditResult, NoiseGroups, ReplayNoise, ReplaySequence, audit_outputs, check_state,
                          clipped_upper_excess, gaussian_shape_pvalue, gaussian_sigma_upper_stats, geometric_scale_upper,
-                         geometric_shape_pvalue, independence_pvalue, laplace_scale_upper, laplace_scale_upper_stats,
+                         geometric_scale_upper_exact, geometric_shape_pvalue, independence_pvalue, laplace_scale_upper, laplace_scale_upper_stats,
                          laplace_shape_pvalue, overall_outcome, tail_pvalue, tail_threshold)
 from censusrecon.synth.histogram import SparseHistogram
+from censusrecon.synth.publishing import publish_shared
 from censusrecon.synth import registry
 from censusrecon.synth.mechanism import PrivacyError, Relation, parse_relation
 from censusrecon.synth.registry import PROGRAM_PREFIX
@@ -134,20 +135,20 @@ class AuditPlan:
 
 
 def audit_job(study: Study, plan: AuditPlan, wb: bool, eps: float, cache: dict, bar=None) -> list[AuditResult]:
-    """One (BLOCK variant, ε) of an audit: every DP mechanism, then every release program, in config order.
-    ``cache`` holds the variant's real instances (its frame, its tables' pairs, its trees), shared by the ε of
-    one process; a fresh one gives the same results."""
+    """One (BLOCK variant, ε) of an audit: every DP mechanism, then every release program, in config order, each
+    audited on its own through its own publishing function (two mechanisms of one family never share a result);
+    every result says which function drew it (``published_through``), the variant and the units. ``cache``
+    holds the variant's real instances (its frame, its tables' pairs, its trees), shared by the ε of one
+    process; a fresh one gives the same results."""
     cfg = study.cfg
     r = cfg.release
     seed, units = plan.seed, plan.units
     mechanisms = r.dp_mechanisms
-    family = {m: registry.mechanism(m).audit for m in mechanisms}
-    per_unit = [m for m in mechanisms if family[m] in ("tables", "fitted_tables")]
-    fitted = next((m for m in per_unit if family[m] == "fitted_tables"), None)
-    tables_of = next((m for m in per_unit if family[m] == "tables"), None) or (
-        registry.mechanism(fitted).fitted_to if fitted else None)
     common = {"audit_seed": seed, "audit_seed_source": plan.seed_source, "audited_units": list(units),
-              "unit_roles": plan.roles}
+              "unit_roles": plan.roles, "with_block": wb}
+    if r.backend == "opendp":
+        common["noise_drawn"] = ("whole releases, the structure and the replay through OpenDP, as published; the "
+                                 "bound's releases per neighbour through the same code with the audit's keyed noise")
     if "audit_frame" not in cache:
         frame, _ = _frame(study, plan.anchor, wb)
         relation = parse_relation(r.relation)
@@ -155,31 +156,40 @@ def audit_job(study: Study, plan: AuditPlan, wb: bool, eps: float, cache: dict, 
                                 _histogram_pair(frame, relation), _histogram_pair(frame, relation, cells=SMOOTHED_CELLS))
     blocks_check, small, smallest = cache["audit_frame"]
     out = []
-    tables = ([_audit_tables_unit(study, tables_of, fitted, u, wb, eps, seed, cache) for u in units]
-              if per_unit else [])
     for mech in mechanisms:
-        if family[mech] in ("tables", "fitted_tables"):
-            res = _combine_units(mech, eps, [x[family[mech]] for x in tables])
-        elif family[mech] == "histogram":
-            res = _audit_perturbed(cfg, mech, eps, small, seed)
-        elif family[mech] == "tree":
+        family = registry.mechanism(mech).audit
+        if family in ("tables", "fitted_tables"):
+            res = _combine_units(mech, eps, [_audit_tables_unit(study, mech, u, wb, eps, seed, cache) for u in units])
+        elif family == "histogram":  # the real workload first: a release that is no histogram fails its contract
+            real = [_histogram_law_unit(study, mech, u, wb, eps, seed, cache) for u in units]
+            res = _broken_contract(mech, eps, r.audit.confidence, real) or _with_real_law(
+                _audit_perturbed(cfg, mech, eps, small, seed), real)
+        elif family == "tree" and registry.mechanism(mech).publish is not publish_shared:
+            res = AuditResult(mech, eps, 0.0, 0, r.audit.confidence, "none", {"family_contract": (
+                f"fail: {mech} is registered in the tree audit family, which draws TopDown's release of a whole tree "
+                "(experiments.release.topdown.publish_topdown, shared by its units through synth.publishing."
+                f"publish_shared); {mech} publishes through {registry.mechanism(mech).publish.__name__}, which this "
+                "family never draws")}, {})
+        elif family == "tree":
             res = _combine_units(mech, eps, [_audit_topdown_root(study, mech, root_units, wb, eps, seed, cache)
                                              for root_units in _roots(study, units, wb)])
-        elif family[mech] == "smoothed":
-            res = _audit_smoothed(cfg, mech, eps, smallest, seed)
+        elif family == "smoothed":
+            real = [_smoothed_law_unit(study, mech, u, wb, eps, seed, cache) for u in units]
+            res = _broken_contract(mech, eps, r.audit.confidence, real) or _with_real_law(
+                _audit_smoothed(cfg, mech, eps, smallest, seed), real)
         else:
-            raise ConfigError(f"{mech}: no audit family {family[mech]!r}; a DP mechanism names one of "
-                              "tables, fitted_tables, histogram, smoothed, tree")
+            raise ConfigError(f"{mech}: no audit family {family!r}; a DP mechanism names one of "
+                              f"{', '.join(registry.AUDIT_FAMILIES)}")
         if blocks_check is not None:
             res.checks["block_list"] = blocks_check
-        res.details.update(with_block=wb, **common)
+        res.details.update(published_through=mech, **common)
         out.append(res)
         if bar is not None:
             bar.update(1, f"{mech} at ε = {eps:g}")
     for spec in r.programs:
         res = _combine_units(PROGRAM_PREFIX + spec.name, eps,
                              [audit_program(study, spec, u, wb, eps, seed, cache) for u in units])
-        res.details.update(with_block=wb, **common)
+        res.details.update(published_through=PROGRAM_PREFIX + spec.name, **common)
         out.append(res)
         if bar is not None:
             bar.update(1, f"{PROGRAM_PREFIX + spec.name} at ε = {eps:g}")
@@ -282,28 +292,30 @@ def _combine_units(mech: str, eps: float, results: list) -> AuditResult:
     return AuditResult(mech, eps, worst.epsilon_lower_bound, worst.runs, worst.confidence, worst.event, checks, details)
 
 
-#: Statistical tests per audit result, by mechanism: the certified bound, the noise scale and the
-#: noise shape (tables, TopDown, the perturbed histogram); the bound alone (the smoothed histogram,
-#: which adds no noise to counts); a program: its bound, noise scale, shape, tail, independence, repeats
-#: and call shape; a program's first measurements: their bound and their noise's ρ.
-TESTS = {"tables": 6, "tree": 6, "histogram": 3, "smoothed": 1, "program": 7, "measurements": 2}
+#: Statistical tests per audit result, by family: (on the small worst-case domain, per audited unit). Tables: the
+#: certified bound, the noise scale, shape, tail and independence, the accounting; a fitted file the same and its
+#: single release's tables; TopDown the same per root; the perturbed histogram: its bound, scale and shape on a small
+#: domain, and the scale and shape of its releases of each unit's own D; the smoothed histogram: its bound, and the
+#: mixing of its draws of each unit's own D; a program: its bound, noise scale, shape, tail, independence, repeats and
+#: call shape; a program's first measurements: their bound and their noise's ρ.
+TESTS = {"tables": (0, 6), "fitted_tables": (0, 7), "tree": (0, 6), "histogram": (3, 2), "smoothed": (1, 1),
+         "program": (0, 7), "measurements": (0, 2)}
 
 
 def _family_level(cfg: ExperimentConfig, results: int, mechanisms: list[str], units: int = 1,
                   staged: int = 0) -> ExperimentConfig:
     """The config every check of one audit runs at: each statistical test at confidence
-    1 − false_alarm / K, K the tests of the whole audit (every ε, variant and mechanism; synthetic
-    shares the tables' tests; ``staged``: programs whose first measurements are audited too), so that
-    an audit of correct mechanisms fails with probability at most ``release.audit.false_alarm``
-    (Bonferroni); never below ``release.audit.confidence``."""
+    1 − false_alarm / K, K the tests of the whole audit (every ε, variant and mechanism, each audited on its own;
+    ``staged``: programs whose first measurements are audited too), so that an audit of correct mechanisms fails
+    with probability at most ``release.audit.false_alarm`` (Bonferroni); never below ``release.audit.confidence``."""
     a = cfg.release.audit
-    def family(m: str) -> str:  # each program is a family of its own; a fitted file shares its tables' tests
-        return "program" if registry.is_program(m) else registry.mechanism(m).audit.removeprefix("fitted_")
 
-    kinds = {(registry.mechanism(m).fitted_to or m) if registry.is_mechanism(m) else m for m in mechanisms}
-    tests = results * (sum(TESTS[family(m)] * (units if family(m) in ("tables", "tree", "program") else 1)
-                           for m in kinds) + TESTS["measurements"] * staged * units)
-    level = max(a.confidence, 1 - a.false_alarm / max(tests, 1))
+    def tests(m: str) -> int:
+        fixed, per_unit = TESTS["program" if registry.is_program(m) else registry.mechanism(m).audit]
+        return fixed + per_unit * units
+
+    count = results * (sum(tests(m) for m in mechanisms) + sum(TESTS["measurements"]) * staged * units)
+    level = max(a.confidence, 1 - a.false_alarm / max(count, 1))
     audit = a.model_copy(update={"confidence": level})
     return cfg.model_copy(update={"release": cfg.release.model_copy(update={"audit": audit})})
 
@@ -376,10 +388,20 @@ def _histogram_pair(frame: Domain, relation: Relation, cells: int = HISTOGRAM_CE
 
 
 def _noise(cfg: ExperimentConfig, seed: int, *parts):
-    """The audit's noise: OpenDP's (what publishes with it), or the keyed simulation noise publishing uses,
-    under the audit's own key."""
+    """The noise of the releases the audit draws as publication draws them (whole releases, the structure, the
+    replay): OpenDP's where the config publishes with it, else the keyed simulation noise publishing uses, under
+    the audit's own key."""
     if cfg.release.backend == "opendp":
         return OpenDPNoise()
+    return _bound_noise(seed, *parts)
+
+
+def _bound_noise(seed: int, *parts):
+    """The noise of the statistical bound's many releases per neighbour (``release.audit.runs``, on the cells a pair
+    touches): the audit's keyed discrete Laplace (Gaussian) whatever the backend, through the same publishing code.
+    Under the simulation backend it is the publishing noise itself; under OpenDP, whose exact sampler takes about
+    8 µs a draw (10⁵ releases of a pair's cells: minutes each), the sampler is what the whole releases, drawn
+    through OpenDP, check: its scale, shape, tail and independence (:func:`_noise`)."""
     return KeyedNoise(stable_seed("audit-noise", seed, *parts))
 
 
@@ -387,8 +409,12 @@ def _publish(cfg, mech, eps, D, workload, backend, rng, **kw):
     return publish(ReleaseSpec.of(cfg), mech, eps, D, workload, backend, rng, **kw)
 
 
-def _structure_check(cfg, mech, eps, workload, D, D2, **kw) -> str:
+def _structure_check(cfg, mech, eps, workload, D, D2, batch: bool = False, **kw) -> str:
+    """The shape of what is published must be the same for neighbours (``batch``: a release of one run through
+    the mechanism's batch branch, for a fitted file: its tables)."""
     rng = np.random.default_rng(0)
+    if batch:
+        kw = dict(kw, runs=[0])
     try:
         s1 = _publish(cfg, mech, eps, D, workload, _noise(cfg, 0, "structure", 1), rng, **kw).structure
         s2 = _publish(cfg, mech, eps, D2, workload, _noise(cfg, 0, "structure", 2), rng, **kw).structure
@@ -415,10 +441,13 @@ def _replay_check(cfg, mech, eps, workload, D, D2, **kw) -> str:
     return _replay_pairs(cfg, mech, eps, workload, D, [("the audit's pair", D2)] + far, values, **kw)
 
 
-def _replay_pairs(cfg, mech, eps, workload, D, pairs: list, values: list, **kw) -> str:
+def _replay_pairs(cfg, mech, eps, workload, D, pairs: list, values: list, batch: bool = False, **kw) -> str:
     """For each recorded release ``values`` (noisy counts), publish D and every neighbour of ``pairs``
     replaying them: answers, rows and totals must be identical (the release reads the data only through
-    its noisy counts)."""
+    its noisy counts). ``batch``: through the mechanism's batch branch, a release of one run (a fitted file's
+    tables, without fitting them: the fit's own replay is separate)."""
+    if batch:
+        kw = dict(kw, runs=[0])
     for v in values:
         try:
             p1 = _publish(cfg, mech, eps, D, workload, ReplayNoise(v), np.random.default_rng(1), **kw)
@@ -430,7 +459,8 @@ def _replay_pairs(cfg, mech, eps, workload, D, pairs: list, values: list, **kw) 
             except PrivacyError as e:
                 return f"fail: {e} ({what})"
             same = np.array_equal(p1.answers, p2.answers) and (
-                not isinstance(p1.output, Dataset) or np.array_equal(p1.output.codes, p2.output.codes))
+                not isinstance(p1.output, Dataset) or np.array_equal(p1.output.codes, p2.output.codes)) and (
+                not batch or np.array_equal(p1.output.counts, p2.output.counts))
             t1, t2 = getattr(p1.output, "total", None), getattr(p2.output, "total", None)
             if not same or t1 != t2:
                 return ("fail: with the same noisy counts, the neighbours' releases differ "
@@ -479,9 +509,9 @@ def _audit_perturbed(cfg: ExperimentConfig, mech: str, eps: float, small, seed: 
     for path, limit, runs in (("dense", D.domain.total_size, a.runs), ("large-domain", 1, min(a.runs, SPARSE_RUNS))):
         ys = []
         for which, data in ((0, D), (1, D2)):
-            backend = _noise(cfg, seed, "hist", eps, path, which)
-            if path == "large-domain" and backend.for_publication:
-                break
+            backend = _bound_noise(seed, "hist", eps, path, which)
+            if path == "large-domain" and cfg.release.backend == "opendp":
+                break  # publishing with OpenDP noises every cell: it never takes the large-domain path
             rng = np.random.default_rng(stable_seed("audit-hist", seed, eps, path, which))
             out = _publish(cfg, mech, eps, data, w, backend, rng, runs=runs, dense_limit=limit).output
             if isinstance(out, list):
@@ -612,6 +642,137 @@ def _block_list_check(study: Study, unit: str) -> str:
         return "pass"
     source = geo.catalogue.source if geo.catalogue is not None else FROM_ROWS
     return f"fail: the block list changes when a block's only resident is replaced (block list: {source})"
+
+
+# ---- every family's contract and law on the real workload: what the mechanism publishes on the unit's own D -----
+
+
+def _with_real_law(res: AuditResult, per_unit: list[tuple[dict, dict]]) -> AuditResult:
+    """A small-domain audit's result with the checks of the same mechanism's releases of every audited unit's own
+    D on the real workload (:func:`_histogram_law_unit`, :func:`_smoothed_law_unit`): a unit's failure, then a check
+    it could not run, stands for all; each unit's figures kept."""
+    checks = dict(res.checks)
+    rank = {"fail": 3, "not run": 2, "pass": 1, "informational": 0}
+    for unit_checks, info in per_unit:
+        for k, v in unit_checks.items():
+            state = check_state(v)
+            if k not in checks or rank[state] > rank[check_state(checks[k])]:
+                checks[k] = f"{v} [{info.get('unit')}]" if state in ("fail", "not run") else v
+    details = dict(res.details, real_workload={str(info.get("unit")): info for _, info in per_unit})
+    return dataclasses.replace(res, checks=checks, details=details)
+
+
+def _broken_contract(mech: str, eps: float, confidence: float, per_unit: list[tuple[dict, dict]]) -> AuditResult | None:
+    """A failed result when a unit's release does not fit the family's contract (the family's own audit, which
+    assumes it, is not run); None when every unit's does."""
+    if all(check_state(c.get("family_contract", "pass")) != "fail" for c, _ in per_unit):
+        return None
+    empty = AuditResult(mech, eps, 0.0, 0, confidence, "none", {}, {})
+    return _with_real_law(empty, per_unit)
+
+
+def _contract_failure(mech: str, family: str, wants: str, got) -> str:
+    return (f"fail: {mech} is registered in the {family} audit family, whose releases are {wants}; on the real "
+            f"workload it published {type(got).__name__}{getattr(got, 'shape', '') and f' of shape {got.shape}'}: the "
+            "family does not check what it publishes (register it with the family that does)")
+
+
+def _histogram_law_unit(study: Study, mech: str, unit: str, wb: bool, eps: float, seed: int,
+                        cache: dict) -> tuple[dict, dict]:
+    """A histogram mechanism's releases of the unit's own D over its real domain: each must be a histogram of
+    that domain (the family's contract); the noise on its cells, on the side the clip at zero never touches
+    (:func:`synth.audit.clipped_upper_excess`), must be discrete Laplace whose scale spends at most ε at the
+    histogram's sensitivity under the declared relation (:func:`yardstick.detailed_sensitivity`), in every band
+    of true counts (none, at least 1, 3, 10, 50), over the occupied cells and a sample of the empty ones."""
+    cfg = study.cfg
+    a = cfg.release.audit
+    D, _, workload, *_ = _unit_instance(study, unit, wb, cache)
+    m = D.domain.total_size
+    backend = _noise(cfg, seed, "histogram-real", unit, wb, eps)
+    rng = np.random.default_rng(stable_seed("audit-histogram-real", seed, unit, wb, eps))
+    info = {"unit": unit, "cells": int(m)}
+    try:
+        one = _publish(cfg, mech, eps, D, workload, _keyed_release(backend, 0), rng).output
+    except PrivacyError as e:
+        return {"family_contract": f"not run: its release of the real domain could not be drawn here ({e})"}, info
+    except Exception as e:  # noqa: BLE001 - a release that cannot be made as the family makes it breaks its contract
+        return {"family_contract": f"fail: {mech} could not release the unit's own D as the histogram family does "
+                                   f"({type(e).__name__}: {e})"}, info
+    if not isinstance(one, SparseHistogram) or one.domain_size != m:
+        return {"family_contract": _contract_failure(mech, "histogram", f"a noisy histogram of the unit's {m} "
+                                                     "cells (SparseHistogram)", one)}, info
+    keys, counts = np.unique(D.keys(), return_counts=True)
+    n_empty = min(2000, m - keys.size)
+    empty = np.zeros(0, np.int64)
+    while empty.size < n_empty:
+        draw = rng.integers(0, m, 2 * n_empty + 16)
+        empty = np.unique(np.concatenate([empty, draw[~np.isin(draw, keys)]]))[:n_empty]
+    cols, truth = np.concatenate([keys, empty]), np.concatenate([counts, np.zeros(empty.size, np.int64)])
+    out = _publish(cfg, mech, eps, D, workload, backend, rng, runs=list(range(1, a.whole_releases + 1))).output
+    if isinstance(out, list):
+        y = np.stack([lookup(h.keys, h.counts, cols, missing=0) for h in out])
+    else:
+        y = np.asarray(out)[:, cols]
+    x = y - truth[None, :]
+    x0 = np.where(truth > 0, 0, 1)[None, :]  # a count of 0 is seen above the clip from 1 up
+    seen = x >= x0
+    excess = (x - x0)
+    delta = detailed_sensitivity(cfg.release.relation)
+    bands = {"band 0": truth == 0, **{f"band ≥ {b}": truth >= b for b in BANDS}}
+    bands = {g: sel for g, sel in bands.items() if seen[:, sel].sum() >= MIN_GROUP_DRAWS}
+    level = 1 - (1 - a.confidence) / max(len(bands), 1)
+    spent = {g: delta / t if (t := geometric_scale_upper_exact(excess[:, sel][seen[:, sel]], level)) > 0 else math.inf
+             for g, sel in bands.items()}
+    worst = max(spent, key=spent.get) if spent else None
+    pooled = excess[seen]
+    p_shape = geometric_shape_pvalue(pooled)
+    info.update(epsilon_from_noise_scale={g: round(v, 6) for g, v in spent.items()}, noise_shape_p_value=p_shape,
+                releases=a.whole_releases, cells_checked=int(cols.size), sensitivity=delta)
+    checks = {"family_contract": "pass"}
+    checks["real_noise_scale"] = (
+        "not run: too few draws above the clip" if worst is None else "pass" if spent[worst] <= eps else
+        f"fail: on the unit's own D the histogram's noise spends ε ≥ {spent[worst]:.4g} ({worst}: the sensitivity "
+        f"{delta} over an upper bound on its noise scale, from the draws above the clip at zero), over the declared "
+        f"{eps:g}")
+    checks["real_noise_shape"] = ("pass" if p_shape >= 1 - a.confidence else
+                                  f"fail: on the unit's own D the histogram's noise is not discrete Laplace "
+                                  f"(geometric above the clip: p = {p_shape:.2g})")
+    return checks, info
+
+
+def _smoothed_law_unit(study: Study, mech: str, unit: str, wb: bool, eps: float, seed: int,
+                       cache: dict) -> tuple[dict, dict]:
+    """A smoothed histogram's releases of the unit's own D: each must be n draws of cells of the unit's domain (the
+    family's contract); the share of draws in cells where D has nobody must reach what the mixing weight ε needs
+    puts there (:func:`yardstick.smoothed_mixing`: δ·(cells D leaves empty)/m), or the data's own cells carry more
+    weight than ε allows."""
+    cfg = study.cfg
+    a = cfg.release.audit
+    D, _, workload, *_ = _unit_instance(study, unit, wb, cache)
+    m, n = D.domain.total_size, len(D)
+    rng = np.random.default_rng(stable_seed("audit-smoothed-real", seed, unit, wb, eps))
+    info = {"unit": unit, "cells": int(m), "n": n}
+    backend = _noise(cfg, seed, "smoothed-real", unit, wb, eps)  # the family draws from rng; a release may not
+    try:
+        one = _publish(cfg, mech, eps, D, workload, _keyed_release(backend, 0), rng).output
+    except Exception as e:  # noqa: BLE001 - a release that cannot be made as the family makes it breaks its contract
+        return {"family_contract": f"fail: {mech} could not release the unit's own D as the smoothed family does "
+                                   f"({type(e).__name__}: {e})"}, info
+    if not (isinstance(one, np.ndarray) and one.ndim == 1 and one.size == n and np.issubdtype(one.dtype, np.integer)
+            and (one.size == 0 or (one.min() >= 0 and one.max() < m))):
+        return {"family_contract": _contract_failure(mech, "smoothed", f"{n} draws of cells of the unit's {m}", one)}, info
+    draws = np.asarray(_publish(cfg, mech, eps, D, workload, backend, rng, runs=a.whole_releases).output).ravel()
+    occupied = np.unique(D.keys())
+    hits, total = int((~np.isin(draws, occupied)).sum()), int(draws.size)
+    need = smoothed_mixing(eps, n, m, n) * (m - occupied.size) / m
+    _, high = clopper_pearson(hits, total, 1 - a.confidence)
+    info.update(draws=total, share_in_empty_cells=hits / max(total, 1), share_needed=need)
+    checks = {"family_contract": "pass",
+              "real_mixing": ("pass" if high >= need else
+                              f"fail: on the unit's own D {hits:,} of its {total:,} draws fell in cells where nobody "
+                              f"lives (at most {high:.3g} of them by a {a.confidence:.4g} bound), below the {need:.3g} "
+                              f"ε = {eps:g} needs: the data's cells carry more weight than ε allows")}
+    return checks, info
 
 
 # ---- the real instance: neighbours of a unit's own data, whole releases, the cells a pair touches -----------------
@@ -856,17 +1017,26 @@ def _unit_instance(study: Study, unit: str, wb: bool, cache: dict) -> tuple:
     return cache[key]
 
 
-def _audit_tables_unit(study: Study, tables: str, fitted: str | None, unit: str, wb: bool, eps: float, seed: int,
-                       cache: dict) -> dict:
-    """Noisy tables (``tables``, Laplace's) and the file ``fitted`` to them (synthetic) of one unit, on its own D: the bound over the
-    real pairs, the whole-release checks, the replay over many pairs, the structure."""
+def _audit_tables_unit(study: Study, mech: str, unit: str, wb: bool, eps: float, seed: int, cache: dict) -> AuditResult:
+    """Noisy tables (the ``tables`` family: Laplace's) or a file fitted to noisy tables (``fitted_tables``: synthetic)
+    of one unit, on its own D, every draw through ``mech``'s own publishing function: the bound over the real pairs,
+    the whole-release checks, the replay over many pairs, the structure. A fitted file's draws are the tables it
+    fits (its function's batch branch); its releases as published (one call, the fit included) must have fitted
+    exactly those tables (``single_release``), its structure and its fit must read nothing but them."""
     cfg = study.cfg
     a = cfg.release.audit
     relation = parse_relation(cfg.release.relation)
+    fitted = registry.mechanism(mech).audit == "fitted_tables"
     D, areas, workload, exact, pairs, pair_counts, sens = _unit_instance(study, unit, wb, cache)
     pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
     rng0 = np.random.default_rng(0)
-    backend = _noise(cfg, seed, "tables", unit, wb, eps)
+    bound, backend = _bound_noise(seed, "tables", unit, wb, eps), _noise(cfg, seed, "tables", unit, wb, eps)
+    # the family's contract: noisy counts of every published cell, one row a release (a fitted file's batch branch)
+    probe = _publish(cfg, mech, eps, D, workload, bound, rng0, runs=[0]).output
+    if np.shape(getattr(probe, "counts", None)) != (1, exact.size):
+        family = "fitted_tables" if fitted else "tables"
+        return AuditResult(mech, eps, 0.0, 0, a.confidence, "none", {"family_contract": _contract_failure(
+            mech, family, f"noisy counts of the workload's {exact.size} cells (NoisyTables)", probe)}, {"unit": unit})
     bounds, pair_tail = [], []  # the pairs' draws are publication noise too: the far tail is checked over them
     for i, (what, D2) in enumerate(pairs):
         c2 = pair_counts[i]
@@ -875,16 +1045,22 @@ def _audit_tables_unit(study: Study, tables: str, fitted: str | None, unit: str,
             continue
         r1 = range(2 * i * a.runs, (2 * i + 1) * a.runs)
         r2 = range((2 * i + 1) * a.runs, (2 * i + 2) * a.runs)
-        y1 = _publish(cfg, tables, eps, D, workload, backend, rng0, runs=r1, cells=idx).output.counts
-        y2 = _publish(cfg, tables, eps, D2, workload, backend, rng0, runs=r2, cells=idx).output.counts
-        res = audit_outputs(y1, y2, exact[idx], (c2 - exact)[idx], eps, tables, pair_conf)
+        y1 = _publish(cfg, mech, eps, D, workload, bound, rng0, runs=r1, cells=idx).output.counts
+        y2 = _publish(cfg, mech, eps, D2, workload, bound, rng0, runs=r2, cells=idx).output.counts
+        res = audit_outputs(y1, y2, exact[idx], (c2 - exact)[idx], eps, mech, pair_conf)
         bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
-        pair_tail += [_tail_stats(y1 - exact[idx][None, :], False), _tail_stats(y2 - c2[idx][None, :], False)]
-    # whole releases of the real D, each the very call that publishes one (a single release), numbered after
-    # every pair's releases under the audit's key
+        if bound is backend or not backend.for_publication:  # the far tail over publication noise only
+            pair_tail += [_tail_stats(y1 - exact[idx][None, :], False), _tail_stats(y2 - c2[idx][None, :], False)]
+    # whole releases of the real D, each the very call that publishes one (a single release; a fitted file's, the
+    # tables it fits: a batch of one), numbered after every pair's releases under the audit's key
     start = 2 * len(pairs) * a.runs
-    whole = np.stack([_publish(cfg, tables, eps, D, workload, _keyed_release(backend, start + r), rng0
-                               ).output.counts for r in range(a.whole_releases)])
+
+    def whole_release(r: int):
+        if fitted:
+            return _publish(cfg, mech, eps, D, workload, backend, rng0, runs=[start + r]).output.counts[0]
+        return _publish(cfg, mech, eps, D, workload, _keyed_release(backend, start + r), rng0).output.counts
+
+    whole = np.stack([whole_release(r) for r in range(a.whole_releases)])
     noise = whole - exact[None, :]
     if isinstance(workload, Workload):
         cuts = workload.offsets()
@@ -908,32 +1084,59 @@ def _audit_tables_unit(study: Study, tables: str, fitted: str | None, unit: str,
     checks, info = _whole_checks(cfg, eps, groups.sums, np.concatenate(groups.sample), [noise], noise[:, cols],
                                  {"tables": sens.l1}, False, eps, pair_tail)
     info["sensitivity"] = sens.as_dict()
-    # the replay: recorded whole releases, many neighbours of the real data
+    # the replay: recorded whole releases, many neighbours of the real data (a fitted file's tables: its batch branch)
     far = _far_datasets(D, a.replay_far, rng)
     neighbours = _replay_neighbours(D, relation, areas, a.replay_pairs, rng) + far
     values = [whole[i] for i in range(min(a.replay_draws, len(whole)))]
-    checks["post_processing"] = _replay_pairs(cfg, tables, eps, workload, D, neighbours, values)
-    record = _publish(cfg, tables, eps, D, workload, _keyed_release(backend, start), rng0).record
+    checks["post_processing"] = _replay_pairs(cfg, mech, eps, workload, D, neighbours, values, batch=fitted)
+    record = (_publish(cfg, mech, eps, D, workload, backend, rng0, runs=[start]) if fitted else
+              _publish(cfg, mech, eps, D, workload, _keyed_release(backend, start), rng0)).record
     checks["accounting"], acc = _tables_accounting(record, eps, sens.l1)
     info.update(acc)
-    checks["structure"] = _structure_check(cfg, tables, eps, workload, D, pairs[0][1]) if pairs else "not run"
-    best = max(bounds, default=(0.0, "none", 0))
-    details = dict(info, unit=unit, neighbours=[w for w, _ in pairs], differing_cells=[b[2] for b in bounds],
-                   bound_per_pair={w: round(b[0], 6) for (w, _), b in zip(pairs, bounds)}, replay_pairs=len(neighbours),
-                   replay_draws=len(values), audited_on="the unit's own D (its private half), every cell")
-    out = {"tables": AuditResult(tables, eps, best[0], a.runs, a.confidence, best[1], dict(checks),
-                                         dict(details, audited_as="the published noisy counts"))}
-    if fitted is not None:
+    checks["structure"] = (_structure_check(cfg, mech, eps, workload, D, pairs[0][1], batch=fitted) if pairs
+                           else "not run")
+    details = {}
+    if fitted:
         key = unit_key(cfg, "fit", unit, eps)  # the key the published fit uses (public: unit and ε)
         fits = far[:1] + neighbours[:SYNTHETIC_REPLAY_FITS - min(len(far), 1)]
-        syn = dict(checks)
-        syn["synthetic_structure"] = (_structure_check(cfg, fitted, eps, workload, D, pairs[0][1], key=key)
-                                      if pairs else "not run")
-        syn["synthetic_post_processing"] = _replay_pairs(cfg, fitted, eps, workload, D, fits, values[:1], key=key)
-        out["fitted_tables"] = AuditResult(fitted, eps, best[0], a.runs, a.confidence, best[1], syn,
-                                       dict(details, audited_as=f"{tables}; the fit is post-processing of them",
-                                            synthetic_replay_fits=len(fits)))
-    return out
+        checks["single_release"] = _single_release_check(cfg, mech, eps, workload, D, backend, start, whole[0],
+                                                         exact, sens.l1, key, pair_conf)
+        checks["synthetic_structure"] = (_structure_check(cfg, mech, eps, workload, D, pairs[0][1], key=key)
+                                         if pairs else "not run")
+        checks["synthetic_post_processing"] = _replay_pairs(cfg, mech, eps, workload, D, fits, values[:1], key=key)
+        details = {"synthetic_replay_fits": len(fits),
+                   "audited_as": "the noisy tables it fits, drawn through its own publishing function; the fit is "
+                                 "post-processing of them"}
+    best = max(bounds, default=(0.0, "none", 0))
+    details.update(info, unit=unit, neighbours=[w for w, _ in pairs], differing_cells=[b[2] for b in bounds],
+                   bound_per_pair={w: round(b[0], 6) for (w, _), b in zip(pairs, bounds)},
+                   replay_pairs=len(neighbours), replay_draws=len(values),
+                   audited_on="the unit's own D (its private half), every cell")
+    details.setdefault("audited_as", "the published noisy counts")
+    return AuditResult(mech, eps, best[0], a.runs, a.confidence, best[1], checks, details)
+
+
+def _single_release_check(cfg, mech: str, eps: float, workload, D: Dataset, backend, release: int, drawn: np.ndarray,
+                          exact: np.ndarray, sensitivity: int, key, confidence: float) -> str:
+    """A fitted file as it is published (one call: its noisy tables, then the fit) must fit the tables the audit
+    drew through its batch branch: with the audit's keyed noise, release ``release`` of the key exactly (``drawn``);
+    with a publishing backend, which never repeats a draw, tables whose noise spends at most ε (the scale of its
+    cells' noise bounded above, at the tables' L1 ``sensitivity``)."""
+    one = _publish(cfg, mech, eps, D, workload, _keyed_release(backend, release), np.random.default_rng(0), key=key)
+    tables = one.facts.get("noisy_tables")
+    if tables is None:
+        return "fail: the release as published does not say which noisy tables it fitted (Published.facts['noisy_tables'])"
+    tables = np.asarray(tables)
+    if getattr(backend, "keyed", False):
+        if tables.shape == drawn.shape and np.array_equal(tables, drawn):
+            return "pass"
+        return ("fail: the release as published (one call) fitted other noisy tables than its batch branch draws with "
+                "the same key: the call that publishes is not the call the audit checks")
+    t = laplace_scale_upper(tables - exact, confidence)
+    spent = sensitivity / t if t > 0 else math.inf
+    return ("pass" if spent <= eps else f"fail: the noisy tables of the release as published (one call) spend ε ≥ "
+            f"{spent:.4g} (the L1 sensitivity {sensitivity} over an upper bound {t:.4g} on their noise scale), over "
+            f"the declared {eps:g}")
 
 
 #: Neighbours whose synthetic files are fitted again in the replay (each fit is a RAP run; every replay pair
@@ -1143,7 +1346,7 @@ def _audit_topdown_root(study: Study, mech: str, units: list[str], wb: bool, eps
             cache[key]["neighbours"].append((f"a tree far from the real one ({i + 1}: its {total} persons drawn at "
                                              "random into its units and blocks)", tree_of(far)))
     exact, pairs = cache[key]["exact"], cache[key]["pairs"]
-    backend = _noise(cfg, seed, "topdown", td.root, wb, eps)
+    bound, backend = _bound_noise(seed, "topdown", td.root, wb, eps), _noise(cfg, seed, "topdown", td.root, wb, eps)
     pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
     bounds = []
     for i, (what, t2) in enumerate(pairs):
@@ -1156,7 +1359,7 @@ def _audit_topdown_root(study: Study, mech: str, units: list[str], wb: bool, eps
         r2 = range((2 * i + 1) * a.runs, (2 * i + 2) * a.runs)
         ys = []
         for tree, rr in ((td, r1), (t2, r2)):
-            m = publish_topdown(cfg, tree, eps, backend, runs=rr, cells=cells).measurements
+            m = publish_topdown(cfg, tree, eps, bound, runs=rr, cells=cells).measurements
             ys.append(np.concatenate([(m.detailed if q == "detailed" else m.tables)[li] for li, q in keys], axis=1))
         ref1 = np.concatenate([exact[k].ravel()[cells[k]] for k in keys])
         ref2 = np.concatenate([e2[k].ravel()[cells[k]] for k in keys])
@@ -1337,11 +1540,13 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
         y2 = layout.to_queries(y2_rows)
         res = audit_outputs(y1[:, idx], y2[:, idx], exact[idx], (c2 - exact)[idx], eps, mech, pair_conf)
         bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
-        if spec.noise == "laplace":  # every published copy of every moved cell, its own scale bounded above
+        if spec.noise is not None:  # every published copy of every moved cell, its own scale bounded above
             moved = np.flatnonzero(np.isin(row_query, idx))
+            distance = np.abs(c2 - exact)[row_query[moved]]
             for shape, x in (("", noise), (" (the releases drawn one per call)", single)):
                 if x is not None:
-                    e, _ = noise_epsilon(x[:, moved], np.abs(c2 - exact)[row_query[moved]], pair_conf)
+                    e = (gaussian_rho_spent(x[:, moved], distance, pair_conf) if spec.noise == "gaussian" else
+                         noise_epsilon(x[:, moved], distance, pair_conf)[0])
                     spent.append((e, what + shape))
     info: dict = {"program_calls": (f"{runs} releases per call (a batch), and {spec.single_runs} of D one per call"
                                     if single is not None else f"one release per call, {runs} calls per input")}
@@ -1352,7 +1557,8 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
     again = program_draws(cfg, one_per_call, inputs, eps, 1,
                           (seed, unit, wb, eps, "D" if single_rows is None else "single"))[0]
     checks["seed_use"] = ("declared: its noise is a function of the seed it is given (two calls with the same seed "
-                          "gave the same release): the seed it is given when publishing must be secret"
+                          "gave the same release): evaluate-release gives it a secret one when it publishes (the "
+                          "operating system's randomness, written nowhere), and so must whoever publishes with it"
                           if np.array_equal(again, first) else
                           "not applicable: two calls with the same seed gave different releases (fresh randomness)")
     if single is not None:
@@ -1366,29 +1572,38 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
     if spec.noise is None:
         for k in ("noise_scale", "noise_shape", "noise_tail", "noise_independence"):
             checks[k] = "not applicable: the program declares no noise family (release.programs[].noise)"
-    elif spec.noise == "gaussian":
-        for k in ("noise_scale", "noise_shape", "noise_tail"):
-            checks[k] = ("not applicable: checks of Gaussian noise from a program's whole outputs are not built (its "
-                         "first measurements' are)")
     else:
+        gaussian = spec.noise == "gaussian"
+        family = "Gaussian" if gaussian else "Laplace"
         if not np.allclose(noise, np.rint(noise)):
-            checks["noise_shape"] = ("fail: the program declares discrete Laplace noise on counts, but its outputs "
+            checks["noise_shape"] = (f"fail: the program declares discrete {family} noise on counts, but its outputs "
                                      "are not integers")
         worst = max(spent, default=(0.0, "none"))
-        info["epsilon_from_noise_scale"] = round(worst[0], 6)
-        checks["noise_scale"] = ("pass" if worst[0] <= eps else
-                                 f"fail: the noise added spends ε ≥ {worst[0]:.4g} on {worst[1]} (each moved cell's "
-                                 f"change over an upper bound on its noise scale, summed), over the declared {eps:g}")
+        if gaussian:  # ρ from the declared (ε, δ) by OpenDP's conversion, never the program's own figure
+            budget, what = opendp_rho(eps, spec.delta_of()), "ρ"
+            info.update(rho_from_noise_scale=round(worst[0], 8), rho_declared=round(budget, 8), delta=spec.delta_of())
+            how = "each moved cell's change² over twice an upper bound on its noise variance, summed"
+            declared = f"ρ = {budget:.4g} that ε = {eps:g}, δ = {spec.delta_of():g} allows (OpenDP's conversion)"
+        else:
+            budget, what = eps, "ε"
+            info["epsilon_from_noise_scale"] = round(worst[0], 6)
+            how = "each moved cell's change over an upper bound on its noise scale, summed"
+            declared = f"declared {eps:g}"
+        checks["noise_scale"] = ("pass" if worst[0] <= budget else
+                                 f"fail: the noise added spends {what} ≥ {worst[0]:.4g} on {worst[1]} ({how}), over "
+                                 f"the {declared}")
         tables = layout.rows["table"].to_numpy()
         level = 1 - (1 - a.confidence) / max(len(set(tables)), 1)
         if "noise_shape" not in checks:
-            p_shape = min(laplace_shape_pvalue(np.rint(noise[:, tables == t])) for t in set(tables))
+            shape = gaussian_shape_pvalue if gaussian else laplace_shape_pvalue
+            p_shape = min(shape(np.rint(noise[:, tables == t])) for t in set(tables))
             checks["noise_shape"] = ("pass" if p_shape >= 1 - level else
-                                     f"fail: the noise added is not discrete Laplace (p = {p_shape:.2g})")
+                                     f"fail: the noise added is not discrete {family} (p = {p_shape:.2g})")
             info["noise_shape_p_value"] = p_shape
-        p_tail = min(tail_pvalue(noise[:, tables == t], False) for t in set(tables))
+        p_tail = min(tail_pvalue(noise[:, tables == t], gaussian) for t in set(tables))
         checks["noise_tail"] = ("pass" if p_tail >= 1 - level else
-                                f"fail: the noise added has too few draws in its far tail (p = {p_tail:.2g}): cut off")
+                                f"fail: the noise added has too few draws in its far tail for discrete {family} noise "
+                                f"(p = {p_tail:.2g}): cut off")
         info["noise_tail_p_value"] = p_tail
     if spec.noise is not None:
         rng = np.random.default_rng(program_seed(seed, "columns", unit))
@@ -1415,14 +1630,13 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
         needed = runs_to_certify(eps, pair_conf)
         info["runs_to_certify"] = needed
         said = (f"with {runs} releases per neighbour the bound certifies {reach_words}, below the declared {eps:g}")
-        if spec.noise == "laplace":
+        if spec.noise is not None:
             checks["bound_power"] = (f"not applicable: {said}; the noise checks, which ran, bound what the noise "
                                      "spends")
         else:
             checks["bound_power"] = (f"not run: {said}, and no check of its noise stands in "
                                      + ("(its first measurements' are only its first step)" if spec.measurements else
-                                        "(declare its noise family: release.programs[].noise)" if spec.noise is None
-                                        else "(Gaussian noise is checked only in first measurements)")
+                                        "(declare its noise family: release.programs[].noise)")
                                      + f"; {needed:,} releases per neighbour would certify it")
     best = max(bounds, default=(0.0, "none", 0))
     details = dict(info, unit=unit, neighbours=[w for w, _ in pairs], differing_cells=[b[2] for b in bounds],

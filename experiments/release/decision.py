@@ -5,13 +5,17 @@ value; none of them recomputes it.
 
 A mechanism is publishable only when every gate opens:
 
-1. the audit of the code that publishes it did not fail (failed: DO NOT PUBLISH);
+1. the audit of the code that publishes it did not fail at any ε (failed: DO NOT PUBLISH);
 2. its noise backend is fit for publication (the simulation backend, a study mechanism or one that is not
    differentially private: DO NOT PUBLISH);
 3. the verdict against the tolerance is not "shown above it even at the most protective setting" (DO NOT
    PUBLISH);
-4. the audit passed (inconclusive or not run: CANNOT DECIDE; files made elsewhere cannot be re-run, so
-   their ε stays the agency's declaration, said as a caveat);
+4. the audit passed at the settings PUBLISH names, and only there: PUBLISH covers a setting shown safe only
+   when the audit checked that very ε, through the mechanism's own publishing function, in every variant
+   (with and without BLOCK) and on every released unit (:func:`audit_coverage`); a sample of units only when
+   the user asked for one (``release.audit.units``), and the decision then names the units it covers. No
+   setting covered: CANNOT DECIDE, saying which ε or units to audit. Files made elsewhere cannot be re-run,
+   so their ε stays the agency's declaration, said as a caveat;
 5. where the release publishes rows, their anonymeter risks were measured (not measured: CANNOT DECIDE);
 6. the verdict shows a setting safe (not shown safe, or an attack that is not beyond the best guess even on
    the exact tables: CANNOT DECIDE).
@@ -22,6 +26,7 @@ Every gate that closes is listed in ``reasons``; the first one is the headline's
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -108,9 +113,22 @@ class MechanismDecision:
     fit_for_publication: bool | None  # None: made elsewhere (a file, a program), not ours to say
     risks: str  # measured, "not measured: why", or "not applicable: why"
     verdicts: list[Verdict] = field(default_factory=list)
+    #: PUBLISH: the settings it covers, each shown safe and audited (every variant, the units below)
+    covered: list[float] = field(default_factory=list)
+    #: PUBLISH on an audited sample of the units (release.audit.units): the units it covers, and of how many
+    units_covered: list[str] | None = None
+    units_released: int | None = None
+    grid: list[float] = field(default_factory=list)  # every setting evaluated
+    study: bool = False  # evaluated with the simulation backend: the verdict is a study's, said beside the headline
 
     def where(self) -> str:
-        """'ε ≤ 0.5', 'swap rate ≥ 10%', 'as released'."""
+        """'ε ≤ 0.5', 'ε = 0.1 or 1' (the settings covered, where the audit skipped one between), 'swap rate ≥
+        10%', 'as released'; on an audited sample of units, which units.
+
+        >>> m = MechanismDecision("laplace_tables", PUBLISH, 1.0, [], "", [], "passed", True, "", covered=[0.1, 1.0])
+        >>> m.where(), dataclasses.replace(m, covered=[0.1, 0.3, 1.0], grid=[0.1, 0.3, 1.0, 3.0]).where()
+        ('ε = 0.1 or 1', 'ε ≤ 1')
+        """
         if self.setting is None:
             return ""
         label = setting_label(self.mechanism, self.setting)
@@ -119,7 +137,16 @@ class MechanismDecision:
             return label.replace(f"{name} ", f"{name} ≥ ", 1)
         if registry.is_file(self.mechanism):
             return label
-        return label.replace("ε = ", "ε ≤ ")
+        below = [s for s in self.grid if s <= self.setting]
+        if self.covered and sorted(self.covered) != below:  # a setting between was not audited: name those covered
+            said = [f"{s:g}" for s in sorted(self.covered)]
+            label = "ε = " + (said[0] if len(said) == 1 else ", ".join(said[:-1]) + " or " + said[-1])
+        else:
+            label = label.replace("ε = ", "ε ≤ ")
+        if self.units_covered is not None:
+            label += (f", for the {len(self.units_covered)} audited units of {self.units_released} "
+                      f"({', '.join(self.units_covered)}): the others were not audited")
+        return label
 
     def headline(self) -> str:
         """The line a board reads: 'PUBLISH laplace_tables at ε ≤ 0.5', 'DO NOT PUBLISH histogram: noise
@@ -127,7 +154,20 @@ class MechanismDecision:
         head = f"{HEADS[self.action]} {self.mechanism}"
         if self.action == PUBLISH:
             return f"{head} at {self.where()}"
-        return f"{head}: {self.reasons[0]}" if self.reasons else head
+        line = f"{head}: {self.reasons[0]}" if self.reasons else head
+        return line + (f" (as a study: {self.study_verdict()})" if self.study and self.verdicts else "")
+
+    def study_verdict(self) -> str:
+        """What the verdict says, for a study's line (the simulation backend never publishes, but the question
+        "would this protect?" has its answer): 'shown safe up to ε = 2', 'shown above the tolerance even at ε = 0.5'."""
+        status, setting = combine(self.mechanism, self.verdicts)
+        if status == "safe":
+            return f"shown safe up to {setting_label(self.mechanism, setting)}"
+        first = next((v.figures for v in self.verdicts if v.figures), None) or {}
+        where = f" {setting_label(self.mechanism, _num(first, 'setting'))}" if "setting" in first else ""
+        return {"none_safe": f"shown above the tolerance even at{where}",
+                "not_shown_safe": "no setting shown safe",
+                "cannot_decide": "the attack is not beyond the best guess even on the exact tables"}.get(status, status)
 
 
 @dataclass
@@ -241,6 +281,81 @@ def partial_step(mech: str, fig: dict, nxt: dict | None, available: int | None) 
     return between + ("; " + units if units else "")
 
 
+@dataclass(frozen=True)
+class Coverage:
+    """What an audit covers of the settings a verdict shows safe: the settings it checked and passed (``covered``),
+    the units those checks cover where the user asked for a sample (``units``; None: every released unit), and,
+    for the least protective setting shown safe when it is not covered, why (``missing``) and what would cover
+    it (``step``)."""
+
+    covered: list[float]
+    units: list[str] | None
+    missing: str
+    step: str
+
+
+def audit_coverage(mech: str, settings: list[float], variants: list, audits: list, released: list[str],
+                   sample: bool) -> Coverage:
+    """The settings among ``settings`` (shown safe) that the audit checked: for each, every variant of the
+    verdict (with and without BLOCK) has results for ``mech`` at that very ε, drawn through ``mech``'s own
+    publishing function (``details["published_through"]``), every one of them passed, and together they
+    audited every unit of ``released``; or, where the user asked for a ``sample`` of units
+    (``release.audit.units``), the units audited at every covered setting, which the decision then names. An
+    audit at another ε, on other units, of another variant or through another mechanism covers nothing.
+
+    >>> from censusrecon.synth.audit import AuditResult
+    >>> ok = AuditResult("m", 8.0, 0.1, 10, 0.95, "e", {"a": "pass"}, {"with_block": False, "published_through": "m",
+    ...                  "audited_units": ["u1", "u2"]})
+    >>> audit_coverage("m", [0.5, 1.0], [False], [ok], ["u1", "u2"], False).missing
+    'its audit did not check ε = 1, the least protective setting shown safe (it checked ε = 8)'
+    >>> audit_coverage("m", [8.0], [False], [ok], ["u1", "u2", "u3"], False).missing
+    '1 of its 3 released units was not audited at ε = 8 (u3)'
+    >>> audit_coverage("m", [8.0], [False], [ok], ["u1", "u2", "u3"], True).units
+    ['u1', 'u2']
+    """
+    mine = [a for a in audits if a.mechanism == mech]
+    covered, why, steps, units = [], {}, {}, set(released)
+    for s in settings:
+        for v in variants:
+            tag = f" (the variant {'with' if v else 'without'} BLOCK)" if len(variants) > 1 else ""
+            at = [a for a in mine if a.declared_epsilon == s and a.details.get("with_block") == v]
+            if not at:
+                checked = sorted({a.declared_epsilon for a in mine})
+                why[s] = (f"its audit did not check ε = {s:g}{tag}, the least protective setting shown safe"
+                          + (f" (it checked ε = {', '.join(f'{e:g}' for e in checked)})" if checked else " (no audit)"))
+                steps[s] = (f"audit ε = {s:g}: add it to release.audit.epsilons (or epsilons: all), then rerun with "
+                            "--reaudit")
+                break
+            other = sorted({str(a.details.get("published_through")) for a in at} - {mech})
+            if other:
+                why[s] = (f"its audit at ε = {s:g}{tag} drew its releases through another publishing function "
+                          f"({', '.join(other)}), not its own")
+                steps[s] = "audit it through its own publishing function (evaluate-release --reaudit)"
+                break
+            short = [a for a in at if a.outcome != "passed"]
+            if short:
+                unchecked = sorted({c for a in short for c in a.unchecked()})
+                why[s] = (f"its audit at ε = {s:g}{tag} is {short[0].outcome}"
+                          + (f": not shown to keep its ε ({', '.join(unchecked)} could not run)" if unchecked else ""))
+                need = max((a.details.get("runs_to_certify") or 0 for a in short), default=0)
+                steps[s] = (f"rerun the audit with about {need:,} releases per neighbour (release.audit.runs) to "
+                            "certify its ε" if need else "rerun the audit (evaluate-release --reaudit)")
+                break
+            audited = {str(u) for a in at for u in a.details.get("audited_units") or []}
+            left = [u for u in released if u not in audited]
+            if left and not sample or len(left) == len(released):
+                why[s] = (f"{len(left)} of its {len(released)} released units {'was' if len(left) == 1 else 'were'} "
+                          f"not audited at ε = {s:g}{tag} ({', '.join(left[:5])}{', …' if len(left) > 5 else ''})")
+                steps[s] = "audit every released unit: release.audit.units: all (the default), then rerun with --reaudit"
+                break
+            units &= audited
+        else:
+            covered.append(s)
+    top = max(settings, default=None)
+    return Coverage(covered, sorted(units) if sample and units != set(released) else None,
+                    why.get(top, ""), steps.get(top, ""))
+
+
 def combine(mech: str, verdicts: list[Verdict]) -> tuple[str, float | None]:
     """One verdict across variants: any shown above the tolerance decides against; any undecided leaves
     it undecided; else safe at the most protective of the variants' safe settings."""
@@ -254,14 +369,15 @@ def combine(mech: str, verdicts: list[Verdict]) -> tuple[str, float | None]:
 
 
 def decide(cfg, verdicts_by_variant: dict, audits: list, entries: list, row_mechanisms: set, risks,
-           risk_note: str | None, units_in_file: int | None, *, code_fingerprint: str = "",
+           risk_note: str | None, units_in_file: int | None, *, released: list[str], code_fingerprint: str = "",
            inputs: dict | None = None, audit_when: str | None = None) -> Decision:
     """The decision, once, from everything the evaluation measured: per variant the verdict rows
     (:func:`experiments.release.report.verdict_rows`, each with the words of the attack's strength at its
     setting, ``strength``, and the best attack on the exact tables, ``exact``: built by
     :func:`experiments.release.evaluate.verdicts_of`), the audit results, the ledger's entries (fit for
-    publication), the risks measured (``risks``: anonymeter's table, or empty) and which mechanisms
-    published rows."""
+    publication), the risks measured (``risks``: anonymeter's table, or empty), which mechanisms
+    published rows, and the units released (``released``): PUBLISH covers only the settings, variants and
+    units the audit checked (:func:`audit_coverage`)."""
     r = cfg.release
     measured = set(risks["mechanism"]) if risks is not None and len(risks) else set()
     out = []
@@ -278,6 +394,11 @@ def decide(cfg, verdicts_by_variant: dict, audits: list, entries: list, row_mech
             continue
         status, setting = combine(mech, verdicts)
         audit = _audit_state(mech, audits)
+        grid = sorted(r.settings_of(mech))
+        coverage = None
+        if status == "safe" and registry.is_dp(mech) and not registry.is_file(mech):
+            coverage = audit_coverage(mech, [s for s in grid if s <= setting], [v.variant for v in verdicts], audits,
+                                      list(released), r.audit.units != "all")
         entry = next((e for e in entries if e["mechanism"] == mech), None)
         fit = None if entry is None or entry.get("for_publication") is None else bool(entry["for_publication"])
         risk = _risk_state(mech, row_mechanisms, measured, risk_note)
@@ -295,7 +416,9 @@ def decide(cfg, verdicts_by_variant: dict, audits: list, entries: list, row_mech
             closed_no.append(why)
         if status == "none_safe":
             closed_no.append("shown above the tolerance even at its most protective setting")
-        if audit in ("inconclusive", "not run"):
+        if coverage is not None and not coverage.covered and audit != "failed":
+            closed_undecided.append(coverage.missing)
+        elif coverage is None and audit in ("inconclusive", "not run"):
             mine = [a for a in audits if a.mechanism == mech and a.outcome == "inconclusive"]
             closed_undecided.append(f"its audit is {audit}" + (
                 f": not shown to keep its ε ({', '.join(sorted({c for a in mine for c in a.unchecked()}))} could not run)"
@@ -315,19 +438,33 @@ def decide(cfg, verdicts_by_variant: dict, audits: list, entries: list, row_mech
                     if v.strength and "not saturated" in v.strength]
         action = DO_NOT_PUBLISH if closed_no else CANNOT_DECIDE if closed_undecided else PUBLISH
         reasons = closed_no + closed_undecided
-        out.append(MechanismDecision(mech, action, setting if action == PUBLISH else None, reasons,
-                                     _next_step(cfg, mech, status, verdicts, audit, fit, risk, audits,
-                                                units_in_file, simulated),
-                                     caveats, audit, fit, risk, verdicts))
+        step = _next_step(cfg, mech, status, verdicts, audit, fit, risk, audits, units_in_file, simulated, coverage)
+        covered, units_covered = [], None
+        if coverage is not None and coverage.covered:
+            covered, units_covered = coverage.covered, coverage.units
+            if max(coverage.covered) < setting:  # shown safe further than the audit checked: PUBLISH names the audited
+                caveats.append(f"shown safe up to {setting_label(mech, setting)}, but {coverage.missing.removeprefix('its ')}"
+                               f": {coverage.step}")
+                setting = max(coverage.covered)
+            if units_covered is not None:
+                caveats.append(f"the audit checked a sample of {len(units_covered)} of the {len(released)} released "
+                               "units (release.audit.units): this decision covers those units only")
+        out.append(MechanismDecision(mech, action, setting if action == PUBLISH else None, reasons, step,
+                                     caveats, audit, fit, risk, verdicts, covered if action == PUBLISH else [],
+                                     units_covered if action == PUBLISH else None,
+                                     len(released) if action == PUBLISH and units_covered is not None else None,
+                                     grid, simulated))
     units = max((int(_num(v.figures, "units")) for m in out for v in m.verdicts if v.figures), default=0)
     return Decision(out, r.tolerance.words(), units, units_in_file, code_fingerprint, cfg.digest(), inputs or {},
                     audit_when)
 
 
 def _next_step(cfg, mech: str, status: str, verdicts: list[Verdict], audit: str, fit, risk: str,
-               audits: list, available: int | None, simulated: bool = False) -> str:
+               audits: list, available: int | None, simulated: bool = False, coverage: Coverage | None = None) -> str:
     """What to do next, for every outcome."""
     steps = []
+    if coverage is not None and not coverage.covered and audit != "failed":
+        steps.append(coverage.step)
     if audit == "failed":
         steps.append("fix the code that publishes it (the audit's failing checks are in the report) and rerun with "
                      "--reaudit")
@@ -338,7 +475,7 @@ def _next_step(cfg, mech: str, status: str, verdicts: list[Verdict], audit: str,
         elif not registry.is_dp(mech):
             steps.append("a differentially private mechanism is what could be published; this one is evaluated for "
                          "comparison")
-    if audit in ("inconclusive", "not run"):
+    if coverage is None and audit in ("inconclusive", "not run"):
         mine = [a for a in audits if a.mechanism == mech and a.outcome == "inconclusive"]
         need = max((a.details.get("runs_to_certify") or 0 for a in mine), default=0)
         steps.append((f"rerun the audit with about {need:,} releases per neighbour (release.audit.runs) to certify its "

@@ -24,7 +24,7 @@ from censusrecon.experiments.progress import UnitProgress
 from censusrecon.experiments.release.audit import audit_release, failed_audits, record_audit
 from censusrecon.experiments.release.files import FILE_NOTE, file_published, read_release_files, unit_layout
 from censusrecon.experiments.release.program import (PROGRAM_NOTE, check_environments, program_digests,
-                                        program_inputs, program_seed, run_program)
+                                        program_inputs, publication_seed, run_program)
 from censusrecon.experiments.release.publish import (ReleaseSpec, release_backend, check_block_list, neighbours_of,
                                          own_invariants, publish, swap_pool)
 from censusrecon.experiments.release.report import (plot_release, release_persons, release_strength, setting_label,
@@ -264,7 +264,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     facts["earlier_audit_failures"] = earlier_failures
     decision = decide_release(cfg, run_dir, df, util, audits, ledger.entries, risks, risk_note, micro,
                               study.units_in_file, fingerprint, inputs,
-                              None if recorded is None else recorded[0].details["recorded_by_audit_command"])
+                              None if recorded is None else recorded[0].details["recorded_by_audit_command"], units)
     decision.save(run_dir)
     write_report(cfg, run_dir, df, util, audits, ledger, facts, decision)
     return run_dir
@@ -315,14 +315,16 @@ def verdicts_of(persons: pd.DataFrame, util: pd.DataFrame, strengths: dict, tole
 
 def decide_release(cfg: ExperimentConfig, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audits: list,
                    entries: list, risks: pd.DataFrame, risk_note: str | None, micro: list[pd.DataFrame],
-                   units_in_file: int | None, fingerprint: str, inputs: dict, audit_when: str | None):
-    """The evaluation's decision (:func:`experiments.release.decision.decide`), once, from what it measured."""
+                   units_in_file: int | None, fingerprint: str, inputs: dict, audit_when: str | None,
+                   released: list[str]):
+    """The evaluation's decision (:func:`experiments.release.decision.decide`), once, from what it measured
+    (``released``: the units released, which the audit must cover)."""
     persons = summarise_release_persons(release_persons(df), cfg.release.tolerance)
     strengths = {v: release_strength(run_dir, v) for v in dict.fromkeys(df["variant"].tolist())}
     published_rows = {m for part in micro for m in part.loc[part["role"] == "release", "mechanism"].unique()}
     return decide(cfg, verdicts_of(persons, util, strengths, cfg.release.tolerance, units_in_file), audits, entries,
-                  published_rows, risks, risk_note, units_in_file, code_fingerprint=fingerprint, inputs=inputs,
-                  audit_when=audit_when)
+                  published_rows, risks, risk_note, units_in_file, released=released, code_fingerprint=fingerprint,
+                  inputs=inputs, audit_when=audit_when)
 
 
 def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
@@ -433,8 +435,7 @@ def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
                     cache["layout"] = unit_layout(study, unit, wb)
                     cache["program_inputs"] = program_inputs(D, unit, cache["layout"],
                                                              study.blocks(unit)[0] if wb else None, prob.areas)
-                values = run_program(cfg, spec, cache["program_inputs"], setting, 1,
-                                     program_seed(cfg.seed, "release", unit, wb, mech, setting))[0]
+                values = run_program(cfg, spec, cache["program_inputs"], setting, 1, publication_seed())[0]
                 pub = tables_published(mech, cache["layout"].to_queries(values), w, PROGRAM_NOTE)
                 ledger.note(mech, spec.function or " ".join(spec.command), PROGRAM_NOTE, declared_epsilon=setting,
                             relation=r.relation, differentially_private="declared by the program; audited as a black "

@@ -287,3 +287,17 @@ def opendp_epsilon(rho: float, delta: float) -> float:
     scale = 1.0 / math.sqrt(2.0 * rho)  # ρ = Δ² / (2σ²) at Δ = 1
     meas = dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(dp.m.make_gaussian(*space, scale)), delta)
     return float(meas.map(1.0)[0])
+
+
+def smoothed_mixing(epsilon: float, n: int, cells: int, draws: int) -> float:
+    """The least weight of the uniform in the smoothed histogram's mix (1 − δ)·p̂ + δ/m for ``draws`` i.i.d.
+    draws to be ε-DP under replace-one, derived here, not read from the release: a draw's likelihood ratio
+    between neighbours is at most 1 + (1 − δ)·m/(n·δ) (a cell gains 1/n of mass where its smoothed mass is at
+    least δ/m), so ``draws`` of them spend draws·log(1 + (1 − δ)m/(nδ)) ≤ ε, i.e. δ ≥ m / (m + n·(e^{ε/draws} − 1))
+    (Wasserman and Zhou 2010, §4.2).
+
+    >>> round(smoothed_mixing(1.0, n=100, cells=10, draws=1), 6)
+    0.054997
+    """
+    a = math.expm1(epsilon / draws)
+    return min(1.0, cells / (cells + n * a))

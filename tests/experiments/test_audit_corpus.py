@@ -454,3 +454,98 @@ def test_a_rerun_under_another_seed_is_recorded_beside_a_failed_audit_never_in_i
     assert len(earlier) == 1 and earlier[0]["seed"] == 1 and "laplace_tables ε=1: bound" in earlier[0]["failed"]
     assert record_audit(history, result(0.2, 3), "code-b") == []  # other code: its own history
     assert len(history.read_text().splitlines()) == 3
+
+
+# ---- PUBLISH only for what was checked: the review's classes (issue 62) -------------------------------------------
+
+
+def _laplace_at_twice(name):
+    """A mechanism publishing Laplace tables at twice its ε (ε = ∞ for half of what it says), under ``name``."""
+    def publish(x):
+        pub = synth.publishing.publish_laplace_tables(dataclasses.replace(x, setting=2 * x.setting))
+        return dataclasses.replace(pub, mechanism=name)
+    return publish
+
+
+@pytest.fixture
+def registered():
+    """Register test mechanisms for one test, removed after it."""
+    names = []
+
+    def register(kind):
+        synth.registry.register(kind, replace=True)
+        names.append(kind.name)
+        return kind
+
+    yield register
+    for n in names:
+        synth.registry.unregister(n)
+
+
+@pytest.mark.parametrize("family", ["histogram", "smoothed", "tree"])
+def test_a_mechanism_registered_with_a_weaker_family_than_what_it_publishes_fails(family, root, tiny_pop, registered):
+    """Tables at 2ε registered as a histogram (a 4-cell one would pass), draws or TopDown's tree: the audit publishes
+    through the mechanism on the real workload, sees what it publishes does not fit the family, and fails."""
+    kind = registered(synth.registry.MechanismKind("weak", "Weak", _laplace_at_twice("weak"), audit=family,
+                                                   relations=("replace_one",)))
+    cfg = _cfg(root, f"release.mechanisms=[{kind.name}]")
+    [res] = audit_release(resolve(cfg, tiny_pop))
+    assert res.outcome == "failed" and res.checks["family_contract"].startswith("fail"), res.checks_summary()
+    assert family in res.checks["family_contract"]
+
+
+def test_two_mechanisms_of_one_family_are_each_audited_through_their_own_publishing(root, tiny_pop, registered):
+    """laplace_tables and a copy at 2ε, both in the tables family: once the copy was filed under the first one's
+    audit; each is now drawn through its own function, the copy fails and Laplace's passes."""
+    registered(synth.registry.MechanismKind("copy", "Copy", _laplace_at_twice("copy"), audit="tables",
+                                            uses=frozenset({"unit_total"})))
+    cfg = _cfg(root, "release.mechanisms=[laplace_tables, copy]")
+    results = {r.mechanism: r for r in audit_release(resolve(cfg, tiny_pop))}
+    assert results["laplace_tables"].passed, results["laplace_tables"].checks_summary()
+    assert results["copy"].outcome == "failed" and "noise_scale" in _failures([results["copy"]])["copy"]
+    assert {r.details["published_through"] for r in results.values()} == {"laplace_tables", "copy"}
+
+
+def test_a_dp_mechanism_without_an_audit_family_is_refused_when_registered():
+    with pytest.raises(ValueError, match="is DP: name the audit family"):
+        synth.registry.MechanismKind("x", "X", _laplace_at_twice("x"))
+    with pytest.raises(ValueError, match="name the audit family"):
+        synth.registry.MechanismKind("x", "X", _laplace_at_twice("x"), audit="tabels")
+
+
+def test_the_synthetic_file_as_published_must_fit_the_tables_the_audit_drew(root, tiny_pop, monkeypatch):
+    """A synthetic release whose call that publishes (one release, the fit) noises its tables at half the scale, its
+    batch branch (the audit's draws) honest: the single release's tables differ from the batch's with the same key."""
+    real = synth.publishing._laplace
+
+    def halved_when_fitted(x):
+        return real(dataclasses.replace(x, setting=2 * x.setting) if x.runs is None else x)
+
+    monkeypatch.setattr(synth.publishing, "_laplace", halved_when_fitted)
+    cfg = _cfg(root, "release.mechanisms=[synthetic]")
+    [res] = audit_release(resolve(cfg, tiny_pop))
+    assert res.outcome == "failed" and res.checks["single_release"].startswith("fail"), res.checks_summary()
+
+
+def test_an_epsilon_the_audit_skipped_is_never_named_by_publish(root, tiny_pop, monkeypatch):
+    """The grid 0.1, 1, 10 audited at its extremes, Laplace tables at half their noise at ε = 1 alone: the audit
+    passes (it never drew ε = 1); a verdict showing ε ≤ 1 safe gives PUBLISH at ε ≤ 0.1 at most, never ε = 1."""
+    from censusrecon.experiments.release.decision import PUBLISH, decide
+
+    real = synth.release.noise_scale
+    monkeypatch.setattr(synth.release, "noise_scale", lambda d, e, b: (real(d, e, b)[0] / (2 if e == 1.0 else 1), None))
+    cfg = _cfg(root, "release.mechanisms=[laplace_tables]", "release.epsilons=[0.1, 1.0, 10.0]",
+               "release.audit.epsilons=extremes")
+    study = resolve(cfg, tiny_pop)
+    audits = audit_release(study)
+    assert all(r.passed for r in audits) and {r.declared_epsilon for r in audits} == {0.1, 10.0}
+    row = {"mechanism": "laplace_tables", "status": "safe", "setting": 1.0, "x": {"setting": 1.0, "units": 1},
+           "next": None, "plan": "", "text": ""}
+    entry = {"mechanism": "laplace_tables", "for_publication": True}
+    d = decide(cfg, {False: [row]}, audits, [entry], set(), None, None, None, released=study.units)
+    (m,) = d.mechanisms
+    assert m.action == PUBLISH and m.setting == 0.1 and m.covered == [0.1], d.lines()
+    assert any("ε = 1" in c and "release.audit.epsilons" in c for c in m.caveats)
+    d = decide(cfg, {False: [row]}, [r for r in audits if r.declared_epsilon == 10.0], [entry], set(), None, None, None,
+               released=study.units)
+    assert d.mechanisms[0].action != PUBLISH

@@ -33,23 +33,32 @@ def _cfg(**release):
                        ["release.mechanisms=[laplace_tables]", "release.epsilons=[1.0, 8.0]", *over])
 
 
-def _audit(outcome="passed", eps=1.0):
+#: the hand-made units (tests/experiments/test_release.py's _hand_made)
+UNITS = ["a", "b", "c"]
+
+
+def _audit(outcome="passed", eps=1.0, units=UNITS, with_block=False, through="laplace_tables"):
+    """One audit result of laplace_tables at ``eps``, as audit_release files it: its variant, the units it audited
+    and the mechanism whose publishing function drew its releases."""
     checks = {"noise_scale": "pass"}
     if outcome == "failed":
         checks = {"noise_scale": "fail: ε ≥ 8.0"}
     elif outcome == "inconclusive":
         checks = {"noise_scale": "pass", "bound_power": "not run: 10 releases certify no ε"}
-    return AuditResult("laplace_tables", eps, 0.2, 1000, 0.95, "e", checks, {"runs_to_certify": 60}
-                       if outcome == "inconclusive" else {})
+    details = {"with_block": with_block, "audited_units": list(units), "published_through": through}
+    if outcome == "inconclusive":
+        details["runs_to_certify"] = 60
+    return AuditResult("laplace_tables", eps, min(0.2, eps / 2), 1000, 0.95, "e", checks, details)
 
 
-def _decide(persons, cfg, *, fit=True, audits=None, rows=(), risks=None, note=None, units_in_file=8):
+def _decide(persons, cfg, *, fit=True, audits=None, rows=(), risks=None, note=None, units_in_file=8,
+            released=UNITS):
     entry = {"mechanism": "laplace_tables", "for_publication": fit,
              "publication_note": "OpenDP discrete Laplace" if fit else "seeded simulation noise: for studies, not for "
              "publication"}
     verdicts = verdicts_of(persons, pd.DataFrame(), {}, cfg.release.tolerance, units_in_file)
     return decide(cfg, verdicts, [_audit()] if audits is None else audits, [entry], set(rows),
-                  risks if risks is not None else pd.DataFrame(), note, units_in_file)
+                  risks if risks is not None else pd.DataFrame(), note, units_in_file, released=list(released))
 
 
 @pytest.fixture
@@ -73,6 +82,7 @@ def test_every_gate_decides_the_headline_and_the_exit_status(safe_at_one):
     d = _decide(persons, cfg, fit=False)
     assert d.mechanisms[0].action == DO_NOT_PUBLISH and d.exit_status() == D_NO
     assert d.lines()[0].startswith("DO NOT PUBLISH laplace_tables: noise from the simulation backend")
+    assert d.lines()[0].endswith("(as a study: shown safe up to ε = 1)")  # the answer a study came for, on its line
     assert "release.backend: opendp" in d.mechanisms[0].next_step
     # a failed audit: do not publish, exit 4; an inconclusive or missing one: cannot decide, exit 3
     d = _decide(persons, cfg, audits=[_audit("failed")])
@@ -80,9 +90,10 @@ def test_every_gate_decides_the_headline_and_the_exit_status(safe_at_one):
     assert "audit of the code that publishes it failed" in d.lines()[0]
     d = _decide(persons, cfg, audits=[_audit("inconclusive")])
     assert d.mechanisms[0].action == CANNOT_DECIDE and d.exit_status() == EXIT_CANNOT_DECIDE
-    assert "its audit is inconclusive" in d.lines()[0] and "about 60 releases per neighbour" in d.mechanisms[0].next_step
+    assert "its audit at ε = 1 is inconclusive" in d.lines()[0]
+    assert "about 60 releases per neighbour" in d.mechanisms[0].next_step
     d = _decide(persons, cfg, audits=[])
-    assert d.mechanisms[0].action == CANNOT_DECIDE and "its audit is not run" in d.lines()[0]
+    assert d.mechanisms[0].action == CANNOT_DECIDE and "its audit did not check ε = 1" in d.lines()[0]
     # rows published whose risks were not measured: cannot decide; measured: publishable
     d = _decide(persons, cfg, rows={"laplace_tables"}, note="not run: anonymeter is not installed")
     assert d.mechanisms[0].action == CANNOT_DECIDE and "risks of the rows it publishes" in d.lines()[0]
@@ -92,6 +103,51 @@ def test_every_gate_decides_the_headline_and_the_exit_status(safe_at_one):
     # every closed gate is listed, the decided "no" first
     d = _decide(persons, cfg, fit=False, audits=[_audit("inconclusive")])
     assert d.mechanisms[0].action == DO_NOT_PUBLISH and len(d.mechanisms[0].reasons) == 2
+
+
+def test_publish_names_only_the_epsilon_the_units_and_the_mechanism_the_audit_checked(safe_at_one):
+    """ε = 1 is shown safe (ε = 8 not). An audit that passed at ε = 8 alone, on other units, of the other variant,
+    or drawn through another mechanism's publishing function never makes it PUBLISH: CANNOT DECIDE, with the
+    step that would cover it; a sample of units the user asked for is covered and named."""
+    persons, _ = safe_at_one
+    cfg = _cfg(**{"tolerance": "{per_unit: 3}"})
+    for audits, said, step in (
+            ([_audit(eps=8.0)], "its audit did not check ε = 1", "add it to release.audit.epsilons"),
+            ([], "its audit did not check ε = 1", "add it to release.audit.epsilons"),
+            ([_audit(units=["x", "y", "z"])], "3 of its 3 released units were not audited", "release.audit.units: all"),
+            ([_audit(units=["a", "b"])], "1 of its 3 released units was not audited at ε = 1 (c)",
+             "release.audit.units: all"),
+            ([_audit(with_block=True)], "its audit did not check ε = 1", "release.audit.epsilons"),
+            ([_audit(through="synthetic")], "through another publishing function (synthetic)", "its own"),
+            ([_audit("inconclusive")], "its audit at ε = 1 is inconclusive", "about 60 releases per neighbour")):
+        d = _decide(persons, cfg, audits=audits)
+        (m,) = d.mechanisms
+        assert m.action == CANNOT_DECIDE and m.setting is None and d.exit_status() == EXIT_CANNOT_DECIDE, audits
+        assert said in m.reasons[0] and step in m.next_step, (m.reasons, m.next_step)
+    # an audit at ε = 1 that passed, and one at ε = 8 that is inconclusive: ε = 1 is what PUBLISH names
+    d = _decide(persons, cfg, audits=[_audit(), _audit("inconclusive", eps=8.0)])
+    assert d.lines() == ["PUBLISH laplace_tables at ε ≤ 1"]
+    # a sample of units, asked for: PUBLISH covers those and says so
+    sample = _cfg(**{"tolerance": "{per_unit: 3}", "audit": "{units: 4}"})
+    d = _decide(persons, sample, audits=[_audit(units=["a", "b"])], released=["a", "b", "c", "d", "e", "f"])
+    (m,) = d.mechanisms
+    assert m.action == PUBLISH and m.units_covered == ["a", "b"]
+    assert d.lines() == ["PUBLISH laplace_tables at ε ≤ 1, for the 2 audited units of 6 (a, b): the others were "
+                         "not audited"]
+    assert any("covers those units only" in c for c in m.caveats)
+    # the grid 0.1, 1, 8 shown safe to 1, audited at its extremes: PUBLISH names ε = 0.1, and says why not 1
+    grid = _cfg(**{"tolerance": "{per_unit: 3}", "epsilons": "[0.1, 1.0, 8.0]"})
+    per = release_persons(_hand_made([40, 45, 42], [30, 33, 32]))
+    low = per[per.setting == 1.0].assign(setting=0.1)
+    s = summarise_release_persons(pd.concat([low, per], ignore_index=True), ToleranceConfig(per_unit=3))
+    d = _decide(s, grid, audits=[_audit(eps=0.1), _audit(eps=8.0)])
+    (m,) = d.mechanisms
+    assert m.action == PUBLISH and m.setting == 0.1 and d.lines() == ["PUBLISH laplace_tables at ε ≤ 0.1"]
+    assert any("shown safe up to ε = 1, but audit did not check ε = 1" in c for c in m.caveats), m.caveats
+    d = _decide(s, grid, audits=[_audit(eps=0.1), _audit(eps=1.0)])
+    assert d.lines() == ["PUBLISH laplace_tables at ε ≤ 1"]
+    d = _decide(s, grid, audits=[_audit(eps=1.0)])  # 0.1 not audited: PUBLISH names ε = 1 alone, not "ε ≤ 1"
+    assert d.lines() == ["PUBLISH laplace_tables at ε = 1"]
 
 
 def test_shown_above_the_tolerance_is_do_not_publish_and_undecided_is_cannot_decide():

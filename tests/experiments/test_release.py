@@ -261,7 +261,7 @@ def test_evaluate_release_prints_the_answer_and_fails_on_a_failed_audit(release_
     def redecide(audits):
         verdicts = release.verdicts_of(persons, pd.DataFrame(), {}, cfg.release.tolerance, 8)
         decide(cfg, verdicts, audits, entries, set(), pd.DataFrame({"mechanism": cfg.release.mechanisms}), None,
-               8).save(run)
+               8, released=sorted(set(per["unit"]))).save(run)
 
     redecide(load_audits(run))
     monkeypatch.setattr(release, "evaluate_release", lambda cfg, out, progress, reaudit, **kw: run)
