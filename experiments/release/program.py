@@ -261,8 +261,19 @@ def check_environments(cfg: ExperimentConfig) -> None:
 
 
 def program_seed(*parts) -> int:
-    """A seed for one batch of a program's releases: fresh for every batch, from its parts."""
+    """A seed for one batch of the audit's releases of a program: fresh for every batch, from its parts (the audit's
+    own seed among them). Never a published release's: see :func:`publication_seed`."""
     return int(stable_seed("program", *parts) & 0x7FFFFFFF)
+
+
+def publication_seed() -> int:
+    """The seed a program is given for a release that is published: the operating system's secure randomness,
+    drawn for that call and written nowhere (not the config, the ledger, the report or the results), so that no one
+    can rebuild it, whatever the program does with it. A seed derived from the public config would make the noise of
+    a program that is a function of its seed recomputable by anyone (ε = ∞)."""
+    import secrets
+
+    return secrets.randbits(31)
 
 
 def program_digests(cfg: ExperimentConfig) -> dict:

@@ -1,7 +1,9 @@
 """The declared tables released through OpenDP: each cell's count with discrete Laplace noise from
 OpenDP's own measurement, its scale found by OpenDP's privacy map (``binary_search_chain``), for
 the sensitivity bounded from the public domain: the most cells one person is counted in, twice that
-under replace-one (a replaced person is one removed and one added).
+under replace-one (a replaced person is one removed and one added). With ``noise: gaussian`` (and
+``delta``) OpenDP's discrete Gaussian instead, its σ the smallest whose zCDP, converted by OpenDP to
+(ε, δ)-DP, stays within them, at the L2 sensitivity √(cells) (√(2·cells) under replace-one).
 
 Runs inside censusrecon's environment (``function: censusrecon.synth.adapters.opendp_tables:release``) or as a
 command in one of its own with numpy, pandas and opendp (``command: [python,
@@ -33,12 +35,35 @@ def measurement(sensitivity: int, epsilon: float):
     return dp.binary_search_chain(lambda s: space >> dp.m.then_laplace(s), d_in=int(sensitivity), d_out=float(epsilon))
 
 
+@lru_cache(maxsize=64)
+def gaussian_measurement(l2_squared: int, epsilon: float, delta: float):
+    """OpenDP's discrete Gaussian on an integer vector at the smallest σ whose zCDP ρ for an L2 sensitivity of
+    √``l2_squared``, converted by OpenDP to (ε, δ)-DP with δ fixed, gives at most ``epsilon``."""
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    space = dp.vector_domain(dp.atom_domain(T=int)), dp.l2_distance(T=float)
+
+    def chain(s):
+        return dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(space >> dp.m.then_gaussian(s)), float(delta))
+
+    return dp.binary_search_chain(chain, d_in=float(np.sqrt(l2_squared)), d_out=(float(epsilon), float(delta)))
+
+
 def release(persons: pd.DataFrame, cells: pd.DataFrame, domain: dict, epsilon: float, runs: int, seed: int,
-            relation: str, **params) -> np.ndarray:
+            relation: str, noise: str = "laplace", delta: float | None = None, **params) -> np.ndarray:
     attrs = list(domain["attributes"])
     counts = true_counts(persons, cells, attrs)
     per_person = most_cells_per_person(cells, domain)
-    meas = measurement(per_person * (2 if relation == "replace_one" else 1), epsilon)
+    moved = per_person * (2 if relation == "replace_one" else 1)  # cells one neighbour changes, each by one
+    if noise == "gaussian":
+        if delta is None:
+            raise ValueError("noise: gaussian needs delta, the δ of the (ε, δ) each ε means")
+        meas = gaussian_measurement(moved, epsilon, delta)
+    elif noise == "laplace":
+        meas = measurement(moved, epsilon)
+    else:
+        raise ValueError(f"noise is laplace or gaussian, got {noise!r}")
     # runs independent releases: the one measurement (one scale) on the counts repeated runs times, drawn in
     # one call (each element's noise is independent, so each row is a release of its own)
     return np.asarray(meas(np.tile(counts, runs).tolist()), dtype=np.float64).reshape(runs, len(cells))

@@ -2,6 +2,7 @@
 that fails a copy of it with half the noise."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -46,6 +47,15 @@ def fixed_seed(persons, cells, domain, epsilon, runs, seed, relation, **params):
     return counts[None, :] + rng.geometric(q, (runs, len(cells))) - rng.geometric(q, (runs, len(cells)))
 
 
+def gaussian_half_sigma(persons, cells, domain, epsilon, runs, seed, relation, **params):
+    """OpenDP's discrete Gaussian adapter with half its σ (the noise of an (ε, δ) claim at four times the ρ)."""
+    meas = opendp_tables.gaussian_measurement(most_cells_per_person(cells, domain) * (2 if relation == "replace_one"
+                                                                                      else 1), epsilon, params["delta"])
+    counts = true_counts(persons, cells, list(domain["attributes"]))
+    noise = np.asarray(meas(np.zeros(runs * len(cells), dtype=int).tolist()), dtype=np.float64).reshape(runs, -1)
+    return counts[None, :] + np.round(noise / 2)
+
+
 def doubled_on_small_units(persons, cells, domain, epsilon, runs, seed, relation, **params):
     """The OpenDP adapter at twice its ε on units of fewer than 250 persons (the example's smallest tract
     has 183; its largest, 535)."""
@@ -78,9 +88,43 @@ def test_a_copy_of_the_opendp_adapter_with_half_its_noise_fails_its_black_box_au
     assert not caught.passed and caught.checks["noise_scale"].startswith("fail"), caught.checks_summary()
 
 
-def test_a_program_is_run_over_the_grid_attacked_and_audited_end_to_end_as_a_command(agency, capsys):
-    from censusrecon.experiments.cli import main
+def test_gaussian_programs_are_checked_like_laplace_ones_honest_passes_half_sigma_fails(agency):
+    """A program declaring discrete Gaussian noise: σ from output − truth against the ρ its (ε, δ) allows by OpenDP's
+    conversion, its shape and far tail, as Laplace programs are; OpenDP's Gaussian as shipped passes, a copy at half
+    σ fails noise_scale (the bound alone, at these runs, could not tell)."""
+    d, over = agency
+    gauss = "noise: gaussian, params: {noise: gaussian, delta: 1.0e-9}, calls: batch, single_runs: 10, audit_runs: 200"
+    honest = load_config(CONFIG, over + ["release.programs=[{name: gauss, function: "
+                                         f"'censusrecon.synth.adapters.opendp_tables:release', {gauss}}}]"])
+    study = resolve(honest, load_population(honest))
+    [ok] = audit_release(study, seed=3)
+    assert ok.passed, ok.checks_summary()
+    assert {ok.checks[k] for k in ("noise_scale", "noise_shape", "noise_tail")} == {"pass"}
+    assert 0 < ok.details["per_unit"][study.units[0]]["rho_from_noise_scale"] <= ok.details["per_unit"][
+        study.units[0]]["rho_declared"]
+    bad = load_config(CONFIG, over + ["release.programs=[{name: half, function: "
+                                      f"'{Path(__file__)}:gaussian_half_sigma', {gauss}}}]"])
+    [caught] = audit_release(resolve(bad, load_population(bad)), seed=3)
+    assert caught.outcome == "failed" and caught.checks["noise_scale"].startswith("fail: the noise added spends ρ")
+    with pytest.raises(ConfigError, match="give release.programs\\[\\].delta"):
+        load_config(CONFIG, over + ["release.programs=[{name: g, function: 'x:y', noise: gaussian}]"])
 
+
+def test_a_program_is_run_over_the_grid_attacked_and_audited_end_to_end_as_a_command(agency, capsys, monkeypatch):
+    """... and the seed it publishes with is secret: the operating system's, written in no file of the results and
+    not the hash of the config's public parts it once was."""
+    from censusrecon.experiments.cli import main
+    from censusrecon.experiments.release import evaluate
+    from censusrecon.experiments.release.program import program_seed
+
+    published = []
+    real = evaluate.run_program
+
+    def recording(cfg, spec, inputs, epsilon, runs, seed):
+        published.append(seed)
+        return real(cfg, spec, inputs, epsilon, runs, seed)
+
+    monkeypatch.setattr(evaluate, "run_program", recording)
     d, over = agency
     command = f"{{name: opendp_cmd, command: [{sys.executable}, {ROOT / 'synth' / 'adapters' / 'opendp_tables.py'}], " \
               "noise: laplace, calls: batch, single_runs: 20}"
@@ -100,6 +144,12 @@ def test_a_program_is_run_over_the_grid_attacked_and_audited_end_to_end_as_a_com
     assert any(e["mechanism"] == "program:opendp_cmd" and e["declared_epsilon"] == 2.0 for e in ledger)
     util = pd.read_parquet(rel / "utility.parquet")
     assert (util["mechanism"] == "program:opendp_cmd").any()
+    (seed,) = published  # one unit, one ε
+    unit = pd.read_parquet(rel / "persons.parquet")["unit"].iloc[0]
+    assert seed not in {program_seed(0, "release", unit, wb, "program:opendp_cmd", 2.0) for wb in (True, False)}
+    for f in rel.rglob("*"):
+        if f.is_file() and f.suffix in (".json", ".md", ".html", ".jsonl", ".yaml"):
+            assert not re.search(rf"\b{seed}\b", f.read_text(errors="ignore")), f"the published seed is in {f}"
 
 
 def test_a_program_that_breaks_the_contract_is_a_one_line_error(agency, tmp_path, monkeypatch):
@@ -184,13 +234,16 @@ def test_a_program_whose_seed_is_written_in_it_fails_on_its_repeated_noise(agenc
 
 
 def test_a_program_at_twice_its_epsilon_on_small_units_fails_an_audit_covering_the_size_range(agency):
-    """Class 4: the old default audited the largest unit alone, where this program is honest."""
+    """Class 4: the old default audited the largest unit alone, where this program is honest. Every released unit is
+    audited by default; a sample the user asks for (release.audit.units) covers the size range."""
     from censusrecon.experiments.release.audit import unit_roles
 
     _, over = agency
     spec = f"{{name: small, function: '{Path(__file__)}:doubled_on_small_units', noise: laplace, calls: batch, " \
            "single_runs: 10, audit_runs: 400}"
     cfg, study = _program(over, spec, "release.audit.runs=1000", "target.units=all")
+    assert unit_roles(study, study.units, 5) == {u: "all" for u in study.units}  # the default: every unit
+    cfg, study = _program(over, spec, "release.audit.runs=1000", "target.units=all", "release.audit.units=4")
     roles = unit_roles(study, study.units, 5)
     sizes = {u: int(study.pop.geography.mask("tract", u).sum()) for u in study.units}
     assert len(roles) == 4 and set(roles.values()) == {"smallest", "median", "largest", "random"}
@@ -233,7 +286,7 @@ SHIPPED_BUGS = {"halved_when_single": "call_shape", "fixed_seed": "noise_repeats
 @pytest.mark.slow(seconds=900)
 @pytest.mark.parametrize("bug", list(SHIPPED_BUGS))
 def test_each_program_bug_fails_the_audit_at_the_shipped_settings_of_own_release(bug, program_agency):
-    """configs/agency/own_release.yaml as shipped (its 6 tracts, 4 of them audited; its two extreme ε; the OpenDP
+    """configs/agency/own_release.yaml as shipped (its 6 tracts, every one audited; its two extreme ε; the OpenDP
     program's audit settings: 2,000 releases per call and 50 one per call), with its OpenDP program replaced by a
     buggy copy: the audit fails on the check that sees the bug. Tumult's and SmartNoise's programs, which need their
     environments, are left out: the bug is in the program, not in them."""
@@ -243,8 +296,9 @@ def test_each_program_bug_fails_the_audit_at_the_shipped_settings_of_own_release
     spec = opendp.model_copy(update={"function": f"{Path(__file__)}:{bug}"}).model_dump(exclude_none=True)
     over = data[:2] + ["release.mechanisms=[]", "release.files=[]", f"release.programs=[{json.dumps(spec)}]"]
     cfg = load_config(CONFIG, over)
-    [lo, hi] = [r for r in audit_release(resolve(cfg, load_population(cfg)))]
-    assert len(lo.details["audited_units"]) == 4
+    study = resolve(cfg, load_population(cfg))
+    [lo, hi] = [r for r in audit_release(study)]
+    assert lo.details["audited_units"] == study.units  # every released unit
     assert any(r.checks[SHIPPED_BUGS[bug]].startswith("fail") for r in (lo, hi)), (lo.checks_summary(),
                                                                                     hi.checks_summary())
 
