@@ -1,6 +1,6 @@
 # Quick start: `make demo` runs the main job, `make test` runs the tests.
-# Both create .venv with pip when it is missing and install the project into it.
-# `make test` also makes .venv-risk: anonymeter (the release report's synthetic-data risks) pins
+# Both create .venv with pip when it is missing and install the project into it (OpenDP, the publishing backend of
+# the release configs, with it), and .venv-risk: anonymeter (the release report's synthetic-data risks) pins
 # numpy < 1.27 and JAX needs numpy >= 2, so anonymeter gets an environment of its own.
 PYTHON ?= python3
 VENV := .venv
@@ -121,8 +121,10 @@ java:
 	      { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends default-jre-headless >/dev/null 2>&1; }; }; } || \
 	  echo "no Java: make tumult-env needs it (apt-get install default-jre-headless)"
 
-# the job's own time beside the README's (a busy or slower machine shows here, not as a surprise)
-demo: $(STAMP)
+# the job's own time beside the README's (a busy or slower machine shows here, not as a surprise); it also makes
+# .venv-risk, so that the README's next command (evaluate-release configs/release_demo.yaml, whose synthetic rows'
+# risks anonymeter measures) finds every environment it needs
+demo: $(STAMP) $(RISK_STAMP)
 	@start=$$(date +%s); $(BIN)/censusrecon run configs/demo.yaml; rc=$$?; \
 	  echo "make demo: $$(( $$(date +%s) - start )) s here; the README's figure: 220-253 s alone on a 2-core CPU"; \
 	  exit $$rc

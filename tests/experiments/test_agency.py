@@ -44,8 +44,10 @@ def test_the_agency_config_runs_and_evaluates_a_release_end_to_end(agency, capsy
     status = main(["evaluate-release", cfg, "--out", str(d / "results"), "--no-progress", *sets])
     rel = run / "release"
     said = capsys.readouterr().out  # the answer on the terminal: decision, persons as "x of N", best guess named
-    # the simulation backend: never publishable, whatever the verdict; the decision says so first
-    assert status == 5 and said.startswith("DECISION (") and "DO NOT PUBLISH laplace_tables: noise from the simulation" in said
+    # the example publishes through OpenDP: the decision rests on the verdict and the audit, never on the backend
+    decision = json.loads((rel / "decision.json").read_text())
+    assert status == decision["exit_status"] and said.startswith("DECISION (") and "simulation" not in said
+    assert "fit for publication: yes" in said and all(m["fit_for_publication"] for m in decision["mechanisms"])
     assert "verdict: " in said and "rule: " in said and " persons unique in D (" in said and "next: " in said
     assert "best guess (" in said and str(rel / "report.html") in said
     util = pd.read_parquet(rel / "utility.parquet")
