@@ -18,7 +18,7 @@ import optax
 from censusrecon.microdata.domain import Domain
 from censusrecon.microdata.errors import CensusReconError
 from censusrecon.microdata.ranking import Ranking, rank_by_frequency
-from censusrecon.reconstruct.queries import usable_dtype
+from censusrecon.reconstruct.queries import MarginalPlan, ProductPlan, usable_dtype
 from censusrecon.reconstruct.relaxed import logits_from_codes, random_logits, recentre, round_relaxed
 from censusrecon.reconstruct.relaxed import probabilities as probs_of
 from censusrecon.reconstruct.settings import RAPSettings  # noqa: F401  (defined there, light; the attack's callers import it here)
@@ -249,8 +249,9 @@ class RAPRankResult:
         >>> codes = np.array([[[0], [0], [1]], [[1], [2], [2]]])  # K = 2 runs of 3 rows
         >>> r = RAPRankResult(codes, Ranking(np.zeros(0), np.zeros(0)), np.zeros(2), np.zeros(2),
         ...                   domain=Domain.from_sizes({"A": 3}))
-        >>> [k.tolist() for k in r.run_fractions()]
-        [[0, 1, 2], [0.5, 1.0, 0.5]]
+        >>> keys, fractions = r.run_fractions()
+        >>> keys.tolist(), fractions.tolist()
+        ([0, 1, 2], [0.5, 1.0, 0.5])
         """
         if self.domain is None:
             raise CensusReconError("run_fractions needs the result's domain")
@@ -325,7 +326,7 @@ def run_rap(plan, targets: np.ndarray, key: jax.Array, run_ids: np.ndarray,
     return _fit_pairs(plan, settings, np.broadcast_to(dense, (len(run_ids), dense.size)), run_keys, pools)
 
 
-def rap_rank(plan, targets: np.ndarray, domain: Domain, key: jax.Array, runs: int,
+def rap_rank(plan: MarginalPlan | ProductPlan, targets: np.ndarray, domain: Domain, key: jax.Array, runs: int,
              settings: RAPSettings, init_pool: np.ndarray | None = None,
              on_batch: Callable[[int], None] | None = None, rng: np.random.Generator | None = None,
              limit: int | None = None) -> RAPRankResult:

@@ -50,7 +50,8 @@ class MechanismKind:
         title: how a sentence names it ("Swapping").
         publish: ``ReleaseInputs -> Published``, the one code path that publishes it.
         dp: differentially private (audited at each ε) or not (its settings protect more as they grow).
-        setting, settings_word: what one setting is called and several ("ε"; "swap rate", "swap rates").
+        setting: what one setting is called ("ε", "swap rate").
+        settings_word: what several are called ("ε", "swap rates").
         percent: settings are shares, shown as percentages.
         symbol: its setting's symbol on a plot ("V" for the cell key method's variance; default ε, or the name).
         settings_field: the release config's field listing its settings ("epsilons", "swap_rates",
