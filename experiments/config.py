@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import hashlib
 import json
 from pathlib import Path
@@ -914,12 +915,43 @@ class ExperimentConfig(_Strict):
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+def _keys_at(loc: tuple) -> list[str]:
+    """The keys the config takes in the section at ``loc`` (a list's index or a dict's key skipped over)."""
+    import typing
+
+    model: Any = ExperimentConfig
+    for part in loc:
+        if isinstance(part, int) or not (isinstance(model, type) and issubclass(model, BaseModel)):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return []
+        sub = [a for a in typing.get_args(field.annotation) for a in ([a] + list(typing.get_args(a)))] or [field.annotation]
+        model = next((a for a in sub if isinstance(a, type) and issubclass(a, BaseModel)), None)
+    return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
+
+
+def _did_you_mean(word, options) -> str:
+    """' (did you mean 'epsilons'?)' when one of ``options`` is close to ``word``.
+
+    >>> _did_you_mean("epsilon", ["epsilons", "mechanisms"]), _did_you_mean("zzz", ["epsilons"])
+    (" (did you mean 'epsilons'?)", '')
+    """
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _format_errors(err: ValidationError, source: str) -> str:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         if e["type"] == "extra_forbidden":
-            lines.append(f"unknown key {loc!r}")
+            lines.append(f"unknown key {loc!r}" + _did_you_mean(e["loc"][-1], _keys_at(e["loc"][:-1])))
+        elif e["type"] == "literal_error":  # a value not among those allowed: the closest one, if any is close
+            allowed = re.findall(r"'([^']*)'", str(e.get("ctx", {}).get("expected", "")))
+            lines.append(f"{loc}: {e['msg']}, got {e['input']!r}" + _did_you_mean(e["input"], allowed))
         else:  # our validators' own words, without the library's "Value error, " prefix
             msg = str(e["ctx"]["error"]) if e["type"] == "value_error" and "error" in e.get("ctx", {}) else e["msg"]
             lines.append(f"{loc}: {msg}" if loc != "(top level)" else msg)
@@ -965,14 +997,35 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
     try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        what = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"config {path} is not valid YAML{where}: {what}") from None
+        raise ConfigError(f"config {path} is not valid YAML{_yaml_where(e, text)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"config {path} must be a mapping at the top level")
     _check_set_paths(path, overrides or [])
     return parse_config(apply_overrides(raw, overrides or []), str(path)).with_base_dir(path.parent)
+
+
+def _yaml_where(e: yaml.YAMLError, text: str) -> str:
+    r"""Where a YAML error is and what it is, at the line that is wrong: a key without its colon is reported by
+    the parser on the line after (where it gave up looking for the colon), so that one is named by the line the
+    key started on; the line itself is quoted.
+
+    >>> try:
+    ...     yaml.safe_load("a: 1\nb 2\nc: 3\n")
+    ... except yaml.YAMLError as err:
+    ...     print(_yaml_where(err, "a: 1\nb 2\nc: 3\n").strip())
+    at line 2 ('b 2'): a key without its ':' (could not find expected ':')
+    """
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    mark = getattr(e, "problem_mark", None)
+    context = getattr(e, "context_mark", None)
+    what = problem
+    if context is not None and "could not find expected ':'" in problem:
+        mark, what = context, f"a key without its ':' ({problem})"
+    if mark is None:
+        return f": {what}"
+    lines = text.splitlines()
+    line = lines[mark.line].strip() if mark.line < len(lines) else ""
+    return f" at line {mark.line + 1}" + (f" ({line!r})" if line else f", column {mark.column + 1}") + f": {what}"
 
 
 #: The data keys that name files; a relative one is read from the config's folder.

@@ -9,6 +9,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -45,7 +46,12 @@ def load_population(cfg: ExperimentConfig, persons: Dataset | None = None) -> Da
     dumped = d.model_dump(mode="python")
     for k in DATA_PATH_KEYS:  # relative paths are read from the config's folder
         if dumped.get(k) is not None:
-            dumped[k] = cfg.data_file(dumped[k])
+            given, dumped[k] = dumped[k], cfg.data_file(dumped[k])
+            if persons is None and given != dumped[k] and not Path(dumped[k]).exists():
+                raise ConfigError(
+                    f"data.{k}: {given!r} does not exist: a relative path in a config is read from the config's "
+                    f"folder ({cfg.base_dir}), so it names {dumped[k]}; give the path from there, or an absolute one "
+                    "(a config copied to another folder needs its paths changed)")
     pop = src.load({k: dumped[k] for k in src.keys}, cfg.attributes) if persons is None else persons
     check_census_tables(cfg, pop)
     missing = [a for a in attributes(cfg, pop) if a not in pop.domain]

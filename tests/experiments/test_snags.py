@@ -78,6 +78,49 @@ def test_relative_data_paths_are_read_from_the_configs_folder(tmp_path, monkeypa
     assert loaded.digest() == load_config(cfg).digest()
 
 
+def test_a_config_copied_elsewhere_says_where_its_paths_are_read_from(tmp_path, capsys):
+    """The review's snag: a copied config failed with "person file '…/../../inputs/agency/persons.csv' does not
+    exist", not saying that relative paths are read from the config's folder."""
+    shutil.copy(ROOT / "configs" / "agency" / "example.yaml", tmp_path / "mine.yaml")
+    err = _one_line_error(capsys, ["queries", str(tmp_path / "mine.yaml")])
+    assert "data.path: '../../inputs/agency/persons.csv' does not exist" in err
+    assert f"read from the config's folder ({tmp_path.resolve()})" in err and "absolute one" in err
+
+
+def test_unknown_keys_and_values_get_the_closest_one(capsys):
+    cfg = str(ROOT / "configs" / "release_demo.yaml")
+    assert "unknown key 'release.epsilon' (did you mean 'epsilons'?)" in _one_line_error(
+        capsys, ["audit", cfg, "--set", "release.epsilon=[1.0]"])
+    assert "unknown key 'release.audit.rusn' (did you mean 'runs'?)" in _one_line_error(
+        capsys, ["audit", cfg, "--set", "release.audit.rusn=5"])
+    assert "got 'opendpp' (did you mean 'opendp'?)" in _one_line_error(
+        capsys, ["audit", cfg, "--set", "release.backend=opendpp"])
+    err = _one_line_error(capsys, ["audit", cfg, "--set", "release.nothing_like_it=1"])
+    assert "unknown key 'release.nothing_like_it'" in err and "did you mean" not in err
+
+
+def test_a_yaml_error_points_at_the_line_that_is_wrong(tmp_path, capsys):
+    """A key without its colon: YAML's parser notices on the next line; the message names the key's own line."""
+    text = (ROOT / "configs" / "tiny.yaml").read_text().splitlines()
+    i = next(k for k, line in enumerate(text) if line.startswith("seed:"))
+    text[i] = text[i].replace("seed:", "seed")
+    (tmp_path / "bad.yaml").write_text("\n".join(text) + "\n")
+    err = _one_line_error(capsys, ["run", str(tmp_path / "bad.yaml")])
+    assert f"at line {i + 1} ('{text[i].strip()}')" in err and "without its ':'" in err, err
+
+
+def test_the_install_is_quiet_about_the_licence(root):
+    """setuptools warned twice per install that `license = {text = ...}` is deprecated: an SPDX string, with the
+    setuptools that reads it (77 and later) required to build."""
+    import tomllib
+
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    assert isinstance(project["project"]["license"], str)
+    assert any(r.replace(" ", "").startswith("setuptools>=") and
+               tuple(int(x) for x in r.split(">=")[1].split(".")[:1]) >= (77,)
+               for r in project["build-system"]["requires"])
+
+
 @pytest.fixture
 def agency_queries(tmp_path):
     """`censusrecon queries` on the worked example's config and files, as argv up to the overrides."""
