@@ -107,7 +107,7 @@ def test_a_key_the_source_does_not_read_is_an_error(capsys):
     assert parse_config(cfg.model_dump(mode="json")) == cfg
 
 
-def _malformed_corpus(tmp_path: Path) -> list[tuple[list[str], str]]:
+def _malformed_corpus(tmp_path: Path, blocks: Path) -> list[tuple[list[str], str]]:
     """(command line, the file its one-line error must name) for malformed PPMF, ACS, table and config files."""
     bad = tmp_path
     rng = np.random.default_rng(0)
@@ -136,13 +136,16 @@ def _malformed_corpus(tmp_path: Path) -> list[tuple[list[str], str]]:
     cases += [([str(bad / f)], f) for f in ("config.yaml", "config_bad.yaml", "config_list.yaml", "config_type.yaml")]
     agency_cfg = str(ROOT / "configs" / "agency" / "example.yaml")
     for f in ("binary", "empty", "qsex_text"):
-        cases.append(([agency_cfg, "--set", f"data.path={bad / f}.csv"], f"{f}.csv"))
+        # the units file exists (a fresh clone has no inputs/agency until example-data writes it)
+        cases.append(([agency_cfg, "--set", f"data.path={bad / f}.csv", "--set", f"data.units_file={blocks}"],
+                      f"{f}.csv"))
     return cases
 
 
-def test_every_malformed_input_ends_in_one_line_naming_the_file(tmp_path, capsys):
+def test_every_malformed_input_ends_in_one_line_naming_the_file(agency, tmp_path, capsys):
     (tmp_path / "data_dictionary.json").write_text("{}")
-    for argv, name in _malformed_corpus(tmp_path):
+    blocks = next(a.split("=", 1)[1] for a in agency[1] if a.startswith("data.units_file="))
+    for argv, name in _malformed_corpus(tmp_path, Path(blocks)):
         code = main(["queries", *argv])
         err = capsys.readouterr().err.strip()
         assert code == 2, (argv, err)
