@@ -77,7 +77,9 @@ fi
 
 # 3. the JAX tests on this backend (several processes share the GPU: no preallocation)
 if [ "$dry" = 1 ]; then
-  tests=(tests/reconstruct/test_queries.py)
+  # a few of the JAX tests (plans against einsum, hand-written gradients against autodiff) under the machine's JAX:
+  # the stage's machinery and that JAX's API, in 12 s (the whole file took 37 s in make test)
+  tests=(tests/reconstruct/test_queries.py -k "plan_matches_one_einsum or definition and not 3 or layout or flops")
   workers=1
 else
   tests=(tests/reconstruct reconstruct tests/microdata/test_census.py tests/synth synth)

@@ -58,23 +58,33 @@ def serve(release) -> None:
         answer.flush()
 
 
+def _members(allowed, labels) -> np.ndarray:
+    """(cells × labels): whether each label is among each cell's allowed values (None: all of them). Cells
+    share a handful of value sets, so each distinct set is tested once."""
+    labels = list(labels)
+    seen: dict = {}
+    rows = []
+    for s in allowed:
+        key = None if s is None else tuple(s)
+        if key not in seen:
+            seen[key] = np.ones(len(labels), dtype=bool) if s is None else np.isin(labels, list(s))
+        rows.append(seen[key])
+    return np.array(rows, dtype=bool).reshape(len(rows), len(labels))
+
+
 def true_counts(persons: pd.DataFrame, cells: pd.DataFrame, attributes: list[str]) -> np.ndarray:
     """Each cell's count of persons: those at the cell's geography with every listed attribute value."""
     out = np.zeros(len(cells), dtype=np.int64)
     codes = {}
     for a in attributes:  # each person's value as a position among the values persons have
-        labels, codes[a] = np.unique(persons[a].astype(str).to_numpy(), return_inverse=True)
-        codes[a] = (labels, codes[a])
+        codes[a] = np.unique(persons[a].astype(str).to_numpy(), return_inverse=True)
+    member = {a: _members(cells[a].to_numpy(), codes[a][0]) for a in attributes}  # every cell × value, once
     for (level, geo), idx in cells.groupby(["level", "geography"], sort=False).groups.items():
         here = (persons[level if level != "unit" else "unit"] == geo).to_numpy()
         rows = cells.index.get_indexer(idx)
         hit = np.ones((len(rows), int(here.sum())), dtype=bool)
         for a in attributes:
-            labels, code = codes[a]
-            allowed = cells[a].to_numpy()[rows]
-            member = np.array([np.ones(len(labels), dtype=bool) if s is None else np.isin(labels, list(s))
-                               for s in allowed], dtype=bool).reshape(len(rows), len(labels))
-            hit &= member[:, code[here]]
+            hit &= member[a][rows][:, codes[a][1][here]]
         out[rows] = hit.sum(axis=1)
     return out
 
@@ -87,9 +97,7 @@ def most_cells_per_person(cells: pd.DataFrame, domain: dict) -> int:
     grids = np.array(list(itertools.product(*[range(len(attrs[a])) for a in names])), dtype=np.int64)
     hit = np.ones((len(cells), len(grids)), dtype=bool)  # cell × combination of values: counted there
     for j, a in enumerate(names):
-        member = np.array([[True] * len(attrs[a]) if s is None else [v in set(s) for v in attrs[a]]
-                           for s in cells[a]], dtype=bool).reshape(len(cells), len(attrs[a]))
-        hit &= member[:, grids[:, j]]
+        hit &= _members(cells[a].to_numpy(), attrs[a])[:, grids[:, j]]
     where: dict = {}  # (level, geography) -> the cells published there
     for i, key in enumerate(zip(cells["level"], cells["geography"])):
         where.setdefault(key, []).append(i)

@@ -208,13 +208,13 @@ def test_a_program_that_halves_its_noise_when_asked_for_one_release_fails_in_eit
     # secure randomness, not the audit's seed, and 20 releases are few): call_shape is what must catch it here,
     # and noise_scale must on the default shape, one release per call (below)
     _, study = _program(over, f"{{name: h, function: '{Path(__file__)}:halved_when_single', noise: laplace, "
-                              "audit_runs: 150}", "release.audit.runs=1000")
+                              "audit_runs: 60}", "release.audit.runs=1000")
     [r] = audit_release(study, seed=5)
     assert r.outcome == "failed" and r.checks["noise_scale"].startswith("fail"), r.checks_summary()
     [unit] = r.details["per_unit"].values()
     assert unit["program_calls"].startswith("one release per call")
     _, study = _program(over, "{name: honest, function: 'censusrecon.synth.adapters.opendp_tables:release', noise: laplace, "
-                              "audit_runs: 150}", "release.audit.runs=1000")
+                              "audit_runs: 60}", "release.audit.runs=1000")
     [r] = audit_release(study, seed=5)
     assert r.outcome == "passed", r.checks_summary()
     assert r.checks["seed_use"].startswith("not applicable: two calls with the same seed gave different")  # OpenDP
@@ -240,7 +240,7 @@ def test_a_program_at_twice_its_epsilon_on_small_units_fails_an_audit_covering_t
 
     _, over = agency
     spec = f"{{name: small, function: '{Path(__file__)}:doubled_on_small_units', noise: laplace, calls: batch, " \
-           "single_runs: 10, audit_runs: 400}"
+           "single_runs: 10, audit_runs: 100}"
     cfg, study = _program(over, spec, "release.audit.runs=1000", "target.units=all")
     assert unit_roles(study, study.units, 5) == {u: "all" for u in study.units}  # the default: every unit
     cfg, study = _program(over, spec, "release.audit.runs=1000", "target.units=all", "release.audit.units=4")
