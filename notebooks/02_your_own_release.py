@@ -23,14 +23,21 @@
 # the shape an agency's extract has. To use yours, change `data.path`, `data.units_file`, the
 # columns and codes under `data.attributes`, and the tables under `queries.tables`.
 # (The tests run it with a few overrides so that it finishes in a minute.)
+#
+# The notebook and the command line share their results: it runs the config as shipped, on the files where
+# the config reads them (`inputs/agency/`), into `results/`, so a run you already made in a terminal
+# (`censusrecon evaluate-release configs/agency/example.yaml`) is read here, not run again, and the
+# terminal reads what the notebook made. Each step prints the command line it is.
 
 # %%
 import os
+import shlex
 from pathlib import Path
 
 import pandas as pd
 
 from censusrecon.experiments.cli import main as censusrecon  # the command line, as a function: censusrecon([...])
+from censusrecon.experiments.results import results_dir
 
 ROOT = Path.cwd() if (Path.cwd() / "configs").exists() else Path.cwd().parent
 OUT = Path(os.environ.get("CENSUSRECON_OUT", ROOT / "results"))
@@ -40,7 +47,7 @@ CONFIG = str(ROOT / "configs" / "agency" / "example.yaml")
 # %% [markdown]
 # Every step below is a `censusrecon` command, the same you would type in a terminal
 # (`censusrecon example-data inputs/agency`, `censusrecon queries configs/agency/example.yaml`, ...);
-# here each is called as `censusrecon([...])`, which returns the exit status (0: done).
+# here each is called as `command(...)`, which prints the command line and returns its exit status (0: done).
 #
 # ## 1. The files: a person file and the public block list
 # `persons.csv` has the columns an agency's extract might have; `blocks.csv` lists every block
@@ -49,9 +56,11 @@ CONFIG = str(ROOT / "configs" / "agency" / "example.yaml")
 # a list built from the persons would lose the block, and the release would give that away.
 
 # %%
-inputs = OUT / "inputs" / "agency"
-# (--force: this notebook's own scratch folder; without it an existing persons.csv is never replaced)
-assert censusrecon(["example-data", str(inputs), "--force"]) == 0
+# where the config reads them (its data.path and data.units_file, relative to configs/agency/); the tests use
+# a scratch folder of their own
+inputs = (OUT if QUICK else ROOT) / "inputs" / "agency"
+if not (inputs / "persons.csv").exists():  # example-data never replaces a file: yours stays yours
+    assert censusrecon(["example-data", str(inputs)]) == 0
 persons, blocks = inputs / "persons.csv", inputs / "blocks.csv"
 print(pd.read_csv(persons, dtype=str).head().to_string())
 print(f"{len(pd.read_csv(persons))} persons; {len(pd.read_csv(blocks))} blocks in the public list")
@@ -60,15 +69,24 @@ print(f"{len(pd.read_csv(persons))} persons; {len(pd.read_csv(blocks))} blocks i
 # ## 2. The config: declare the columns, the codes, the geography and the tables
 # Every value of the file is checked against its declaration; a bad one stops with the file,
 # row, column and value (`persons.csv row 6, column sex: 'X' is not one of [M, F]`). Relative
-# paths in a config are read from the config's folder; these files are elsewhere, so they are
-# given with `--set`.
+# paths in a config are read from the config's folder. Your own files: give them in the config,
+# or with `--set data.path=...` on every command (a config that differs is another run).
 
 # %%
-sets = ["--set", f"data.path={persons}", "--set", f"data.units_file={blocks}"]
-if QUICK:
-    for o in ("attack.runs=4", "attack.steps=60", "target.units=2", "release.epsilons=[1.0, 8.0]",
-              "release.audit.runs=5000", "release.mechanisms=[laplace_tables]"):
+sets = []
+if QUICK:  # the tests' scratch files and small settings
+    for o in (f"data.path={persons}", f"data.units_file={blocks}", "attack.runs=4", "attack.steps=60",
+              "target.units=2", "release.epsilons=[1.0, 8.0]", "release.audit.runs=5000",
+              "release.mechanisms=[laplace_tables]"):
         sets += ["--set", o]
+
+
+def command(*argv: str) -> int:
+    """One censusrecon command: printed as you would type it, then run."""
+    print("$ censusrecon " + " ".join(shlex.quote(a) for a in argv))
+    return censusrecon(list(argv))
+
+
 print(Path(CONFIG).read_text().split("queries:")[1].split("attack:")[0])
 
 # %% [markdown]
@@ -77,7 +95,7 @@ print(Path(CONFIG).read_text().split("queries:")[1].split("attack:")[0])
 # (`level: block`) or for the whole tract.
 
 # %%
-assert censusrecon(["queries", CONFIG, *sets]) == 0
+assert command("queries", CONFIG, *sets) == 0
 
 # %% [markdown]
 # ## 4. Attack the exact tables
@@ -88,14 +106,15 @@ assert censusrecon(["queries", CONFIG, *sets]) == 0
 # question is the *difference*: persons reconstructed beyond the best guess without the tables.
 
 # %%
-assert censusrecon(["run", CONFIG, "--out", str(OUT), "--no-progress", *sets]) == 0
-assert censusrecon(["report", CONFIG, "--out", str(OUT), *sets]) == 0
+assert command("run", CONFIG, "--out", str(OUT), "--no-progress", *sets) == 0
+assert command("report", CONFIG, "--out", str(OUT), *sets) == 0
 
 # %% [markdown]
 # The same numbers per tract, from the run's files:
 
 # %%
-run_dir = next((OUT / "agency_example").glob("*/persons.parquet")).parent
+run_dir = results_dir(CONFIG, OUT, sets[1::2])  # the folder this config's run wrote (the terminal's too)
+print(run_dir)
 persons_df = pd.read_parquet(run_dir / "persons.parquet")
 print(persons_df[["unit", "method", "persons_reconstructed", "n_unique", "best_baseline", "baseline_persons",
                   "difference"]].to_string())
@@ -112,5 +131,5 @@ print(persons_df[["unit", "method", "persons_reconstructed", "n_unique", "best_b
 # status says the same (`decision.json` holds the one value all three render).
 
 # %%
-status = censusrecon(["evaluate-release", CONFIG, "--out", str(OUT), "--no-progress", *sets])
+status = command("evaluate-release", CONFIG, "--out", str(OUT), "--no-progress", *sets)
 print("exit status", status, "(0: publish; 3: cannot decide, see next:; 4: an audit check failed; 5: do not publish)")

@@ -1,6 +1,7 @@
 """The notebooks run top to bottom on the tiny config (as scripts: jupytext percent format)."""
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -35,8 +36,16 @@ def test_release_notebook_runs_on_the_tiny_release_config(tmp_path):
     assert list(tmp_path.glob("release_tiny/*/release/report.md"))
 
 
-def test_your_own_release_notebook_runs_on_the_agency_example(tmp_path):
+def test_your_own_release_notebook_runs_on_the_agency_example(tmp_path, capsys):
     out = _run_notebook("02_your_own_release.py", "agency/example.yaml", tmp_path, CENSUSRECON_QUICK="1")
     assert "distinct queries" in out and "persons_reconstructed" in out and "DECISION (" in out
     assert "laplace_tables" in out and "noise from the simulation backend" not in out and "exit status " in out
     assert list(tmp_path.glob("agency_example/*/release/report.html"))
+    # the command line it printed, typed in a terminal, reads the notebook's results: nothing runs again
+    from censusrecon.experiments.cli import main
+
+    [typed] = [x for x in out.splitlines() if x.startswith("$ censusrecon evaluate-release ")]
+    files = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+    assert main(shlex.split(typed)[2:]) in (0, 3, 4, 5)
+    assert "already evaluated" in capsys.readouterr().err
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == files
