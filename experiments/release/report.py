@@ -422,6 +422,47 @@ def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> No
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     save_figure(fig, run_dir / "persons_error")
+    plot_decision(persons, run_dir, cfg)
+
+
+def plot_decision(persons: pd.DataFrame, run_dir: Path, cfg) -> list[Path]:
+    """decision.png, the report's one picture: per DP mechanism, the persons the best attack reconstructs
+    beyond the best guess without the release (the verdict's measure: a share of each unit's persons unique
+    in D, or persons per unit), mean over units with the one-sided 95% limits the rule compares, against ε;
+    the tolerance, the best guess (0) and the exact tables beside them. Everything is a mean over units,
+    so 3 units and 300 draw the same picture: one point per mechanism and ε."""
+    p = persons[persons["attack"] == BEST_ATTACK]
+    share = bool(len(p)) and p["scale"].iloc[0] == "share"
+    k = 100.0 if share else 1.0
+    mechs = [m for m in dict.fromkeys(p["mechanism"]) if m not in (EXACT, BASELINE)
+             and registry.is_mechanism(m) and registry.mechanism(m).dp]
+    units = int(p["units"].max()) if len(p) else 0
+    fig, ax = plt.subplots(figsize=(6.6, 2.9))
+    ax.axhline(0, color="#d95f02", ls="--", lw=1.3, label="the best guess without the release")
+    tol = float(p["tolerance"].iloc[0]) * k if len(p) else np.nan
+    if np.isfinite(tol):
+        ax.axhline(tol, color="#1b9e77", ls=":", lw=1.6, label=f"tolerance ({cfg.release.tolerance.words()})")
+    ex = p[p["mechanism"] == EXACT]
+    if len(ex):
+        e = ex.iloc[0]
+        if np.isfinite(e["excess_lower"]) and np.isfinite(e["excess_upper"]):
+            ax.axhspan(e["excess_lower"] * k, e["excess_upper"] * k, color="black", alpha=0.08, lw=0)
+        ax.axhline(e["excess_mean"] * k, color="black", lw=1.6, label="the exact tables")
+    for i, mech in enumerate(mechs):
+        q = p[p["mechanism"] == mech].sort_values("setting")
+        q = q[np.isfinite(q["setting"].astype(float))]
+        mean = q["excess_mean"] * k
+        low, up = (q["excess_lower"] * k).fillna(mean), (q["excess_upper"] * k).fillna(mean)  # one unit: no interval
+        dodge = 1.05 ** (i - (len(mechs) - 1) / 2)  # side by side at a shared ε, not on top of each other
+        ax.errorbar(q["setting"] * dodge, mean, yerr=[mean - low, up - mean], fmt="o-", ms=4, lw=1.4, capsize=3,
+                    color=plt.get_cmap("tab10")(i), label=mech.replace("_", " "))
+    ax.set_xscale("log")
+    ax.set_xlabel("ε")
+    ax.set_ylabel("% of unique persons" if share else "persons per unit")
+    ax.set_title(f"Reconstructed beyond the best guess ({units} units: mean, one-sided 95% limits)", fontsize=9.5)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    return save_figure(fig, Path(run_dir) / "decision")
 
 
 def replot_release(run_dir: Path, cfg) -> list[Path]:
@@ -429,7 +470,7 @@ def replot_release(run_dir: Path, cfg) -> list[Path]:
     df = pd.read_parquet(run_dir / "release_eval.parquet")
     util = pd.read_parquet(run_dir / "utility.parquet")
     plot_release(df, util, run_dir, cfg)
-    return [run_dir / f"{s}.{x}" for s in ("release_match_rate", "persons_error") for x in ("png", "pdf")]
+    return [run_dir / f"{s}.{x}" for s in ("decision", "release_match_rate", "persons_error") for x in ("png", "pdf")]
 
 
 # ---- the report ---------------------------------------------------------------------------------
@@ -644,7 +685,7 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     persons = summarise_release_persons(release_persons(df), r.tolerance)
     variants = list(dict.fromkeys(df["variant"].tolist()))
     doc = Doc().h(1, f"Release evaluation: {cfg.name}")
-    _decision_section(doc, cfg, decision, audits, variants)
+    _decision_section(doc, cfg, decision, audits, variants, run_dir)
     doc.h(2, "What ran")
     manifest = json.loads((run_dir / "manifest.json").read_text()) if (run_dir / "manifest.json").exists() else {}
     doc.p(f"Config hash `{cfg.digest()}`" + (f"; {time_words(manifest)}" if "seconds_total" in manifest else "")
@@ -848,10 +889,10 @@ def _limit_cell(status: str, x: dict) -> str:
     return f"{side} {v_s} / {100 * tol:g}%" if share else f"{side} {v_s} / {tol:.1f}"
 
 
-def _decision_section(doc: Doc, cfg, decision, audits, variants: list) -> None:
+def _decision_section(doc: Doc, cfg, decision, audits, variants: list, run_dir: Path) -> None:
     """The decision, first, rendered from the saved decision: its lines (what the terminal prints first),
-    per mechanism the reasons, caveats and next step; then per variant the verdicts with the one-sided
-    limit the rule compares; the audit's outcome in one line."""
+    the audit's outcome in one line, the one picture (decision.png: persons beyond the best guess against ε,
+    the tolerance and the limits); then per variant the verdicts with the one-sided limit the rule compares."""
     doc.h(2, "Decision")
     doc.ul([f"**{line}**" for line in decision.lines()])
     failed = [a for a in audits if a.outcome == "failed"]
@@ -874,6 +915,8 @@ def _decision_section(doc: Doc, cfg, decision, audits, variants: list) -> None:
                  ")" if seed is not None else "") + "; details below.")
     elif not audits:
         doc.p("Audit of the publishing code: **not run**.")
+    if (Path(run_dir) / "decision.png").exists():
+        doc.img(Path(run_dir) / "decision.png", "persons reconstructed beyond the best guess, against ε")
     shares = cfg.release.tolerance.per_unit is None
     for v in variants:
         rows = [(m, vd) for m in decision.mechanisms for vd in m.verdicts if vd.variant == v]

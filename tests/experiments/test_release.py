@@ -367,7 +367,9 @@ def _chromium():
 @pytest.mark.skipif(not _chromium(), reason="no Chromium (make test installs Debian's where it may: make browser)")
 def test_the_decision_is_on_the_first_screen_of_the_report(release_run):
     """In a real headless browser at 1280x800: the decision (each mechanism's verdict against the tolerance,
-    the audit's outcome, fit for publication) is on the first screen, before the methods."""
+    the audit's outcome) and its one picture (persons beyond the best guess against ε, with the tolerance and
+    the limits: decision.png, drawn) are on the first screen, the verdicts' table right after, before the
+    methods."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -381,11 +383,14 @@ def test_the_decision_is_on_the_first_screen_of_the_report(release_run):
                 assert box is not None
                 return box["y"] + box["height"]
             assert bottom(page.locator("#decision")) < 800
+            for line in page.locator("#decision + ul li").all():  # every line of the decision
+                assert bottom(line) <= 800, line.inner_text()
             assert bottom(page.get_by_text("Audit of the publishing code:")) <= 800
+            picture = page.locator("img[alt^='persons reconstructed beyond the best guess']")
+            assert bottom(picture) <= 800 and picture.first.evaluate("i => i.complete && i.naturalWidth > 300")
             table = page.locator("#decision ~ table").first
             assert "fit for publication" in table.inner_text()
-            for mech in ("laplace_tables", "perturbed_histogram"):
-                assert bottom(table.locator("tr", has_text=mech)) <= 800, mech
+            assert table.bounding_box()["y"] > bottom(picture)
             assert page.locator("#what-ran").first.bounding_box()["y"] > bottom(page.locator("#decision"))
         finally:
             browser.close()
@@ -465,3 +470,41 @@ def test_published_rows_agreement_picks_exact_and_binned_by_the_age_attribute():
     assert rows_agreement(Dataset(other, D.codes), Dataset(other, rows.codes)) == []
     no_block = Domain.from_dict({"AGE": [str(a) for a in range(len(AGE_BIN38_OF_AGE))], "SEX": ["1", "2"]})
     assert rows_agreement(Dataset(no_block, D.codes[:, 1:]), Dataset(no_block, rows.codes[:, 1:])) == []
+
+
+@pytest.mark.parametrize("units", [3, 300])
+def test_the_decision_picture_draws_one_point_per_mechanism_and_epsilon_whatever_the_units(units, tmp_path, root):
+    """decision.png summarises units (mean and limits): 3 units and 300 draw the same marks; each point is the
+    mean excess with the rule's one-sided limits, in percent of unique persons, the tolerance its own line."""
+    import matplotlib.pyplot as plt
+
+    from censusrecon.experiments.release import report
+
+    cfg = load_config(root / "configs" / "release_tiny.yaml")
+    rows = [dict(attack=report.BEST_ATTACK, mechanism=m, setting=e, scale="share", units=units, tolerance=0.01,
+                 excess_mean=0.2 / e, excess_lower=0.1 / e, excess_upper=0.3 / e)
+            for m in ("laplace_tables", "perturbed_histogram") for e in (0.5, 2.0, 8.0)]
+    rows.append(dict(attack=report.BEST_ATTACK, mechanism="exact", setting=np.inf, scale="share", units=units,
+                     tolerance=0.01, excess_mean=0.5, excess_lower=0.4, excess_upper=0.6))
+    drawn = {}
+    real_save = report.save_figure
+
+    def keep(fig, base):
+        drawn["axes"] = fig.axes[0]
+        return real_save(fig, base)
+
+    report.save_figure = keep
+    try:
+        paths = report.plot_decision(pd.DataFrame(rows), tmp_path, cfg)
+    finally:
+        report.save_figure = real_save
+    assert all(p.stat().st_size > 0 for p in paths)
+    ax = drawn["axes"]
+    points = [ln for ln in ax.get_lines() if ln.get_marker() == "o"]
+    assert len(points) == 2 and all(len(ln.get_xdata()) == 3 for ln in points)  # 2 mechanisms x 3 ε
+    assert np.allclose(sorted(np.asarray(points[0].get_ydata(), float)), sorted(100 * 0.2 / e for e in (0.5, 2, 8)))
+    flat = {round(float(ln.get_ydata()[0]), 6) for ln in ax.get_lines()
+            if ln.get_marker() != "o" and len({float(y) for y in ln.get_ydata()}) == 1}
+    assert {0.0, 1.0, 50.0} <= flat  # the best guess, the tolerance (1% of unique persons), the exact tables
+    assert f"{units} units" in ax.get_title()
+    plt.close("all")
