@@ -75,8 +75,8 @@ print(f"{len(pd.read_csv(persons))} persons; {len(pd.read_csv(blocks))} blocks i
 # %%
 sets = []
 if QUICK:  # the tests' scratch files and small settings
-    for o in (f"data.path={persons}", f"data.units_file={blocks}", "attack.runs=4", "attack.steps=60",
-              "target.units=2", "release.epsilons=[1.0, 8.0]", "release.audit.runs=5000",
+    for o in (f"data.path={persons}", f"data.units_file={blocks}", "attack.runs=2", "attack.steps=30",
+              "target.units=2", "release.epsilons=[8.0]", "release.audit.runs=5000",
               "release.mechanisms=[laplace_tables]"):
         sets += ["--set", o]
 

@@ -36,6 +36,31 @@ def root() -> Path:
     return ROOT
 
 
+#: make test builds the environments that only a few tests need (the GPU dry run's, Tumult's, SmartNoise's)
+#: while the tests run, and names here the file it touches when it is done (its log beside it)
+ENVS_BUILDING = "CENSUSRECON_ENVS_BUILDING"
+
+
+def environment(stamp: Path, what: str, *, required: bool = False, timeout: float = 1200.0) -> None:
+    """Wait for ``stamp`` (an environment's .installed) while make test is still building the environments,
+    then skip saying ``what`` makes it (or, ``required``, fail with the end of the build's log: an environment
+    make test always had, such as the GPU dry run's, must not turn into a skip unnoticed)."""
+    import time
+
+    done = os.environ.get(ENVS_BUILDING)
+    if done and not stamp.exists():
+        end = time.monotonic() + timeout
+        while not (stamp.exists() or Path(done).exists()) and time.monotonic() < end:
+            time.sleep(2)
+    if stamp.exists():
+        return
+    if required and done:
+        log = Path(done).with_name("build.log")
+        tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
+        pytest.fail(f"make test did not build {stamp.parent.name} ({what}):\n{tail}")
+    pytest.skip(f"no {stamp.parent.name}: {what}")
+
+
 @pytest.fixture(scope="session")
 def compact_agency() -> Path:
     """The agency config on the compact population: the tests' county (01001, 4 tracts, no block groups)."""
@@ -81,3 +106,28 @@ def pytest_runtest_setup(item):
     if expected > left:
         pytest.skip(f"not started: expected to take about {expected:.0f} s, {max(left, 0):.0f} s left before "
                     f"{DEADLINE_ENV}")
+
+
+#: the files that take longest (seconds of one worker, measured with a cold compilation cache on 2026-12-05),
+#: handed out first: two workers take files in collection order, and a long file collected last (the notebooks)
+#: kept one worker busy for two minutes after the other had finished
+LONGEST_FIRST = ["experiments/test_release_audit.py", "experiments/test_audit_corpus.py",
+                 "experiments/test_release_program.py", "experiments/test_paper_presets.py", "microdata/test_bureau.py",
+                 "test_notebooks.py", "experiments/test_decision.py", "experiments/test_cli.py", "test_gpu_check.py",
+                 "experiments/test_release.py", "experiments/test_agency.py", "experiments/test_release_ray.py"]
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The longest files first (LONGEST_FIRST), every other file after them in its usual order, each file's
+    tests in their own order."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    here = Path(__file__).parent
+
+    def key(item):
+        try:
+            name = Path(str(item.fspath)).relative_to(here).as_posix()
+        except ValueError:
+            name = ""
+        return rank.get(name, len(rank))
+
+    items.sort(key=key)  # stable: the rest keep their order

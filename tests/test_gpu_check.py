@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import environment
+
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-gpu-dry"
 
@@ -21,8 +23,8 @@ def _machine_pin(name: str) -> str:
 
 
 def _gpu_check(out: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    if not (VENV / ".installed").exists():
-        pytest.skip("no .venv-gpu-dry: make test makes it (make gpu-dry-env), with the GPU machine's packages")
+    environment(VENV / ".installed", "make test makes it (make gpu-dry-env), with the GPU machine's packages",
+                required=True)
     run = subprocess.run(["bash", "bench/gpu.sh", *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "OUT": str(out), **env})
     lines = [json.loads(x) for x in (out / "gpu.jsonl").read_text().splitlines()]

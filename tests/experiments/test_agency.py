@@ -60,7 +60,7 @@ def test_the_agency_config_runs_and_evaluates_a_release_end_to_end(agency, capsy
     assert "every person of each unit" in text and "all 2-way marginals" not in text
     assert f"the person file {over[-2].split('=', 1)[1]}" in text and "state ⊃ county ⊃ tract ⊃ block" in text
     page = (rel / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 2 and "<table>" in page
+    assert page.count("data:image/png;base64,") == 3 and "<table>" in page  # decision.png first
     ledger = json.loads((rel / "ledger.json").read_text())
     assert all("blocks.csv" in e["block_list"] and e["relation"] == "add_remove" for e in ledger["entries"])
     # report and plot accept the release directory as well as the run directory

@@ -13,12 +13,15 @@ from censusrecon.experiments.release.audit import audit_release
 from censusrecon.experiments.release.files import unit_layout
 from censusrecon.experiments.release.program import program_inputs, run_program
 from censusrecon.synth.release import workload_counts
+from tests.conftest import environment
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "agency" / "own_release.yaml"
 PYTHON = ROOT / ".venv-smartnoise" / "bin" / "python"
 ADAPTER = ROOT / "synth" / "adapters" / "smartnoise_synth.py"
-pytestmark = pytest.mark.skipif(not PYTHON.exists(), reason="no .venv-smartnoise: make smartnoise-env")
+@pytest.fixture(autouse=True)
+def _environment():
+    environment(PYTHON.parents[1] / ".installed", "make smartnoise-env")
 
 
 def _program(over, synthesizer, runs=None):

@@ -14,12 +14,15 @@ from censusrecon.experiments.release.audit import audit_release
 from censusrecon.experiments.release.files import unit_layout
 from censusrecon.experiments.release.program import program_inputs, run_program
 from censusrecon.synth.release import workload_counts
+from tests.conftest import environment
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "agency" / "own_release.yaml"
 PYTHON = ROOT / ".venv-tumult" / "bin" / "python"
 ADAPTER = ROOT / "synth" / "adapters" / "tumult_tables.py"
-pytestmark = pytest.mark.skipif(not PYTHON.exists(), reason="no .venv-tumult: make tumult-env (needs Java)")
+@pytest.fixture(autouse=True)
+def _environment():
+    environment(PYTHON.parents[1] / ".installed", "make tumult-env (needs Java)")
 
 
 def _program(over, adapter=ADAPTER, runs=None):

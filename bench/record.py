@@ -1,0 +1,104 @@
+"""Write the record of a measured run into bench/results/, the one place the README's and the pages' figures are
+read from (tests/test_figures.py checks every marked figure against its record).
+
+    python bench/record.py run configs/demo.yaml --seconds 231 --as demo_2026-12-05
+    python bench/record.py evaluate-release configs/release_demo.yaml --seconds 812 --as release_demo_2026-12-05
+    python bench/record.py make-test --seconds 700 --tests 570 --as make_test_2026-12-05
+
+For ``run`` the figures are the persons each method reconstructs over all units (unique in D, among its top u),
+the best guess's and the persons unique in D, per variant, as ``censusrecon run`` prints them; for
+``evaluate-release`` the decision's lines and each mechanism's action and covered ε; the seconds are the
+wall time you measured (with ``time``), the machine said in ``--machine``. The record names the commit, the
+command line and the day; ``--out`` and ``--set`` are the run's own."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_figures(config: str, out: str, overrides: list[str]) -> dict:
+    import pandas as pd
+
+    from censusrecon.experiments.metrics import persons_reconstructed, summarise_persons
+    from censusrecon.experiments.results import results_dir
+
+    run = results_dir(config, out, overrides)
+    df = pd.read_parquet(run / "match_rate.parquet")
+    s = summarise_persons(persons_reconstructed(df))
+    figures: dict = {"units": int(df["unit"].nunique())}
+    for v in dict.fromkeys(s["variant"].tolist()):
+        key = "" if len(set(s["variant"])) == 1 else f"{v}/"
+        for _, r in s[s["variant"] == v].iterrows():
+            figures[f"{key}{r['method']}_persons"] = int(r["persons"])
+            figures[f"{key}best_guess_persons"] = int(r["baseline_persons"])
+            if "unique_in_d" in r:
+                figures[f"{key}unique_persons"] = int(r["unique_in_d"])
+    return figures
+
+
+def release_figures(config: str, out: str, overrides: list[str]) -> dict:
+    from censusrecon.experiments.release.decision import load_decision
+    from censusrecon.experiments.results import results_dir
+
+    run = results_dir(config, out, overrides)
+    run = run if run.name == "release" else run / "release"
+    d = load_decision(run)
+    return {"decision_lines": d.lines(), "exit_status": d.exit_status(),
+            "actions": {m.mechanism: m.action for m in d.mechanisms}}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=["run", "evaluate-release", "make-test"])
+    ap.add_argument("config", nargs="?")
+    ap.add_argument("--seconds", type=float, required=True, help="the wall time measured")
+    ap.add_argument("--as", dest="name", required=True, help="the record's file name in bench/results/, no .json")
+    ap.add_argument("--out", default="results")
+    ap.add_argument("--set", action="append", default=[], dest="overrides")
+    ap.add_argument("--tests", type=int, help="make-test: the tests that passed")
+    ap.add_argument("--machine", default="the 2-core development machine (24 GiB), shared")
+    ap.add_argument("--note", default="", help="how it was measured, in words (alone, fresh clone, ...)")
+    a = ap.parse_args(argv)
+    if a.what != "make-test" and not a.config:
+        ap.error(f"{a.what} needs the config it ran")
+    if a.what == "run":
+        figures = run_figures(a.config, a.out, a.overrides)
+        command = f"censusrecon run {a.config}"
+    elif a.what == "evaluate-release":
+        figures = release_figures(a.config, a.out, a.overrides)
+        command = f"censusrecon evaluate-release {a.config}"
+    else:
+        if a.tests is None:
+            ap.error("make-test needs --tests")
+        figures, command = {"tests_passed": a.tests}, "make test"
+    command += "".join(f" --set {o}" for o in a.overrides)
+    figures["seconds"] = round(a.seconds) if a.seconds >= 100 else a.seconds
+    record = {"record": f"{command} on {a.machine}, {date.today().isoformat()}",
+              "provenance": f"measured on {date.today().isoformat()} at commit {_commit()} and written by "
+                            f"bench/record.py from the run's own files{'; ' + a.note if a.note else ''}",
+              "machine": {"cpu": a.machine, "python": platform.python_version()},
+              "figures": figures}
+    path = ROOT / "bench" / "results" / f"{a.name}.json"
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    print(path.relative_to(ROOT))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
