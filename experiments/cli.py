@@ -10,18 +10,8 @@ import time
 from censusrecon.microdata.errors import CensusReconError
 
 
-#: exit statuses (the CLI's epilog and the docs' reference say them): 0 done and, for a release
-#: evaluation, decided; 1 unexpected error; 2 bad input (config, files, arguments); 3 a release
-#: evaluation that did not decide, or an inconclusive audit; 4 an audit failed (do not publish); 130 interrupted
-EXIT_UNDECIDED = 3
-EXIT_AUDIT_FAILED = 4
-EXIT_DO_NOT_PUBLISH = 5
-EXIT_STATUSES = ("exit status: 0 done (evaluate-release: PUBLISH, every mechanism at the settings its line names); "
-                 "1 unexpected error; 2 bad input (config, file, argument); 3 evaluate-release CANNOT DECIDE a "
-                 "mechanism (the terminal says what would decide it), or an audit inconclusive (a check could not "
-                 "run: not shown to keep its ε); 4 an audit failed: do not publish with that code; 5 evaluate-release "
-                 "decided DO NOT PUBLISH for a mechanism (a backend not for publication, not DP, or shown above the "
-                 "tolerance); 130 interrupted (rerun to resume)")
+from censusrecon.experiments.exits import (EXIT_AUDIT_FAILED, EXIT_BAD_INPUT, EXIT_DO_NOT_PUBLISH,  # noqa: F401
+                                          EXIT_ERROR, EXIT_INTERRUPTED, EXIT_STATUSES, EXIT_UNDECIDED)
 
 _CONFIG_HELP = "a YAML experiment config (see configs/; every file there says which command runs it)"
 _SET_HELP = ("override a config key with a YAML value, e.g. --set attack.runs=10 or --set 'target.with_block=[true]' "
@@ -232,23 +222,23 @@ def main(argv: list[str] | None = None) -> int:
             print(write_agency_release(args.out_dir, seed=args.seed, force=args.force))
     except CensusReconError as e:
         print(f"censusrecon: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt as e:
         note = str(e) or "interrupted; whatever finished was saved: rerun the same command to resume"
         print(f"censusrecon: {note}", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except OSError as e:  # a file we could not read or write: the system's reason, one line
         if args.verbose:
             raise
         where = f" {e.filename}" if e.filename else ""
         print(f"censusrecon: error: cannot use{where}: {e.strerror or e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except Exception as e:  # noqa: BLE001 - one line, never a traceback, unless asked for
         if args.verbose:
             raise
         print(f"censusrecon: error: unexpected {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''} "
               "(run with -v for the traceback, and please report it)", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     return 0
 
 
@@ -324,7 +314,7 @@ def _describe_population(args) -> int:
 
         for p in plot_population(stats, Path(args.plot), title=f"{cfg.name}: population beside 2010"):
             print(p, file=sys.stderr)
-    return 2 if args.check and any(s.within is False for s in stats) else 0
+    return EXIT_BAD_INPUT if args.check and any(s.within is False for s in stats) else 0
 
 
 def _audit(args) -> int:

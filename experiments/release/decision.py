@@ -46,8 +46,9 @@ PUBLISH, DO_NOT_PUBLISH, CANNOT_DECIDE = "publish", "do_not_publish", "cannot_de
 #: the words that open a decision's line, for a board
 HEADS = {PUBLISH: "PUBLISH", DO_NOT_PUBLISH: "DO NOT PUBLISH", CANNOT_DECIDE: "CANNOT DECIDE"}
 
-#: exit statuses of ``evaluate-release`` from the decision (the CLI's epilog says them)
-EXIT_PUBLISH, EXIT_CANNOT_DECIDE, EXIT_AUDIT_FAILED, EXIT_DO_NOT_PUBLISH = 0, 3, 4, 5
+#: exit statuses of ``evaluate-release`` from the decision: experiments.exits defines every status once
+from censusrecon.experiments.exits import (EXIT_AUDIT_FAILED, EXIT_CANNOT_DECIDE, EXIT_DO_NOT_PUBLISH,  # noqa: E402
+                                          EXIT_PUBLISH)
 
 #: the file the decision is saved in, in the release folder
 DECISION_FILE = "decision.json"
