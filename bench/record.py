@@ -33,6 +33,7 @@ def _commit() -> str:
 
 
 def run_figures(config: str, out: str, overrides: list[str]) -> dict:
+    import numpy as np
     import pandas as pd
 
     from censusrecon.experiments.metrics import persons_reconstructed, summarise_persons
@@ -42,13 +43,15 @@ def run_figures(config: str, out: str, overrides: list[str]) -> dict:
     df = pd.read_parquet(run / "match_rate.parquet")
     s = summarise_persons(persons_reconstructed(df))
     figures: dict = {"units": int(df["unit"].nunique())}
-    for v in dict.fromkeys(s["variant"].tolist()):
-        key = "" if len(set(s["variant"])) == 1 else f"{v}/"
+    variants = list(dict.fromkeys(s["variant"].tolist()))
+    for v in variants:  # one variant: its figures at the top; several: under with_block / without_block
+        here = figures if len(variants) == 1 else figures.setdefault(
+            ("with_block" if v else "without_block") if isinstance(v, (bool, np.bool_)) else str(v), {})
         for _, r in s[s["variant"] == v].iterrows():
-            figures[f"{key}{r['method']}_persons"] = int(r["persons"])
-            figures[f"{key}best_guess_persons"] = int(r["baseline_persons"])
+            here[f"{r['method']}_persons"] = int(r["persons"])
+            here["best_guess_persons"] = int(r["baseline_persons"])
             if "unique_in_d" in r:
-                figures[f"{key}unique_persons"] = int(r["unique_in_d"])
+                here["unique_persons"] = int(r["unique_in_d"])
     return figures
 
 
@@ -74,6 +77,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tests", type=int, help="make-test: the tests that passed")
     ap.add_argument("--machine", default="the 2-core development machine (24 GiB), shared")
     ap.add_argument("--note", default="", help="how it was measured, in words (alone, fresh clone, ...)")
+    ap.add_argument("--commit", help="the commit the run was made at (default: this checkout's)")
     a = ap.parse_args(argv)
     if a.what != "make-test" and not a.config:
         ap.error(f"{a.what} needs the config it ran")
@@ -90,7 +94,7 @@ def main(argv=None) -> int:
     command += "".join(f" --set {o}" for o in a.overrides)
     figures["seconds"] = round(a.seconds) if a.seconds >= 100 else a.seconds
     record = {"record": f"{command} on {a.machine}, {date.today().isoformat()}",
-              "provenance": f"measured on {date.today().isoformat()} at commit {_commit()} and written by "
+              "provenance": f"measured on {date.today().isoformat()} at commit {a.commit or _commit()} and written by "
                             f"bench/record.py from the run's own files{'; ' + a.note if a.note else ''}",
               "machine": {"cpu": a.machine, "python": platform.python_version()},
               "figures": figures}
