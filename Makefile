@@ -1,4 +1,6 @@
 # Quick start: `make demo` runs the main job, `make test` runs the tests.
+# Installs skip pip's compiling of every installed module to bytecode (--no-compile): Python compiles the modules
+# a run imports, once, and the environments are made in a fraction of the time.
 # Both create .venv with pip when it is missing and install the project into it (OpenDP, the publishing backend of
 # the release configs, with it), and .venv-risk: anonymeter (the release report's synthetic-data risks) pins
 # numpy < 1.27 and JAX needs numpy >= 2, so anonymeter gets an environment of its own.
@@ -16,7 +18,8 @@ TUMULT_STAMP := $(TUMULT_VENV)/.installed
 TUMULT := tmlt.analytics==0.21.0
 # SmartNoise Synth (synth/adapters/smartnoise_synth.py) pins opendp below censusrecon's: its own environment,
 # `make smartnoise-env`. MST and AIM need neither torch nor opacus (its GAN synthesizers do), so the package is
-# installed without its declared dependencies and then with those MST and AIM use (pip warns that opacus is missing)
+# installed without its declared dependencies and then with those MST and AIM use (pip's warning that opacus is
+# missing goes to .venv-smartnoise/pip.log)
 SMARTNOISE_VENV := .venv-smartnoise
 SMARTNOISE_STAMP := $(SMARTNOISE_VENV)/.installed
 SMARTNOISE := smartnoise-synth==1.0.8
@@ -47,13 +50,12 @@ JAX_NEWEST_VENV := .venv-jax-newest
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-compile -e ".[dev]"
 	touch $(STAMP)
 
 $(RISK_STAMP): Makefile
 	test -x $(RISK_VENV)/bin/python || $(PYTHON) -m venv $(RISK_VENV)
-	$(RISK_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(RISK_VENV)/bin/python -m pip install --quiet "$(ANONYMETER)"
+	$(RISK_VENV)/bin/python -m pip install --quiet --no-compile "$(ANONYMETER)"
 	touch $(RISK_STAMP)
 
 risk-env: $(RISK_STAMP)
@@ -61,17 +63,16 @@ risk-env: $(RISK_STAMP)
 $(TUMULT_STAMP): Makefile
 	@command -v java >/dev/null 2>&1 || { echo "Tumult Analytics runs on Spark, which needs Java (8, 11 or 17): install a JDK (on Debian: apt-get install default-jre-headless), then run make tumult-env again"; exit 1; }
 	test -x $(TUMULT_VENV)/bin/python || $(PYTHON) -m venv $(TUMULT_VENV)
-	$(TUMULT_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(TUMULT_VENV)/bin/python -m pip install --quiet "$(TUMULT)" pyarrow
+	$(TUMULT_VENV)/bin/python -m pip install --quiet --no-compile "$(TUMULT)" pyarrow
 	touch $(TUMULT_STAMP)
 
 tumult-env: java $(TUMULT_STAMP)
 
 $(SMARTNOISE_STAMP): Makefile
 	test -x $(SMARTNOISE_VENV)/bin/python || $(PYTHON) -m venv $(SMARTNOISE_VENV)
-	$(SMARTNOISE_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(SMARTNOISE_VENV)/bin/python -m pip install --quiet --no-deps "$(SMARTNOISE)"
-	$(SMARTNOISE_VENV)/bin/python -m pip install --quiet $(SMARTNOISE_DEPS)
+	$(SMARTNOISE_VENV)/bin/python -m pip install --quiet --no-compile --no-deps "$(SMARTNOISE)"
+	$(SMARTNOISE_VENV)/bin/python -m pip install --quiet --no-compile $(SMARTNOISE_DEPS) > $(SMARTNOISE_VENV)/pip.log 2>&1 \
+	  || { cat $(SMARTNOISE_VENV)/pip.log; exit 1; }
 	touch $(SMARTNOISE_STAMP)
 
 smartnoise-env: $(SMARTNOISE_STAMP)
@@ -92,13 +93,13 @@ gpu-wheels: $(GPU_WHEELS_STAMP)
 $(GPU_DRY_STAMP): bench/gpu_machine.txt bench/gpu_wheels.txt $(GPU_WHEELS_STAMP)
 	rm -rf $(GPU_DRY_VENV) && $(GPU_DRY_PYTHON) -m venv $(GPU_DRY_VENV)
 	@if $(GPU_DRY_VENV)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then \
-	  $(GPU_DRY_VENV)/bin/python -m pip install --quiet -r bench/gpu_machine.txt && \
+	  $(GPU_DRY_VENV)/bin/python -m pip install --quiet --no-compile -r bench/gpu_machine.txt && \
 	  echo $(GPU_WHEELS) > $(GPU_DRY_VENV)/wheels; \
 	else \
 	  echo "no Python 3.12 here: the dry run uses $$($(GPU_DRY_VENV)/bin/python --version), the GPU machine's packages"; \
 	  echo "and the wheels unpinned (their pins need 3.12), the wheels for this Python in .whl-dry"; \
 	  sed 's/==.*//' bench/gpu_machine.txt > $(GPU_DRY_VENV)/machine-unpinned.txt && \
-	  $(GPU_DRY_VENV)/bin/python -m pip install --quiet -r $(GPU_DRY_VENV)/machine-unpinned.txt "jax<0.13" && \
+	  $(GPU_DRY_VENV)/bin/python -m pip install --quiet --no-compile -r $(GPU_DRY_VENV)/machine-unpinned.txt "jax<0.13" && \
 	  sed 's/==.*//' bench/gpu_wheels.txt > $(GPU_DRY_VENV)/wheels-unpinned.txt && \
 	  rm -rf .whl-dry && $(GPU_DRY_VENV)/bin/python -m pip download --quiet --no-deps --only-binary=:all: -d .whl-dry \
 	    -r $(GPU_DRY_VENV)/wheels-unpinned.txt && echo .whl-dry > $(GPU_DRY_VENV)/wheels; \
