@@ -225,10 +225,11 @@ AGENCY = ["release.epsilons=[2.0]", "release.audit.runs=5000", "release.mechanis
           "release.audit.replay_draws=1"]
 
 
-@pytest.mark.parametrize("accounting", ["pure", pytest.param("zcdp", marks=pytest.mark.slow(seconds=90))])
+@pytest.mark.slow(seconds=90)
+@pytest.mark.parametrize("accounting", ["pure", "zcdp"])
 def test_topdown_passes_the_audit_on_its_production_path(accounting, compact_agency):
-    """The production tree, every node; zCDP (a minute) is slow: the corpus's unmodified-code test audits it on a
-    county root in the default run."""
+    """The production tree, every node (a minute each): the corpus's unmodified-code test audits both accountings
+    on a county root in the default run."""
     cfg = load_config(compact_agency, AGENCY + [f"release.topdown.accounting={accounting}"])
     ok = audit_release(resolve(cfg, load_population(cfg)))
     assert [r.mechanism for r in ok] == ["topdown"] and not _failures(ok), _failures(ok)

@@ -232,6 +232,7 @@ def test_the_public_block_list_keeps_empty_blocks_and_refuses_a_missing_one(tmp_
         read_bureau_extract(tmp_path / "x.csv", units_file=tmp_path / "bad.csv")
 
 
+@pytest.mark.slow(seconds=90)  # the DAS file's decision and table: test_the_das_config_runs_on_other_files_of_the_format
 def test_the_real_das_output_and_our_topdown_are_evaluated_side_by_side(tmp_path, capsys):
     """configs/census/bureau_2010_das.yaml on two real tracts, cut small: the 2020 DAS output of the same persons
     read with the Bureau reader over the public block list (it has persons in blocks empty in 2010), attacked,
@@ -304,14 +305,25 @@ def test_the_das_config_runs_on_other_files_of_the_format(tmp_path, capsys):
             f"release.files=[{{name: das_2020, kind: microdata, path: '{tmp_path / 'rmdf.csv'}', made_with: the DAS}}]",
             "release.mechanisms=[]", f"target.unit_ids=['{tract}']", "attack.runs=2", "attack.steps=20",
             "attack.rows=100", "grid_points=10"]
-    main(["evaluate-release", str(ROOT / "configs" / "census" / "bureau_2010_das.yaml"), "--out", str(tmp_path / "out"),
-          "--no-progress", *[x for o in sets for x in ("--set", o)]])
+    from censusrecon.experiments.release.decision import load_decision
+
+    status = main(["evaluate-release", str(ROOT / "configs" / "census" / "bureau_2010_das.yaml"), "--out",
+                   str(tmp_path / "out"), "--no-progress", *[x for o in sets for x in ("--set", o)]])
     rel = next((tmp_path / "out" / "census_bureau_2010_das").iterdir()) / "release"
     assert str(tmp_path / "rmdf.csv") in (rel / "ledger.json").read_text()
+    # a file cannot be audited, and its rows' risks cannot be measured on whole units: never PUBLISH
+    [das] = load_decision(rel).mechanisms
+    assert das.mechanism == "file:das_2020" and das.audit.startswith("not applicable") and status != 0
+    assert "whole units" in das.reasons[0]
     report = (rel / "report.md").read_text()
     table = report[report.index("### Agreement of the published rows with D, by block size"):]
-    total = next(line for line in table.splitlines() if line.startswith("| all |"))
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header[-2:] == ["file:das_2020, as released: 38 age bins",
+                           "Census Bureau, 2020 DAS, national (HDSR 2025): 38 age bins"]
+    rows = {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")] for line in lines[2:7])}
+    assert [rows[k][-1] for k in ("1-9", "10-49", "50-99", "100+")] == ["8.0%", "18.2%", "27.3%", "38.5%"]
     t = read_bureau_extract(tmp_path / "rhdf.csv", tracts=[tract])
     o = read_bureau_extract(tmp_path / "rmdf.csv", tracts=[tract])
     share = next(r for r in agreement_by_block_size(t, o) if r["block_size"] == "all")["binned"]
-    assert f"| {100 * share:.1f}% |" in total
+    assert rows["all"][-2] == f"{100 * share:.1f}%"
