@@ -44,6 +44,13 @@ OUT = Path(os.environ.get("CENSUSRECON_OUT", ROOT / "results"))
 QUICK = os.environ.get("CENSUSRECON_QUICK") == "1"  # the tests' small settings
 CONFIG = str(ROOT / "configs" / "agency" / "example.yaml")
 
+
+def command(*argv: str) -> int:
+    """One censusrecon command: printed as you would type it, then run."""
+    print("$ censusrecon " + " ".join(shlex.quote(a) for a in argv))
+    return censusrecon(list(argv))
+
+
 # %% [markdown]
 # Every step below is a `censusrecon` command, the same you would type in a terminal
 # (`censusrecon example-data inputs/agency`, `censusrecon queries configs/agency/example.yaml`, ...);
@@ -60,7 +67,7 @@ CONFIG = str(ROOT / "configs" / "agency" / "example.yaml")
 # a scratch folder of their own
 inputs = (OUT if QUICK else ROOT) / "inputs" / "agency"
 if not (inputs / "persons.csv").exists():  # example-data never replaces a file: yours stays yours
-    assert censusrecon(["example-data", str(inputs)]) == 0
+    assert command("example-data", str(inputs)) == 0
 persons, blocks = inputs / "persons.csv", inputs / "blocks.csv"
 print(pd.read_csv(persons, dtype=str).head().to_string())
 print(f"{len(pd.read_csv(persons))} persons; {len(pd.read_csv(blocks))} blocks in the public list")
@@ -79,14 +86,6 @@ if QUICK:  # the tests' scratch files and small settings
               "target.units=2", "release.epsilons=[8.0]", "release.audit.runs=5000",
               "release.mechanisms=[laplace_tables]"):
         sets += ["--set", o]
-
-
-def command(*argv: str) -> int:
-    """One censusrecon command: printed as you would type it, then run."""
-    print("$ censusrecon " + " ".join(shlex.quote(a) for a in argv))
-    return censusrecon(list(argv))
-
-
 print(Path(CONFIG).read_text().split("queries:")[1].split("attack:")[0])
 
 # %% [markdown]

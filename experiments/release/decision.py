@@ -38,6 +38,8 @@ from censusrecon.experiments.metrics import CONFIDENCE, units_to_decide
 from censusrecon.experiments.release.words import (fit_words, less_protective, more_protective,
                                        persons_words, setting_label, units_advice)
 from censusrecon.experiments.config import ConfigError
+# the exit statuses of evaluate-release from the decision, defined once for the whole command
+from censusrecon.experiments.exits import EXIT_AUDIT_FAILED, EXIT_CANNOT_DECIDE, EXIT_DO_NOT_PUBLISH, EXIT_PUBLISH
 from censusrecon.experiments.results import write_json
 from censusrecon.synth import registry
 from censusrecon.synth.audit import overall_outcome
@@ -45,10 +47,6 @@ from censusrecon.synth.audit import overall_outcome
 PUBLISH, DO_NOT_PUBLISH, CANNOT_DECIDE = "publish", "do_not_publish", "cannot_decide"
 #: the words that open a decision's line, for a board
 HEADS = {PUBLISH: "PUBLISH", DO_NOT_PUBLISH: "DO NOT PUBLISH", CANNOT_DECIDE: "CANNOT DECIDE"}
-
-#: exit statuses of ``evaluate-release`` from the decision: experiments.exits defines every status once
-from censusrecon.experiments.exits import (EXIT_AUDIT_FAILED, EXIT_CANNOT_DECIDE, EXIT_DO_NOT_PUBLISH,  # noqa: E402
-                                          EXIT_PUBLISH)
 
 #: the file the decision is saved in, in the release folder
 DECISION_FILE = "decision.json"
