@@ -39,6 +39,9 @@ mkdir -p "$out"
 figures=$out/gpu.jsonl
 : > "$figures"
 site=$(mktemp -d "${TMPDIR:-/tmp}/censusrecon-gpu.XXXXXX")
+runs=
+# the install and the runs are scratch: removed however the check ends (a step past its limit, an error, a kill)
+trap 'rm -rf "$site" ${runs:+"$runs"}' EXIT
 start=$(date +%s)
 
 line() { echo "$1" >> "$figures"; echo "$1"; }

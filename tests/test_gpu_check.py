@@ -25,9 +25,13 @@ def _machine_pin(name: str) -> str:
 def _gpu_check(out: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
     environment(VENV / ".installed", "make test makes it (make gpu-dry-env), with the GPU machine's packages",
                 required=True)
+    scratch = out / "tmp"
+    scratch.mkdir()
     run = subprocess.run(["bash", "bench/gpu.sh", *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "OUT": str(out), **env})
+                         env={**os.environ, "OUT": str(out), "TMPDIR": str(scratch), **env})
     lines = [json.loads(x) for x in (out / "gpu.jsonl").read_text().splitlines()]
+    # its install (about 300 MB) and its runs are removed however it ends, a refusal included
+    assert not list(scratch.glob("censusrecon-gpu*")), sorted(p.name for p in scratch.iterdir())
     return run, lines
 
 
