@@ -541,6 +541,24 @@ class ProgramMeasurementsConfig(_Strict):
                          "params.delta, if it has one, must be the same)")
 
 
+class ProgramSpendingConfig(_Strict):
+    """A synthesizer's privacy ledger, recorded as real fits of the unit run: its adapter, given ``params``
+    besides its own, returns per fit what every Gaussian measurement and every selection by the exponential
+    mechanism spent (synth/spending.py's LEDGER). The audit checks the spending against the ρ the
+    synthesizer declares and OpenDP's conversion, the measurements' noise against the σ they declare, and the
+    selections against their law; with it, the program's whole releases are drawn for D and its strongest real
+    neighbour only (the one that moves most cells), on the first ``whole_units`` units, for the empirical bound."""
+
+    params: dict = Field(default_factory=lambda: {"stage": "spending"}, description="given to the program besides its "
+                         "own params to have it return its spending ledger")
+    runs: int = Field(3, ge=1, description="fits of the unit's D per ε whose every step is recorded")
+    whole_units: int = Field(1, ge=0, description="the first units of the audit on which whole releases are drawn too "
+                             "(audit_runs of D and of its strongest neighbour, each a fit: the empirical bound); the "
+                             "ledger alone on the others")
+    delta: float = Field(gt=0, lt=1, description="the δ of the program's (ε, δ) accounting (the program's own "
+                         "params.delta, if it has one, must be the same)")
+
+
 class ReleaseProgramConfig(_Strict):
     """A release program made outside censusrecon, run by it over the ε grid, attacked and audited as
     a black box. The contract (docs: Evaluate your own release): ``release(persons, cells, domain,
@@ -567,6 +585,9 @@ class ReleaseProgramConfig(_Strict):
     measurements: ProgramMeasurementsConfig | None = Field(
         None, description="audit also the program's first (Gaussian) measurements, many times: for a synthesizer "
         "whose whole releases are too slow to audit with power")
+    spending: ProgramSpendingConfig | None = Field(
+        None, description="audit the synthesizer where its privacy is spent: every measurement and selection of real "
+        "fits, recorded (synth/spending.py)")
     calls: Literal["single", "batch"] = Field(
         "single", description="how the audit calls it. single: one release per call, each call with a seed of its own, "
         "as publication calls it; batch: audit_runs releases per call (for a program too slow to start once per "
@@ -588,10 +609,11 @@ class ReleaseProgramConfig(_Strict):
         if self.delta is not None and "delta" in self.params and float(self.params["delta"]) != self.delta:
             raise ValueError(f"release.programs {self.name!r}: params.delta ({self.params['delta']}) and delta "
                              f"({self.delta}) must be the same δ")
-        m = self.measurements
-        if m is not None and "delta" in self.params and float(self.params["delta"]) != m.delta:
-            raise ValueError(f"release.programs {self.name!r}: params.delta ({self.params['delta']}) and "
-                             f"measurements.delta ({m.delta}) must be the same δ")
+        for key in ("measurements", "spending"):
+            m = getattr(self, key)
+            if m is not None and "delta" in self.params and float(self.params["delta"]) != m.delta:
+                raise ValueError(f"release.programs {self.name!r}: params.delta ({self.params['delta']}) and "
+                                 f"{key}.delta ({m.delta}) must be the same δ")
         return self
 
     def delta_of(self) -> float | None:

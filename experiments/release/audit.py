@@ -37,6 +37,7 @@ from censusrecon.experiments.release.program import one_way_inputs, program_inpu
 from censusrecon.experiments.release.publish import ReleaseSpec, publish
 from censusrecon.experiments.release.topdown import publish_topdown, topdown_root, topdown_shape, topdown_tree
 from censusrecon.synth.audit import clopper_pearson, gaussian_rho_spent, opendp_rho
+from censusrecon.synth.spending import LEDGER, check_spending
 from censusrecon.synth.topdown import Budget, QUERIES
 from censusrecon.experiments.results import check_backend, on_ray
 
@@ -96,7 +97,8 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     programs = list(r.programs)  # run by the tool, audited as black boxes
     cfg = _family_level(cfg, len(eps_list) * len(cfg.target.with_block),
                         mechanisms + [PROGRAM_PREFIX + p.name for p in programs], len(units),
-                        sum(p.measurements is not None for p in programs))
+                        sum(p.measurements is not None for p in programs)
+                        + sum(TESTS["spending"]) * sum(p.spending is not None for p in programs))
     study = dataclasses.replace(study, cfg=cfg)  # the audit's own settings for this family of results
     per_job = len(mechanisms) + len(programs)
     jobs = [(wb, eps) for wb in cfg.target.with_block for eps in eps_list]
@@ -187,8 +189,10 @@ def audit_job(study: Study, plan: AuditPlan, wb: bool, eps: float, cache: dict, 
         if bar is not None:
             bar.update(1, f"{mech} at ε = {eps:g}")
     for spec in r.programs:
+        whole = len(units) if spec.spending is None else spec.spending.whole_units  # the first units: whole releases
         res = _combine_units(PROGRAM_PREFIX + spec.name, eps,
-                             [audit_program(study, spec, u, wb, eps, seed, cache) for u in units])
+                             [audit_program(study, spec, u, wb, eps, seed, cache, whole=k < whole)
+                              for k, u in enumerate(units)])
         res.details.update(published_through=PROGRAM_PREFIX + spec.name, **common)
         out.append(res)
         if bar is not None:
@@ -297,9 +301,10 @@ def _combine_units(mech: str, eps: float, results: list) -> AuditResult:
 #: single release's tables; TopDown the same per root; the perturbed histogram: its bound, scale and shape on a small
 #: domain, and the scale and shape of its releases of each unit's own D; the smoothed histogram: its bound, and the
 #: mixing of its draws of each unit's own D; a program: its bound, noise scale, shape, tail, independence, repeats and
-#: call shape; a program's first measurements: their bound and their noise's ρ.
+#: call shape; a program's first measurements: their bound and their noise's ρ; a synthesizer's spending ledger (counted
+#: like a program with first measurements, as a multiple of them): its spending, its measurements' noise, its selections.
 TESTS = {"tables": (0, 6), "fitted_tables": (0, 7), "tree": (0, 6), "histogram": (3, 2), "smoothed": (1, 1),
-         "program": (0, 7), "measurements": (0, 2)}
+         "program": (0, 7), "measurements": (0, 2), "spending": (0, 2)}
 
 
 def _family_level(cfg: ExperimentConfig, results: int, mechanisms: list[str], units: int = 1,
@@ -1502,7 +1507,7 @@ def _tail_from_stats(stats: list, gaussian: bool, expected: float = 30.0) -> flo
 
 
 def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool, eps: float, seed: int,
-                  cache: dict):
+                  cache: dict, *, whole: bool = True):
     """The black-box audit of a program at ``eps`` on ``unit``'s own D: ``runs`` whole releases of D and
     of each real neighbour of it (:func:`experiments.release.audit._real_pairs`: a person moved between
     blocks of different areas, changed to the rarest and the commonest type, the type in most cells;
@@ -1511,11 +1516,15 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
     single outputs and on a discriminant fitted on half the releases). With the program's declared
     noise family, the checks from output minus truth over every published copy: the ε its noise
     spends per pair (each cell's scale bounded above from its own draws), the shape and far tail per
-    table, and independence across cells and releases."""
+    table, and independence across cells and releases. A synthesizer audited by its spending ledger
+    (``spec.spending``) has its ledger checked on every unit, and whole releases (D and its strongest
+    neighbour: each is a fit) drawn only where ``whole``: the first ``spending.whole_units`` units."""
     cfg = study.cfg
     a = cfg.release.audit
     runs = spec.audit_runs or a.runs
     mech = PROGRAM_PREFIX + spec.name
+    if spec.spending is not None and not whole:
+        return _audit_ledger_only(study, spec, unit, wb, eps, seed, cache)
     _, _, _, exact, pairs, pair_counts, _ = _unit_instance(study, unit, wb, cache)
     layout, inputs, pair_inputs = _program_instance(study, unit, wb, cache)
     y1_rows = program_draws(cfg, spec, inputs, eps, runs, (seed, unit, wb, eps, "D"))
@@ -1530,10 +1539,11 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
         single = single_rows - exact[row_query][None, :]
     checks: dict = {}
     bounds, spent, every_noise = [], [], [noise] + ([single] if single is not None else [])
+    strongest = _strongest_pair(exact, pair_counts) if spec.spending is not None else None
     for i, (what, _) in enumerate(pairs):
         c2 = pair_counts[i]
         idx = np.flatnonzero(c2 - exact)
-        if not idx.size:
+        if not idx.size or strongest not in (None, i):
             continue
         y2_rows = program_draws(cfg, spec, pair_inputs[i], eps, runs, (seed, unit, wb, eps, i))
         every_noise.append(y2_rows - c2[row_query][None, :])
@@ -1613,6 +1623,11 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
                                         f"fail: the noise is not independent across cells or releases ({where}: "
                                         f"p = {p_ind:.2g})")
         info["independence_p_value"] = p_ind
+    if spec.spending is not None:
+        spending_checks, spending_info = _ledger_checks(cfg, spec, inputs, eps, (seed, unit, wb, eps))
+        checks.update(spending_checks)
+        info.update(spending_info, whole_releases=f"of D and of its strongest real neighbour ({pairs[strongest][0]})"
+                    if strongest is not None else "none: no real neighbour moves a cell")
     if spec.measurements is not None:
         stage_bounds, checks["measurements_scale"], stage_info = _audit_first_measurements(
             cfg, spec, inputs, pair_inputs, pairs, eps, (seed, unit, wb), pair_conf, mech)
@@ -1623,6 +1638,9 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
     else:
         checks["post_processing"] = ("not applicable: a black box shows its outputs only, not the measurements it "
                                      "post-processes; its outputs are what the bound and the noise checks test")
+    if spec.spending is not None:
+        checks["post_processing"] = ("not applicable: what follows its recorded measurements and selections (the "
+                                     "model's estimation, the sampling) is the library's post-processing of them")
     reach = bound_reach(runs, pair_conf)
     info["bound_reach"] = round(reach, 4)
     if reach < eps:
@@ -1630,7 +1648,10 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
         needed = runs_to_certify(eps, pair_conf)
         info["runs_to_certify"] = needed
         said = (f"with {runs} releases per neighbour the bound certifies {reach_words}, below the declared {eps:g}")
-        if spec.noise is not None:
+        if spec.spending is not None:
+            checks["bound_power"] = (f"not applicable: {said}; its spending ledger, which was checked, bounds what "
+                                     "every step that reads the data spends")
+        elif spec.noise is not None:
             checks["bound_power"] = (f"not applicable: {said}; the noise checks, which ran, bound what the noise "
                                      "spends")
         else:
@@ -1642,6 +1663,38 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
     details = dict(info, unit=unit, neighbours=[w for w, _ in pairs], differing_cells=[b[2] for b in bounds],
                    audited_on="the unit's own D, the program's whole releases (a black box)", program_runs=runs)
     return AuditResult(mech, eps, best[0], runs, a.confidence, best[1], checks, details)
+
+
+def _ledger_checks(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tuple, eps: float,
+                   where: tuple) -> tuple[dict, dict]:
+    """The synthesizer's spending ledger from ``spending.runs`` fits of the unit's D, checked
+    (:func:`synth.spending.check_spending`); its figures prefixed ``spending_``."""
+    stage = spec.model_copy(update={"params": {**spec.params, **spec.spending.params}})
+    ledger = run_program(cfg, stage, inputs, eps, spec.spending.runs, program_seed(*where, "spending"),
+                         width=len(LEDGER))
+    checks, info = check_spending(ledger, eps, spec.spending.delta, cfg.release.audit.confidence)
+    return checks, {"spending_" + k: v for k, v in info.items()}
+
+
+def _audit_ledger_only(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool, eps: float, seed: int,
+                       cache: dict) -> AuditResult:
+    """A unit past ``spending.whole_units``: the synthesizer's ledger on the unit's own D, no whole release."""
+    _, inputs, _ = _program_instance(study, unit, wb, cache)
+    checks, info = _ledger_checks(study.cfg, spec, inputs, eps, (seed, unit, wb, eps))
+    checks["post_processing"] = ("not applicable: what follows its recorded measurements and selections (the "
+                                 "model's estimation, the sampling) is the library's post-processing of them")
+    details = dict(info, unit=unit, program_runs=0, audited_on="the unit's own D, the synthesizer's recorded steps",
+                   whole_releases="none on this unit (release.programs[].spending.whole_units): its ledger stands in")
+    return AuditResult(PROGRAM_PREFIX + spec.name, eps, 0.0, 0, study.cfg.release.audit.confidence,
+                       "none: no whole release of this unit", checks, details)
+
+
+def _strongest_pair(exact: np.ndarray, pair_counts: list) -> int | None:
+    """The real neighbour that moves most published cells (the most total change breaking ties): where whole
+    releases of a synthesizer audited by its ledger are drawn (each is a fit)."""
+    moved = [(int(np.count_nonzero(c - exact)), float(np.abs(c - exact).sum()), -i) for i, c in enumerate(pair_counts)]
+    best = max(moved, default=(0, 0.0, 0))
+    return -best[2] if best[0] else None
 
 
 def program_draws(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tuple, eps: float, runs: int,

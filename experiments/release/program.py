@@ -130,9 +130,10 @@ def _callable(cfg: ExperimentConfig, spec: ReleaseProgramConfig):
 
 
 def run_program(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tuple, epsilon: float, runs: int,
-                seed: int) -> np.ndarray:
+                seed: int, width: int | None = None) -> np.ndarray:
     """``runs`` releases of the program on ``inputs`` (:func:`program_inputs`) at ``epsilon``, checked:
-    a (runs × cells) array of finite numbers, else a one-line error naming the program."""
+    a (runs × cells) array of finite numbers, else a one-line error naming the program. ``width``: the
+    columns a stage of the program returns instead of cells (its spending ledger: one row per fit)."""
     persons, cells, domain = inputs
     relation = cfg.release.relation
     if spec.function is not None:
@@ -147,9 +148,10 @@ def run_program(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tuple
             from None
     if out.ndim == 1 and runs == 1:
         out = out[None, :]
-    if out.shape != (runs, len(cells)):
+    want = len(cells) if width is None else width
+    if out.shape != (runs, want):
         raise ConfigError(f"release.programs {spec.name!r} returned an array of shape {out.shape}; the contract is "
-                          f"({runs} releases × {len(cells)} cells)")
+                          f"({runs} releases × {want} {'cells' if width is None else 'columns'})")
     if not np.all(np.isfinite(out)):
         raise ConfigError(f"release.programs {spec.name!r} returned values that are not finite numbers")
     return out

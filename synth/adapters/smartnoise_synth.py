@@ -88,6 +88,127 @@ def _first_measurements(synth, data: pd.DataFrame, tt, columns: int) -> dict:
     raise RuntimeError(f"{type(synth).__name__} made {len(seen)} one-way measurements, not one per column ({columns})")
 
 
+#: what ``stage: spending`` returns for each fit, in this order (see :func:`_spending`; censusrecon's
+#: synth.spending.LEDGER reads them, and a test holds the two equal)
+SPENDING = ("rho_measurements", "rho_selections", "measurements", "columns", "selections", "noise_ss", "noise_cells",
+            "argmax_hits", "argmax_expected", "argmax_variance", "rho_declared", "epsilon_synthesizer")
+
+
+class _Spent(Exception):
+    """Raised inside an MST fit once its last measurement is made (the rest is post-processing)."""
+
+
+def _counts(data, clique) -> np.ndarray:
+    """The true marginal of ``clique`` in mbi's layout (C order over the clique's attributes), computed here from
+    the coded rows, not by the library whose measurements it checks."""
+    shape = tuple(int(data.domain.config[a]) for a in clique)
+    codes = tuple(data.df[a].to_numpy(dtype=np.int64) for a in clique)
+    return np.bincount(np.ravel_multi_index(codes, shape), minlength=int(np.prod(shape))).astype(np.float64)
+
+
+def _spending(synth, data: pd.DataFrame, tt, relation: str) -> list[float]:
+    """One fit of ``synth`` with every privacy expenditure recorded as the library makes it: each Gaussian
+    measurement (its noisy marginal, the standard deviation it declares, and the true marginal of the data it
+    measured, counted here) and each selection by the exponential mechanism (its scores, ε, sensitivity and
+    choice). Returns SPENDING: the ρ they spend by their declared parameters under ``relation`` (a marginal's
+    L2 sensitivity 1 under add/remove, √2 under replace-one; a selection's ε scaled by the scores' true
+    sensitivity, 1 or 2 times the one it was given, over the one it used: ε²/8 each), the noise's Σ((y − x)/σ)²
+    and its number of cells (χ² with that many degrees of freedom if the noise is as declared), how often the
+    choice was a best-scored candidate beside the expected count and its variance under the declared law, the
+    ρ the synthesizer declares for its (ε, δ) and that ε; ``columns`` is the data's (one first measurement each).
+    The fit stops after MST's last measurement (its
+    estimation and sampling read the measurements only); AIM's rounds alternate selection and measurement
+    with estimation, so an AIM fit runs to its end."""
+    import functools
+    import importlib
+
+    module = importlib.import_module(type(synth).__module__)
+    if not hasattr(module.cdp_rho, "cache_info"):
+        module.cdp_rho = functools.lru_cache(module.cdp_rho)
+    factor = 2.0 if relation == "replace_one" else 1.0
+    state = {"data": None, "quiet": False, "measures": 0}
+    seen: list = []  # (ρ, Σ((y − x)/σ)², cells)
+    picks: list = []  # (ρ, hit, π)
+    made = module.LinearMeasurement
+
+    def measurement(y, clique, stddev=1.0, *args, **kwargs):
+        if not state["quiet"]:
+            clique = tuple(clique)
+            x = _counts(state["data"], clique)
+            z = (np.asarray(y, dtype=np.float64) - x) / float(stddev)
+            seen.append((factor / (2.0 * float(stddev) ** 2), float(z @ z), int(z.size)))
+        return made(y, clique, stddev, *args, **kwargs)
+
+    def chosen(q, eps, sensitivity, choice, coef=0.5):
+        keys = list(q) if isinstance(q, dict) else list(range(len(q)))
+        scores = np.array([q[k] for k in keys] if isinstance(q, dict) else q, dtype=np.float64)
+        logits = coef * float(eps) / float(sensitivity) * (scores - scores.max())
+        p = np.exp(logits - np.logaddexp.reduce(logits))
+        best = scores >= scores.max() - 1e-12
+        hit = bool(best[keys.index(choice)]) if choice in keys else bool(best[int(choice)])
+        used = 2.0 * coef * float(eps)  # the mechanism's ε for its scale (coef 0.5: the usual ε; 1: monotone)
+        picks.append(((factor * used) ** 2 / 8.0, hit, float(p[best].sum())))
+
+    saved = {}
+    try:
+        module.LinearMeasurement = measurement
+        if hasattr(module, "exponential_mechanism"):  # AIM: the library's function, imported by name
+            select = saved["fn"] = module.exponential_mechanism
+
+            def fn(qualities, epsilon, sensitivity=1.0, *args, **kwargs):
+                out = select(qualities, epsilon, sensitivity, *args, **kwargs)
+                chosen(qualities, epsilon, sensitivity, out)
+                return out
+            module.exponential_mechanism = fn
+        cls = type(synth)
+        for name in ("exponential_mechanism", "measure", "compress_domain", "AIM"):
+            if name in vars(cls):
+                saved[name] = vars(cls)[name]
+        if "exponential_mechanism" in saved:  # MST: a method
+            def method(self, q, eps, sensitivity, prng=np.random, monotonic=False):
+                out = saved["exponential_mechanism"](self, q, eps, sensitivity, prng=prng, monotonic=monotonic)
+                chosen(np.asarray(q), eps, sensitivity, int(out), 1.0 if monotonic else 0.5)
+                return out
+            cls.exponential_mechanism = method
+        if "measure" in saved:
+            def measure(self, data, cliques, sigma, weights=None):
+                state["data"] = data
+                out = saved["measure"](self, data, cliques, sigma, weights)
+                state["measures"] += 1
+                if state["measures"] == 2:
+                    raise _Spent
+                return out
+            cls.measure = measure
+        if "compress_domain" in saved:  # re-expresses measurements already recorded: post-processing
+            def compress(self, data, measurements):
+                state["quiet"] = True
+                try:
+                    return saved["compress_domain"](self, data, measurements)
+                finally:
+                    state["quiet"] = False
+            cls.compress_domain = compress
+        if "AIM" in saved:
+            def aim(self, data, workload):
+                state["data"] = data
+                return saved["AIM"](self, data, workload)
+            cls.AIM = aim
+        try:
+            synth.fit(data, transformer=tt, preprocessor_eps=0.0)
+        except _Spent:
+            pass
+    finally:
+        module.LinearMeasurement = made
+        if "fn" in saved:
+            module.exponential_mechanism = saved["fn"]
+        for name in ("exponential_mechanism", "measure", "compress_domain", "AIM"):
+            if name in saved:
+                setattr(type(synth), name, saved[name])
+    rho_declared = float(module.cdp_rho(synth.epsilon, synth.delta))
+    return [sum(r for r, *_ in seen), sum(r for r, *_ in picks), len(seen), len(data.columns), len(picks),
+            sum(ss for _, ss, _ in seen), sum(n for _, _, n in seen), sum(h for _, h, _ in picks),
+            sum(p for *_, p in picks), sum(p * (1 - p) for *_, p in picks), rho_declared, float(synth.epsilon)]
+
+
 def _one_way_positions(cells: pd.DataFrame, tt, names: list[str]) -> list[tuple[int, int]]:
     """(column number, label code) of each one-way cell: one attribute's one value at the unit, or a block."""
     out = []
@@ -126,8 +247,14 @@ def release(persons: pd.DataFrame, cells: pd.DataFrame, domain: dict, epsilon: f
             seen = _first_measurements(synth, data, tt, len(names))
             out[r] = [seen[c][k] for c, k in where]
         return out
+    if stage == "spending":
+        out = np.zeros((runs, len(SPENDING)))
+        for r in range(runs):
+            synth = Synthesizer.create(synthesizer, epsilon=eps_synth, delta=delta, verbose=False)
+            out[r] = _spending(synth, data, tt, relation)
+        return out
     if stage != "release":
-        raise ValueError(f"stage is release or measurements, got {stage!r}")
+        raise ValueError(f"stage is release, measurements or spending, got {stage!r}")
     for r in range(runs):
         n = len(persons) if relation == "replace_one" else _noisy_count(len(persons), epsilon * COUNT_SHARE)
         synth = Synthesizer.create(synthesizer, epsilon=eps_synth, delta=delta, verbose=False)

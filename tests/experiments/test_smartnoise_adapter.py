@@ -100,3 +100,67 @@ def test_the_first_measurements_audit_passes_the_adapter_as_shipped(program_agen
     bounds, check, info = _first_measurements_audit(_measured(over, ADAPTER))
     assert check == "pass" and max(b[0] for b in bounds) <= 2.0, (check, bounds)
     assert 0 < info["measurements_rho_from_noise_scale"] <= info["measurements_rho_declared"]
+
+
+# --- the synthesizers audited where their privacy is spent (synth/spending.py) -------------------------------------
+
+BUGS = ROOT / "tests" / "experiments" / "smartnoise_bugs.py"
+
+
+def _ledger(program_agency, synthesizer, eps, runs, bug=None):
+    """``runs`` fits of the example's first tract, every step recorded, checked at the audit's confidence."""
+    from censusrecon.synth.spending import LEDGER, check_spending
+
+    d, over = program_agency
+    adapter = BUGS if bug else ADAPTER
+    extra = f", bug: {bug}" if bug else ""
+    spec = (f"{{name: {synthesizer}, command: [{PYTHON}, {adapter}], params: {{synthesizer: {synthesizer}{extra}}}, "
+            f"spending: {{runs: {runs}, delta: 1e-9}}}}")
+    cfg = load_config(CONFIG, over + [f"release.programs=[{spec}]"])
+    program = cfg.release.programs[0]
+    pop = load_population(cfg)
+    unit = select_units(pop, cfg)[0]
+    st = resolve(cfg, pop)
+    prob = st.prepare(unit, True, pad_blocks=False)
+    inputs = program_inputs(prob.private, unit, unit_layout(st, unit, True), st.blocks(unit)[0], prob.areas)
+    stage = program.model_copy(update={"params": {**program.params, **program.spending.params}})
+    rows = run_program(cfg, stage, inputs, eps, runs, 11, width=len(LEDGER))
+    return rows, check_spending(rows, eps, 1e-9, cfg.release.audit.confidence)
+
+
+def test_the_adapters_ledger_is_the_one_the_audit_reads():
+    from censusrecon.synth.adapters import smartnoise_synth
+    from censusrecon.synth.spending import LEDGER
+
+    assert smartnoise_synth.SPENDING == LEDGER
+
+
+def test_an_honest_mst_spends_what_it_declares_and_its_noise_and_selections_follow_their_laws(program_agency):
+    rows, (checks, info) = _ledger(program_agency, "mst", 0.5, 3)
+    assert checks == {"spending": "pass", "measurement_noise": "pass", "selection_law": "pass"}, checks
+    # every step recorded: a first measurement per column, then d - 1 selections each followed by its marginal
+    assert info["measurements_per_fit"] == 9 and info["selections_per_fit"] == 4
+    assert info["rho_spent"] == pytest.approx(info["rho_declared"], rel=1e-6)
+    assert info["rho_declared"] <= info["rho_allowed_opendp"] * (1 + 1e-6)
+    assert 0.9 < info["noise_ss_over_cells"] < 1.1
+
+
+@pytest.mark.parametrize("bug, synthesizer, runs, check", [
+    ("mst_half_noise", "mst", 1, "measurement_noise"),
+    ("mst_free_selection", "mst", 3, "selection_law"),
+    ("aim_forgets_a_round", "aim", 1, "spending"),
+])
+def test_each_synthesizer_bug_fails_the_check_that_sees_it(program_agency, bug, synthesizer, runs, check):
+    """The three bugs of the corpus, at ε = 0.5 (the shipped config's smallest): half the declared noise, marginals
+    picked from the data without the exponential mechanism's noise, a round AIM does not count; the audit's own
+    confidence, the fewest fits that can fail them."""
+    rows, (checks, info) = _ledger(program_agency, synthesizer, 0.5, runs, bug)
+    assert checks[check].startswith("fail: "), (checks, info)
+    assert [k for k, v in checks.items() if v.startswith("fail")] == [check], checks
+
+
+@pytest.mark.slow(seconds=150)
+def test_an_honest_aim_passes_its_ledger(program_agency):
+    rows, (checks, info) = _ledger(program_agency, "aim", 0.5, 3)
+    assert checks == {"spending": "pass", "measurement_noise": "pass", "selection_law": "pass"}, checks
+    assert info["measurements_per_fit"] - 5 == info["selections_per_fit"]  # each round: a selection, a marginal
