@@ -17,8 +17,9 @@ them, never trusting a figure the synthesizer computes for itself:
   from the data, over the σ the measurement declares) pooled over cells and fits is χ² with that many degrees of
   freedom if the noise is as declared; too little of it (the lower tail) fails;
 - **selection law**: under the exponential mechanism the chance that a selection picks a best-scored candidate
-  is known from its scores and ε; picking it more often than that law allows (a one-sided binomial-type z test
-  over every selection of every fit) fails: the selection read the data without its noise.
+  is known from its scores and ε; picking it more often than that law allows (one-sided, the number of such
+  picks against its exact Poisson-binomial law over every selection of every fit) fails: the selection read
+  the data without its noise.
 
 Each check is one-sided at the audit's confidence: a correct synthesizer fails it at most that often."""
 
@@ -31,6 +32,10 @@ import numpy as np
 #: the ledger columns a synthesizer's ``stage: spending`` returns for each fit
 LEDGER = ("rho_measurements", "rho_selections", "measurements", "columns", "selections", "noise_ss", "noise_cells",
           "argmax_hits", "argmax_expected", "argmax_variance", "rho_declared", "epsilon_synthesizer")
+
+#: each fit's row then holds every selection's chance of a best-scored pick under its declared law (0 past its last)
+SELECTIONS_KEPT = 256
+WIDTH = len(LEDGER) + SELECTIONS_KEPT
 
 #: the relative slack of the spending checks: floating-point sums of the same ρ in another order, and two binary
 #: searches (the synthesizer's conversion of (ε, δ) to ρ, OpenDP's) stopping a few digits apart
@@ -56,9 +61,10 @@ def check_spending(rows: np.ndarray, epsilon: float, delta: float, confidence: f
     if allowed_rho is None:
         from censusrecon.synth.audit import opendp_rho as allowed_rho
     rows = np.asarray(rows, dtype=np.float64)
-    if rows.ndim != 2 or rows.shape[1] != len(LEDGER) or not len(rows):
-        raise ValueError(f"a spending ledger has one row of {len(LEDGER)} columns per fit ({', '.join(LEDGER)}); "
-                         f"got shape {rows.shape}")
+    if rows.ndim != 2 or rows.shape[1] not in (len(LEDGER), WIDTH) or not len(rows):
+        raise ValueError(f"a spending ledger has one row of {len(LEDGER)} columns per fit ({', '.join(LEDGER)}), "
+                         f"then the selections' chances ({WIDTH} in all); got shape {rows.shape}")
+    chances = rows[:, len(LEDGER):].ravel() if rows.shape[1] == WIDTH else None
     c = {k: rows[:, i] for i, k in enumerate(LEDGER)}
     spent = c["rho_measurements"] + c["rho_selections"]
     declared = float(c["rho_declared"].max())
@@ -96,12 +102,15 @@ def check_spending(rows: np.ndarray, epsilon: float, delta: float, confidence: f
                                    f"{ss:.4g} over {int(cells):,} cells, p = {p_noise:.2g}): they spend more than "
                                    "the ledger says")
     hits, expected, var = (float(c[k].sum()) for k in ("argmax_hits", "argmax_expected", "argmax_variance"))
-    z = (hits - expected) / math.sqrt(var) if var > 0 else 0.0
-    p_law = float(norm.sf(z)) if var > 0 else 1.0
+    if chances is not None and c["selections"].max() <= SELECTIONS_KEPT:  # exact: the hits' Poisson-binomial law
+        p_law = poisson_binomial_sf(chances[chances > 0], int(round(hits)))
+        how = "exact"
+    else:  # the normal approximation (conservative where chances are large: the hits cannot pass their number)
+        z = (hits - expected) / math.sqrt(var) if var > 0 else 0.0
+        p_law = float(norm.sf(z)) if var > 0 else (0.0 if hits > expected + 0.5 else 1.0)
+        how = "normal approximation"
     info.update(selections=int(c["selections"].sum()), best_picked=int(hits), best_expected=round(expected, 3),
-                selection_p_value=p_law)
-    if var <= 0 and hits > expected + 0.5:
-        p_law = 0.0
+                selection_p_value=p_law, selection_test=how)
     checks["selection_law"] = (
         "pass" if p_law >= 1 - confidence else
         f"fail: its selections picked a best-scored marginal {int(hits)} times of {int(c['selections'].sum())}, where "
@@ -110,6 +119,20 @@ def check_spending(rows: np.ndarray, epsilon: float, delta: float, confidence: f
     if not c["selections"].sum():
         checks["selection_law"] = "not applicable: no selection was recorded"
     return checks, info
+
+
+def poisson_binomial_sf(chances: np.ndarray, k: int) -> float:
+    """P(S ≥ k) for S a sum of independent Bernoulli(chances): each selection's best-scored pick.
+
+    >>> round(poisson_binomial_sf(np.full(4, 0.5), 4), 4), poisson_binomial_sf(np.array([0.2, 0.9]), 0)
+    (0.0625, 1.0)
+    """
+    pmf = np.zeros(len(chances) + 1)
+    pmf[0] = 1.0
+    for q in np.clip(np.asarray(chances, dtype=np.float64), 0.0, 1.0):
+        pmf[1:] = pmf[1:] * (1 - q) + pmf[:-1] * q
+        pmf[0] *= 1 - q
+    return float(min(1.0, pmf[max(k, 0):].sum()))
 
 
 def selection_power(rows: np.ndarray) -> float:

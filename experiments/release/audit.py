@@ -37,7 +37,7 @@ from censusrecon.experiments.release.program import one_way_inputs, program_inpu
 from censusrecon.experiments.release.publish import ReleaseSpec, publish
 from censusrecon.experiments.release.topdown import publish_topdown, topdown_root, topdown_shape, topdown_tree
 from censusrecon.synth.audit import clopper_pearson, gaussian_rho_spent, opendp_rho
-from censusrecon.synth.spending import LEDGER, check_spending
+from censusrecon.synth.spending import WIDTH, check_spending
 from censusrecon.synth.topdown import Budget, QUERIES
 from censusrecon.experiments.results import check_backend, on_ray
 
@@ -1671,7 +1671,7 @@ def _ledger_checks(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tu
     (:func:`synth.spending.check_spending`); its figures prefixed ``spending_``."""
     stage = spec.model_copy(update={"params": {**spec.params, **spec.spending.params}})
     ledger = run_program(cfg, stage, inputs, eps, spec.spending.runs, program_seed(*where, "spending"),
-                         width=len(LEDGER))
+                         width=WIDTH)
     checks, info = check_spending(ledger, eps, spec.spending.delta, cfg.release.audit.confidence)
     return checks, {"spending_" + k: v for k, v in info.items()}
 

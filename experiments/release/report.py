@@ -856,6 +856,17 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
                                                       else " **EXCEEDS**"),
                     a.runs, a.outcome if a.passed else f"**{a.outcome}**", a.checks_summary()] for a in audits],
                   numeric={1, 2, 3})
+    ledgers = spending_rows(audits)
+    if ledgers:
+        doc.p("**Synthesizers audited where their privacy is spent** (`spending`): every Gaussian measurement and every "
+              "selection of real fits of each unit, recorded as the library makes them. ρ spent is the most any fit's "
+              "recorded steps spent (by their own σ and ε), beside the ρ the synthesizer declares and what OpenDP's "
+              "conversion allows for its (ε, δ); noise is Σ(noise/σ)² over cells (1 if the noise is as declared, "
+              "smaller if it is not); best picks are the selections that chose a best-scored marginal, beside the "
+              "exponential mechanism's expectation. The empirical ε lower bound is from whole releases and first "
+              "measurements of neighbours (above): a lower bound, not a certificate; the ledger decides.")
+        doc.table(["mechanism", "declared ε", "empirical ε lower bound", "ρ spent", "ρ declared", "ρ OpenDP allows",
+                   "noise / declared", "best picks (expected)", "fits", "outcome"], ledgers, numeric={1, 2, 3, 4, 5, 6})
     doc.h(2, "Ledger")
     doc.p(f"{len(entries)} releases recorded in `ledger.json` (relation, sensitivity, ε, scale, backend, where n and "
           "the block list come from). Every ε above is per release; releasing several of them about the same persons "
@@ -866,6 +877,35 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
                                                  " A public choice: no person decides which units are released."))
     md, _ = doc.write(run_dir, "report", f"Release evaluation: {cfg.name}")
     return md
+
+
+def spending_rows(audits: list) -> list[list]:
+    """A row per synthesizer and ε audited by its spending ledger: its empirical ε lower bound beside the declared
+    ε, and the ledger's figures over its units (the most ρ spent; noise and best picks pooled).
+
+    >>> from censusrecon.synth.audit import AuditResult
+    >>> unit = {"spending_rho_spent": 0.0035, "spending_rho_declared": 0.0036, "spending_rho_allowed_opendp": 0.0036,
+    ...         "spending_noise_ss_over_cells": 1.02, "spending_noise_cells": 100, "spending_best_picked": 3,
+    ...         "spending_best_expected": 2.5, "spending_fits": 3}
+    >>> a = AuditResult("program:mst", 0.5, 0.0, 10, 0.99, "e", {"spending": "pass"}, {"per_unit": {"u": unit}})
+    >>> spending_rows([a])
+    [['program:mst', '0.5', '0.000', '0.0035', '0.0036', '0.0036', '1.020', '3 (2.5)', 3, 'passed']]
+    """
+    out = []
+    for a in audits:
+        units = [u for u in (a.details.get("per_unit") or {}).values() if "spending_rho_spent" in u]
+        if not units:
+            continue
+        cells = sum(u["spending_noise_cells"] for u in units)
+        noise = sum(u["spending_noise_ss_over_cells"] * u["spending_noise_cells"] for u in units) / max(cells, 1)
+        out.append([a.mechanism, f"{a.declared_epsilon:g}", f"{a.epsilon_lower_bound:.3f}",
+                    f"{max(u['spending_rho_spent'] for u in units):.4g}",
+                    f"{max(u['spending_rho_declared'] for u in units):.4g}",
+                    f"{max(u['spending_rho_allowed_opendp'] for u in units):.4g}", f"{noise:.3f}",
+                    f"{sum(u['spending_best_picked'] for u in units)} "
+                    f"({sum(u['spending_best_expected'] for u in units):.3g})",
+                    sum(u["spending_fits"] for u in units), a.outcome if a.passed else f"**{a.outcome}**"])
+    return out
 
 
 #: the verdict's status in the decision table, a few words

@@ -92,6 +92,8 @@ def _first_measurements(synth, data: pd.DataFrame, tt, columns: int) -> dict:
 #: synth.spending.LEDGER reads them, and a test holds the two equal)
 SPENDING = ("rho_measurements", "rho_selections", "measurements", "columns", "selections", "noise_ss", "noise_cells",
             "argmax_hits", "argmax_expected", "argmax_variance", "rho_declared", "epsilon_synthesizer")
+#: then each selection's chance of a best-scored pick under its declared law, in order (0 past the last)
+SELECTIONS_KEPT = 256
 
 
 class _Spent(Exception):
@@ -116,6 +118,7 @@ def _spending(synth, data: pd.DataFrame, tt, relation: str) -> list[float]:
     and its number of cells (χ² with that many degrees of freedom if the noise is as declared), how often the
     choice was a best-scored candidate beside the expected count and its variance under the declared law, the
     ρ the synthesizer declares for its (ε, δ) and that ε; ``columns`` is the data's (one first measurement each).
+    Then, for the exact test of the selections, each selection's chance (SELECTIONS_KEPT of them, 0 after).
     The fit stops after MST's last measurement (its
     estimation and sampling read the measurements only); AIM's rounds alternate selection and measurement
     with estimation, so an AIM fit runs to its end."""
@@ -206,7 +209,8 @@ def _spending(synth, data: pd.DataFrame, tt, relation: str) -> list[float]:
     rho_declared = float(module.cdp_rho(synth.epsilon, synth.delta))
     return [sum(r for r, *_ in seen), sum(r for r, *_ in picks), len(seen), len(data.columns), len(picks),
             sum(ss for _, ss, _ in seen), sum(n for _, _, n in seen), sum(h for _, h, _ in picks),
-            sum(p for *_, p in picks), sum(p * (1 - p) for *_, p in picks), rho_declared, float(synth.epsilon)]
+            sum(p for *_, p in picks), sum(p * (1 - p) for *_, p in picks), rho_declared, float(synth.epsilon)] + (
+        [p for *_, p in picks] + [0.0] * SELECTIONS_KEPT)[:SELECTIONS_KEPT]
 
 
 def _one_way_positions(cells: pd.DataFrame, tt, names: list[str]) -> list[tuple[int, int]]:
@@ -248,7 +252,7 @@ def release(persons: pd.DataFrame, cells: pd.DataFrame, domain: dict, epsilon: f
             out[r] = [seen[c][k] for c, k in where]
         return out
     if stage == "spending":
-        out = np.zeros((runs, len(SPENDING)))
+        out = np.zeros((runs, len(SPENDING) + SELECTIONS_KEPT))
         for r in range(runs):
             synth = Synthesizer.create(synthesizer, epsilon=eps_synth, delta=delta, verbose=False)
             out[r] = _spending(synth, data, tt, relation)

@@ -549,3 +549,37 @@ def test_an_epsilon_the_audit_skipped_is_never_named_by_publish(root, tiny_pop, 
     d = decide(cfg, {False: [row]}, [r for r in audits if r.declared_epsilon == 10.0], [entry], set(), None, None, None,
                released=study.units)
     assert d.mechanisms[0].action != PUBLISH
+
+
+# ---- SmartNoise Synth's MST and AIM with a bug injected into the library (tests/experiments/smartnoise_bugs.py) ---
+# The default tier runs each bug's ledger at the fewest fits that fail it (test_smartnoise_adapter.py); here the
+# whole audit of configs/agency/own_release.yaml's program, at its shipped settings, on the example's six tracts.
+
+SMARTNOISE_BUGS = [("mst_half_noise", "smartnoise_mst", "measurement_noise"),
+                   ("mst_free_selection", "smartnoise_mst", "selection_law"),
+                   ("aim_forgets_a_round", "smartnoise_aim", "spending"),
+                   (None, "smartnoise_mst", None), (None, "smartnoise_aim", None)]
+
+
+@pytest.mark.slow(seconds=900)
+@pytest.mark.parametrize("bug, program, check", SMARTNOISE_BUGS)
+def test_each_smartnoise_bug_fails_the_shipped_audit_and_the_honest_synthesizers_pass(program_agency, root, bug,
+                                                                                        program, check):
+    from tests.conftest import environment
+
+    python = root / ".venv-smartnoise" / "bin" / "python"
+    environment(python.parents[1] / ".installed", "make smartnoise-env", required=True)
+    d, over = program_agency
+    cfg = load_config(root / "configs" / "agency" / "own_release.yaml",
+                      over[:2] + ["release.mechanisms=[]", "release.files=[]", "release.audit.seed=3"])
+    [spec] = [p for p in cfg.release.programs if p.name == program]
+    if bug:
+        spec = spec.model_copy(update={"command": [str(python), str(root / "tests/experiments/smartnoise_bugs.py")],
+                                       "params": {**spec.params, "bug": bug}})
+    cfg = cfg.model_copy(update={"release": cfg.release.model_copy(update={"programs": [spec]})})
+    results = audit_release(resolve(cfg, load_population(cfg)))
+    failed = {k for r in results for k, v in r.checks.items() if str(v).startswith("fail")}
+    if bug is None:
+        assert all(r.outcome == "passed" for r in results), [(r.declared_epsilon, r.checks_summary()) for r in results]
+    else:
+        assert failed == {check}, [(r.declared_epsilon, r.failed_checks()) for r in results]

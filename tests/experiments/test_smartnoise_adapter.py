@@ -109,7 +109,7 @@ BUGS = ROOT / "tests" / "experiments" / "smartnoise_bugs.py"
 
 def _ledger(program_agency, synthesizer, eps, runs, bug=None):
     """``runs`` fits of the example's first tract, every step recorded, checked at the audit's confidence."""
-    from censusrecon.synth.spending import LEDGER, check_spending
+    from censusrecon.synth.spending import WIDTH, check_spending
 
     d, over = program_agency
     adapter = BUGS if bug else ADAPTER
@@ -124,15 +124,15 @@ def _ledger(program_agency, synthesizer, eps, runs, bug=None):
     prob = st.prepare(unit, True, pad_blocks=False)
     inputs = program_inputs(prob.private, unit, unit_layout(st, unit, True), st.blocks(unit)[0], prob.areas)
     stage = program.model_copy(update={"params": {**program.params, **program.spending.params}})
-    rows = run_program(cfg, stage, inputs, eps, runs, 11, width=len(LEDGER))
+    rows = run_program(cfg, stage, inputs, eps, runs, 11, width=WIDTH)
     return rows, check_spending(rows, eps, 1e-9, cfg.release.audit.confidence)
 
 
 def test_the_adapters_ledger_is_the_one_the_audit_reads():
     from censusrecon.synth.adapters import smartnoise_synth
-    from censusrecon.synth.spending import LEDGER
+    from censusrecon.synth.spending import LEDGER, SELECTIONS_KEPT
 
-    assert smartnoise_synth.SPENDING == LEDGER
+    assert smartnoise_synth.SPENDING == LEDGER and smartnoise_synth.SELECTIONS_KEPT == SELECTIONS_KEPT
 
 
 def test_an_honest_mst_spends_what_it_declares_and_its_noise_and_selections_follow_their_laws(program_agency):

@@ -45,3 +45,20 @@ def test_noise_within_chance_of_its_declared_sigma_passes_and_a_malformed_ledger
     assert check_spending(_ledger(noise_ss=ss), 0.5, 1e-9, 0.999, ALLOWED)[0]["measurement_noise"] == "pass"
     with pytest.raises(ValueError, match="one row of 12 columns per fit"):
         check_spending(np.zeros((2, 5)), 0.5, 1e-9, 0.999, ALLOWED)
+
+
+def test_the_selection_law_is_tested_exactly_on_each_selections_chance():
+    """With each selection's chance of a best pick in the ledger, the test is the exact Poisson-binomial tail: a
+    best pick every time among 12 selections of chance 0.5 has probability 0.5^12 = 2.4e-4."""
+    from censusrecon.synth.spending import SELECTIONS_KEPT, WIDTH
+
+    base = _ledger(fits=3, argmax_hits=4, argmax_expected=2.0, argmax_variance=1.0)
+    chances = np.zeros((3, SELECTIONS_KEPT))
+    chances[:, :4] = 0.5
+    rows = np.hstack([base, chances])
+    assert rows.shape[1] == WIDTH
+    checks, info = check_spending(rows, 0.5, 1e-9, 0.999, ALLOWED)
+    assert info["selection_test"] == "exact" and info["selection_p_value"] == pytest.approx(0.5 ** 12)
+    assert checks["selection_law"].startswith("fail: ")
+    checks, info = check_spending(rows, 0.5, 1e-9, 0.9999, ALLOWED)  # 2.4e-4 is within chance at 1e-4
+    assert checks["selection_law"] == "pass"
