@@ -266,3 +266,15 @@ def test_the_published_record_holds_every_2010_figure_the_population_is_held_to(
     assert held["by_block_size"] == {**{k: list(v) for k, v in describe.TARGETS_BY_BIN.items()},
                                      "unique_bin38_published": list(describe.UNIQUE_BIN38_PUBLISHED)}
     assert held["by_block_size_tolerance"] == {k: list(v) for k, v in describe.TOLERANCE_BY_BIN.items()}
+
+
+def test_the_bureaus_figures_the_reports_print_are_the_published_records():
+    """The Bureau's figures printed beside ours (experiments/report.py) are the record's, figure for figure."""
+    from censusrecon.experiments import report
+
+    held = json.loads((ROOT / "docs/published/census_2010.json").read_text())["figures"]["held_by_experiments_report"]
+    assert held["reid_precision"] == {f"{a} {g}": v for (a, g), v in report.BUREAU_REID.items()}
+    assert held["solvar_percentiles"] == {str(k): v for k, v in report.BUREAU_SOLVAR_PERCENTILES.items()}
+    assert held["hdf_agreement"] == list(report.BUREAU_HDF_AGREEMENT)
+    assert held["by_size"] == {k: list(v) for k, v in report.BUREAU_BY_SIZE.items()}
+    assert held["overall"] == list(report.BUREAU_OVERALL)
