@@ -555,16 +555,18 @@ def test_an_epsilon_the_audit_skipped_is_never_named_by_publish(root, tiny_pop, 
 # The default tier runs each bug's ledger at the fewest fits that fail it (test_smartnoise_adapter.py); here the
 # whole audit of configs/agency/own_release.yaml's program, at its shipped settings, on the example's six tracts.
 
-SMARTNOISE_BUGS = [("mst_half_noise", "smartnoise_mst", "measurement_noise"),
-                   ("mst_free_selection", "smartnoise_mst", "selection_law"),
-                   ("aim_forgets_a_round", "smartnoise_aim", "spending"),
-                   (None, "smartnoise_mst", None), (None, "smartnoise_aim", None)]
+#: (bug, program, the ledger check that must fail it, the other checks that may see it too: half the noise on the
+#: one-way marginals is also more ρ than their share, which the first measurements' check sees at ε = 8)
+SMARTNOISE_BUGS = [("mst_half_noise", "smartnoise_mst", "measurement_noise", {"measurements_scale"}),
+                   ("mst_free_selection", "smartnoise_mst", "selection_law", set()),
+                   ("aim_forgets_a_round", "smartnoise_aim", "spending", set()),
+                   (None, "smartnoise_mst", None, set()), (None, "smartnoise_aim", None, set())]
 
 
 @pytest.mark.slow(seconds=900)
-@pytest.mark.parametrize("bug, program, check", SMARTNOISE_BUGS)
+@pytest.mark.parametrize("bug, program, check, also", SMARTNOISE_BUGS)
 def test_each_smartnoise_bug_fails_the_shipped_audit_and_the_honest_synthesizers_pass(program_agency, root, bug,
-                                                                                        program, check):
+                                                                                        program, check, also):
     from tests.conftest import environment
 
     python = root / ".venv-smartnoise" / "bin" / "python"
@@ -582,4 +584,4 @@ def test_each_smartnoise_bug_fails_the_shipped_audit_and_the_honest_synthesizers
     if bug is None:
         assert all(r.outcome == "passed" for r in results), [(r.declared_epsilon, r.checks_summary()) for r in results]
     else:
-        assert failed == {check}, [(r.declared_epsilon, r.failed_checks()) for r in results]
+        assert check in failed and failed <= {check} | also, [(r.declared_epsilon, r.failed_checks()) for r in results]

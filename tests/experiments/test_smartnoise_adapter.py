@@ -159,8 +159,7 @@ def test_each_synthesizer_bug_fails_the_check_that_sees_it(program_agency, bug, 
     assert [k for k, v in checks.items() if v.startswith("fail")] == [check], checks
 
 
-@pytest.mark.slow(seconds=150)
 def test_an_honest_aim_passes_its_ledger(program_agency):
     rows, (checks, info) = _ledger(program_agency, "aim", 0.5, 3)
     assert checks == {"spending": "pass", "measurement_noise": "pass", "selection_law": "pass"}, checks
-    assert info["measurements_per_fit"] - 5 == info["selections_per_fit"]  # each round: a selection, a marginal
+    assert info["measurements_per_fit"] - 5 == pytest.approx(info["selections_per_fit"])  # a selection, a marginal
