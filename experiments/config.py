@@ -595,6 +595,10 @@ class ReleaseProgramConfig(_Strict):
         "be the same law as the batches' (a program that behaves differently when asked for one release fails)")
     single_runs: int = Field(50, ge=10, description="calls: batch: the releases drawn one per call (each its own seed) "
                              "beside the batches")
+    single_units: int | None = Field(None, ge=1, description="calls: batch: the first units of the audit on which those "
+                                     "releases one per call are drawn (the call-shape check); null: every unit. For a "
+                                     "program slow to call (a Spark job each), whose call shape does not depend on "
+                                     "the unit")
 
     @model_validator(mode="after")
     def _one(self):

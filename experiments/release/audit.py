@@ -189,10 +189,8 @@ def audit_job(study: Study, plan: AuditPlan, wb: bool, eps: float, cache: dict, 
         if bar is not None:
             bar.update(1, f"{mech} at ε = {eps:g}")
     for spec in r.programs:
-        whole = len(units) if spec.spending is None else spec.spending.whole_units  # the first units: whole releases
         res = _combine_units(PROGRAM_PREFIX + spec.name, eps,
-                             [audit_program(study, spec, u, wb, eps, seed, cache, whole=k < whole)
-                              for k, u in enumerate(units)])
+                             [audit_program(study, spec, u, wb, eps, seed, cache, index=k) for k, u in enumerate(units)])
         res.details.update(published_through=PROGRAM_PREFIX + spec.name, **common)
         out.append(res)
         if bar is not None:
@@ -1507,7 +1505,7 @@ def _tail_from_stats(stats: list, gaussian: bool, expected: float = 30.0) -> flo
 
 
 def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool, eps: float, seed: int,
-                  cache: dict, *, whole: bool = True):
+                  cache: dict, *, index: int = 0):
     """The black-box audit of a program at ``eps`` on ``unit``'s own D: ``runs`` whole releases of D and
     of each real neighbour of it (:func:`experiments.release.audit._real_pairs`: a person moved between
     blocks of different areas, changed to the rarest and the commonest type, the type in most cells;
@@ -1516,15 +1514,18 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
     single outputs and on a discriminant fitted on half the releases). With the program's declared
     noise family, the checks from output minus truth over every published copy: the ε its noise
     spends per pair (each cell's scale bounded above from its own draws), the shape and far tail per
-    table, and independence across cells and releases. A synthesizer audited by its spending ledger
-    (``spec.spending``) has its ledger checked on every unit, and whole releases (D and its strongest
-    neighbour: each is a fit) drawn only where ``whole``: the first ``spending.whole_units`` units."""
+    table, and independence across cells and releases. ``index``: the unit's place in the audit's list. A
+    synthesizer audited by its spending ledger (``spec.spending``) has its ledger checked on every unit, and
+    whole releases (D and its strongest neighbour: each is a fit) drawn only on the first
+    ``spending.whole_units``; a program called in batches has its releases one per call (the call shape) drawn
+    on the first ``single_units`` (default every unit)."""
     cfg = study.cfg
     a = cfg.release.audit
     runs = spec.audit_runs or a.runs
     mech = PROGRAM_PREFIX + spec.name
-    if spec.spending is not None and not whole:
+    if spec.spending is not None and index >= spec.spending.whole_units:
         return _audit_ledger_only(study, spec, unit, wb, eps, seed, cache)
+    shape_here = spec.single_units is None or index < spec.single_units
     _, _, _, exact, pairs, pair_counts, _ = _unit_instance(study, unit, wb, cache)
     layout, inputs, pair_inputs = _program_instance(study, unit, wb, cache)
     y1_rows = program_draws(cfg, spec, inputs, eps, runs, (seed, unit, wb, eps, "D"))
@@ -1534,9 +1535,11 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
     noise = y1_rows - exact[row_query][None, :]
     single = single_rows = None
     one_per_call = spec if spec.calls == "single" else spec.model_copy(update={"calls": "single"})
-    if spec.calls == "batch":  # the shape publication uses, beside the batches the audit's power comes from
-        single_rows = program_draws(cfg, one_per_call, inputs, eps, spec.single_runs, (seed, unit, wb, eps, "single"))
-        single = single_rows - exact[row_query][None, :]
+    if spec.calls == "batch":  # the shape publication uses, beside the batches the audit's power comes from (one
+        # release only where the call shape is drawn on other units: the seed check's first call)
+        single_rows = program_draws(cfg, one_per_call, inputs, eps, spec.single_runs if shape_here else 1,
+                                    (seed, unit, wb, eps, "single"))
+        single = single_rows - exact[row_query][None, :] if shape_here else None
     checks: dict = {}
     bounds, spent, every_noise = [], [], [noise] + ([single] if single is not None else [])
     strongest = _strongest_pair(exact, pair_counts) if spec.spending is not None else None
@@ -1571,7 +1574,10 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
                           "operating system's randomness, written nowhere), and so must whoever publishes with it"
                           if np.array_equal(again, first) else
                           "not applicable: two calls with the same seed gave different releases (fresh randomness)")
-    if single is not None:
+    if spec.calls == "batch" and not shape_here:
+        checks["call_shape"] = (f"not applicable: its releases one per call were drawn on the first {spec.single_units} "
+                                "unit(s) of the audit (release.programs[].single_units)")
+    elif single is not None:
         checks["call_shape"], info["call_shape_p_value"] = _call_shape_check(noise, single, a.confidence,
                                                                                spec.single_runs)
     else:

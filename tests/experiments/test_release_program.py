@@ -323,3 +323,19 @@ def test_a_missing_program_environment_fails_before_any_work_naming_its_make_tar
         assert f"{missing} does not exist" in err and "make tumult-env" in err, err
         assert time.perf_counter() - t0 < 60  # before any release is made (measured: about a second)
         assert not list((tmp_path / "r").rglob("*.parquet"))  # nothing released or attacked
+
+
+def test_the_call_shape_is_drawn_on_the_first_single_units_and_still_catches_a_program_halved_when_single(agency):
+    """single_units: 1 draws the releases one per call on the audit's first unit only (a Spark job each, for
+    Tumult); the program that halves its noise for one release is still caught there, and the other unit's
+    call_shape says where it was drawn."""
+    _, over = agency
+    _, study = _program(over, f"{{name: h, function: '{Path(__file__)}:halved_when_single', noise: laplace, "
+                              "calls: batch, single_runs: 20, single_units: 1}", "release.audit.runs=1000",
+                        "target.units=2")
+    [r] = audit_release(study, seed=5)
+    first, second = r.details["per_unit"].values()
+    assert first["checks"]["call_shape"].startswith("fail"), first["checks"]
+    assert second["checks"]["call_shape"].startswith("not applicable: its releases one per call were drawn on the "
+                                                     "first 1 unit(s)"), second["checks"]
+    assert r.outcome == "failed" and r.checks["call_shape"].startswith("fail")
