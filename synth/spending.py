@@ -8,8 +8,8 @@ given ``stage: spending``, records every such step of ``runs`` real fits of the 
 them, never trusting a figure the synthesizer computes for itself:
 
 - **spending**: what the recorded steps spend by their own parameters (each marginal ρ = Δ²/2σ², Δ² = 1 under
-  add/remove, 2 under replace-one; each selection ρ = ε²/8, its ε scaled by the scores' true sensitivity over the
-  one the mechanism was given) must not exceed the ρ the synthesizer declares for its (ε, δ), and that ρ must not
+  add/remove, 2 under replace-one; each selection ρ = ε²/8, its ε doubled under replace-one; the sensitivity the
+  library gives its exponential mechanism is taken as the scores' under add/remove, not checked) must not exceed the ρ the synthesizer declares for its (ε, δ), and that ρ must not
   exceed what OpenDP's conversion allows for the same (ε, δ), and that ε the release's; every marginal measured
   after the first one per column must have been chosen by a recorded selection (one chosen from the data without
   a selection spends privacy nobody counted);

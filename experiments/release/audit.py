@@ -1645,8 +1645,7 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
         checks["post_processing"] = ("not applicable: a black box shows its outputs only, not the measurements it "
                                      "post-processes; its outputs are what the bound and the noise checks test")
     if spec.spending is not None:
-        checks["post_processing"] = ("not applicable: what follows its recorded measurements and selections (the "
-                                     "model's estimation, the sampling) is the library's post-processing of them")
+        checks["post_processing"] = LEDGER_POST_PROCESSING
     reach = bound_reach(runs, pair_conf)
     info["bound_reach"] = round(reach, 4)
     if reach < eps:
@@ -1671,6 +1670,11 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
     return AuditResult(mech, eps, best[0], runs, a.confidence, best[1], checks, details)
 
 
+#: the post-processing check's line for a synthesizer audited by its spending ledger
+LEDGER_POST_PROCESSING = ("not applicable: what follows its recorded measurements and selections (the model's "
+                          "estimation, the sampling) is the library's post-processing of them")
+
+
 def _ledger_checks(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tuple, eps: float,
                    where: tuple) -> tuple[dict, dict]:
     """The synthesizer's spending ledger from ``spending.runs`` fits of the unit's D, checked
@@ -1687,8 +1691,7 @@ def _audit_ledger_only(study: Study, spec: ReleaseProgramConfig, unit: str, wb: 
     """A unit past ``spending.whole_units``: the synthesizer's ledger on the unit's own D, no whole release."""
     _, inputs, _ = _program_instance(study, unit, wb, cache)
     checks, info = _ledger_checks(study.cfg, spec, inputs, eps, (seed, unit, wb, eps))
-    checks["post_processing"] = ("not applicable: what follows its recorded measurements and selections (the "
-                                 "model's estimation, the sampling) is the library's post-processing of them")
+    checks["post_processing"] = LEDGER_POST_PROCESSING
     details = dict(info, unit=unit, program_runs=0, audited_on="the unit's own D, the synthesizer's recorded steps",
                    whole_releases="none on this unit (release.programs[].spending.whole_units): its ledger stands in")
     return AuditResult(PROGRAM_PREFIX + spec.name, eps, 0.0, 0, study.cfg.release.audit.confidence,

@@ -113,8 +113,9 @@ def _spending(synth, data: pd.DataFrame, tt, relation: str) -> list[float]:
     measurement (its noisy marginal, the standard deviation it declares, and the true marginal of the data it
     measured, counted here) and each selection by the exponential mechanism (its scores, ε, sensitivity and
     choice). Returns SPENDING: the ρ they spend by their declared parameters under ``relation`` (a marginal's
-    L2 sensitivity 1 under add/remove, √2 under replace-one; a selection's ε scaled by the scores' true
-    sensitivity, 1 or 2 times the one it was given, over the one it used: ε²/8 each), the noise's Σ((y − x)/σ)²
+    L2 sensitivity 1 under add/remove, √2 under replace-one; a selection's ε, doubled under
+    replace-one: ε²/8 each; the sensitivity the library passes its exponential mechanism is taken as the scores'
+    under add/remove, not checked), the noise's Σ((y − x)/σ)²
     and its number of cells (χ² with that many degrees of freedom if the noise is as declared), how often the
     choice was a best-scored candidate beside the expected count and its variance under the declared law, the
     ρ the synthesizer declares for its (ε, δ) and that ε; ``columns`` is the data's (one first measurement each).
