@@ -36,9 +36,14 @@ def _cfg(root, *over):
 
 
 def _failures(results):
-    return {r.mechanism: {k: v for k, v in r.checks.items() if str(v).startswith("fail")}
-            | ({"bound": r.epsilon_lower_bound} if r.epsilon_lower_bound > r.declared_epsilon else {})
-            for r in results if not r.passed}
+    """Each failed mechanism's failed checks over all its results (every ε): one ε's failures never hide another's."""
+    bad: dict = {}
+    for r in results:
+        if not r.passed:
+            bad.setdefault(r.mechanism, {}).update(
+                {k: v for k, v in r.checks.items() if str(v).startswith("fail")}
+                | ({"bound": r.epsilon_lower_bound} if r.epsilon_lower_bound > r.declared_epsilon else {}))
+    return bad
 
 
 # ---- the bugs -----------------------------------------------------------------------------------------------------
