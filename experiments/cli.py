@@ -65,10 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--reaudit", action="store_true",
                     help="audit a finished evaluation again (its earlier report, audit and decision are kept under "
                          "earlier/)")
-    ev.add_argument("--backend", choices=["local", "ray"], default="local",
-                    help="local: one process; ray: each unit, and each (BLOCK variant, ε) of the audit, a task on a Ray "
-                         "cluster (pip install 'censusrecon[ray]'); either resumes after a kill, evaluating only the "
-                         "units not done")
+    ev.add_argument("--backend", choices=["local", "ray"], default=None,
+                    help="local: one process; ray: each unit, and each (BLOCK variant, ε, mechanism) of the audit, a "
+                         "task on a Ray cluster (pip install 'censusrecon[ray]'); either resumes after a kill, "
+                         "evaluating only the units not done (default: the units here, the audit where "
+                         "release.audit.backend says)")
     ev.add_argument("--address", default=None, help="address of a running Ray cluster (default: start a local one "
                     "with sweep.num_cpus CPUs)")
     au = sub.add_parser("audit", help="audit the publishing code of every mechanism at the config's ε values",
@@ -82,9 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--seed", type=int, default=None, help="the audit's noise key (default: release.audit.seed, else "
                     "fresh); a re-run under another seed is another audit, never a replacement for a failed one")
     au.add_argument("--json", action="store_true", help="print one JSON object per (mechanism, ε) instead of a table")
-    au.add_argument("--backend", choices=["local", "ray"], default="local",
-                    help="local: one process; ray: each (BLOCK variant, ε) a task on a Ray cluster (pip install "
-                         "'censusrecon[ray]'); the same results")
+    au.add_argument("--backend", choices=["local", "ray"], default=None,
+                    help="local: one process; ray: each (BLOCK variant, ε, mechanism or program) a task on a Ray "
+                         "cluster (pip install 'censusrecon[ray]'); the same results (default: release.audit.backend, "
+                         "else local)")
     au.add_argument("--address", default=None, help="address of a running Ray cluster (default: start a local one "
                     "with sweep.num_cpus CPUs)")
     qs = sub.add_parser("queries", help="what a config publishes, per target unit, without attacking",

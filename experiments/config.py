@@ -478,6 +478,10 @@ class AuditConfig(_Strict):
                             "block drawn at random) also replayed: post-processing may read nothing "
                             "but the measurements and the public facts, so any data must give the same output; a "
                             "tie broken or a rounding steered by the true counts shows at once")
+    backend: Literal["local", "ray"] = Field(
+        "local", exclude=True, description="where `censusrecon audit` runs the audit unless --backend says: local (one "
+        "process) or ray (each (BLOCK variant, ε, mechanism or program) a task on a local Ray cluster of sweep.num_cpus "
+        "CPUs: the same results); not part of the config's digest")
     units: Literal["all"] | int = Field("all", description="the units audited: all released units (the default: "
                                         "a decision to publish covers only what was audited), or a sample of this "
                                         "many (at least 4): the smallest, the median, the largest and one drawn with "

@@ -56,7 +56,8 @@ CHUNK_VALUES = 20_000_000
 
 
 def audit_release(study: Study, units: list[str] | None = None, progress: bool = False,
-                  seed: int | None = None, backend: str = "local", address: str | None = None) -> list[AuditResult]:
+                  seed: int | None = None, backend: str | None = None, address: str | None = None
+                  ) -> list[AuditResult]:
     """Audit every configured mechanism at every audited ε of the config through the functions that publish
     (:func:`experiments.release.publish.publish`, :func:`experiments.release.topdown.publish_topdown`), on
     the real units' private data.
@@ -72,9 +73,10 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     audit's noise (default ``release.audit.seed``, else fresh), recorded in every result.
 
     Each (BLOCK variant, ε) is one job (:func:`audit_job`): run here in turn, sharing the real instances
-    between the ε of a variant, or, ``backend="ray"``, one Ray task each (``address`` to join a cluster;
-    default a local one with ``sweep.num_cpus`` CPUs), each resolving the config again: the same results,
-    in the same order (every draw is keyed by the seed, the unit and the ε, never by what ran before).
+    between the ε of a variant, or, ``backend="ray"``, one Ray task per job and mechanism or program
+    (``address`` to join a cluster; default a local one with ``sweep.num_cpus`` CPUs), each resolving the
+    config again: the same results, in the same order (every draw is keyed by the seed, the unit and the ε,
+    never by what ran before). ``backend`` None: ``release.audit.backend``.
     """
     import secrets
 
@@ -82,6 +84,7 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     r = cfg.release
     if r is None:
         raise ConfigError("this config has no 'release' section: nothing to audit")
+    backend = backend or r.audit.backend
     check_backend(backend)
     if seed is None:
         seed, seed_source = (r.audit.seed, "given") if r.audit.seed is not None else (secrets.randbits(31), "fresh")
@@ -106,7 +109,7 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     bar = UnitProgress(len(jobs) * per_job, "audits", progress, estimate=True)
     if progress:
         bar.say(f"audit: {len(jobs) * per_job} (mechanism, ε) pairs on {len(units)} units ({', '.join(units)}), "
-                f"seed {seed}" + (f", {len(jobs)} Ray tasks" if backend == "ray" else ""))
+                f"seed {seed}" + (f", {len(jobs) * per_job} Ray tasks" if backend == "ray" else ""))
     plan = AuditPlan(list(units), roles, seed, seed_source)
     out = []
     try:
@@ -136,27 +139,30 @@ class AuditPlan:
         return next((u for u, role in self.roles.items() if role == "largest"), self.units[0])
 
 
-def audit_job(study: Study, plan: AuditPlan, wb: bool, eps: float, cache: dict, bar=None) -> list[AuditResult]:
+def audit_job(study: Study, plan: AuditPlan, wb: bool, eps: float, cache: dict, bar=None,
+              only: str | None = None) -> list[AuditResult]:
     """One (BLOCK variant, ε) of an audit: every DP mechanism, then every release program, in config order, each
     audited on its own through its own publishing function (two mechanisms of one family never share a result);
     every result says which function drew it (``published_through``), the variant and the units. ``cache``
     holds the variant's real instances (its frame, its tables' pairs, its trees), shared by the ε of one
-    process; a fresh one gives the same results."""
+    process; a fresh one gives the same results. ``only``: that mechanism or program (by its result's name)
+    alone, as a Ray task audits it."""
     cfg = study.cfg
     r = cfg.release
     seed, units = plan.seed, plan.units
-    mechanisms = r.dp_mechanisms
+    mechanisms = [m for m in r.dp_mechanisms if only in (None, m)]
+    programs = [p for p in r.programs if only in (None, PROGRAM_PREFIX + p.name)]
     common = {"audit_seed": seed, "audit_seed_source": plan.seed_source, "audited_units": list(units),
               "unit_roles": plan.roles, "with_block": wb}
     if r.backend == "opendp":
         common["noise_drawn"] = ("whole releases, the structure and the replay through OpenDP, as published; the "
                                  "bound's releases per neighbour through the same code with the audit's keyed noise")
-    if "audit_frame" not in cache:
+    if "audit_frame" not in cache and mechanisms:  # programs use neither the frame nor the block list
         frame, _ = _frame(study, plan.anchor, wb)
         relation = parse_relation(r.relation)
         cache["audit_frame"] = (_block_list_check(study, plan.anchor) if wb else None,
                                 _histogram_pair(frame, relation), _histogram_pair(frame, relation, cells=SMOOTHED_CELLS))
-    blocks_check, small, smallest = cache["audit_frame"]
+    blocks_check, small, smallest = cache.get("audit_frame", (None, None, None))
     out = []
     for mech in mechanisms:
         family = registry.mechanism(mech).audit
@@ -188,7 +194,7 @@ def audit_job(study: Study, plan: AuditPlan, wb: bool, eps: float, cache: dict, 
         out.append(res)
         if bar is not None:
             bar.update(1, f"{mech} at ε = {eps:g}")
-    for spec in r.programs:
+    for spec in programs:
         res = _combine_units(PROGRAM_PREFIX + spec.name, eps,
                              [audit_program(study, spec, u, wb, eps, seed, cache, index=k) for k, u in enumerate(units)])
         res.details.update(published_through=PROGRAM_PREFIX + spec.name, **common)
@@ -198,23 +204,30 @@ def audit_job(study: Study, plan: AuditPlan, wb: bool, eps: float, cache: dict, 
     return out
 
 
-def audit_task(cfg_json: dict, base_dir: str | None, plan: AuditPlan, job: tuple[bool, float]) -> list[AuditResult]:
+def audit_task(cfg_json: dict, base_dir: str | None, plan: AuditPlan, job: tuple[bool, float, str]
+               ) -> list[AuditResult]:
     """One audit job where the config is all there is (a Ray worker): the config (at the audit's level)
-    resolved again against its data, :func:`audit_job` with a cache of its own."""
+    resolved again against its data, :func:`audit_job` of one mechanism or program with a cache of its own."""
     study = resolve(parse_config(cfg_json).with_base_dir(base_dir))
-    return audit_job(study, plan, job[0], job[1], {})
+    return audit_job(study, plan, job[0], job[1], {}, only=job[2])
 
 
 def _audit_on_ray(study: Study, plan: AuditPlan, jobs: list, address: str | None, bar) -> list[AuditResult]:
-    """The jobs as Ray tasks (through the loop the long commands share); results in job order."""
+    """Each (BLOCK variant, ε, mechanism or program) a Ray task (through the loop the long commands share), the
+    programs first (a program's calls are most of an audit's time: started first, they end first on a few
+    cores); results in :func:`audit_job`'s order."""
     cfg = study.cfg
+    r = cfg.release
+    names = [PROGRAM_PREFIX + p.name for p in r.programs] + list(r.dp_mechanisms)
+    tasks = [(wb, eps, name) for name in names for wb, eps in jobs]
     got = {}
-    for job, results in on_ray(audit_task, (cfg.model_dump(mode="json"), cfg.base_dir, plan), jobs, address,
-                               cfg.sweep.num_cpus, with_item=True):
-        got[job] = results
+    for task, results in on_ray(audit_task, (cfg.model_dump(mode="json"), cfg.base_dir, plan), tasks, address,
+                                cfg.sweep.num_cpus, with_item=True):
+        got[task] = results
         for res in results:
-            bar.update(1, f"{res.mechanism} at ε = {job[1]:g}")
-    return [res for job in jobs for res in got[job]]
+            bar.update(1, f"{res.mechanism} at ε = {task[1]:g}")
+    order = list(r.dp_mechanisms) + [PROGRAM_PREFIX + p.name for p in r.programs]
+    return [res for wb, eps in jobs for name in order for res in got[(wb, eps, name)]]
 
 
 def record_audit(history: Path, results: list[AuditResult], code: str) -> list[dict]:

@@ -125,7 +125,7 @@ def keep_earlier(run_dir: Path) -> Path | None:
 
 
 def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", progress: bool = True,
-                     reaudit: bool = False, backend: str = "local", address: str | None = None) -> Path:
+                     reaudit: bool = False, backend: str | None = None, address: str | None = None) -> Path:
     """Release → attack → compare with the exact-table attack and the baselines, per ε and mechanism;
     audit; decide (``decision.json``); report. A finished evaluation of the same code, config and inputs
     is not run again and changes no file, unless ``reaudit`` (then its audit runs again, and the earlier
@@ -133,8 +133,10 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
 
     Each unit's evaluation is one call of :func:`evaluate_unit`, which writes the unit's files (the JSON last,
     marking it done); a call killed at any moment loses no finished unit, and the next one evaluates only those
-    not done. ``backend="ray"`` runs the units, and the audit's (BLOCK variant, ε) jobs, as Ray tasks
-    (``address`` to join a cluster; default a local one with ``sweep.num_cpus`` CPUs)."""
+    not done. ``backend="ray"`` runs the units, and the audit's (BLOCK variant, ε, mechanism) jobs, as Ray tasks
+    (``address`` to join a cluster; default a local one with ``sweep.num_cpus`` CPUs); None: the units here and
+    the audit where ``release.audit.backend`` says."""
+    audit_backend, backend = backend, backend or "local"
     check_backend(backend)
     if cfg.release is None:
         raise ConfigError("this config has no 'release' section; see configs/release_demo.yaml")
@@ -223,7 +225,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                           "this code and config (seed "
                           f"{audits[0].details.get('audit_seed')}); its result stands, so it is not run again")
         else:
-            audits = audit_release(study, progress=progress, backend=backend, address=address)
+            audits = audit_release(study, progress=progress, backend=audit_backend, address=address)
     keep_earlier(run_dir)  # a rerun (--reaudit) keeps the earlier report, audit and decision before writing its own
     risks, risk_note = measure_risks(cfg, micro)
     write_json(run_dir / "risks.json", {"note": risk_note})

@@ -47,6 +47,16 @@ def fixed_seed(persons, cells, domain, epsilon, runs, seed, relation, **params):
     return counts[None, :] + rng.geometric(q, (runs, len(cells))) - rng.geometric(q, (runs, len(cells)))
 
 
+def seeded(persons, cells, domain, epsilon, runs, seed, relation, **params):
+    """Discrete Laplace at the right scale from a generator seeded with the contract's seed: the same call gives
+    the same release (as a program given a secret seed does)."""
+    counts = true_counts(persons, cells, list(domain["attributes"]))
+    scale = most_cells_per_person(cells, domain) * (2 if relation == "replace_one" else 1) / epsilon
+    rng = np.random.default_rng(seed)
+    q = 1 - np.exp(-1 / scale)
+    return counts[None, :] + rng.geometric(q, (runs, len(cells))) - rng.geometric(q, (runs, len(cells)))
+
+
 def gaussian_half_sigma(persons, cells, domain, epsilon, runs, seed, relation, **params):
     """OpenDP's discrete Gaussian adapter with half its σ (the noise of an (ε, δ) claim at four times the ρ)."""
     meas = opendp_tables.gaussian_measurement(most_cells_per_person(cells, domain) * (2 if relation == "replace_one"
@@ -339,3 +349,26 @@ def test_the_call_shape_is_drawn_on_the_first_single_units_and_still_catches_a_p
     assert second["checks"]["call_shape"].startswith("not applicable: its releases one per call were drawn on the "
                                                      "first 1 unit(s)"), second["checks"]
     assert r.outcome == "failed" and r.checks["call_shape"].startswith("fail")
+
+
+def test_an_audit_split_per_mechanism_and_program_as_ray_runs_it_gives_the_whole_jobs_results(agency):
+    """The Ray backend runs each (variant, ε, mechanism or program) as a task of its own with a cache of its own
+    (programs first): each such piece gives exactly what it gives inside the whole job (every draw keyed by the
+    audit's seed: the simulation backend, a program seeded by the contract's seed)."""
+    from censusrecon.experiments.release.audit import AuditPlan, audit_job, unit_roles
+
+    d, over = agency
+    cfg = load_config(CONFIG, over + ["release.mechanisms=[laplace_tables]", "release.backend=simulation",
+                                      "release.audit.runs=1000",
+                                      "release.audit.whole_releases=20", "release.programs=[{name: seeded, function: "
+                                      f"'{Path(__file__)}:seeded', noise: laplace, audit_runs: 300, calls: batch, "
+                                      "single_runs: 20}]"])
+    study = resolve(cfg, load_population(cfg))
+    plan = AuditPlan(study.units, unit_roles(study, study.units), 7, "given")
+    whole = audit_job(study, plan, True, 2.0, {})
+    names = [r.mechanism for r in whole]
+    assert names == ["laplace_tables", "program:seeded"]
+    split = [r for name in reversed(names) for r in audit_job(study, plan, True, 2.0, {}, only=name)]
+    key = lambda r: (r.mechanism, r.declared_epsilon, r.epsilon_lower_bound, r.checks)  # noqa: E731
+    assert sorted(map(key, split), key=str) == sorted(map(key, whole), key=str)
+    assert audit_job(study, plan, True, 2.0, {}, only="program:nobody") == []
