@@ -333,13 +333,13 @@ def _audit(args) -> int:
 
     check_environments(cfg)  # before any work: a missing environment names its make target
     t0 = time.perf_counter()
-    results = audit_release(resolve(cfg), progress=not (args.json or args.no_progress), seed=args.seed,
-                            backend=args.backend, address=args.address)
     from censusrecon.experiments.release.audit import record_audit
     from censusrecon.experiments.release.evaluate import release_dir
     from censusrecon.experiments.results import code_fingerprint
 
     history = release_dir("results", cfg) / "audit_history.jsonl"
+    results = audit_release(resolve(cfg), progress=not (args.json or args.no_progress), seed=args.seed,
+                            backend=args.backend, address=args.address, history=history)
     earlier = record_audit(history, results, code_fingerprint())
     from censusrecon.experiments.release.evaluate import save_recorded_audit
 

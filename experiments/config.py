@@ -550,14 +550,15 @@ class ProgramSpendingConfig(_Strict):
     besides its own, returns per fit what every Gaussian measurement and every selection by the exponential
     mechanism spent (synth/spending.py's LEDGER). The audit checks the spending against the ρ the
     synthesizer declares and OpenDP's conversion, the measurements' noise against the σ they declare, and the
-    selections against their law; with it, the program's whole releases are drawn for D and its strongest real
-    neighbour only (the one that moves most cells), on the first ``whole_units`` units, for the empirical bound."""
+    selections against their law; with it, the program's whole releases are drawn for D and its worst-case
+    neighbour only (a canary: a person of a type nobody of D has, in the block with fewest persons), on the first
+    ``whole_units`` units, for the empirical bound."""
 
     params: dict = Field(default_factory=lambda: {"stage": "spending"}, description="given to the program besides its "
                          "own params to have it return its spending ledger")
     runs: int = Field(3, ge=1, description="fits of the unit's D per ε whose every step is recorded")
     whole_units: int = Field(1, ge=0, description="the first units of the audit on which whole releases are drawn too "
-                             "(audit_runs of D and of its strongest neighbour, each a fit: the empirical bound); the "
+                             "(audit_runs of D and of its canary neighbour, each a fit: the empirical bound); the "
                              "ledger alone on the others")
     delta: float = Field(gt=0, lt=1, description="the δ of the program's (ε, δ) accounting (the program's own "
                          "params.delta, if it has one, must be the same)")

@@ -84,7 +84,7 @@ def program_agency(tmp_path_factory):
     d = tmp_path_factory.mktemp("agency")
     persons, blocks = write_agency_example(d / "inputs")
     return d, [f"data.path={persons}", f"data.units_file={blocks}", "target.units=1", "release.mechanisms=[]",
-               "release.epsilons=[2.0]", "release.files=[]"]
+               "release.epsilons=[2.0]", "release.files=[]", "release.audit.backend=local"]
 
 
 #: Where the slow tier runs against a clock (``.ci/run`` after ``make test``): the epoch second by which every test

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from pathlib import Path
 import math
+import os
+import time
+from pathlib import Path
 
 import numpy as np
 
@@ -56,8 +58,8 @@ CHUNK_VALUES = 20_000_000
 
 
 def audit_release(study: Study, units: list[str] | None = None, progress: bool = False,
-                  seed: int | None = None, backend: str | None = None, address: str | None = None
-                  ) -> list[AuditResult]:
+                  seed: int | None = None, backend: str | None = None, address: str | None = None,
+                  history: Path | None = None) -> list[AuditResult]:
     """Audit every configured mechanism at every audited ε of the config through the functions that publish
     (:func:`experiments.release.publish.publish`, :func:`experiments.release.topdown.publish_topdown`), on
     the real units' private data.
@@ -76,7 +78,8 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     between the ε of a variant, or, ``backend="ray"``, one Ray task per job and mechanism or program
     (``address`` to join a cluster; default a local one with ``sweep.num_cpus`` CPUs), each resolving the
     config again: the same results, in the same order (every draw is keyed by the seed, the unit and the ε,
-    never by what ran before). ``backend`` None: ``release.audit.backend``.
+    never by what ran before). ``backend`` None: ``release.audit.backend``. ``history``: the config's audit
+    history (:func:`record_audit`), whose last audit of the same plan gives the time printed before any work.
     """
     import secrets
 
@@ -98,18 +101,19 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     eps_list = r.audited_epsilons()
     mechanisms = r.dp_mechanisms  # swapping is not DP: there is no ε to audit
     programs = list(r.programs)  # run by the tool, audited as black boxes
-    cfg = _family_level(cfg, len(eps_list) * len(cfg.target.with_block),
-                        mechanisms + [PROGRAM_PREFIX + p.name for p in programs], len(units),
-                        sum(p.measurements is not None for p in programs)
-                        + sum(TESTS["spending"]) * sum(p.spending is not None for p in programs))
+    cfg = audit_level(cfg, len(units))
     study = dataclasses.replace(study, cfg=cfg)  # the audit's own settings for this family of results
     per_job = len(mechanisms) + len(programs)
     jobs = [(wb, eps) for wb in cfg.target.with_block for eps in eps_list]
     # a line per mechanism and ε audited, with an estimate of the time left (an audit takes minutes)
     bar = UnitProgress(len(jobs) * per_job, "audits", progress, estimate=True)
+    cpus = (cfg.sweep.num_cpus or os.cpu_count() or 1) if backend == "ray" and address is None else 1
+    timed = last_timing(history, _task_order(cfg, jobs), units)
+    tasks = _task_order(cfg, jobs, timed)
     if progress:
         bar.say(f"audit: {len(jobs) * per_job} (mechanism, ε) pairs on {len(units)} units ({', '.join(units)}), "
                 f"seed {seed}" + (f", {len(jobs) * per_job} Ray tasks" if backend == "ray" else ""))
+        bar.say("audit: " + expected_time(timed, tasks, backend, cpus, address))
     plan = AuditPlan(list(units), roles, seed, seed_source)
     out = []
     try:
@@ -118,7 +122,7 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
             for wb, eps in jobs:
                 out += audit_job(study, plan, wb, eps, caches.setdefault(wb, {}), bar)
         else:
-            out = _audit_on_ray(study, plan, jobs, address, bar)
+            out = _audit_on_ray(study, plan, jobs, tasks, address, bar)
     finally:
         bar.close()
     return out
@@ -165,6 +169,7 @@ def audit_job(study: Study, plan: AuditPlan, wb: bool, eps: float, cache: dict, 
     blocks_check, small, smallest = cache.get("audit_frame", (None, None, None))
     out = []
     for mech in mechanisms:
+        t0 = time.perf_counter()
         family = registry.mechanism(mech).audit
         if family in ("tables", "fitted_tables"):
             res = _combine_units(mech, eps, [_audit_tables_unit(study, mech, u, wb, eps, seed, cache) for u in units])
@@ -190,14 +195,16 @@ def audit_job(study: Study, plan: AuditPlan, wb: bool, eps: float, cache: dict, 
                               f"{', '.join(registry.AUDIT_FAMILIES)}")
         if blocks_check is not None:
             res.checks["block_list"] = blocks_check
-        res.details.update(published_through=mech, **common)
+        res.details.update(published_through=mech, audit_seconds=round(time.perf_counter() - t0, 1), **common)
         out.append(res)
         if bar is not None:
             bar.update(1, f"{mech} at ε = {eps:g}")
     for spec in programs:
+        t0 = time.perf_counter()
         res = _combine_units(PROGRAM_PREFIX + spec.name, eps,
                              [audit_program(study, spec, u, wb, eps, seed, cache, index=k) for k, u in enumerate(units)])
-        res.details.update(published_through=PROGRAM_PREFIX + spec.name, **common)
+        res.details.update(published_through=PROGRAM_PREFIX + spec.name,
+                           audit_seconds=round(time.perf_counter() - t0, 1), **common)
         out.append(res)
         if bar is not None:
             bar.update(1, f"{PROGRAM_PREFIX + spec.name} at ε = {eps:g}")
@@ -212,14 +219,12 @@ def audit_task(cfg_json: dict, base_dir: str | None, plan: AuditPlan, job: tuple
     return audit_job(study, plan, job[0], job[1], {}, only=job[2])
 
 
-def _audit_on_ray(study: Study, plan: AuditPlan, jobs: list, address: str | None, bar) -> list[AuditResult]:
-    """Each (BLOCK variant, ε, mechanism or program) a Ray task (through the loop the long commands share), the
-    programs first (a program's calls are most of an audit's time: started first, they end first on a few
-    cores); results in :func:`audit_job`'s order."""
+def _audit_on_ray(study: Study, plan: AuditPlan, jobs: list, tasks: list, address: str | None, bar
+                  ) -> list[AuditResult]:
+    """Each (BLOCK variant, ε, mechanism or program) a Ray task (through the loop the long commands share),
+    submitted in the order of ``tasks`` (:func:`_task_order`); results in :func:`audit_job`'s order."""
     cfg = study.cfg
     r = cfg.release
-    names = [PROGRAM_PREFIX + p.name for p in r.programs] + list(r.dp_mechanisms)
-    tasks = [(wb, eps, name) for name in names for wb, eps in jobs]
     got = {}
     for task, results in on_ray(audit_task, (cfg.model_dump(mode="json"), cfg.base_dir, plan), tasks, address,
                                 cfg.sweep.num_cpus, with_item=True):
@@ -228,6 +233,93 @@ def _audit_on_ray(study: Study, plan: AuditPlan, jobs: list, address: str | None
             bar.update(1, f"{res.mechanism} at ε = {task[1]:g}")
     order = list(r.dp_mechanisms) + [PROGRAM_PREFIX + p.name for p in r.programs]
     return [res for wb, eps in jobs for name in order for res in got[(wb, eps, name)]]
+
+
+def _task_order(cfg: ExperimentConfig, jobs: list, timed: dict | None = None) -> list[tuple]:
+    """The (variant, ε, mechanism or program) tasks in the order the Ray backend submits them: the longest first
+    by ``timed`` (an earlier audit's :func:`last_timing`), so that the last to end on few cores is a short one;
+    without it the programs first (a program's calls are most of an audit's time), in the config's order."""
+    r = cfg.release
+    names = [PROGRAM_PREFIX + p.name for p in r.programs] + list(r.dp_mechanisms)
+    return _task_order_by([(wb, eps, name) for name in names for wb, eps in jobs], timed)
+
+
+def _task_order_by(tasks: list[tuple], timed: dict | None) -> list[tuple]:
+    """``tasks`` the longest first by ``timed``'s seconds (stable), or as they are without it."""
+    if not timed:
+        return list(tasks)
+    return sorted(tasks, key=lambda t: -float(timed["seconds_by_audit"][_timing_key(t[2], t[1], t[0])]))
+
+
+def last_timing(history: Path | None, tasks: list[tuple], units: list[str]) -> dict | None:
+    """The last audit in ``history`` (:func:`record_audit`'s lines) of the same ``units`` that timed every one of
+    ``tasks``, or None."""
+    import json
+
+    keys = [_timing_key(name, eps, wb) for wb, eps, name in tasks]
+    last = None
+    if history is not None and history.exists():
+        for line in history.read_text().splitlines():
+            e = json.loads(line) if line.strip() else {}
+            timed = e.get("seconds_by_audit") or {}
+            if e.get("units") == list(units) and all(k in timed for k in keys):
+                last = e
+    return last
+
+
+def _timing_key(name: str, eps: float, wb: bool) -> str:
+    return f"{name} ε={eps:g}" + (" with BLOCK" if wb else "")
+
+
+def expected_time(last: dict | None, tasks: list[tuple], backend: str, cpus: int, address: str | None = None) -> str:
+    """The audit's time, said before it starts, from ``last`` (:func:`last_timing`: an earlier audit of the same
+    units that timed every (mechanism, ε, variant) of ``tasks``): their sum here, or under Ray their schedule in
+    submission order on ``cpus`` workers (each task to the first free one, as Ray does); else why it cannot be
+    said.
+
+    >>> import json, tempfile
+    >>> h = Path(tempfile.mkdtemp()) / "audit_history.jsonl"
+    >>> h.write_text(json.dumps({"when": "2026-12-05T21:04:00+00:00", "units": ["u"], "seconds_by_audit":
+    ...     {"a ε=1": 400, "b ε=1": 500, "c ε=1": 600}})) and None
+    >>> tasks = [(False, 1.0, n) for n in "abc"]
+    >>> expected_time(last_timing(h, tasks, ["u"]), tasks, "local", 1)[:63]
+    'expected about 25 min (the audit of 2026-12-05T21:04:00+00:00 o'
+    >>> expected_time(last_timing(h, tasks, ["u"]), tasks, "ray", 2)[:17]  # a and b at once, c after a: 1,000 s
+    'expected about 17'
+    >>> [t[2] for t in _task_order_by(tasks, last_timing(h, tasks, ["u"]))]  # the longest first
+    ['c', 'b', 'a']
+    >>> expected_time(last_timing(h, tasks, ["v"]), tasks, "local", 1)[:40]
+    'time not known ahead: no earlier audit o'
+    """
+    import heapq
+
+    keys = [_timing_key(name, eps, wb) for wb, eps, name in tasks]
+    if last is None:
+        return ("time not known ahead: no earlier audit of these units here timed every one of its "
+                f"{len(keys)} (mechanism, ε) audits; the lines below estimate the rest as audits end")
+    seconds = [float(last["seconds_by_audit"][k]) for k in keys]
+    if backend == "ray" and address is None:
+        free = [0.0] * max(cpus, 1)
+        for t in seconds:
+            heapq.heappush(free, heapq.heappop(free) + t)
+        total, how = max(free), f"as {len(keys)} Ray tasks on {cpus} CPUs"
+    elif backend == "ray":
+        total, how = sum(seconds), "summed: the cluster's CPUs are not known here, so the time is at most this"
+    else:
+        total, how = sum(seconds), "one after another"
+    longest = max(zip(seconds, keys))
+    return (f"expected about {_duration(total)} (the audit of {last['when']} of the same units timed each "
+            f"(mechanism, ε): {_duration(sum(seconds))} of work, {how}; the longest, {longest[1]}, "
+            f"{_duration(longest[0])})")
+
+
+def _duration(seconds: float) -> str:
+    """Seconds as a person reads them: "40 s", "17 min".
+
+    >>> _duration(40.2), _duration(1040)
+    ('40 s', '17 min')
+    """
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def record_audit(history: Path, results: list[AuditResult], code: str) -> list[dict]:
@@ -246,7 +338,11 @@ def record_audit(history: Path, results: list[AuditResult], code: str) -> list[d
              "failed": sorted({f"{r.mechanism} ε={r.declared_epsilon:g}: " + ", ".join(r.failed_checks() or ["bound"])
                                for r in results if r.outcome == "failed"}),
              "inconclusive": sorted({f"{r.mechanism} ε={r.declared_epsilon:g}: " + ", ".join(r.unchecked())
-                                     + " not run" for r in results if r.outcome == "inconclusive"})}
+                                     + " not run" for r in results if r.outcome == "inconclusive"}),
+             "units": d.get("audited_units"),
+             # each (mechanism, ε, variant)'s own time: the next audit of the same plan says its time ahead from them
+             "seconds_by_audit": {_timing_key(r.mechanism, r.declared_epsilon, r.details.get("with_block", False)):
+                                  r.details["audit_seconds"] for r in results if "audit_seconds" in r.details}}
     history.parent.mkdir(parents=True, exist_ok=True)
     with history.open("a") as fh:
         fh.write(json.dumps(entry) + "\n")
@@ -316,6 +412,17 @@ def _combine_units(mech: str, eps: float, results: list) -> AuditResult:
 #: like a program with first measurements, as a multiple of them): its spending, its measurements' noise, its selections.
 TESTS = {"tables": (0, 6), "fitted_tables": (0, 7), "tree": (0, 6), "histogram": (3, 2), "smoothed": (1, 1),
          "program": (0, 7), "measurements": (0, 2), "spending": (0, 2)}
+
+
+def audit_level(cfg: ExperimentConfig, units: int) -> ExperimentConfig:
+    """``cfg`` at the confidence every check of its audit over ``units`` units runs at (:func:`_family_level`
+    over every audited ε, variant, mechanism and program)."""
+    r = cfg.release
+    programs = list(r.programs)
+    return _family_level(cfg, len(r.audited_epsilons()) * len(cfg.target.with_block),
+                         list(r.dp_mechanisms) + [PROGRAM_PREFIX + p.name for p in programs], units,
+                         sum(p.measurements is not None for p in programs)
+                         + sum(TESTS["spending"]) * sum(p.spending is not None for p in programs))
 
 
 def _family_level(cfg: ExperimentConfig, results: int, mechanisms: list[str], units: int = 1,
@@ -878,6 +985,36 @@ def _real_pairs(D: Dataset, workload, relation: Relation, areas: dict | None) ->
     codes[row_c] = b
     pairs.append((f"a person replaced by the type differing in most cells ({int(diff.max())})", Dataset(D.domain, codes)))
     return pairs
+
+
+def canary_neighbour(D: Dataset, relation: Relation) -> tuple[str, Dataset]:
+    """The worst-case neighbour of D for a synthesizer (Annamalai, Ganev and De Cristofaro 2024: a record in a
+    region of the domain the data leaves empty): a person of a type nobody of D has, the one whose values are
+    rarest in D (the least sum of its values' counts, one attribute at a time; the first such type breaking
+    ties), in the block with the fewest persons. Added under add/remove; under replace-one it replaces a person
+    of the commonest type. With every type present, the rarest one."""
+    dom, types = _types_of(D)
+    counts = np.bincount(types, minlength=dom.total_size) if len(D) else np.zeros(dom.total_size, np.int64)
+    empty = np.flatnonzero(counts == counts.min())
+    values = dom.decode(empty)
+    rarity = np.zeros(len(empty), dtype=np.int64)
+    for j, name in enumerate(dom.names):
+        rarity += np.bincount(D.column(name), minlength=dom.size(name))[values[:, j]]
+    t = int(empty[int(np.argmin(rarity))])
+    block = None
+    if "BLOCK" in D.domain:
+        block = int(np.argmin(np.bincount(D.column("BLOCK"), minlength=D.domain.size("BLOCK"))))
+    label = dict(zip(dom.names, (dom.attribute(n).values[v] for n, v in zip(dom.names, values[int(np.argmin(rarity))]))))
+    what = (f"a canary ({', '.join(f'{k}={v}' for k, v in label.items())}: a type nobody has"
+            + (f", in the block with fewest persons" if block is not None else "") + ")")
+    if relation is Relation.ADD_REMOVE or not len(D):
+        return what + " added", _add_row(D, dom, t, block)
+    common = int(np.argmax(counts))
+    row = int(np.flatnonzero(types == common)[0])
+    codes = _with_type(D, row, dom, t).codes.copy()
+    if block is not None:
+        codes[row, D.domain.index("BLOCK")] = block
+    return what + " in place of a person of the commonest type", Dataset(D.domain, codes)
 
 
 def _replay_neighbours(D: Dataset, relation: Relation, areas: dict | None, k: int,
@@ -1529,7 +1666,7 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
     spends per pair (each cell's scale bounded above from its own draws), the shape and far tail per
     table, and independence across cells and releases. ``index``: the unit's place in the audit's list. A
     synthesizer audited by its spending ledger (``spec.spending``) has its ledger checked on every unit, and
-    whole releases (D and its strongest neighbour: each is a fit) drawn only on the first
+    whole releases (D and its canary neighbour, the worst case for a synthesizer: each is a fit) drawn only on the first
     ``spending.whole_units``; a program called in batches has its releases one per call (the call shape) drawn
     on the first ``single_units`` (default every unit)."""
     cfg = study.cfg
@@ -1555,13 +1692,15 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
         single = single_rows - exact[row_query][None, :] if shape_here else None
     checks: dict = {}
     bounds, spent, every_noise = [], [], [noise] + ([single] if single is not None else [])
-    strongest = _strongest_pair(exact, pair_counts) if spec.spending is not None else None
-    for i, (what, _) in enumerate(pairs):
-        c2 = pair_counts[i]
+    # whole releases of each real neighbour; of a synthesizer audited by its ledger (each release a fit), of its
+    # worst-case neighbour alone: a canary record in a region of the domain D leaves empty
+    whole = ([_canary_instance(study, unit, wb, cache)] if spec.spending is not None else
+             [(what, pair_counts[i], pair_inputs[i], i) for i, (what, _) in enumerate(pairs)])
+    for what, c2, inputs2, key in whole:
         idx = np.flatnonzero(c2 - exact)
-        if not idx.size or strongest not in (None, i):
+        if not idx.size:
             continue
-        y2_rows = program_draws(cfg, spec, pair_inputs[i], eps, runs, (seed, unit, wb, eps, i))
+        y2_rows = program_draws(cfg, spec, inputs2, eps, runs, (seed, unit, wb, eps, key))
         every_noise.append(y2_rows - c2[row_query][None, :])
         y2 = layout.to_queries(y2_rows)
         res = audit_outputs(y1[:, idx], y2[:, idx], exact[idx], (c2 - exact)[idx], eps, mech, pair_conf)
@@ -1645,8 +1784,7 @@ def audit_program(study: Study, spec: ReleaseProgramConfig, unit: str, wb: bool,
     if spec.spending is not None:
         spending_checks, spending_info = _ledger_checks(cfg, spec, inputs, eps, (seed, unit, wb, eps))
         checks.update(spending_checks)
-        info.update(spending_info, whole_releases=f"of D and of its strongest real neighbour ({pairs[strongest][0]})"
-                    if strongest is not None else "none: no real neighbour moves a cell")
+        info.update(spending_info, whole_releases=f"of D and of its worst-case neighbour ({whole[0][0]})")
     if spec.measurements is not None:
         stage_bounds, checks["measurements_scale"], stage_info = _audit_first_measurements(
             cfg, spec, inputs, pair_inputs, pairs, eps, (seed, unit, wb), pair_conf, mech)
@@ -1711,12 +1849,17 @@ def _audit_ledger_only(study: Study, spec: ReleaseProgramConfig, unit: str, wb: 
                        "none: no whole release of this unit", checks, details)
 
 
-def _strongest_pair(exact: np.ndarray, pair_counts: list) -> int | None:
-    """The real neighbour that moves most published cells (the most total change breaking ties): where whole
-    releases of a synthesizer audited by its ledger are drawn (each is a fit)."""
-    moved = [(int(np.count_nonzero(c - exact)), float(np.abs(c - exact).sum()), -i) for i, c in enumerate(pair_counts)]
-    best = max(moved, default=(0, 0.0, 0))
-    return -best[2] if best[0] else None
+def _canary_instance(study: Study, unit: str, wb: bool, cache: dict) -> tuple:
+    """The unit's canary neighbour (:func:`canary_neighbour`): what it is, its published cells' true counts, the
+    contract's inputs for it and the key of its draws; the same at every ε."""
+    key = ("canary", unit, wb)
+    if key not in cache:
+        D, areas, workload, *_ = _unit_instance(study, unit, wb, cache)
+        what, D2 = canary_neighbour(D, parse_relation(study.cfg.release.relation))
+        blocks = study.blocks(unit)[0] if wb else None
+        cache[key] = (what, workload_counts(D2, workload),
+                      program_inputs(D2, unit, unit_layout(study, unit, wb), blocks, areas), "canary")
+    return cache[key]
 
 
 def program_draws(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tuple, eps: float, runs: int,

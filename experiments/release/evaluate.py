@@ -225,7 +225,8 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                           "this code and config (seed "
                           f"{audits[0].details.get('audit_seed')}); its result stands, so it is not run again")
         else:
-            audits = audit_release(study, progress=progress, backend=audit_backend, address=address)
+            audits = audit_release(study, progress=progress, backend=audit_backend, address=address,
+                                   history=run_dir / "audit_history.jsonl")
     keep_earlier(run_dir)  # a rerun (--reaudit) keeps the earlier report, audit and decision before writing its own
     risks, risk_note = measure_risks(cfg, micro)
     write_json(run_dir / "risks.json", {"note": risk_note})

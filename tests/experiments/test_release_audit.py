@@ -333,3 +333,21 @@ def test_a_check_that_could_not_run_on_one_unit_leaves_the_mechanism_inconclusiv
     r = _combine_units("program:p", 1.0, [short, unit("c", noise_scale="fail: ε ≥ 3")])
     assert r.outcome == "failed" and r.checks["noise_scale"] == "fail: ε ≥ 3 [c]"
     assert _combine_units("program:p", 1.0, [ran, unit("d", noise_scale="pass")]).outcome == "passed"
+
+
+def test_the_canary_neighbour_is_a_type_nobody_has_with_the_rarest_values_in_the_emptiest_block():
+    """A hand-made D: SEX × AGE × BLOCK. The types nobody has whose values are rarest in D: (F, 2), counted
+    1 (F) + 0 (AGE 2) = 1, against (M, 2) 3 + 0 and (F, 0) 1 + 2; the block with fewest persons is b3 (none)."""
+    from censusrecon.experiments.release.audit import canary_neighbour
+    from censusrecon.microdata.dataset import Dataset
+    from censusrecon.microdata.domain import Attribute, Domain
+    from censusrecon.synth.mechanism import Relation
+
+    dom = Domain((Attribute("BLOCK", ("b1", "b2", "b3")), Attribute("SEX", ("M", "F")), Attribute("AGE", ("0", "1", "2"))))
+    D = Dataset(dom, np.array([[0, 0, 0], [0, 0, 0], [1, 0, 1], [1, 1, 1]]))  # (M,0) ×2, (M,1), (F,1)
+    what, added = canary_neighbour(D, Relation.ADD_REMOVE)
+    assert len(added) == 5 and added.codes[-1].tolist() == [2, 1, 2] and np.array_equal(added.codes[:4], D.codes)
+    assert "SEX=F, AGE=2" in what and what.endswith("added")
+    what, replaced = canary_neighbour(D, Relation.REPLACE_ONE)
+    assert len(replaced) == 4 and replaced.codes[0].tolist() == [2, 1, 2]  # the first of the commonest type, (M, 0)
+    assert np.array_equal(replaced.codes[1:], D.codes[1:]) and D.codes[0].tolist() == [0, 0, 0]  # D left as it was

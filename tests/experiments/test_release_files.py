@@ -20,7 +20,7 @@ CONFIG = ROOT / "configs" / "agency" / "own_release.yaml"
 SMALL = ["attack.runs=2", "attack.steps=20", "attack.rows=60", "target.units=2", "grid_points=10",
          "release.epsilons=[2.0]", "release.audit.runs=5000", "release.audit.whole_releases=20",
          "release.audit.replay_pairs=2", "release.audit.replay_far=1", "release.programs=[]",
-         "release.mechanisms=[laplace_tables]", "release.audit.units=all"]
+         "release.mechanisms=[laplace_tables]", "release.audit.units=all", "release.audit.backend=local"]
 
 
 @pytest.fixture(scope="module")

@@ -372,3 +372,26 @@ def test_an_audit_split_per_mechanism_and_program_as_ray_runs_it_gives_the_whole
     key = lambda r: (r.mechanism, r.declared_epsilon, r.epsilon_lower_bound, r.checks)  # noqa: E731
     assert sorted(map(key, split), key=str) == sorted(map(key, whole), key=str)
     assert audit_job(study, plan, True, 2.0, {}, only="program:nobody") == []
+
+
+def test_an_audit_says_its_time_ahead_from_the_last_audit_of_the_same_plan(agency, tmp_path, capsys):
+    """The first audit of a plan says its time is not known ahead; it records each (mechanism, ε)'s own seconds in
+    the history, and the next audit of the same units prints their sum before any work."""
+    from censusrecon.experiments.release.audit import record_audit
+
+    d, over = agency
+    cfg = load_config(CONFIG, over + ["release.mechanisms=[laplace_tables]", "release.backend=simulation",
+                                      "release.audit.runs=1000", "release.audit.whole_releases=20",
+                                      "release.epsilons=[1.0, 4.0]"])
+    study = resolve(cfg, load_population(cfg))
+    history = tmp_path / "audit_history.jsonl"
+    first = audit_release(study, progress=True, seed=1, history=history)
+    assert "time not known ahead" in capsys.readouterr().err
+    record_audit(history, first, "code")
+    timed = json.loads(history.read_text())["seconds_by_audit"]
+    assert set(timed) == {"laplace_tables ε=1 with BLOCK", "laplace_tables ε=4 with BLOCK"}
+    total = sum(timed.values())
+    audit_release(study, progress=True, seed=2, history=history)
+    err = capsys.readouterr().err
+    said = re.search(r"expected about (\d+) s \(the audit of .* (\d+) s of work, one after another", err)
+    assert said and int(said[1]) == int(said[2]) == round(total), err  # a few seconds each here
