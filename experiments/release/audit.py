@@ -35,7 +35,8 @@ from censusrecon.synth.keyed import KeyedNoise
 from censusrecon.synth.noise import OpenDPNoise
 from censusrecon.experiments.progress import UnitProgress
 from censusrecon.experiments.release.files import unit_layout
-from censusrecon.experiments.release.program import one_way_inputs, program_inputs, program_seed, run_program
+from censusrecon.experiments.release.program import (one_way_inputs, program_inputs, program_seed, run_program,
+                                                      stop_workers)
 from censusrecon.experiments.release.publish import ReleaseSpec, publish
 from censusrecon.experiments.release.topdown import publish_topdown, topdown_root, topdown_shape, topdown_tree
 from censusrecon.synth.audit import clopper_pearson, gaussian_rho_spent, opendp_rho
@@ -216,7 +217,10 @@ def audit_task(cfg_json: dict, base_dir: str | None, plan: AuditPlan, job: tuple
     """One audit job where the config is all there is (a Ray worker): the config (at the audit's level)
     resolved again against its data, :func:`audit_job` of one mechanism or program with a cache of its own."""
     study = resolve(parse_config(cfg_json).with_base_dir(base_dir))
-    return audit_job(study, plan, job[0], job[1], {}, only=job[2])
+    try:
+        return audit_job(study, plan, job[0], job[1], {}, only=job[2])
+    finally:  # a Ray worker outlives its task: the program's worker (a Spark JVM, a SmartNoise fit) must not
+        stop_workers()
 
 
 def _audit_on_ray(study: Study, plan: AuditPlan, jobs: list, tasks: list, address: str | None, bar

@@ -182,11 +182,13 @@ def _worker(argv: list[str], name: str):
                           "made? (see its make target)") from None
     _WORKERS[key] = (proc, log.name)
     if len(_WORKERS) == 1:
-        atexit.register(_stop_workers)
+        atexit.register(stop_workers)
     return _WORKERS[key]
 
 
-def _stop_workers() -> None:
+def stop_workers() -> None:
+    """End every command program's worker process (its library with it: a Spark JVM, a SmartNoise fit's
+    memory); the next call starts a new one."""
     for proc, log in _WORKERS.values():
         if proc.poll() is None:
             proc.stdin.close()
