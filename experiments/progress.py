@@ -15,8 +15,13 @@ class UnitProgress:
     what must be said (a resumed run's units found done, an interruption)."""
 
     def __init__(self, total: int, desc: str, enabled: bool = True, stream=None, leave: bool = True,
-                 estimate: bool = False):
+                 estimate: bool = False, expected_ends: dict[str, float] | None = None):
+        """``estimate``: say the time left after each unit, from the time so far: the units not done counted as
+        equals, or, with ``expected_ends`` (each unit's expected end by its label, in seconds from the start:
+        from an earlier run's times), the expected whole scaled by how far behind or ahead of its expected end
+        the unit ended."""
         self.total, self.desc, self.enabled, self.estimate = total, desc, enabled, estimate
+        self.ends = expected_ends or {}
         self.stream = stream or sys.stderr
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
         self.bar = tqdm(total=total, desc=desc, unit="unit", file=self.stream, disable=not self.tty, leave=leave)
@@ -50,8 +55,11 @@ class UnitProgress:
         self.bar.update(n)
         if self.enabled and not self.tty:
             elapsed = time.perf_counter() - self.t0
-            left = (f"; about {elapsed / self.done * (self.total - self.done):.0f} s left"
-                    if self.estimate and 0 < self.done < self.total else "")
+            if self.ends.get(label, 0) > 0:  # the expected whole at the pace this unit kept
+                left_s = max(self.ends.values()) * elapsed / self.ends[label] - elapsed
+            else:
+                left_s = elapsed / self.done * (self.total - self.done) if self.done else 0.0
+            left = (f"; about {max(left_s, 0):.0f} s left" if self.estimate and 0 < self.done < self.total else "")
             print(f"[{self.done}/{self.total} {self.desc}] {label} done ({elapsed:.0f} s{left})", file=self.stream,
                   flush=True)
 

@@ -106,11 +106,17 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     study = dataclasses.replace(study, cfg=cfg)  # the audit's own settings for this family of results
     per_job = len(mechanisms) + len(programs)
     jobs = [(wb, eps) for wb in cfg.target.with_block for eps in eps_list]
-    # a line per mechanism and ε audited, with an estimate of the time left (an audit takes minutes)
-    bar = UnitProgress(len(jobs) * per_job, "audits", progress, estimate=True)
     cpus = (cfg.sweep.num_cpus or os.cpu_count() or 1) if backend == "ray" and address is None else 1
     timed = last_timing(history, _task_order(cfg, jobs), units)
     tasks = _task_order(cfg, jobs, timed)
+    # a line per mechanism and ε audited, with an estimate of the time left (an audit takes minutes): where an
+    # earlier audit timed each, from when each was expected to end on this audit's workers
+    ends = {}
+    if timed is not None:
+        secs = [float(timed["seconds_by_audit"][_timing_key(name, eps, wb)]) for wb, eps, name in tasks]
+        finish = expected_finish(secs, cpus if backend == "ray" and address is None else 1)
+        ends = {f"{name} at ε = {eps:g}": f for (wb, eps, name), f in zip(tasks, finish)}
+    bar = UnitProgress(len(jobs) * per_job, "audits", progress, estimate=True, expected_ends=ends)
     if progress:
         bar.say(f"audit: {len(jobs) * per_job} (mechanism, ε) pairs on {len(units)} units ({', '.join(units)}), "
                 f"seed {seed}" + (f", {len(jobs) * per_job} Ray tasks" if backend == "ray" else ""))
@@ -295,18 +301,13 @@ def expected_time(last: dict | None, tasks: list[tuple], backend: str, cpus: int
     >>> expected_time(last_timing(h, tasks, ["v"]), tasks, "local", 1)[:40]
     'time not known ahead: no earlier audit o'
     """
-    import heapq
-
     keys = [_timing_key(name, eps, wb) for wb, eps, name in tasks]
     if last is None:
         return ("time not known ahead: no earlier audit of these units here timed every one of its "
                 f"{len(keys)} (mechanism, ε) audits; the lines below estimate the rest as audits end")
     seconds = [float(last["seconds_by_audit"][k]) for k in keys]
     if backend == "ray" and address is None:
-        free = [0.0] * max(cpus, 1)
-        for t in seconds:
-            heapq.heappush(free, heapq.heappop(free) + t)
-        total, how = max(free), f"as {len(keys)} Ray tasks on {cpus} CPUs"
+        total, how = max(expected_finish(seconds, cpus)), f"as {len(keys)} Ray tasks on {cpus} CPUs"
     elif backend == "ray":
         total, how = sum(seconds), "summed: the cluster's CPUs are not known here, so the time is at most this"
     else:
@@ -315,6 +316,23 @@ def expected_time(last: dict | None, tasks: list[tuple], backend: str, cpus: int
     return (f"expected about {_duration(total)} (the audit of {last['when']} of the same units timed each "
             f"(mechanism, ε): {_duration(sum(seconds))} of work, {how}; the longest, {longest[1]}, "
             f"{_duration(longest[0])})")
+
+
+def expected_finish(seconds: list[float], workers: int) -> list[float]:
+    """When each task ends if they are given in this order to the first free of ``workers`` (as Ray does, and
+    one worker in turn as the local backend does).
+
+    >>> expected_finish([600, 500, 400], 2), expected_finish([600, 500, 400], 1)
+    ([600.0, 500.0, 900.0], [600.0, 1100.0, 1500.0])
+    """
+    import heapq
+
+    free, out = [0.0] * max(workers, 1), []
+    for t in seconds:
+        end = heapq.heappop(free) + float(t)
+        heapq.heappush(free, end)
+        out.append(end)
+    return out
 
 
 def _duration(seconds: float) -> str:
