@@ -21,7 +21,7 @@ This bench measures it in two parts, both printed:
    the audit's checks). This tests the checks' arithmetic and levels, not whether the library's noise follows
    its declared law: part 1's p-values speak to that.
 
-    python bench/ledger_false_alarm.py                       # the shipped own_release.yaml: about 4 min on 2 cores
+    python bench/ledger_false_alarm.py                       # the shipped own_release.yaml: 24 ledgers, about 4 min
     python bench/ledger_false_alarm.py --draws 20000 --seed 7
 
 The ledgers of part 1 are kept (``--ledgers``, .npz) and reused by a rerun with the same arguments and code.
@@ -46,6 +46,7 @@ from censusrecon.experiments.problem import load_population, resolve
 from censusrecon.experiments.release import audit as A
 from censusrecon.experiments.release.program import run_program
 from censusrecon.synth import spending
+from censusrecon.synth.audit import opendp_rho
 from censusrecon.synth.spending import LEDGER, WIDTH, check_spending
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,11 +103,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=5, help="the audit seed the real ledgers are made under")
     ap.add_argument("--draws", type=int, default=5000, help="simulated audits (redrawn ledgers)")
     ap.add_argument("--ledgers", default=None, help=".npz of the real ledgers (default under results/bench/)")
+    ap.add_argument("--level", type=float, default=None, help="each check's confidence instead of the shipped "
+                    "audit's (e.g. 0.99: each check of each ledger should then fail at most 1% of the time, the "
+                    "calibration seen at a rate one can count)")
     args = ap.parse_args()
     cfg = load_config(args.config, list(args.set))
     study = resolve(cfg, load_population(cfg))
     units = list(A.unit_roles(study, study.units, args.seed))
-    level = A.audit_level(cfg, len(units)).release.audit.confidence
+    level = args.level or A.audit_level(cfg, len(units)).release.audit.confidence
     code = hashlib.sha256(b"".join((ROOT / f).read_bytes() for f in LEDGER_CODE)).hexdigest()[:10]
     sets = hashlib.sha256("|".join(args.set).encode()).hexdigest()[:6] if args.set else "default"
     path = Path(args.ledgers or f"results/bench/ledgers_{cfg.name}_{args.seed}_{sets}_{code}.npz")
@@ -119,22 +123,26 @@ def main() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savez(path, ledgers=np.array(ledgers, dtype=object))
     real_seconds = time.perf_counter() - t0
+    allowed = functools.lru_cache(opendp_rho)  # OpenDP's conversion: the same (ε, δ) every draw
     real = []
     for g in ledgers:
-        checks, info = check_spending(g["rows"], g["epsilon"], g["delta"], level)
+        checks, info = check_spending(g["rows"], g["epsilon"], g["delta"], level, allowed)
         real.append({"program": g["program"], "unit": g["unit"], "epsilon": g["epsilon"], "fits": len(g["rows"]),
                      "checks": checks, "noise_p_value": info["noise_p_value"],
                      "selection_p_value": info["selection_p_value"]})
     sf, plain = _cached_sf()
     spending.poisson_binomial_sf = sf
     rng = np.random.default_rng(args.seed)
-    failed, by_check = 0, {}
+    failed, by_check, per_ledger = 0, {}, {}
     try:
         for _ in tqdm(range(args.draws), desc="redrawn audits", unit="audit"):
             bad = set()
             for g in ledgers:
-                checks, _ = check_spending(redraw(g["rows"], rng), g["epsilon"], g["delta"], level)
-                bad |= {k for k, v in checks.items() if v.startswith("fail")}
+                checks, _ = check_spending(redraw(g["rows"], rng), g["epsilon"], g["delta"], level, allowed)
+                here = {k for k, v in checks.items() if v.startswith("fail")}
+                for k in here:
+                    per_ledger[k] = per_ledger.get(k, 0) + 1
+                bad |= here
             failed += bool(bad)
             for k in bad:
                 by_check[k] = by_check.get(k, 0) + 1
@@ -152,12 +160,17 @@ def main() -> None:
            "real_min_selection_p": min(r["selection_p_value"] for r in real),
            "real": real, "draws": n, "failed": failed, "rate": failed / n, "ci95": [round(lo, 5), round(hi, 5)],
            "upper95_one_sided": round(upper, 5), "met": upper < 0.01, "failed_by_check": by_check,
+           "ledger_checks_failed_share": {k: round(v / (n * len(ledgers)), 6) for k, v in per_ledger.items()},
+           "ledger_check_level": round(1 - level, 8),
            "ledgers_file": str(path), "seconds": round(time.perf_counter() - t0, 1)}
     print(f"real ledgers: {len(real_failed)} of {len(real)} failed a check at confidence {level:.6g} "
           f"(least p: noise {out['real_min_noise_p']:.3g}, selection {out['real_min_selection_p']:.3g})")
     print(f"redrawn: {failed} of {n} simulated audits' ledger checks failed: {100 * failed / n:.3f}% (95% interval "
           f"{100 * lo:.3f}% to {100 * hi:.3f}%; one-sided upper 95% limit {100 * upper:.3f}%, "
           f"{'below' if upper < 0.01 else 'not below'} 1%)")
+    for k, v in out["ledger_checks_failed_share"].items():
+        print(f"  {k}: failed on {100 * v:.3f}% of the {n * len(ledgers):,} redrawn ledgers (its level: "
+              f"{100 * (1 - level):.4g}%)")
     print(json.dumps(out))
 
 
