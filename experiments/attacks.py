@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from censusrecon.microdata.errors import CensusReconError
-from censusrecon.microdata.registry import Registry
+from censusrecon.microdata.by_name import Registry
 from censusrecon.microdata.ranking import Ranking
 
 #: the trivial attack's name: one-way margins fitted to the published answers

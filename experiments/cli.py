@@ -395,7 +395,7 @@ def _print_release_summary(run_dir, cfg) -> int:
     exit status."""
     from censusrecon.experiments.metrics import variant_label
     from censusrecon.experiments.release.decision import HEADS, load_decision, terminal_lines
-    from censusrecon.experiments.release.report import load_audits
+    from censusrecon.experiments.release.release_report import load_audits
 
     decision = load_decision(run_dir)
     variants = list(dict.fromkeys(v.variant for m in decision.mechanisms for v in m.verdicts))
@@ -432,7 +432,7 @@ def _print_summary(run_dir) -> None:
 
     from censusrecon.experiments.metrics import (average_curves, difference_words, persons_reconstructed, saturation,
                                      saturation_words, summarise_persons, variant_label)
-    from censusrecon.experiments.release.report import persons_words
+    from censusrecon.experiments.release.release_report import persons_words
 
     df = pd.read_parquet(run_dir / "match_rate.parquet")
     curves = average_curves(df, 10, by=["variant", "method"])

@@ -269,7 +269,7 @@ def write_run_report(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     kind = results_kind(run_dir)
     if kind == "release":
-        from censusrecon.experiments.release.report import write_release_report_from_dir
+        from censusrecon.experiments.release.release_report import write_release_report_from_dir
 
         return write_release_report_from_dir(run_dir)
     if kind == "sweep":

@@ -341,7 +341,7 @@ def replot(run_dir: str | Path) -> list[Path]:
     release = kind == "release"
     cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
     if release:
-        from censusrecon.experiments.release.report import replot_release
+        from censusrecon.experiments.release.release_report import replot_release
 
         return replot_release(run_dir, cfg)
     return plot_run(run_dir, cfg)

@@ -30,7 +30,7 @@ from censusrecon.experiments.config import load_config
 from censusrecon.experiments.metrics import effective_u, k_grid, match_rate_curve
 from censusrecon.experiments.problem import resolve
 from censusrecon.experiments.release.evaluate import evaluate_release
-from censusrecon.experiments.release.report import load_audits
+from censusrecon.experiments.release.release_report import load_audits
 from censusrecon.microdata.marginals import Workload, answer
 from censusrecon.reconstruct.queries import MarginalPlan
 from censusrecon.reconstruct.rap import RAPSettings, rap_rank

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 from censusrecon.microdata.errors import CensusReconError
-from censusrecon.microdata.registry import Registry
+from censusrecon.microdata.by_name import Registry
 from censusrecon.synth import publishing as p
 from censusrecon.synth.cellkey import NOT_DP as CELL_KEY_NOT_DP
 from censusrecon.synth.swapping import NOT_DP as SWAPPING_NOT_DP

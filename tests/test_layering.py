@@ -72,11 +72,12 @@ def test_library_import_has_no_side_effects():
 
 
 #: Inside experiments.release, each module may import only those before it (none imports back).
-RELEASE_ORDER = {"publish": set(), "topdown": {"publish"}, "files": {"publish"}, "program": {"files", "risks"},
-                 "yardstick": set(), "audit": {"publish", "topdown", "files", "program", "yardstick"},
-                 "words": set(), "decision": {"words"}, "report": {"words", "decision"}, "risks": set(),
+RELEASE_ORDER = {"publish": set(), "topdown_release": {"publish"}, "files": {"publish"}, "program": {"files", "risks"},
+                 "yardstick": set(), "audit": {"publish", "topdown_release", "files", "program", "yardstick"},
+                 "words": set(), "decision": {"words"}, "release_report": {"words", "decision"}, "risks": set(),
                  "anonymeter_worker": set(),
-                 "evaluate": {"publish", "topdown", "audit", "report", "risks", "files", "program", "decision"}}
+                 "evaluate": {"publish", "topdown_release", "audit", "release_report", "risks", "files", "program",
+                              "decision"}}
 
 
 def test_the_release_package_has_no_import_circle_and_the_attack_side_does_not_import_it():
@@ -92,7 +93,7 @@ def test_the_release_package_has_no_import_circle_and_the_attack_side_does_not_i
                 if other not in RELEASE_ORDER[f.stem]:
                     bad.append(f"{f.stem} imports {other}")
     for name in ("runner.py", "problem.py", "metrics.py", "sweep.py", "config.py"):
-        if "experiments.release" in (ROOT / "experiments" / name).read_text().replace("experiments.release.report", ""):
+        if "experiments.release" in (ROOT / "experiments" / name).read_text().replace("experiments.release.release_report", ""):
             bad.append(f"{name} imports the release package beyond its report")
     assert not bad and set(RELEASE_ORDER) == {f.stem for f in (ROOT / "experiments" / "release").glob("*.py")} - {
         "__init__"}, bad
@@ -239,3 +240,19 @@ def test_one_resume_loop_one_ray_loop_and_one_attack_call():
                 where[attr].add(str(f.relative_to(ROOT)))
     assert where["done"] <= {"experiments/results.py"} and where["ray.wait"] == {"experiments/results.py"}, where
     assert where["rap_rank_units"] == {"experiments/attacks.py"} and not where["rap_rank"], where
+
+
+#: file names two package modules still share, until the audit has a room of its own (issue 64): the audit's
+#: statistics (synth/audit.py) and its orchestration (experiments/release/audit.py)
+SHARED_NAMES_LEFT = {"audit.py"}
+
+
+def test_no_two_package_modules_share_a_file_name():
+    """A name tells a reader which room a module is in: two report.py, two topdown.py and two registry.py were
+    renamed (experiments/release/release_report.py, topdown_release.py, microdata/by_name.py)."""
+    from collections import Counter
+
+    names = Counter(p.name for pkg in OURS for p in (ROOT / pkg).rglob("*.py") if p.name != "__init__.py")
+    shared = {n for n, k in names.items() if k > 1}
+    assert shared <= SHARED_NAMES_LEFT, sorted(shared - SHARED_NAMES_LEFT)
+    assert SHARED_NAMES_LEFT <= shared, "a name no longer shared: take it off SHARED_NAMES_LEFT"

@@ -38,7 +38,7 @@ from censusrecon.experiments.release.files import unit_layout
 from censusrecon.experiments.release.program import (one_way_inputs, program_inputs, program_seed, run_program,
                                                       stop_workers)
 from censusrecon.experiments.release.publish import ReleaseSpec, publish
-from censusrecon.experiments.release.topdown import publish_topdown, topdown_root, topdown_shape, topdown_tree
+from censusrecon.experiments.release.topdown_release import publish_topdown, topdown_root, topdown_shape, topdown_tree
 from censusrecon.synth.audit import clopper_pearson, gaussian_rho_spent, opendp_rho
 from censusrecon.synth.spending import WIDTH, check_spending
 from censusrecon.synth.topdown import Budget, QUERIES
@@ -62,7 +62,7 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
                   seed: int | None = None, backend: str | None = None, address: str | None = None,
                   history: Path | None = None) -> list[AuditResult]:
     """Audit every configured mechanism at every audited ε of the config through the functions that publish
-    (:func:`experiments.release.publish.publish`, :func:`experiments.release.topdown.publish_topdown`), on
+    (:func:`experiments.release.publish.publish`, :func:`experiments.release.topdown_release.publish_topdown`), on
     the real units' private data.
 
     Laplace tables (and the synthetic file fitted to them) are audited on every audited unit's own D, and
@@ -187,7 +187,7 @@ def audit_job(study: Study, plan: AuditPlan, wb: bool, eps: float, cache: dict, 
         elif family == "tree" and registry.mechanism(mech).publish is not publish_shared:
             res = AuditResult(mech, eps, 0.0, 0, r.audit.confidence, "none", {"family_contract": (
                 f"fail: {mech} is registered in the tree audit family, which draws TopDown's release of a whole tree "
-                "(experiments.release.topdown.publish_topdown, shared by its units through synth.publishing."
+                "(experiments.release.topdown_release.publish_topdown, shared by its units through synth.publishing."
                 f"publish_shared); {mech} publishes through {registry.mechanism(mech).publish.__name__}, which this "
                 "family never draws")}, {})
         elif family == "tree":

@@ -371,7 +371,7 @@ def decide(cfg, verdicts_by_variant: dict, audits: list, entries: list, row_mech
            risk_note: str | None, units_in_file: int | None, *, released: list[str], code_fingerprint: str = "",
            inputs: dict | None = None, audit_when: str | None = None) -> Decision:
     """The decision, once, from everything the evaluation measured: per variant the verdict rows
-    (:func:`experiments.release.report.verdict_rows`, each with the words of the attack's strength at its
+    (:func:`experiments.release.release_report.verdict_rows`, each with the words of the attack's strength at its
     setting, ``strength``, and the best attack on the exact tables, ``exact``: built by
     :func:`experiments.release.evaluate.verdicts_of`), the audit results, the ledger's entries (fit for
     publication), the risks measured (``risks``: anonymeter's table, or empty), which mechanisms

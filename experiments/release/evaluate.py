@@ -27,9 +27,9 @@ from censusrecon.experiments.release.program import (PROGRAM_NOTE, check_environ
                                         program_inputs, publication_seed, run_program)
 from censusrecon.experiments.release.publish import (ReleaseSpec, release_backend, check_block_list, neighbours_of,
                                          own_invariants, publish, swap_pool)
-from censusrecon.experiments.release.report import (plot_release, release_persons, release_strength, setting_label,
+from censusrecon.experiments.release.release_report import (plot_release, release_persons, release_strength, setting_label,
                                         unit_selection, write_report)
-from censusrecon.experiments.release.topdown import publish_topdown, topdown_mdf, topdown_root, topdown_unit
+from censusrecon.experiments.release.topdown_release import publish_topdown, topdown_mdf, topdown_root, topdown_unit
 from censusrecon.experiments.results import (UnitStore, UnitTask, check_backend, code_fingerprint, finish, ray_session, jax_info, run_seconds, versions, write_json, write_parquet,
                                  write_yaml)
 from censusrecon.microdata.agreement import agreement_by_size
@@ -46,7 +46,7 @@ from censusrecon.synth.registry import BASELINE, EXACT
 from censusrecon.synth.publishing import Published, tables_published
 from censusrecon.experiments.exact_eval import agreement, reidentification
 from censusrecon.experiments.release.decision import decide, DECISION_FILE, load_decision
-from censusrecon.experiments.release.report import (audits_from_dicts, exact_row, strength_sentence, summarise_release_persons,
+from censusrecon.experiments.release.release_report import (audits_from_dicts, exact_row, strength_sentence, summarise_release_persons,
                                         verdict_rows)
 from censusrecon.experiments.release.risks import frame, measure, RiskJob
 from censusrecon.reconstruct.exact import query_matrix, reconstruct_exact, reconstruct_least_deviation
@@ -303,7 +303,7 @@ def unit_task(cfg_json: dict, base_dir: str | None, run_dir: str, fingerprint: s
 
 def verdicts_of(persons: pd.DataFrame, util: pd.DataFrame, strengths: dict, tolerance,
                 units_in_file: int | None) -> dict:
-    """Per variant, the verdict rows (:func:`experiments.release.report.verdict_rows`), each with the words of
+    """Per variant, the verdict rows (:func:`experiments.release.release_report.verdict_rows`), each with the words of
     the attack's strength at its setting (``strength``) and the best attack on the exact tables (``exact``):
     what :func:`experiments.release.decision.decide` decides from."""
     out = {}

@@ -16,7 +16,7 @@ from censusrecon.experiments.release.decision import (CANNOT_DECIDE, DO_NOT_PUBL
                                           EXIT_CANNOT_DECIDE, EXIT_DO_NOT_PUBLISH as D_NO, PUBLISH, decide,
                                           load_decision, terminal_lines)
 from censusrecon.experiments.release.evaluate import verdicts_of
-from censusrecon.experiments.release.report import release_persons, summarise_release_persons
+from censusrecon.experiments.release.release_report import release_persons, summarise_release_persons
 from censusrecon.synth.audit import AuditResult
 from tests.experiments.test_release import _hand_made
 

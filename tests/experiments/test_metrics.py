@@ -222,7 +222,7 @@ def test_strength_reads_the_first_k_runs_as_the_attack_with_k_runs():
 def test_the_strength_sentence_says_whether_more_runs_could_change_the_verdict():
     import pandas as pd
 
-    from censusrecon.experiments.release.report import doublings_to_reach, strength_sentence
+    from censusrecon.experiments.release.release_report import doublings_to_reach, strength_sentence
 
     assert doublings_to_reach(246, 6) == 41 and doublings_to_reach(10, 5) == 2 and doublings_to_reach(11, 5) == 3
     assert doublings_to_reach(0, 5) is None and doublings_to_reach(-3, 5) is None and doublings_to_reach(10, 0) is None

@@ -125,7 +125,7 @@ def _hand_made(exact_rap, eps8_rap, sizes=(20, 20, 20)):
 
 
 def test_release_persons_and_verdict_on_hand_made_numbers():
-    from censusrecon.experiments.release.report import BEST_ATTACK, release_persons, summarise_release_persons, verdict_rows
+    from censusrecon.experiments.release.release_report import BEST_ATTACK, release_persons, summarise_release_persons, verdict_rows
 
     per = release_persons(_hand_made([40, 45, 42], [30, 33, 32]))
     assert set(per.best_baseline) == {"holdout"}
@@ -155,7 +155,7 @@ def test_release_persons_and_verdict_on_hand_made_numbers():
 def test_not_significant_is_not_safe_when_the_upper_limit_exceeds_the_tolerance():
     """ε = 1's excess (+1 per unit, interval −1.5 to +3.5) is not significantly above the best guess, but
     its upper limit 2.686 exceeds 2 tolerated: not shown safe, with the units that would decide."""
-    from censusrecon.experiments.release.report import release_persons, summarise_release_persons, verdict_rows
+    from censusrecon.experiments.release.release_report import release_persons, summarise_release_persons, verdict_rows
 
     per = release_persons(_hand_made([40, 45, 42], [30, 33, 32]))
     tol = ToleranceConfig(per_unit=2)
@@ -179,7 +179,7 @@ def test_units_of_different_sizes_are_judged_on_the_share_of_their_unique_person
     2 more: shares 0.01, 0, 0.00667 against 1% tolerated; margins 0, −0.01, −0.00333 (mean −0.00444,
     sd 0.00509): upper limit 0.01 − 0.00444 + t(0.95, 2)·0.00509/√3 = 0.01414 > 0.01, not shown safe,
     and 0.01 + the margin's mean = 0.00556 is the excess its plan quotes."""
-    from censusrecon.experiments.release.report import release_persons, summarise_release_persons, verdict_rows
+    from censusrecon.experiments.release.release_report import release_persons, summarise_release_persons, verdict_rows
 
     util = pd.DataFrame(columns=["variant", "mechanism", "setting", "table", "cells", "mae_per_cell",
                                  "share_off_10pct"])
@@ -203,7 +203,7 @@ def test_units_of_different_sizes_are_judged_on_the_share_of_their_unique_person
 
 def test_a_later_setting_is_never_called_safe_after_one_that_is_not():
     """The fixed sequence stops at ε = 1 (not shown safe): ε = 8, whose excess is exactly 0, is not named."""
-    from censusrecon.experiments.release.report import release_persons, summarise_release_persons, verdict_rows
+    from censusrecon.experiments.release.release_report import release_persons, summarise_release_persons, verdict_rows
 
     per = release_persons(_hand_made([40, 45, 42], [10, 12, 11]))
     tol = ToleranceConfig(per_unit=2)
@@ -214,7 +214,7 @@ def test_a_later_setting_is_never_called_safe_after_one_that_is_not():
 
 
 def test_verdict_says_when_it_cannot_decide_and_when_no_setting_is_safe():
-    from censusrecon.experiments.release.report import release_persons, summarise_release_persons, verdict_rows
+    from censusrecon.experiments.release.release_report import release_persons, summarise_release_persons, verdict_rows
 
     util = pd.DataFrame(columns=["variant", "mechanism", "setting", "table", "cells", "mae_per_cell",
                                  "share_off_10pct"])
@@ -243,7 +243,7 @@ def test_evaluate_release_prints_the_answer_and_fails_on_a_failed_audit(release_
 
     import censusrecon.experiments.release.evaluate as release
     from censusrecon.experiments.release.decision import decide
-    from censusrecon.experiments.release.report import load_audits, summarise_release_persons
+    from censusrecon.experiments.release.release_report import load_audits, summarise_release_persons
 
     run = tmp_path / "release"
     shutil.copytree(release_run, run)
@@ -347,7 +347,7 @@ def test_ledger_entries_carry_only_their_own_invariants(compact_agency):
 
 
 def test_units_chosen_by_their_size_are_recorded_as_outside_epsilon(release_run, compact_agency):
-    from censusrecon.experiments.release.report import unit_selection
+    from censusrecon.experiments.release.release_report import unit_selection
 
     ledger = json.loads((release_run / "ledger.json").read_text())
     assert ledger["unit_selection"]["data_dependent"]  # release_tiny picks 2 tracts among those of >= 20 persons
@@ -401,7 +401,7 @@ def test_the_table_error_printed_is_the_cell_weighted_error_of_the_published_tab
     totals): the figure the verdict and the terminal print."""
     from censusrecon.experiments.problem import build_workload, resolve, select_units
     from censusrecon.experiments.release.publish import ReleaseSpec, publish
-    from censusrecon.experiments.release.report import utility_summary
+    from censusrecon.experiments.release.release_report import utility_summary
     from censusrecon.synth.keyed import KeyedNoise
     from censusrecon.synth.release import table_utility, totals_utility, workload_counts
 
@@ -478,7 +478,7 @@ def test_the_decision_picture_draws_one_point_per_mechanism_and_epsilon_whatever
     mean excess with the rule's one-sided limits, in percent of unique persons, the tolerance its own line."""
     import matplotlib.pyplot as plt
 
-    from censusrecon.experiments.release import report
+    from censusrecon.experiments.release import release_report as report
 
     cfg = load_config(root / "configs" / "release_tiny.yaml")
     rows = [dict(attack=report.BEST_ATTACK, mechanism=m, setting=e, scale="share", units=units, tolerance=0.01,
