@@ -102,12 +102,13 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     eps_list = r.audited_epsilons()
     mechanisms = r.dp_mechanisms  # swapping is not DP: there is no ε to audit
     programs = list(r.programs)  # run by the tool, audited as black boxes
+    shipped = shipped_timing(cfg)  # the config as given: the digest a record names
     cfg = audit_level(cfg, len(units))
     study = dataclasses.replace(study, cfg=cfg)  # the audit's own settings for this family of results
     per_job = len(mechanisms) + len(programs)
     jobs = [(wb, eps) for wb in cfg.target.with_block for eps in eps_list]
     cpus = (cfg.sweep.num_cpus or os.cpu_count() or 1) if backend == "ray" and address is None else 1
-    timed = last_timing(history, _task_order(cfg, jobs), units)
+    timed = last_timing(history, _task_order(cfg, jobs), units, shipped)
     tasks = _task_order(cfg, jobs, timed)
     # a line per mechanism and ε audited, with an estimate of the time left (an audit takes minutes): where an
     # earlier audit timed each, from when each was expected to end on this audit's workers
@@ -261,20 +262,45 @@ def _task_order_by(tasks: list[tuple], timed: dict | None) -> list[tuple]:
     return sorted(tasks, key=lambda t: -float(timed["seconds_by_audit"][_timing_key(t[2], t[1], t[0])]))
 
 
-def last_timing(history: Path | None, tasks: list[tuple], units: list[str]) -> dict | None:
+def last_timing(history: Path | None, tasks: list[tuple], units: list[str], shipped: dict | None = None
+                ) -> dict | None:
     """The last audit in ``history`` (:func:`record_audit`'s lines) of the same ``units`` that timed every one of
-    ``tasks``, or None."""
+    ``tasks``; without one, ``shipped`` (:func:`shipped_timing`) where it covers them; else None."""
     import json
 
     keys = [_timing_key(name, eps, wb) for wb, eps, name in tasks]
-    last = None
-    if history is not None and history.exists():
-        for line in history.read_text().splitlines():
-            e = json.loads(line) if line.strip() else {}
-            timed = e.get("seconds_by_audit") or {}
-            if e.get("units") == list(units) and all(k in timed for k in keys):
-                last = e
-    return last
+
+    def covers(e: dict) -> bool:
+        return e.get("units") == list(units) and all(k in (e.get("seconds_by_audit") or {}) for k in keys)
+
+    entries = ([json.loads(x) for x in history.read_text().splitlines() if x.strip()]
+               if history is not None and history.exists() else [])
+    own = [e for e in entries if covers(e)]
+    return own[-1] if own else (shipped if shipped is not None and covers(shipped) else None)
+
+
+def shipped_timing(cfg: ExperimentConfig, results: Path | None = None) -> dict | None:
+    """The per-(mechanism, ε) times of this very config's audit as the repository records them
+    (``bench/results/*.json`` with ``figures.audit_timing``, its ``digest`` the config's own): what a first audit
+    on a machine says its time from, naming the record and its machine. None outside a checkout, or where no
+    record times this config as it is (any change to it, an override included, changes its digest)."""
+    import json
+
+    import censusrecon
+
+    root = results or Path(censusrecon.__file__).resolve().parents[1] / "bench" / "results"
+    if not root.is_dir():
+        return None
+    digest, found = cfg.digest(), None
+    for p in sorted(root.glob("*.json")):
+        try:
+            rec = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        t = (rec.get("figures") or {}).get("audit_timing") if isinstance(rec, dict) else None
+        if isinstance(t, dict) and t.get("digest") == digest:
+            found = dict(t, record=p.name, machine=(rec.get("machine") or {}).get("cpu", "another machine"))
+    return found
 
 
 def _timing_key(name: str, eps: float, wb: bool) -> str:
@@ -313,9 +339,11 @@ def expected_time(last: dict | None, tasks: list[tuple], backend: str, cpus: int
     else:
         total, how = sum(seconds), "one after another"
     longest = max(zip(seconds, keys))
-    return (f"expected about {_duration(total)} (the audit of {last['when']} of the same units timed each "
-            f"(mechanism, ε): {_duration(sum(seconds))} of work, {how}; the longest, {longest[1]}, "
-            f"{_duration(longest[0])})")
+    source = (f"the audit of {last['when']} of the same units" if "record" not in last else
+              f"no audit here yet: bench/results/{last['record']} times this config's audit of {last['when']} on "
+              f"{last['machine']}, a machine this one may not match")
+    return (f"expected about {_duration(total)} ({source}; {_duration(sum(seconds))} of work, {how}; the longest, "
+            f"{longest[1]}, {_duration(longest[0])})")
 
 
 def expected_finish(seconds: list[float], workers: int) -> list[float]:

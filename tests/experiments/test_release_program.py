@@ -393,5 +393,27 @@ def test_an_audit_says_its_time_ahead_from_the_last_audit_of_the_same_plan(agenc
     total = sum(timed.values())
     audit_release(study, progress=True, seed=2, history=history)
     err = capsys.readouterr().err
-    said = re.search(r"expected about (\d+) s \(the audit of .* (\d+) s of work, one after another", err)
+    said = re.search(r"expected about (\d+) s \(the audit of .*; (\d+) s of work, one after another", err)
     assert said and int(said[1]) == int(said[2]) == round(total), err  # a few seconds each here
+
+
+def test_a_first_audit_says_its_time_from_the_repositorys_record_of_the_same_config(agency, tmp_path):
+    """With no audit of its own yet, an audit takes the times a record in bench/results gives for its config's very
+    digest, and says whose machine they come from; a config changed in any way (another digest) gets none."""
+    from censusrecon.experiments.release.audit import _task_order, expected_time, last_timing, shipped_timing
+
+    d, over = agency
+    cfg = load_config(CONFIG, over + ["release.mechanisms=[laplace_tables]", "release.epsilons=[1.0]"])
+    timing = {"digest": cfg.digest(), "when": "2026-12-05T22:00:32+00:00", "units": ["u1"],
+              "seconds_by_audit": {"laplace_tables ε=1 with BLOCK": 30.0}}
+    (tmp_path / "r.json").write_text(json.dumps({"machine": {"cpu": "a 2-core laptop"},
+                                                 "figures": {"audit_timing": timing}}))
+    (tmp_path / "not_a_record.json").write_text("[1, 2]")
+    shipped = shipped_timing(cfg, tmp_path)
+    assert shipped["record"] == "r.json" and shipped["machine"] == "a 2-core laptop"
+    tasks = _task_order(cfg, [(True, 1.0)])
+    said = expected_time(last_timing(None, tasks, ["u1"], shipped), tasks, "local", 1)
+    assert said.startswith("expected about 30 s (no audit here yet: bench/results/r.json") and "a 2-core laptop" in said
+    assert last_timing(None, tasks, ["u2"], shipped) is None  # other units
+    other = load_config(CONFIG, over + ["release.mechanisms=[laplace_tables]", "release.epsilons=[2.0]"])
+    assert shipped_timing(other, tmp_path) is None
