@@ -51,7 +51,7 @@ def clopper_pearson(failed: int, n: int) -> tuple[float, float]:
 
 
 #: the files whose code decides an audit's outcome (the log's name carries their hash)
-AUDIT_CODE = ("synth/audit.py", "synth/keyed.py", "experiments/release/audit.py", "experiments/release/publish.py",
+AUDIT_CODE = ("synth/audit/__init__.py", "synth/keyed.py", "experiments/release/audit.py", "experiments/release/publish.py",
               "synth/publishing.py", "synth/registry.py", "experiments/release/program.py", "synth/adapters/opendp_tables.py", "synth/adapters/contract.py")
 _WORKER: dict = {}
 

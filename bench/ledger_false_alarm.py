@@ -1,6 +1,6 @@
 """Bench: how often the spending-ledger checks fail an honest synthesizer (their false-alarm rate), measured.
 
-The audit decides SmartNoise's MST and AIM by their spending ledgers (synth/spending.py): the deterministic
+The audit decides SmartNoise's MST and AIM by their spending ledgers (synth/audit/spending.py): the deterministic
 spending check, and two statistical ones, ``measurement_noise`` (the measured cells' Σ(noise/σ)², χ² with as
 many degrees of freedom as cells when the noise is as declared) and ``selection_law`` (the best-scored picks,
 Poisson-binomial over the selections' chances under the exponential mechanism's law). A real fit takes seconds,
@@ -45,13 +45,13 @@ from censusrecon.experiments.config import load_config
 from censusrecon.experiments.problem import load_population, resolve
 from censusrecon.experiments.release import audit as A
 from censusrecon.experiments.release.program import run_program
-from censusrecon.synth import spending
+from censusrecon.synth.audit import spending
 from censusrecon.synth.audit import opendp_rho
-from censusrecon.synth.spending import LEDGER, WIDTH, check_spending
+from censusrecon.synth.audit.spending import LEDGER, WIDTH, check_spending
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the files whose code makes or decides a ledger (the ledgers' file name carries their hash)
-LEDGER_CODE = ("synth/spending.py", "synth/adapters/smartnoise_synth.py", "synth/adapters/contract.py",
+LEDGER_CODE = ("synth/audit/spending.py", "synth/adapters/smartnoise_synth.py", "synth/adapters/contract.py",
                "experiments/release/program.py")
 
 

@@ -548,7 +548,7 @@ class ProgramMeasurementsConfig(_Strict):
 class ProgramSpendingConfig(_Strict):
     """A synthesizer's privacy ledger, recorded as real fits of the unit run: its adapter, given ``params``
     besides its own, returns per fit what every Gaussian measurement and every selection by the exponential
-    mechanism spent (synth/spending.py's LEDGER). The audit checks the spending against the ρ the
+    mechanism spent (synth/audit/spending.py's LEDGER). The audit checks the spending against the ρ the
     synthesizer declares and OpenDP's conversion, the measurements' noise against the σ they declare, and the
     selections against their law; with it, the program's whole releases are drawn for D and its worst-case
     neighbour only (a canary: a person of a type nobody of D has, in the block with fewest persons), on the first
@@ -592,7 +592,7 @@ class ReleaseProgramConfig(_Strict):
         "whose whole releases are too slow to audit with power")
     spending: ProgramSpendingConfig | None = Field(
         None, description="audit the synthesizer where its privacy is spent: every measurement and selection of real "
-        "fits, recorded (synth/spending.py)")
+        "fits, recorded (synth/audit/spending.py)")
     calls: Literal["single", "batch"] = Field(
         "single", description="how the audit calls it. single: one release per call, each call with a seed of its own, "
         "as publication calls it; batch: audit_runs releases per call (for a program too slow to start once per "

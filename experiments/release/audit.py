@@ -40,7 +40,7 @@ from censusrecon.experiments.release.program import (one_way_inputs, program_inp
 from censusrecon.experiments.release.publish import ReleaseSpec, publish
 from censusrecon.experiments.release.topdown_release import publish_topdown, topdown_root, topdown_shape, topdown_tree
 from censusrecon.synth.audit import clopper_pearson, gaussian_rho_spent, opendp_rho
-from censusrecon.synth.spending import WIDTH, check_spending
+from censusrecon.synth.audit.spending import WIDTH, check_spending
 from censusrecon.synth.topdown import Budget, QUERIES
 from censusrecon.experiments.results import check_backend, on_ray
 
@@ -1879,7 +1879,7 @@ LEDGER_POST_PROCESSING = ("not applicable: what follows its recorded measurement
 def _ledger_checks(cfg: ExperimentConfig, spec: ReleaseProgramConfig, inputs: tuple, eps: float,
                    where: tuple) -> tuple[dict, dict]:
     """The synthesizer's spending ledger from ``spending.runs`` fits of the unit's D, checked
-    (:func:`synth.spending.check_spending`); its figures prefixed ``spending_``."""
+    (:func:`synth.audit.spending.check_spending`); its figures prefixed ``spending_``."""
     stage = spec.model_copy(update={"params": {**spec.params, **spec.spending.params}})
     ledger = run_program(cfg, stage, inputs, eps, spec.spending.runs, program_seed(*where, "spending"),
                          width=WIDTH)

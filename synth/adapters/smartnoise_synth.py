@@ -89,7 +89,7 @@ def _first_measurements(synth, data: pd.DataFrame, tt, columns: int) -> dict:
 
 
 #: what ``stage: spending`` returns for each fit, in this order (see :func:`_spending`; censusrecon's
-#: synth.spending.LEDGER reads them, and a test holds the two equal)
+#: synth.audit.spending.LEDGER reads them, and a test holds the two equal)
 SPENDING = ("rho_measurements", "rho_selections", "measurements", "columns", "selections", "noise_ss", "noise_cells",
             "argmax_hits", "argmax_expected", "argmax_variance", "rho_declared", "epsilon_synthesizer")
 #: then each selection's chance of a best-scored pick under its declared law, in order (0 past the last)

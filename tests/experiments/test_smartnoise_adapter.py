@@ -102,14 +102,14 @@ def test_the_first_measurements_audit_passes_the_adapter_as_shipped(program_agen
     assert 0 < info["measurements_rho_from_noise_scale"] <= info["measurements_rho_declared"]
 
 
-# --- the synthesizers audited where their privacy is spent (synth/spending.py) -------------------------------------
+# --- the synthesizers audited where their privacy is spent (synth/audit/spending.py) -------------------------------------
 
 BUGS = ROOT / "tests" / "experiments" / "smartnoise_bugs.py"
 
 
 def _ledger(program_agency, synthesizer, eps, runs, bug=None):
     """``runs`` fits of the example's first tract, every step recorded, checked at the audit's confidence."""
-    from censusrecon.synth.spending import WIDTH, check_spending
+    from censusrecon.synth.audit.spending import WIDTH, check_spending
 
     d, over = program_agency
     adapter = BUGS if bug else ADAPTER
@@ -130,7 +130,7 @@ def _ledger(program_agency, synthesizer, eps, runs, bug=None):
 
 def test_the_adapters_ledger_is_the_one_the_audit_reads():
     from censusrecon.synth.adapters import smartnoise_synth
-    from censusrecon.synth.spending import LEDGER, SELECTIONS_KEPT
+    from censusrecon.synth.audit.spending import LEDGER, SELECTIONS_KEPT
 
     assert smartnoise_synth.SPENDING == LEDGER and smartnoise_synth.SELECTIONS_KEPT == SELECTIONS_KEPT
 

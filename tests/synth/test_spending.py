@@ -1,10 +1,10 @@
-"""The spending ledger's checks (synth/spending.py) on hand-made ledgers with known answers: each way of
+"""The spending ledger's checks (synth/audit/spending.py) on hand-made ledgers with known answers: each way of
 overspending fails its check, an honest ledger passes, and the figures are the ledger's."""
 
 import numpy as np
 import pytest
 
-from censusrecon.synth.spending import LEDGER, check_spending
+from censusrecon.synth.audit.spending import LEDGER, check_spending
 
 ALLOWED = lambda eps, delta: 0.004  # noqa: E731  (a conversion's ρ for the synthesizer's (ε, δ), made up)
 
@@ -50,7 +50,7 @@ def test_noise_within_chance_of_its_declared_sigma_passes_and_a_malformed_ledger
 def test_the_selection_law_is_tested_exactly_on_each_selections_chance():
     """With each selection's chance of a best pick in the ledger, the test is the exact Poisson-binomial tail: a
     best pick every time among 12 selections of chance 0.5 has probability 0.5^12 = 2.4e-4."""
-    from censusrecon.synth.spending import SELECTIONS_KEPT, WIDTH
+    from censusrecon.synth.audit.spending import SELECTIONS_KEPT, WIDTH
 
     base = _ledger(fits=3, argmax_hits=4, argmax_expected=2.0, argmax_variance=1.0)
     chances = np.zeros((3, SELECTIONS_KEPT))
