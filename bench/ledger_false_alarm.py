@@ -55,10 +55,9 @@ LEDGER_CODE = ("synth/audit/spending.py", "synth/adapters/smartnoise_synth.py", 
                "experiments/release/program.py")
 
 
-def real_ledgers(cfg, seed: int) -> list[dict]:
-    """Every ledger the audit of ``cfg`` under ``seed`` checks: (program, unit, ε) → its rows."""
-    study = resolve(cfg, load_population(cfg))
-    units = list(A.unit_roles(study, study.units, seed))
+def real_ledgers(cfg, study, units: list[str], seed: int) -> list[dict]:
+    """Every ledger the audit of ``cfg`` (resolved: ``study``) on ``units`` under ``seed`` checks: (program, unit,
+    ε) → its rows."""
     cache: dict = {}
     jobs = [(spec, u, eps) for spec in cfg.release.programs if spec.spending is not None
             for eps in cfg.release.audited_epsilons() for u in units]
@@ -119,7 +118,7 @@ def main() -> None:
         with np.load(path, allow_pickle=True) as z:
             ledgers = list(z["ledgers"])
     else:
-        ledgers = real_ledgers(cfg, args.seed)
+        ledgers = real_ledgers(cfg, study, units, args.seed)
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savez(path, ledgers=np.array(ledgers, dtype=object))
     real_seconds = time.perf_counter() - t0

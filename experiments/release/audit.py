@@ -113,10 +113,9 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     # a line per mechanism and ε audited, with an estimate of the time left (an audit takes minutes): where an
     # earlier audit timed each, from when each was expected to end on this audit's workers
     ends = {}
-    if timed is not None:
+    if timed is not None:  # cpus is 1 unless the tasks share a local Ray cluster's workers
         secs = [float(timed["seconds_by_audit"][_timing_key(name, eps, wb)]) for wb, eps, name in tasks]
-        finish = expected_finish(secs, cpus if backend == "ray" and address is None else 1)
-        ends = {f"{name} at ε = {eps:g}": f for (wb, eps, name), f in zip(tasks, finish)}
+        ends = {f"{name} at ε = {eps:g}": f for (wb, eps, name), f in zip(tasks, expected_finish(secs, cpus))}
     bar = UnitProgress(len(jobs) * per_job, "audits", progress, estimate=True, expected_ends=ends)
     if progress:
         bar.say(f"audit: {len(jobs) * per_job} (mechanism, ε) pairs on {len(units)} units ({', '.join(units)}), "
@@ -1050,12 +1049,13 @@ def canary_neighbour(D: Dataset, relation: Relation) -> tuple[str, Dataset]:
     rarity = np.zeros(len(empty), dtype=np.int64)
     for j, name in enumerate(dom.names):
         rarity += np.bincount(D.column(name), minlength=dom.size(name))[values[:, j]]
-    t = int(empty[int(np.argmin(rarity))])
+    pick = int(np.argmin(rarity))
+    t = int(empty[pick])
     block = None
     if "BLOCK" in D.domain:
         block = int(np.argmin(np.bincount(D.column("BLOCK"), minlength=D.domain.size("BLOCK"))))
-    label = dict(zip(dom.names, (dom.attribute(n).values[v] for n, v in zip(dom.names, values[int(np.argmin(rarity))]))))
-    what = (f"a canary ({', '.join(f'{k}={v}' for k, v in label.items())}: a type nobody has"
+    label = ", ".join(f"{n}={dom.attribute(n).values[v]}" for n, v in zip(dom.names, values[pick]))
+    what = (f"a canary ({label}: a type nobody has"
             + (f", in the block with fewest persons" if block is not None else "") + ")")
     if relation is Relation.ADD_REMOVE or not len(D):
         return what + " added", _add_row(D, dom, t, block)
@@ -1905,10 +1905,10 @@ def _canary_instance(study: Study, unit: str, wb: bool, cache: dict) -> tuple:
     key = ("canary", unit, wb)
     if key not in cache:
         D, areas, workload, *_ = _unit_instance(study, unit, wb, cache)
+        layout = _program_instance(study, unit, wb, cache)[0]  # the unit's published cells, laid out once
         what, D2 = canary_neighbour(D, parse_relation(study.cfg.release.relation))
         blocks = study.blocks(unit)[0] if wb else None
-        cache[key] = (what, workload_counts(D2, workload),
-                      program_inputs(D2, unit, unit_layout(study, unit, wb), blocks, areas), "canary")
+        cache[key] = (what, workload_counts(D2, workload), program_inputs(D2, unit, layout, blocks, areas), "canary")
     return cache[key]
 
 
