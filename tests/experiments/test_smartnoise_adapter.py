@@ -108,7 +108,10 @@ BUGS = ROOT / "tests" / "experiments" / "smartnoise_bugs.py"
 
 
 def _ledger(program_agency, synthesizer, eps, runs, bug=None):
-    """``runs`` fits of the example's first tract, every step recorded, checked at the audit's confidence."""
+    """``runs`` fits of the example's first tract, every step recorded, checked at the confidence the audit runs
+    them at (:func:`audit_level`: Bonferroni over the audit's checks, not the bare ``release.audit.confidence``: at
+    0.95 an honest MST, whose noise SmartNoise draws unseeded, failed one of its two tests about one run in ten)."""
+    from censusrecon.experiments.release.audit import audit_level
     from censusrecon.synth.audit.spending import WIDTH, check_spending
 
     d, over = program_agency
@@ -125,7 +128,7 @@ def _ledger(program_agency, synthesizer, eps, runs, bug=None):
     inputs = program_inputs(prob.private, unit, unit_layout(st, unit, True), st.blocks(unit)[0], prob.areas)
     stage = program.model_copy(update={"params": {**program.params, **program.spending.params}})
     rows = run_program(cfg, stage, inputs, eps, runs, 11, width=WIDTH)
-    return rows, check_spending(rows, eps, 1e-9, cfg.release.audit.confidence)
+    return rows, check_spending(rows, eps, 1e-9, audit_level(cfg, 1).release.audit.confidence)
 
 
 def test_the_adapters_ledger_is_the_one_the_audit_reads():
@@ -147,13 +150,14 @@ def test_an_honest_mst_spends_what_it_declares_and_its_noise_and_selections_foll
 
 @pytest.mark.parametrize("bug, synthesizer, runs, check", [
     ("mst_half_noise", "mst", 1, "measurement_noise"),
-    ("mst_free_selection", "mst", 3, "selection_law"),
+    ("mst_free_selection", "mst", 5, "selection_law"),
     ("aim_forgets_a_round", "aim", 1, "spending"),
 ])
 def test_each_synthesizer_bug_fails_the_check_that_sees_it(program_agency, bug, synthesizer, runs, check):
     """The three bugs of the corpus, at ε = 0.5 (the shipped config's smallest): half the declared noise, marginals
     picked from the data without the exponential mechanism's noise, a round AIM does not count; the audit's own
-    confidence, the fewest fits that can fail them."""
+    confidence, and fits enough to fail them there (the free selection's p is about 3e-4 at 3 fits, 1e-6 at 5: the
+    shipped config's 5, against the audit's 1.1e-4)."""
     rows, (checks, info) = _ledger(program_agency, synthesizer, 0.5, runs, bug)
     assert checks[check].startswith("fail: "), (checks, info)
     assert [k for k, v in checks.items() if v.startswith("fail")] == [check], checks
