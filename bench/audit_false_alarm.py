@@ -50,8 +50,8 @@ def clopper_pearson(failed: int, n: int) -> tuple[float, float]:
     return lo, hi
 
 
-#: the files whose code decides an audit's outcome (the log's name carries their hash)
-AUDIT_CODE = ("synth/audit/__init__.py", "synth/keyed.py", "experiments/release/audit.py", "experiments/release/publish.py",
+#: the files whose code decides an audit's outcome (patterns; the log's name carries their hash)
+AUDIT_CODE = ("synth/audit/*.py", "synth/keyed.py", "experiments/release/audit.py", "experiments/release/publish.py",
               "synth/publishing.py", "synth/registry.py", "experiments/release/program.py", "synth/adapters/opendp_tables.py", "synth/adapters/contract.py")
 _WORKER: dict = {}
 
@@ -84,7 +84,7 @@ def main() -> None:
     import hashlib
 
     root = Path(__file__).resolve().parents[1]
-    code = hashlib.sha256(b"".join((root / f).read_bytes() for f in AUDIT_CODE)).hexdigest()[:10]
+    code = hashlib.sha256(b"".join(p.read_bytes() for f in AUDIT_CODE for p in sorted(root.glob(f)))).hexdigest()[:10]
     sets = hashlib.sha256("|".join(args.set).encode()).hexdigest()[:6] if args.set else "default"
     log = Path(args.log or f"results/bench/audit_false_alarm_{base.name}_{args.mechanisms.replace(',', '+')}"
                            f"_{args.runs}_{sets}_{code}.jsonl")

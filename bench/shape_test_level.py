@@ -6,7 +6,7 @@ The audit rejects a measurement's noise as not discrete Laplace when the chi-squ
 this bench simulates many shape tests of correct discrete Laplace noise and counts how often each
 p-value falls below 1e-2 … 1e-5, against the count a test at its level allows.
 
-It runs the audit's own code (``synth.audit.shape_bins``, ``laplace_ratio``, ``laplace_abs_tail``,
+It runs the audit's own code (``synth.audit.statistics.shape_bins``, ``laplace_ratio``, ``laplace_abs_tail``,
 ``binned_chi_square_pvalue``) on draws simulated as counts per |x| (a multinomial over 0, 1, …, so that
 10^6 tests of 10^6 draws take about two minutes): the scale is fitted from the draws' mean |x| as the
 audit fits it. ``--tail-expected`` sets the fewest draws a bin may expect (the audit's:
@@ -39,7 +39,7 @@ import numpy as np
 from scipy.stats import beta
 from tqdm import tqdm
 
-from censusrecon.synth import audit
+from censusrecon.synth.audit import statistics as audit
 
 LEVELS = (1e-2, 1e-3, 1e-4, 3e-5, 1e-5)
 

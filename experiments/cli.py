@@ -363,7 +363,7 @@ def _audit(args) -> int:
     for e in earlier:
         print(f"EARLIER AUDIT FAILED ({e['when']}, seed {e['seed']}): {'; '.join(e['failed'])}; a later audit under "
               "another seed does not replace it", file=sys.stderr)
-    from censusrecon.synth.audit import overall_outcome
+    from censusrecon.synth.audit.statistics import overall_outcome
 
     outcome = overall_outcome(results)
     if outcome == "failed":

@@ -18,11 +18,11 @@ from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.domain import Attribute, Domain
 from censusrecon.microdata.geography import FROM_ROWS, Geography
 from censusrecon.experiments.metrics import lookup
-from censusrecon.experiments.release.yardstick import (cells_of, detailed_sensitivity, node_table_sensitivity, opendp_epsilon,
+from censusrecon.synth.audit.yardstick import (cells_of, detailed_sensitivity, node_table_sensitivity, opendp_epsilon,
                                            person_types, smoothed_mixing, table_sensitivity, zcdp_rho)
 from censusrecon.microdata.marginals import Workload
 from censusrecon.synth.release import workload_counts
-from censusrecon.synth.audit import (AuditResult, NoiseGroups, ReplayNoise, ReplaySequence, audit_outputs, check_state,
+from censusrecon.synth.audit.statistics import (AuditResult, NoiseGroups, ReplayNoise, ReplaySequence, audit_outputs, check_state,
                          clipped_upper_excess, gaussian_shape_pvalue, gaussian_sigma_upper_stats, geometric_scale_upper,
                          geometric_scale_upper_exact, geometric_shape_pvalue, independence_pvalue, laplace_scale_upper, laplace_scale_upper_stats,
                          laplace_shape_pvalue, overall_outcome, tail_pvalue, tail_threshold)
@@ -39,7 +39,7 @@ from censusrecon.experiments.release.program import (one_way_inputs, program_inp
                                                       stop_workers)
 from censusrecon.experiments.release.publish import ReleaseSpec, publish
 from censusrecon.experiments.release.topdown_release import publish_topdown, topdown_root, topdown_shape, topdown_tree
-from censusrecon.synth.audit import clopper_pearson, gaussian_rho_spent, opendp_rho
+from censusrecon.synth.audit.statistics import clopper_pearson, gaussian_rho_spent, opendp_rho
 from censusrecon.synth.audit.spending import WIDTH, check_spending
 from censusrecon.synth.topdown import Budget, QUERIES
 from censusrecon.experiments.results import check_backend, on_ray
@@ -853,7 +853,7 @@ def _histogram_law_unit(study: Study, mech: str, unit: str, wb: bool, eps: float
                         cache: dict) -> tuple[dict, dict]:
     """A histogram mechanism's releases of the unit's own D over its real domain: each must be a histogram of
     that domain (the family's contract); the noise on its cells, on the side the clip at zero never touches
-    (:func:`synth.audit.clipped_upper_excess`), must be discrete Laplace whose scale spends at most ε at the
+    (:func:`synth.audit.statistics.clipped_upper_excess`), must be discrete Laplace whose scale spends at most ε at the
     histogram's sensitivity under the declared relation (:func:`yardstick.detailed_sensitivity`), in every band
     of true counts (none, at least 1, 3, 10, 50), over the occupied cells and a sample of the empty ones."""
     cfg = study.cfg
@@ -1688,7 +1688,7 @@ def _tail_stats(x: np.ndarray, gaussian: bool) -> tuple:
 
 
 def _tail_from_stats(stats: list, gaussian: bool, expected: float = 30.0) -> float:
-    """:func:`synth.audit.tail_pvalue` over releases summarised by :func:`_tail_stats` (each keeps its 200
+    """:func:`synth.audit.statistics.tail_pvalue` over releases summarised by :func:`_tail_stats` (each keeps its 200
     largest |x|, more than the threshold's expected count per release)."""
     from scipy.stats import poisson
 

@@ -42,7 +42,7 @@ from censusrecon.experiments.config import ConfigError
 from censusrecon.experiments.exits import EXIT_AUDIT_FAILED, EXIT_CANNOT_DECIDE, EXIT_DO_NOT_PUBLISH, EXIT_PUBLISH
 from censusrecon.experiments.results import write_json
 from censusrecon.synth import registry
-from censusrecon.synth.audit import overall_outcome
+from censusrecon.synth.audit.statistics import overall_outcome
 
 PUBLISH, DO_NOT_PUBLISH, CANNOT_DECIDE = "publish", "do_not_publish", "cannot_decide"
 #: the words that open a decision's line, for a board
@@ -302,7 +302,7 @@ def audit_coverage(mech: str, settings: list[float], variants: list, audits: lis
     (``release.audit.units``), the units audited at every covered setting, which the decision then names. An
     audit at another ε, on other units, of another variant or through another mechanism covers nothing.
 
-    >>> from censusrecon.synth.audit import AuditResult
+    >>> from censusrecon.synth.audit.statistics import AuditResult
     >>> ok = AuditResult("m", 8.0, 0.1, 10, 0.95, "e", {"a": "pass"}, {"with_block": False, "published_through": "m",
     ...                  "audited_units": ["u1", "u2"]})
     >>> audit_coverage("m", [0.5, 1.0], [False], [ok], ["u1", "u2"], False).missing

@@ -26,7 +26,7 @@ from censusrecon.synth.release import DERIVED_ROWS  # noqa: E402
 from censusrecon.experiments.config import ConfigError, parse_config, ToleranceConfig  # noqa: E402
 from censusrecon.experiments.release.decision import HEADS, load_decision, rule_words  # noqa: E402
 from censusrecon.microdata.sources import source  # noqa: E402
-from censusrecon.synth.audit import AuditResult  # noqa: E402
+from censusrecon.synth.audit.statistics import AuditResult  # noqa: E402
 from censusrecon.synth import registry  # noqa: E402
 from censusrecon.synth.registry import BASELINE, EXACT  # noqa: E402
 
@@ -883,7 +883,7 @@ def spending_rows(audits: list) -> list[list]:
     """A row per synthesizer and ε audited by its spending ledger: its empirical ε lower bound beside the declared
     ε, and the ledger's figures over its units (the most ρ spent; noise and best picks pooled).
 
-    >>> from censusrecon.synth.audit import AuditResult
+    >>> from censusrecon.synth.audit.statistics import AuditResult
     >>> unit = {"spending_rho_spent": 0.0035, "spending_rho_declared": 0.0036, "spending_rho_allowed_opendp": 0.0036,
     ...         "spending_noise_ss_over_cells": 1.02, "spending_noise_cells": 100, "spending_best_picked": 3,
     ...         "spending_best_expected": 2.5, "spending_fits": 3}

@@ -45,7 +45,7 @@ SLACK = 1e-6
 def check_spending(rows: np.ndarray, epsilon: float, delta: float, confidence: float,
                    allowed_rho=None) -> tuple[dict[str, str], dict]:
     """``rows``: one ledger row per fit (:data:`LEDGER`); ``epsilon``: the release's declared ε; ``delta`` its
-    δ. ``allowed_rho(ε, δ)``: the ρ a conversion allows (default OpenDP's, :func:`synth.audit.opendp_rho`).
+    δ. ``allowed_rho(ε, δ)``: the ρ a conversion allows (default OpenDP's, :func:`synth.audit.statistics.opendp_rho`).
     Returns the checks (``spending``, ``measurement_noise``, ``selection_law``: "pass" or "fail: why") and
     the figures they read.
 
@@ -59,7 +59,7 @@ def check_spending(rows: np.ndarray, epsilon: float, delta: float, confidence: f
     from scipy.stats import chi2, norm
 
     if allowed_rho is None:
-        from censusrecon.synth.audit import opendp_rho as allowed_rho
+        from censusrecon.synth.audit.statistics import opendp_rho as allowed_rho
     rows = np.asarray(rows, dtype=np.float64)
     if rows.ndim != 2 or rows.shape[1] not in (len(LEDGER), WIDTH) or not len(rows):
         raise ValueError(f"a spending ledger has one row of {len(LEDGER)} columns per fit ({', '.join(LEDGER)}), "

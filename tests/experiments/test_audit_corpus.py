@@ -447,7 +447,7 @@ def test_the_discrete_gaussian_truncated_at_5_sigma_fails_on_the_production_tree
 
 def test_a_rerun_under_another_seed_is_recorded_beside_a_failed_audit_never_in_its_place(tmp_path):
     from censusrecon.experiments.release.audit import record_audit
-    from censusrecon.synth.audit import AuditResult
+    from censusrecon.synth.audit.statistics import AuditResult
 
     def result(passed_bound, seed):
         return [AuditResult("laplace_tables", 1.0, passed_bound, 100, 0.95, "e", {"noise_scale": "pass"},

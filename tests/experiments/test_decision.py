@@ -17,7 +17,7 @@ from censusrecon.experiments.release.decision import (CANNOT_DECIDE, DO_NOT_PUBL
                                           load_decision, terminal_lines)
 from censusrecon.experiments.release.evaluate import verdicts_of
 from censusrecon.experiments.release.release_report import release_persons, summarise_release_persons
-from censusrecon.synth.audit import AuditResult
+from censusrecon.synth.audit.statistics import AuditResult
 from tests.experiments.test_release import _hand_made
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ from censusrecon.experiments.release.publish import ReleaseSpec, publish
 from censusrecon.experiments.release.audit import audit_release
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.geography import FROM_ROWS
-from censusrecon.synth.audit import ReplayNoise
+from censusrecon.synth.audit.statistics import ReplayNoise
 from censusrecon.synth.mechanism import marginal_sensitivity
 from censusrecon.synth.noise import SimulationNoise
 
@@ -303,7 +303,7 @@ def test_the_cells_a_row_is_counted_in_are_its_one_row_counts(seed):
     """The auditor's cells of each row (computed only over the queries some row can be in) are exactly the
     workload's own counts of that row alone: rows of one block and rows of several, census tables per block
     and per tract."""
-    from censusrecon.experiments.release.yardstick import cells_of
+    from censusrecon.synth.audit.yardstick import cells_of
     from tests.reconstruct.test_product_plan import _random_workload
 
     w = _random_workload(seed)
@@ -320,7 +320,7 @@ def test_a_check_that_could_not_run_on_one_unit_leaves_the_mechanism_inconclusiv
     """Combining units: a failure on any unit fails; else a check one unit could not run is "not run" for the
     mechanism, whatever the others said (the old combination kept the first unit's "pass")."""
     from censusrecon.experiments.release.audit import _combine_units
-    from censusrecon.synth.audit import AuditResult
+    from censusrecon.synth.audit.statistics import AuditResult
 
     def unit(name, **checks):
         return AuditResult("program:p", 1.0, 0.2, 100, 0.95, "e", checks, {"unit": name})

@@ -7,7 +7,7 @@ from scipy.stats import chisquare
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.domain import Domain
 from censusrecon.microdata.marginals import Workload, marginal_counts
-from censusrecon.synth.audit import audit, neighbouring_counts
+from censusrecon.synth.audit.statistics import audit, neighbouring_counts
 from censusrecon.synth.histogram import (perturbed_histogram, smoothed_delta, smoothed_epsilon, smoothed_histogram,
                              smoothed_worst_case_epsilon)
 from censusrecon.synth.mechanism import (Ledger, PrivacyError, Relation, check_counts, checked_add, histogram_sensitivity,
@@ -315,7 +315,7 @@ def test_n_is_estimated_from_a_total_a_partition_or_refused():
 def test_an_audit_says_exactly_what_was_checked():
     """A check with nothing to check, or covering a declared invariant, is neither a failure nor "all pass"; a check
     that could have failed and did not run makes the audit inconclusive, never passed."""
-    from censusrecon.synth.audit import AuditResult
+    from censusrecon.synth.audit.statistics import AuditResult
 
     ok = AuditResult("m", 1.0, 0.4, 1000, 0.95, "e", {"structure": "pass", "noise_scale": "pass",
                                                       "block_list": "declared invariant: occupied_blocks"})

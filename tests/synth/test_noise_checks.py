@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from censusrecon.synth.audit import clipped_upper_excess, geometric_scale_upper, geometric_shape_pvalue, laplace_shape_pvalue
+from censusrecon.synth.audit.statistics import clipped_upper_excess, geometric_scale_upper, geometric_shape_pvalue, laplace_shape_pvalue
 
 
 def test_clipped_upper_excess_keeps_only_draws_the_clip_never_touched():
@@ -45,7 +45,7 @@ def test_the_certified_bound_itself_catches_bounded_noise_and_passes_laplace():
     """Events at thresholds scaled to the outputs reach the edge of bounded noise: uniform noise of
     the same mean |x| as ε = 0.25 Laplace (ε = ∞) is caught by the bound alone; the discrete Laplace of
     the declared scale stays within ε."""
-    from censusrecon.synth.audit import audit_outputs
+    from censusrecon.synth.audit.statistics import audit_outputs
 
     rng = np.random.default_rng(5)
     runs, eps = 40_000, 0.25  # noise scale 8: its edge lies far beyond fixed offsets around the count
@@ -68,7 +68,7 @@ def test_the_certified_bound_itself_catches_bounded_noise_and_passes_laplace():
 def test_the_rho_gaussian_noise_spends_is_bounded_below_from_its_draws():
     from scipy.stats import chi2
 
-    from censusrecon.synth.audit import gaussian_rho_spent
+    from censusrecon.synth.audit.statistics import gaussian_rho_spent
 
     # hand-made: every draw of a cell ±2, so Σx² = 4n and σ² ≤ 4n / χ²_{α, n}; a cell moved by 3 spends
     # 9 / (2σ²) ≥ 9 χ²_{α, n} / (8n); two such cells, the Bonferroni level split between them
@@ -88,7 +88,7 @@ def test_the_rho_gaussian_noise_spends_is_bounded_below_from_its_draws():
 
 
 def test_opendp_rho_is_the_rho_whose_gaussian_opendp_puts_at_epsilon_delta():
-    from censusrecon.synth.audit import opendp_rho
+    from censusrecon.synth.audit.statistics import opendp_rho
     from censusrecon.synth.topdown import rho_for
 
     # OpenDP's conversion is tighter than Bun and Steinke's ε = ρ + 2√(ρ ln 1/δ): more ρ for the same (ε, δ)
@@ -101,7 +101,7 @@ def test_opendp_rho_is_the_rho_whose_gaussian_opendp_puts_at_epsilon_delta():
 def test_the_exact_laplace_scale_bound_is_where_the_sum_of_absolute_draws_reaches_its_tail():
     from itertools import product
 
-    from censusrecon.synth.audit import laplace_scale_upper_exact
+    from censusrecon.synth.audit.statistics import laplace_scale_upper_exact
 
     # by hand: three discrete Laplace draws, P(|x| = j) = (1 − r)/(1 + r) for j = 0, 2(1 − r) r^j/(1 + r)
     # after; the bound's r puts P(Σ|x| ≤ 2) at 1 − confidence (just below: the conservative side)
@@ -142,7 +142,7 @@ def test_the_shape_test_s_far_bin_is_never_nearly_empty_and_still_sees_a_clipped
     draws makes correct noise fail 2 to 3.6 times too often (bench/shape_test_level.py: 25 of 10^6 tests below 1e-5
     against 10 allowed): every bin expects at least 50 draws, and the bins still reach far enough that
     Laplace noise clipped at 8 scales fails at 10^6 draws while the same noise unclipped passes."""
-    from censusrecon.synth.audit import laplace_abs_tail, laplace_ratio, shape_bins
+    from censusrecon.synth.audit.statistics import laplace_abs_tail, laplace_ratio, shape_bins
 
     for n, t in [(1_000, 1.0), (50_000, 3.0), (1_000_000, 3.0), (5_000_000, 40.0)]:
         r = math.exp(-1 / t)
