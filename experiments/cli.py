@@ -333,7 +333,7 @@ def _audit(args) -> int:
 
     check_environments(cfg)  # before any work: a missing environment names its make target
     t0 = time.perf_counter()
-    from censusrecon.experiments.release.audit import record_audit
+    from censusrecon.synth.audit.timing import record_audit
     from censusrecon.experiments.release.evaluate import release_dir
     from censusrecon.experiments.results import code_fingerprint
 

@@ -13,17 +13,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from censusrecon.experiments import attacks
-from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.errors import ConfigError  # the schema's error, defined with the others (the audit raises it too)
 from censusrecon.reconstruct.settings import default as rap_default
 from censusrecon.synth import registry
 from censusrecon.synth.mechanism import MIN_EPSILON
 from censusrecon.synth.registry import FILE_PREFIX, PROGRAM_PREFIX
 from censusrecon.microdata.census import TABLE_SETS, sf1_tables
 from censusrecon.microdata.sources import source
-
-
-class ConfigError(CensusReconError):
-    """A config file or override is invalid; the message names the key."""
 
 
 class _Strict(BaseModel):

@@ -9,6 +9,7 @@ import pandas as pd
 
 from censusrecon.experiments.attacks import is_attack
 from censusrecon.microdata.agreement import SIZE_CLASSES, size_class, size_label
+from censusrecon.microdata.dataset import lookup  # sorted keys' values: the audit reads it too
 from censusrecon.microdata.errors import CensusReconError
 from censusrecon.microdata.ranking import Ranking
 
@@ -37,19 +38,6 @@ OUTSIDE_COLUMNS = [f"num_matched_outside_{name}" for name, _, _ in OUTSIDE_BINS]
 BLOCK_SIZE_LABELS = tuple(size_label(lo, hi) for lo, hi in SIZE_CLASSES)
 BLOCK_SIZE_COLUMNS = [f"num_matched_unique_block_{label}" for label in BLOCK_SIZE_LABELS]
 UNIQUE_BY_BLOCK_SIZE_COLUMNS = [f"unique_in_D_block_{label}" for label in BLOCK_SIZE_LABELS]
-
-
-def lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray, missing: int = 0) -> np.ndarray:
-    """``values`` of the sorted ``keys`` at ``query``, ``missing`` where a query key is absent.
-
-    >>> lookup(np.array([2, 5, 9]), np.array([20, 50, 90]), np.array([5, 3, 9, 10])).tolist()
-    [50, 0, 90, 0]
-    """
-    keys, values, query = np.asarray(keys), np.asarray(values), np.asarray(query)
-    if keys.size == 0:
-        return np.full(query.shape, missing, dtype=values.dtype if values.size else np.int64)
-    pos = np.minimum(np.searchsorted(keys, query), keys.size - 1)
-    return np.where(keys[pos] == query, values[pos], missing)
 
 
 def match_rate_curve(ranking: Ranking, truth_keys: np.ndarray, ks: np.ndarray, u: int,

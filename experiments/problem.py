@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -15,11 +14,13 @@ import jax
 import numpy as np
 import pandas as pd
 
+from censusrecon.microdata.seeds import stable_seed  # here for the modules that take it from the problem
 from censusrecon.baselines.holdout import holdout_split
 from censusrecon.baselines.priors import EmpiricalPrior, geographic_priors, outside_chance
 from censusrecon.experiments.attacks import EXACT_ATTACK
 from censusrecon.experiments.config import DATA_PATH_KEYS, ConfigError, ExperimentConfig
-from censusrecon.experiments.metrics import block_classes, lookup, match_rate_curve
+from censusrecon.experiments.metrics import block_classes, match_rate_curve
+from censusrecon.microdata.dataset import lookup
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.domain import Attribute
 from censusrecon.microdata.geography import plural
@@ -107,10 +108,6 @@ def check_against_data(cfg: ExperimentConfig, pop: Dataset) -> None:
         raise ConfigError(f"attack.init {bad} not valid for {level} targets; choose from {sorted({'random', *allowed})}")
     if any(cfg.target.with_block) and "block" not in geo.finer(level):
         raise ConfigError(f"target.with_block: true needs a block level below {level!r}; this data has {list(geo.levels)}")
-
-
-def stable_seed(*parts) -> int:
-    return zlib.crc32("|".join(str(p) for p in parts).encode())
 
 
 def _eligible(pop: Dataset, cfg: ExperimentConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -34,7 +34,8 @@ class Registry(Generic[T]):
         if not isinstance(value, self.kind):
             raise TypeError(f"register takes a {self.kind.__name__}, got {type(value).__name__}")
         if value.name in self._values and not replace:
-            raise ValueError(f"a {self.what} named {value.name!r} is already registered")
+            article = "an" if self.what[:1] in "aeiou" else "a"
+            raise ValueError(f"{article} {self.what} named {value.name!r} is already registered")
         if self.check is not None:
             self.check(value, {n: v for n, v in self._values.items() if n != value.name})
         self._values[value.name] = value

@@ -147,3 +147,16 @@ def atomic_write_table(table: pa.Table, path: str | os.PathLike) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray, missing: int = 0) -> np.ndarray:
+    """``values`` of the sorted ``keys`` at ``query``, ``missing`` where a query key is absent.
+
+    >>> lookup(np.array([2, 5, 9]), np.array([20, 50, 90]), np.array([5, 3, 9, 10])).tolist()
+    [50, 0, 90, 0]
+    """
+    keys, values, query = np.asarray(keys), np.asarray(values), np.asarray(query)
+    if keys.size == 0:
+        return np.full(query.shape, missing, dtype=values.dtype if values.size else np.int64)
+    pos = np.minimum(np.searchsorted(keys, query), keys.size - 1)
+    return np.where(keys[pos] == query, values[pos], missing)

@@ -11,3 +11,8 @@ class DomainError(CensusReconError):
 
 class GeographyError(CensusReconError):
     """A geography level or unit is invalid."""
+
+
+class ConfigError(CensusReconError):
+    """A config file or override is invalid; the message names the key (raised by the schema, and by the code it
+    configures where a setting is found wrong only when used, as the audit's)."""

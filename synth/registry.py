@@ -31,12 +31,6 @@ EXACT = "exact"
 BASELINE = "baseline"
 
 
-#: the audit families a DP mechanism may name (experiments.release.audit draws each): noisy tables; a file fitted
-#: to noisy tables (audited as them, its fit replayed); a noisy histogram of the whole domain; draws from a smoothed
-#: histogram; TopDown's release of a whole tree
-AUDIT_FAMILIES = ("tables", "fitted_tables", "histogram", "smoothed", "tree")
-
-
 class UnknownMechanism(CensusReconError, ValueError):
     """A name no mechanism is registered under."""
 
@@ -64,8 +58,10 @@ class MechanismKind:
             ``occupied_blocks`` wherever blocks are published).
         noise: how the exact attack fits its tables: ``laplace`` (independent Laplace noise of the record's
             scale: the least-deviation fit) or ``consistent`` (the exact count model).
-        audit: the audit family that checks it (``tables``, ``fitted_tables``, ``histogram``, ``smoothed``,
-            ``tree``: TopDown's, over a root's whole tree); None for a mechanism that is not DP.
+        audit: the name of the audit family that checks it (a value of :mod:`synth.audit.families`: built in,
+            ``tables``, ``fitted_tables``, ``histogram``, ``smoothed``, ``tree``: TopDown's, over a root's whole
+            tree; or one a new noise law registers); None for a mechanism that is not DP. A name no family has is
+            refused when the audit looks it up.
         scope: ``unit`` (one release per unit) or ``root`` (one release of a tree shared by its units, whose
             share ``ReleaseInputs.shared`` gives).
         study_only: why its releases are never fit for publication, whatever the noise backend.
@@ -91,7 +87,7 @@ class MechanismKind:
     relations: tuple[str, ...] = ("replace_one", "add_remove")
     uses: frozenset[str] = frozenset()
     noise: Literal["laplace", "consistent"] = "consistent"
-    audit: Literal["tables", "fitted_tables", "histogram", "smoothed", "tree"] | None = None
+    audit: str | None = None
     scope: Literal["unit", "root"] = "unit"
     study_only: str | None = None
     not_dp: str | None = None
@@ -110,9 +106,10 @@ class MechanismKind:
             raise ValueError(f"mechanism {self.name!r}: say why it is not DP (not_dp)")
         if not self.dp and self.audit is not None:
             raise ValueError(f"mechanism {self.name!r} is not DP: there is no ε to audit")
-        if self.dp and self.audit not in AUDIT_FAMILIES:
+        if self.dp and not (isinstance(self.audit, str) and self.audit.replace("_", "").isalnum()):
             raise ValueError(f"mechanism {self.name!r} is DP: name the audit family that checks what it publishes "
-                             f"(audit=one of {', '.join(AUDIT_FAMILIES)}), got {self.audit!r}")
+                             "(audit=the name of a family of synth.audit.families: tables, fitted_tables, histogram, "
+                             f"smoothed, tree, or one registered with register_family), got {self.audit!r}")
         if self.audit == "fitted_tables" and not self.fitted_to:
             raise ValueError(f"mechanism {self.name!r} is audited as a file fitted to noisy tables: say whose "
                              "(fitted_to)")
@@ -154,7 +151,22 @@ class MechanismKind:
 
 
 MECHANISMS: Registry[MechanismKind] = Registry("mechanism", MechanismKind, UnknownMechanism)
-register = MECHANISMS.register
+
+
+def register(kind: MechanismKind, replace: bool = False, built_in: bool = False) -> MechanismKind:
+    """Add a mechanism (:meth:`microdata.by_name.Registry.register`). A DP one added after the built-in ones must
+    name a registered audit family (:mod:`synth.audit.families`, loaded here only then); the built-in ones' are
+    checked by a test, so that checking a config never loads the audit."""
+    if kind.dp and not built_in:
+        from censusrecon.synth.audit.families import family
+
+        try:
+            family(kind.audit)
+        except CensusReconError as e:
+            raise ValueError(f"mechanism {kind.name!r} is DP: {e}") from None
+    return MECHANISMS.register(kind, replace=replace, built_in=built_in)
+
+
 unregister = MECHANISMS.unregister
 #: the mechanism registered under a name; an error naming the registered ones otherwise
 mechanism = MECHANISMS.get

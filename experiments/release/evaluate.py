@@ -21,7 +21,8 @@ from censusrecon.experiments.metrics import (effective_u, k_grid, match_rate_cur
 from censusrecon.experiments.problem import (Study, stable_seed, baseline_curves, build_workload, exact_answers, rap_settings,
                                  resolve, unit_key)
 from censusrecon.experiments.progress import UnitProgress
-from censusrecon.experiments.release.audit import audit_release, failed_audits, record_audit
+from censusrecon.experiments.release.audit import audit_release
+from censusrecon.synth.audit.timing import failed_audits, record_audit
 from censusrecon.experiments.release.files import FILE_NOTE, file_published, read_release_files, unit_layout
 from censusrecon.experiments.release.program import (PROGRAM_NOTE, check_environments, program_digests,
                                         program_inputs, publication_seed, run_program)

@@ -39,7 +39,6 @@ import pandas as pd
 from censusrecon.experiments.config import ConfigError, ExperimentConfig, ReleaseProgramConfig
 from censusrecon.experiments.release.files import Layout
 from censusrecon.microdata.dataset import Dataset
-from censusrecon.experiments.problem import stable_seed
 from censusrecon.experiments.release.files import file_digest
 from censusrecon.experiments.release.risks import anonymeter_python
 
@@ -262,12 +261,6 @@ def check_environments(cfg: ExperimentConfig) -> None:
                 raise ConfigError(f"release.programs {spec.name!r}: {local} does not exist"
                                   + (f"; its environment is made by `{env}`" if env else
                                      "; is its environment made?"))
-
-
-def program_seed(*parts) -> int:
-    """A seed for one batch of the audit's releases of a program: fresh for every batch, from its parts (the audit's
-    own seed among them). Never a published release's: see :func:`publication_seed`."""
-    return int(stable_seed("program", *parts) & 0x7FFFFFFF)
 
 
 def publication_seed() -> int:

@@ -446,7 +446,7 @@ def test_the_discrete_gaussian_truncated_at_5_sigma_fails_on_the_production_tree
 
 
 def test_a_rerun_under_another_seed_is_recorded_beside_a_failed_audit_never_in_its_place(tmp_path):
-    from censusrecon.experiments.release.audit import record_audit
+    from censusrecon.synth.audit.timing import record_audit
     from censusrecon.synth.audit.statistics import AuditResult
 
     def result(passed_bound, seed):
@@ -511,11 +511,11 @@ def test_two_mechanisms_of_one_family_are_each_audited_through_their_own_publish
     assert {r.details["published_through"] for r in results.values()} == {"laplace_tables", "copy"}
 
 
-def test_a_dp_mechanism_without_an_audit_family_is_refused_when_registered():
+def test_a_dp_mechanism_without_an_audit_family_is_refused_when_built_or_registered():
     with pytest.raises(ValueError, match="is DP: name the audit family"):
         synth.registry.MechanismKind("x", "X", _laplace_at_twice("x"))
-    with pytest.raises(ValueError, match="name the audit family"):
-        synth.registry.MechanismKind("x", "X", _laplace_at_twice("x"), audit="tabels")
+    with pytest.raises(ValueError, match="'x' is DP: no audit family is named 'tabels'"):  # a family is a value
+        synth.registry.register(synth.registry.MechanismKind("x", "X", _laplace_at_twice("x"), audit="tabels"))
 
 
 def test_the_synthetic_file_as_published_must_fit_the_tables_the_audit_drew(root, tiny_pop, monkeypatch):

@@ -109,7 +109,7 @@ def test_an_audit_whose_accounting_check_could_not_run_is_inconclusive_and_never
                                                                                                    monkeypatch):
     """Where OpenDP is missing the accounting check cannot run: every other check passes, which the old audit
     called "passed"; now the outcome is inconclusive, the terminal says so, and the exit status is 3, not 0."""
-    import censusrecon.experiments.release.audit as audit
+    import censusrecon.synth.audit.table_audit as audit
 
     monkeypatch.setattr(audit, "_tables_accounting",
                         lambda record, eps, sens: ("not run: OpenDP is not installed (pip install 'censusrecon[dp]')",
@@ -319,7 +319,7 @@ def test_the_cells_a_row_is_counted_in_are_its_one_row_counts(seed):
 def test_a_check_that_could_not_run_on_one_unit_leaves_the_mechanism_inconclusive():
     """Combining units: a failure on any unit fails; else a check one unit could not run is "not run" for the
     mechanism, whatever the others said (the old combination kept the first unit's "pass")."""
-    from censusrecon.experiments.release.audit import _combine_units
+    from censusrecon.synth.audit.checks import combine_units
     from censusrecon.synth.audit.statistics import AuditResult
 
     def unit(name, **checks):
@@ -327,18 +327,18 @@ def test_a_check_that_could_not_run_on_one_unit_leaves_the_mechanism_inconclusiv
 
     ran = unit("a", noise_scale="pass", block_list="not applicable: one block")
     short = unit("b", noise_scale="not run: too few releases", block_list="pass")
-    r = _combine_units("program:p", 1.0, [ran, short])
+    r = combine_units("program:p", 1.0, [ran, short])
     assert r.outcome == "inconclusive" and r.checks["noise_scale"] == "not run: too few releases [b]"
     assert r.checks["block_list"] == "pass"
-    r = _combine_units("program:p", 1.0, [short, unit("c", noise_scale="fail: ε ≥ 3")])
+    r = combine_units("program:p", 1.0, [short, unit("c", noise_scale="fail: ε ≥ 3")])
     assert r.outcome == "failed" and r.checks["noise_scale"] == "fail: ε ≥ 3 [c]"
-    assert _combine_units("program:p", 1.0, [ran, unit("d", noise_scale="pass")]).outcome == "passed"
+    assert combine_units("program:p", 1.0, [ran, unit("d", noise_scale="pass")]).outcome == "passed"
 
 
 def test_the_canary_neighbour_is_a_type_nobody_has_with_the_rarest_values_in_the_emptiest_block():
     """A hand-made D: SEX × AGE × BLOCK. The types nobody has whose values are rarest in D: (F, 2), counted
     1 (F) + 0 (AGE 2) = 1, against (M, 2) 3 + 0 and (F, 0) 1 + 2; the block with fewest persons is b3 (none)."""
-    from censusrecon.experiments.release.audit import canary_neighbour
+    from censusrecon.synth.audit.neighbours import canary_neighbour
     from censusrecon.microdata.dataset import Dataset
     from censusrecon.microdata.domain import Attribute, Domain
     from censusrecon.synth.mechanism import Relation

@@ -125,7 +125,7 @@ def test_a_program_is_run_over_the_grid_attacked_and_audited_end_to_end_as_a_com
     not the hash of the config's public parts it once was."""
     from censusrecon.experiments.cli import main
     from censusrecon.experiments.release import evaluate
-    from censusrecon.experiments.release.program import program_seed
+    from censusrecon.synth.audit.program_audit import program_seed
 
     published = []
     real = evaluate.run_program
@@ -182,7 +182,7 @@ def test_a_program_that_breaks_the_contract_is_a_one_line_error(agency, tmp_path
 def test_the_repeat_and_call_shape_checks_on_hand_made_noise():
     """Repeats: rows that agree by chance on few cells of little noise are expected (not a failure); one repeated
     row among many cells is not. Call shape: the same law passes, half the scale fails."""
-    from censusrecon.experiments.release.audit import _call_shape_check, repeats_pvalue
+    from censusrecon.synth.audit.program_audit import _call_shape_check, repeats_pvalue
 
     rng = np.random.default_rng(1)
     few = rng.integers(-1, 2, (500, 3))  # 27 possible rows: about C(500, 2) / 27 = 4,620 identical pairs by chance
@@ -246,7 +246,7 @@ def test_a_program_whose_seed_is_written_in_it_fails_on_its_repeated_noise(agenc
 def test_a_program_at_twice_its_epsilon_on_small_units_fails_an_audit_covering_the_size_range(agency):
     """Class 4: the old default audited the largest unit alone, where this program is honest. Every released unit is
     audited by default; a sample the user asks for (release.audit.units) covers the size range."""
-    from censusrecon.experiments.release.audit import unit_roles
+    from censusrecon.synth.audit.jobs import unit_roles
 
     _, over = agency
     spec = f"{{name: small, function: '{Path(__file__)}:doubled_on_small_units', noise: laplace, calls: batch, " \
@@ -355,7 +355,8 @@ def test_an_audit_split_per_mechanism_and_program_as_ray_runs_it_gives_the_whole
     """The Ray backend runs each (variant, ε, mechanism or program) as a task of its own with a cache of its own
     (programs first): each such piece gives exactly what it gives inside the whole job (every draw keyed by the
     audit's seed: the simulation backend, a program seeded by the contract's seed)."""
-    from censusrecon.experiments.release.audit import AuditPlan, audit_job, unit_roles
+    from censusrecon.experiments.release.audit import StudySource
+    from censusrecon.synth.audit.jobs import AuditPlan, audit_job, unit_roles
 
     d, over = agency
     cfg = load_config(CONFIG, over + ["release.mechanisms=[laplace_tables]", "release.backend=simulation",
@@ -365,19 +366,19 @@ def test_an_audit_split_per_mechanism_and_program_as_ray_runs_it_gives_the_whole
                                       "single_runs: 20}]"])
     study = resolve(cfg, load_population(cfg))
     plan = AuditPlan(study.units, unit_roles(study, study.units), 7, "given")
-    whole = audit_job(study, plan, True, 2.0, {})
+    whole = audit_job(StudySource(study), plan, True, 2.0, {})
     names = [r.mechanism for r in whole]
     assert names == ["laplace_tables", "program:seeded"]
-    split = [r for name in reversed(names) for r in audit_job(study, plan, True, 2.0, {}, only=name)]
+    split = [r for name in reversed(names) for r in audit_job(StudySource(study), plan, True, 2.0, {}, only=name)]
     key = lambda r: (r.mechanism, r.declared_epsilon, r.epsilon_lower_bound, r.checks)  # noqa: E731
     assert sorted(map(key, split), key=str) == sorted(map(key, whole), key=str)
-    assert audit_job(study, plan, True, 2.0, {}, only="program:nobody") == []
+    assert audit_job(StudySource(study), plan, True, 2.0, {}, only="program:nobody") == []
 
 
 def test_an_audit_says_its_time_ahead_from_the_last_audit_of_the_same_plan(agency, tmp_path, capsys):
     """The first audit of a plan says its time is not known ahead; it records each (mechanism, ε)'s own seconds in
     the history, and the next audit of the same units prints their sum before any work."""
-    from censusrecon.experiments.release.audit import record_audit
+    from censusrecon.synth.audit.timing import record_audit
 
     d, over = agency
     cfg = load_config(CONFIG, over + ["release.mechanisms=[laplace_tables]", "release.backend=simulation",
@@ -400,7 +401,7 @@ def test_an_audit_says_its_time_ahead_from_the_last_audit_of_the_same_plan(agenc
 def test_a_first_audit_says_its_time_from_the_repositorys_record_of_the_same_config(agency, tmp_path):
     """With no audit of its own yet, an audit takes the times a record in bench/results gives for its config's very
     digest, and says whose machine they come from; a config changed in any way (another digest) gets none."""
-    from censusrecon.experiments.release.audit import _task_order, expected_time, last_timing, shipped_timing
+    from censusrecon.synth.audit.timing import task_order, expected_time, last_timing, shipped_timing
 
     d, over = agency
     cfg = load_config(CONFIG, over + ["release.mechanisms=[laplace_tables]", "release.epsilons=[1.0]"])
@@ -411,7 +412,7 @@ def test_a_first_audit_says_its_time_from_the_repositorys_record_of_the_same_con
     (tmp_path / "not_a_record.json").write_text("[1, 2]")
     shipped = shipped_timing(cfg, tmp_path)
     assert shipped["record"] == "r.json" and shipped["machine"] == "a 2-core laptop"
-    tasks = _task_order(cfg, [(True, 1.0)])
+    tasks = task_order(cfg, [(True, 1.0)])
     said = expected_time(last_timing(None, tasks, ["u1"], shipped), tasks, "local", 1)
     assert said.startswith("expected about 30 s (no audit here yet: bench/results/r.json") and "a 2-core laptop" in said
     assert last_timing(None, tasks, ["u2"], shipped) is None  # other units

@@ -63,13 +63,16 @@ def test_the_smartnoise_audit_is_inconclusive_and_says_how_far_a_few_releases_re
 
 
 def _first_measurements_audit(cfg, eps=2.0):
-    from censusrecon.experiments.release.audit import _audit_first_measurements, _program_instance, _unit_instance
+    from censusrecon.experiments.release.audit import StudySource
+    from censusrecon.synth.audit.checks import unit_instance
+    from censusrecon.synth.audit.program_audit import _audit_first_measurements, _program_instance
 
     pop = load_population(cfg)
     unit, cache = select_units(pop, cfg)[0], {}
-    pairs = _unit_instance(resolve(cfg, pop), unit, True, cache)[4]
-    _, inputs, pair_inputs = _program_instance(resolve(cfg, pop), unit, True, cache)
-    return _audit_first_measurements(cfg, cfg.release.programs[0], inputs, pair_inputs, pairs, eps, (4, unit, True),
+    src = StudySource(resolve(cfg, pop))
+    pairs = unit_instance(src, unit, True, cache)[4]
+    _, inputs, pair_inputs = _program_instance(src, unit, True, cache)
+    return _audit_first_measurements(src, cfg.release.programs[0], inputs, pair_inputs, pairs, eps, (4, unit, True),
                                      0.99, "program:mst")
 
 
@@ -111,7 +114,7 @@ def _ledger(program_agency, synthesizer, eps, runs, bug=None):
     """``runs`` fits of the example's first tract, every step recorded, checked at the confidence the audit runs
     them at (:func:`audit_level`: Bonferroni over the audit's checks, not the bare ``release.audit.confidence``: at
     0.95 an honest MST, whose noise SmartNoise draws unseeded, failed one of its two tests about one run in ten)."""
-    from censusrecon.experiments.release.audit import audit_level
+    from censusrecon.synth.audit.jobs import audit_level
     from censusrecon.synth.audit.spending import WIDTH, check_spending
 
     d, over = program_agency

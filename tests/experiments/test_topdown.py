@@ -8,7 +8,8 @@ import pytest
 from censusrecon.experiments.config import load_config
 from censusrecon.experiments.problem import build_workload, load_population, resolve
 from censusrecon.experiments.release.topdown_release import publish_topdown, topdown_mdf, topdown_root, topdown_unit
-from censusrecon.experiments.release.audit import _topdown_structure
+from censusrecon.experiments.release.audit import StudySource
+from censusrecon.synth.audit.tree_audit import _topdown_structure
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.geography import Geography
 from censusrecon.synth.noise import SimulationNoise
@@ -69,7 +70,7 @@ def test_the_tree_comes_from_the_public_list_whoever_lives_there(agency):
                                                           catalogue=geo.catalogue))
         shapes.append(topdown_root(resolve(cfg, people), UNIT, True).shape.key())
     assert shapes[0] == shapes[1] == td.shape.key()
-    assert _topdown_structure(resolve(cfg, pop), UNIT, True, td.nodes) == "pass"
+    assert _topdown_structure(StudySource(resolve(cfg, pop)), UNIT, True, td.nodes) == "pass"
 
 
 def test_a_county_target_keeps_its_tracts_in_the_tree_and_publishes_tract_tables_per_tract(compact_agency):
@@ -96,8 +97,8 @@ def test_a_county_target_keeps_its_tracts_in_the_tree_and_publishes_tract_tables
     with pytest.raises(ValueError, match="need the unit's areas"):
         build_workload(cfg, cfg.queries[0], prob.private.domain)
     # the auditor's two blocks lie in different tracts: a person moving between them changes both tracts' tables
-    from censusrecon.experiments.release.audit import _frame
-    frame, areas = _frame(resolve(cfg, pop), "01001", True)
+    from censusrecon.synth.audit.neighbours import audit_frame
+    frame, areas = audit_frame(resolve(cfg, pop), "01001", True)
     assert frame.size("BLOCK") == 2 and [m for _, m in areas["tract"]] == [[0], [1]]
 
 

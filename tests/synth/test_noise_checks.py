@@ -125,7 +125,7 @@ def test_the_shape_test_s_subsample_takes_no_draw_twice():
     scale 32.5), 200,000 of each kept for the shape test as the TopDown audit keeps them: drawn without
     replacement the pooled chi-square accepts; drawn with replacement (the defect of 2026-12-03) a draw taken
     twice counts twice, the bins vary about twice as much as the test assumes, and correct noise fails."""
-    from censusrecon.experiments.release.audit import shape_subsample
+    from censusrecon.synth.audit.checks import shape_subsample
 
     rng = np.random.default_rng(3)
     releases = [_discrete_laplace(rng, 32.5, 204_624) for _ in range(5)]

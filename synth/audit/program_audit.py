@@ -1,0 +1,400 @@
+"""The program family: a release program made outside censusrecon, audited as a black box."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from censusrecon.microdata.seeds import stable_seed
+from censusrecon.synth.audit.families import AuditFamily, FamilyCall, register_family
+from censusrecon.synth.audit.checks import INDEPENDENCE_COLUMNS, combine_units, unit_instance, noise_epsilon
+from censusrecon.synth.audit.neighbours import canary_neighbour
+from censusrecon.synth.audit.source import AuditSource
+from censusrecon.synth.audit.spending import WIDTH, check_spending
+from censusrecon.synth.audit.statistics import (AuditResult, audit_outputs,
+                                                clopper_pearson,
+                                                gaussian_rho_spent, gaussian_shape_pvalue, independence_pvalue, laplace_shape_pvalue, opendp_rho,
+                                                tail_pvalue)
+from censusrecon.synth.mechanism import parse_relation
+from censusrecon.synth.registry import PROGRAM_PREFIX
+from censusrecon.synth.release import workload_counts
+
+
+def audit_program(src: AuditSource, spec, unit: str, wb: bool, eps: float, seed: int,
+                  cache: dict, *, index: int = 0):
+    """The black-box audit of a program at ``eps`` on ``unit``'s own D: ``runs`` whole releases of D and
+    of each real neighbour of it (:func:`synth.audit.neighbours.real_pairs`: a person moved between
+    blocks of different areas, changed to the rarest and the commonest type, the type in most cells;
+    added and removed under add/remove), every batch with a fresh seed from the audit's; the
+    statistical bound over the cells each pair moves (the mean of a cell's published copies; events on
+    single outputs and on a discriminant fitted on half the releases). With the program's declared
+    noise family, the checks from output minus truth over every published copy: the ε its noise
+    spends per pair (each cell's scale bounded above from its own draws), the shape and far tail per
+    table, and independence across cells and releases. ``index``: the unit's place in the audit's list. A
+    synthesizer audited by its spending ledger (``spec.spending``) has its ledger checked on every unit, and
+    whole releases (D and its canary neighbour, the worst case for a synthesizer: each is a fit) drawn only on the first
+    ``spending.whole_units``; a program called in batches has its releases one per call (the call shape) drawn
+    on the first ``single_units`` (default every unit)."""
+    cfg = src.cfg
+    a = cfg.release.audit
+    runs = spec.audit_runs or a.runs
+    mech = PROGRAM_PREFIX + spec.name
+    if spec.spending is not None and index >= spec.spending.whole_units:
+        return _audit_ledger_only(src, spec, unit, wb, eps, seed, cache)
+    shape_here = spec.single_units is None or index < spec.single_units
+    _, _, _, exact, pairs, pair_counts, _ = unit_instance(src, unit, wb, cache)
+    layout, inputs, pair_inputs = _program_instance(src, unit, wb, cache)
+    y1_rows = program_draws(src, spec, inputs, eps, runs, (seed, unit, wb, eps, "D"))
+    y1 = layout.to_queries(y1_rows)
+    pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
+    row_query = layout.rows["query"].to_numpy()
+    noise = y1_rows - exact[row_query][None, :]
+    single = single_rows = None
+    one_per_call = spec if spec.calls == "single" else spec.model_copy(update={"calls": "single"})
+    if spec.calls == "batch":  # the shape publication uses, beside the batches the audit's power comes from (one
+        # release only where the call shape is drawn on other units: the seed check's first call)
+        single_rows = program_draws(src, one_per_call, inputs, eps, spec.single_runs if shape_here else 1,
+                                    (seed, unit, wb, eps, "single"))
+        single = single_rows - exact[row_query][None, :] if shape_here else None
+    checks: dict = {}
+    bounds, spent, every_noise = [], [], [noise] + ([single] if single is not None else [])
+    # whole releases of each real neighbour; of a synthesizer audited by its ledger (each release a fit), of its
+    # worst-case neighbour alone: a canary record in a region of the domain D leaves empty
+    whole = ([_canary_instance(src, unit, wb, cache)] if spec.spending is not None else
+             [(what, pair_counts[i], pair_inputs[i], i) for i, (what, _) in enumerate(pairs)])
+    for what, c2, inputs2, key in whole:
+        idx = np.flatnonzero(c2 - exact)
+        if not idx.size:
+            continue
+        y2_rows = program_draws(src, spec, inputs2, eps, runs, (seed, unit, wb, eps, key))
+        every_noise.append(y2_rows - c2[row_query][None, :])
+        y2 = layout.to_queries(y2_rows)
+        res = audit_outputs(y1[:, idx], y2[:, idx], exact[idx], (c2 - exact)[idx], eps, mech, pair_conf)
+        bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
+        if spec.noise is not None:  # every published copy of every moved cell, its own scale bounded above
+            moved = np.flatnonzero(np.isin(row_query, idx))
+            distance = np.abs(c2 - exact)[row_query[moved]]
+            for shape, x in (("", noise), (" (the releases drawn one per call)", single)):
+                if x is not None:
+                    e = (gaussian_rho_spent(x[:, moved], distance, pair_conf) if spec.noise == "gaussian" else
+                         noise_epsilon(x[:, moved], distance, pair_conf)[0])
+                    spent.append((e, what + shape))
+    info: dict = {"program_calls": (f"{runs} releases per call (a batch), and {spec.single_runs} of D one per call"
+                                    if single is not None else f"one release per call, {runs} calls per input")}
+    checks["noise_repeats"], info["noise_repeats"] = _repeats_check(every_noise, a.confidence)
+    # the same seed twice, jointly: a program whose noise is a function of its seed is fine only while the seed
+    # it is given stays secret; one drawing from secure randomness (OpenDP, Tumult) never repeats
+    first = y1_rows[0] if single_rows is None else single_rows[0]  # the first call: drawn again with its seed
+    again = program_draws(src, one_per_call, inputs, eps, 1,
+                          (seed, unit, wb, eps, "D" if single_rows is None else "single"))[0]
+    checks["seed_use"] = ("declared: its noise is a function of the seed it is given (two calls with the same seed "
+                          "gave the same release): evaluate-release gives it a secret one when it publishes (the "
+                          "operating system's randomness, written nowhere), and so must whoever publishes with it"
+                          if np.array_equal(again, first) else
+                          "not applicable: two calls with the same seed gave different releases (fresh randomness)")
+    if spec.calls == "batch" and not shape_here:
+        checks["call_shape"] = (f"not applicable: its releases one per call were drawn on the first {spec.single_units} "
+                                "unit(s) of the audit (release.programs[].single_units)")
+    elif single is not None:
+        checks["call_shape"], info["call_shape_p_value"] = _call_shape_check(noise, single, a.confidence,
+                                                                               spec.single_runs)
+    else:
+        checks["call_shape"] = ("not applicable: every release the audit drew came from a call of its own with a seed "
+                                "of its own, as publication calls the program")
+    # without a declared noise family there is no law to check the noise against: the bound alone decides, and
+    # where its releases are too few to certify the declared ε the audit is inconclusive (bound_power below)
+    if spec.noise is None:
+        for k in ("noise_scale", "noise_shape", "noise_tail", "noise_independence"):
+            checks[k] = "not applicable: the program declares no noise family (release.programs[].noise)"
+    else:
+        gaussian = spec.noise == "gaussian"
+        family = "Gaussian" if gaussian else "Laplace"
+        if not np.allclose(noise, np.rint(noise)):
+            checks["noise_shape"] = (f"fail: the program declares discrete {family} noise on counts, but its outputs "
+                                     "are not integers")
+        worst = max(spent, default=(0.0, "none"))
+        if gaussian:  # ρ from the declared (ε, δ) by OpenDP's conversion, never the program's own figure
+            budget, what = opendp_rho(eps, spec.delta_of()), "ρ"
+            info.update(rho_from_noise_scale=round(worst[0], 8), rho_declared=round(budget, 8), delta=spec.delta_of())
+            how = "each moved cell's change² over twice an upper bound on its noise variance, summed"
+            declared = f"ρ = {budget:.4g} that ε = {eps:g}, δ = {spec.delta_of():g} allows (OpenDP's conversion)"
+        else:
+            budget, what = eps, "ε"
+            info["epsilon_from_noise_scale"] = round(worst[0], 6)
+            how = "each moved cell's change over an upper bound on its noise scale, summed"
+            declared = f"declared {eps:g}"
+        checks["noise_scale"] = ("pass" if worst[0] <= budget else
+                                 f"fail: the noise added spends {what} ≥ {worst[0]:.4g} on {worst[1]} ({how}), over "
+                                 f"the {declared}")
+        tables = layout.rows["table"].to_numpy()
+        level = 1 - (1 - a.confidence) / max(len(set(tables)), 1)
+        if "noise_shape" not in checks:
+            shape = gaussian_shape_pvalue if gaussian else laplace_shape_pvalue
+            p_shape = min(shape(np.rint(noise[:, tables == t])) for t in set(tables))
+            checks["noise_shape"] = ("pass" if p_shape >= 1 - level else
+                                     f"fail: the noise added is not discrete {family} (p = {p_shape:.2g})")
+            info["noise_shape_p_value"] = p_shape
+        p_tail = min(tail_pvalue(noise[:, tables == t], gaussian) for t in set(tables))
+        checks["noise_tail"] = ("pass" if p_tail >= 1 - level else
+                                f"fail: the noise added has too few draws in its far tail for discrete {family} noise "
+                                f"(p = {p_tail:.2g}): cut off")
+        info["noise_tail_p_value"] = p_tail
+    if spec.noise is not None:
+        rng = np.random.default_rng(program_seed(seed, "columns", unit))
+        cols = rng.permutation(noise.shape[1])[:INDEPENDENCE_COLUMNS]
+        p_ind, where = independence_pvalue(noise[:, np.sort(cols)])
+        checks["noise_independence"] = ("pass" if p_ind >= 1 - a.confidence else
+                                        f"fail: the noise is not independent across cells or releases ({where}: "
+                                        f"p = {p_ind:.2g})")
+        info["independence_p_value"] = p_ind
+    if spec.spending is not None:
+        spending_checks, spending_info = _ledger_checks(src, spec, inputs, eps, (seed, unit, wb, eps))
+        checks.update(spending_checks)
+        info.update(spending_info, whole_releases=f"of D and of its worst-case neighbour ({whole[0][0]})")
+    if spec.measurements is not None:
+        stage_bounds, checks["measurements_scale"], stage_info = _audit_first_measurements(
+            cfg, spec, inputs, pair_inputs, pairs, eps, (seed, unit, wb), pair_conf, mech)
+        bounds += stage_bounds
+        info.update(stage_info)
+        checks["post_processing"] = ("not applicable: the steps after its first measurements (selecting marginals, "
+                                     "fitting the model, sampling) show only in its whole releases' bound")
+    else:
+        checks["post_processing"] = ("not applicable: a black box shows its outputs only, not the measurements it "
+                                     "post-processes; its outputs are what the bound and the noise checks test")
+    if spec.spending is not None:
+        checks["post_processing"] = LEDGER_POST_PROCESSING
+    reach = bound_reach(runs, pair_conf)
+    info["bound_reach"] = round(reach, 4)
+    if reach < eps:
+        reach_words = f"at most ε ≈ {reach:.2f}" if reach > 0 else "no ε at all"
+        needed = runs_to_certify(eps, pair_conf)
+        info["runs_to_certify"] = needed
+        said = (f"with {runs} releases per neighbour the bound certifies {reach_words}, below the declared {eps:g}")
+        if spec.spending is not None:
+            checks["bound_power"] = (f"not applicable: {said}; its spending ledger, which was checked, bounds what "
+                                     "every step that reads the data spends")
+        elif spec.noise is not None:
+            checks["bound_power"] = (f"not applicable: {said}; the noise checks, which ran, bound what the noise "
+                                     "spends")
+        else:
+            checks["bound_power"] = (f"not run: {said}, and no check of its noise stands in "
+                                     + ("(its first measurements' are only its first step)" if spec.measurements else
+                                        "(declare its noise family: release.programs[].noise)")
+                                     + f"; {needed:,} releases per neighbour would certify it")
+    best = max(bounds, default=(0.0, "none", 0))
+    details = dict(info, unit=unit, neighbours=[w for w, _ in pairs], differing_cells=[b[2] for b in bounds],
+                   audited_on="the unit's own D, the program's whole releases (a black box)", program_runs=runs)
+    return AuditResult(mech, eps, best[0], runs, a.confidence, best[1], checks, details)
+
+
+#: the post-processing check's line for a synthesizer audited by its spending ledger
+LEDGER_POST_PROCESSING = ("not applicable: what follows its recorded measurements and selections (the model's "
+                          "estimation, the sampling) is the library's post-processing of them")
+
+
+def _ledger_checks(src: AuditSource, spec, inputs: tuple, eps: float,
+                   where: tuple) -> tuple[dict, dict]:
+    """The synthesizer's spending ledger from ``spending.runs`` fits of the unit's D, checked
+    (:func:`synth.audit.spending.check_spending`); its figures prefixed ``spending_``."""
+    cfg = src.cfg
+    stage = spec.model_copy(update={"params": {**spec.params, **spec.spending.params}})
+    ledger = src.run_program(stage, inputs, eps, spec.spending.runs, program_seed(*where, "spending"),
+                         width=WIDTH)
+    checks, info = check_spending(ledger, eps, spec.spending.delta, cfg.release.audit.confidence)
+    return checks, {"spending_" + k: v for k, v in info.items()}
+
+
+def _audit_ledger_only(src: AuditSource, spec, unit: str, wb: bool, eps: float, seed: int,
+                       cache: dict) -> AuditResult:
+    """A unit past ``spending.whole_units``: the synthesizer's ledger on the unit's own D, no whole release."""
+    _, inputs, _ = _program_instance(src, unit, wb, cache)
+    checks, info = _ledger_checks(src.cfg, spec, inputs, eps, (seed, unit, wb, eps))
+    checks["post_processing"] = LEDGER_POST_PROCESSING
+    details = dict(info, unit=unit, program_runs=0, audited_on="the unit's own D, the synthesizer's recorded steps",
+                   whole_releases="none on this unit (release.programs[].spending.whole_units): its ledger stands in")
+    return AuditResult(PROGRAM_PREFIX + spec.name, eps, 0.0, 0, src.cfg.release.audit.confidence,
+                       "none: no whole release of this unit", checks, details)
+
+
+def _canary_instance(src: AuditSource, unit: str, wb: bool, cache: dict) -> tuple:
+    """The unit's canary neighbour (:func:`canary_neighbour`): what it is, its published cells' true counts, the
+    contract's inputs for it and the key of its draws; the same at every ε."""
+    key = ("canary", unit, wb)
+    if key not in cache:
+        D, areas, workload, *_ = unit_instance(src, unit, wb, cache)
+        layout = _program_instance(src, unit, wb, cache)[0]  # the unit's published cells, laid out once
+        what, D2 = canary_neighbour(D, parse_relation(src.cfg.release.relation))
+        blocks = src.blocks(unit)[0] if wb else None
+        cache[key] = (what, workload_counts(D2, workload), src.program_inputs(D2, unit, layout, blocks, areas), "canary")
+    return cache[key]
+
+
+def program_draws(src: AuditSource, spec, inputs: tuple, eps: float, runs: int,
+                  where: tuple) -> np.ndarray:
+    """``runs`` releases of the program on ``inputs`` in the shape its ``calls`` declares: one call per release
+    (single, as publication calls it), each with its own seed from ``where`` and its number; or one call
+    for all of them (batch), with one seed."""
+    if spec.calls == "single":
+        return np.vstack([src.run_program(spec, inputs, eps, 1, program_seed(*where, "call", k)) for k in range(runs)])
+    return src.run_program(spec, inputs, eps, runs, program_seed(*where))
+
+
+def repeats_pvalue(rows: np.ndarray) -> tuple[int, float, float]:
+    """Pairs of identical rows among ``rows`` (one release's noise a row) and the chance of at least that
+    many if the rows were independent: Poisson with mean C(n, 2) × Π_cells q, q a cell's chance that two
+    releases agree on it, from the distinct rows (repeats would make it look certain). (pairs, expected,
+    p-value).
+
+    >>> rng = np.random.default_rng(0); fresh = rng.integers(-3, 4, (200, 40))
+    >>> repeats_pvalue(fresh)[0], repeats_pvalue(np.vstack([fresh, fresh[:5]]))[2] < 1e-6
+    (0, True)
+    """
+    from scipy.stats import poisson
+
+    rows = np.asarray(rows)
+    n = len(rows)
+    distinct, counts = np.unique(rows, axis=0, return_counts=True)
+    pairs = int((counts * (counts - 1) // 2).sum())
+    if pairs == 0:
+        return 0, 0.0, 1.0
+    if len(distinct) < 2:
+        return pairs, 0.0, 0.0  # every release the same
+    log_q = 0.0
+    for j in range(distinct.shape[1]):
+        _, c = np.unique(distinct[:, j], return_counts=True)
+        log_q += math.log(float(((c / len(distinct)) ** 2).sum()))
+    expected = n * (n - 1) / 2 * math.exp(log_q)
+    return pairs, expected, float(poisson.sf(pairs - 1, expected))
+
+
+def _repeats_check(noises: list, confidence: float) -> tuple[str, dict]:
+    """Releases drawn by separate calls with different seeds, of D and of its neighbours (each release's
+    output minus its own input's truth), must not repeat: noise that comes back is noise an attacker
+    can subtract (a seed written in the program, the contract's seed ignored: ε = ∞)."""
+    rows = np.vstack([np.asarray(x, dtype=np.float64) for x in noises])
+    pairs, expected, p = repeats_pvalue(rows)
+    info = {"releases": int(len(rows)), "identical_pairs": pairs, "expected_by_chance": expected, "p_value": p}
+    if p >= 1 - confidence:
+        return "pass", info
+    return (f"fail: {pairs:,} pairs of the {len(rows):,} releases drawn with different seeds (of D and its neighbours) "
+            f"have the same noise in every cell, {expected:.2g} expected by chance (p = {p:.2g}): the noise does not "
+            "come fresh from each call's seed, so it can be subtracted (ε = ∞)"), info
+
+
+def _call_shape_check(batch: np.ndarray, single: np.ndarray, confidence: float, runs: int) -> tuple[str, float]:
+    """The releases drawn one per call (as published) against those drawn in batches: each release's mean
+    |noise| and mean noise over its cells, compared by a two-sample Kolmogorov–Smirnov test (releases are
+    independent; cells within one need not be), Bonferroni over the two."""
+    from scipy.stats import ks_2samp
+
+    p = min(1.0, 2 * min(ks_2samp(np.abs(batch).mean(axis=1), np.abs(single).mean(axis=1)).pvalue,
+                         ks_2samp(batch.mean(axis=1), single.mean(axis=1)).pvalue))
+    if p >= 1 - confidence:
+        return "pass", p
+    return (f"fail: its {runs} releases drawn one per call, as published, do not have the noise of its batches "
+            f"(mean |noise| {np.abs(single).mean():.3g} one per call, {np.abs(batch).mean():.3g} in batches; "
+            f"p = {p:.2g}): the program behaves differently when asked for one release"), p
+
+
+def runs_to_certify(eps: float, confidence: float) -> int:
+    """The fewest releases per neighbour whose statistical bound can certify ``eps``
+    (:func:`bound_reach` ≥ ``eps``).
+
+    >>> r = runs_to_certify(2.0, 0.99); bound_reach(r, 0.99) >= 2.0 > bound_reach(r - 2, 0.99)
+    True
+    """
+    alpha = (1 - confidence) / 2  # bound_reach: m certifying releases reach ln(x / (1 − x)), x = alpha^(1/m)
+    m = max(1, math.ceil(math.log(alpha) / -math.log1p(math.exp(-eps))))
+    for _ in range(8):  # the closed form, checked against bound_reach itself (rounding at the edge)
+        if bound_reach(2 * m, confidence) < eps:
+            m += 1
+        elif m > 1 and bound_reach(2 * (m - 1), confidence) >= eps:
+            m -= 1
+        else:
+            break
+    return 2 * m
+
+
+def _program_instance(src: AuditSource, unit: str, wb: bool, cache: dict) -> tuple:
+    """The contract's inputs for the unit's D and for each of its real neighbours (the pairs of
+    :func:`unit_instance`), with the layout of the published cells: the same at every ε and for every
+    program."""
+    key = ("program", unit, wb)
+    if key not in cache:
+        D, areas, _, _, pairs, _, _ = unit_instance(src, unit, wb, cache)
+        layout = src.unit_layout(unit, wb)
+        blocks = src.blocks(unit)[0] if wb else None
+        cache[key] = layout, [src.program_inputs(d, unit, layout, blocks, areas) for d in [D] + [d2 for _, d2 in pairs]]
+    layout, (inputs, *pair_inputs) = cache[key]
+    return layout, inputs, pair_inputs
+
+
+def _audit_first_measurements(src: AuditSource, spec, inputs: tuple, pair_inputs: list,
+                              pairs: list, eps: float, where: tuple, confidence: float, mech: str
+                              ) -> tuple[list, str, dict]:
+    """A program's first measurements (``spec.measurements``: a synthesizer's Gaussian one-way marginals),
+    ``runs`` per neighbour: the statistical bound over the one-way cells each pair moves, and the zCDP ρ
+    their noise spends per pair (each moved cell's σ bounded above from its own draws, so ρ below)
+    against the share of the declared ρ the program's design gives them."""
+    m = spec.measurements
+    stage = spec.model_copy(update={"params": {**spec.params, **m.params}})
+    base, truth = src.one_way_inputs(inputs)
+    y1 = src.run_program(stage, base, eps, m.runs, program_seed(*where, eps, "measurements", "D"))
+    declared = m.share * opendp_rho(eps, m.delta)
+    bounds, spent = [], []
+    for i, (what, _) in enumerate(pairs):
+        other, truth2 = src.one_way_inputs(pair_inputs[i])
+        idx = np.flatnonzero(truth2 - truth)
+        if not idx.size:
+            continue
+        y2 = src.run_program(stage, other, eps, m.runs, program_seed(*where, eps, "measurements", i))
+        res = audit_outputs(y1[:, idx], y2[:, idx], truth[idx], (truth2 - truth)[idx], eps, mech, confidence)
+        bounds.append((res.epsilon_lower_bound, f"first measurements, {what}: {res.event}", int(idx.size)))
+        noise = np.vstack([y1[:, idx] - truth[idx], y2[:, idx] - truth2[idx]])
+        spent.append((gaussian_rho_spent(noise, np.abs(truth2 - truth)[idx], confidence), what))
+    worst = max(spent, default=(0.0, "none"))
+    check = ("pass" if worst[0] <= declared else
+             f"fail: its first measurements' noise spends ρ ≥ {worst[0]:.4g} on {worst[1]} (each moved one-way cell's "
+             f"change² over twice an upper bound on its noise variance, summed), over the {m.share:.4g} of ρ = "
+             f"{declared / m.share:.4g} (ε {eps:g}, δ {m.delta:g}) its design gives them")
+    info = {"measurements_runs": m.runs, "measurements_rho_declared": round(declared, 8),
+            "measurements_rho_from_noise_scale": round(worst[0], 8),
+            "measurements_bound_reach": round(bound_reach(m.runs, confidence), 4)}
+    return bounds, check, info
+
+
+def bound_reach(runs: int, confidence: float) -> float:
+    """The largest ε the statistical bound can certify from ``runs`` releases per neighbour (half of them
+    certify): an event seen in every certifying release of one neighbour and in none of the other's.
+
+    >>> round(bound_reach(300, 0.99), 2), round(bound_reach(50_000, 0.99), 2), bound_reach(10, 0.95)
+    (3.33, 8.46, 0.0)
+    """
+    m = runs - runs // 2
+    alpha = (1 - confidence) / 2
+    lo, _ = clopper_pearson(np.array([m]), m, alpha)
+    _, hi = clopper_pearson(np.array([0]), m, alpha)
+    return max(0.0, float(np.log(lo[0] / hi[0])))  # 0: too few releases to certify anything
+
+
+def program_seed(*parts) -> int:
+    """A seed for one batch of the audit's releases of a program: fresh for every batch, from its parts (the audit's
+    own seed among them). Never a published release's: see :func:`experiments.release.program.publication_seed`."""
+    return int(stable_seed("program", *parts) & 0x7FFFFFFF)
+
+
+def audit_programs(call: FamilyCall) -> AuditResult:
+    """The ``program`` family: the release program ``call.mechanism`` names (``program:<name>``), audited as a
+    black box on each unit (its place in the list says which draw whole releases and one-per-call shapes)."""
+    name = call.mechanism.removeprefix(PROGRAM_PREFIX)
+    spec = next(p for p in call.src.cfg.release.programs if p.name == name)
+    return combine_units(call.mechanism, call.epsilon, [
+        audit_program(call.src, spec, u, call.with_block, call.epsilon, call.seed, call.cache, index=k)
+        for k, u in enumerate(call.units)])
+
+
+register_family(AuditFamily("program", (0, 7), audit_programs,
+                            "a release program made outside censusrecon: its bound, noise scale, shape, tail, "
+                            "independence, repeats and call shape (its first measurements and spending ledger "
+                            "where declared)"))

@@ -1,0 +1,171 @@
+"""The tables families: noisy tables, and a file fitted to them, on each audited unit's own data."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.marginals import Workload
+from censusrecon.microdata.seeds import stable_seed
+from censusrecon.synth import registry
+from censusrecon.synth.audit.families import AuditFamily, FamilyCall, register_family
+from censusrecon.synth.audit.checks import band_groups, bound_noise, combine_units, contract_failure, independence_columns, keyed_release, publication_noise, opendp_accounting, replay_pairs, structure_check, release_tail_stats, unit_instance, whole_checks
+from censusrecon.synth.audit.neighbours import far_datasets, replay_neighbours
+from censusrecon.synth.audit.source import AuditSource
+from censusrecon.synth.audit.statistics import (AuditResult, NoiseGroups, audit_outputs,
+                                                laplace_scale_upper)
+from censusrecon.synth.mechanism import parse_relation
+from censusrecon.synth.topdown import Budget
+
+
+def _audit_tables_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: float, seed: int, cache: dict) -> AuditResult:
+    """Noisy tables (the ``tables`` family: Laplace's) or a file fitted to noisy tables (``fitted_tables``: synthetic)
+    of one unit, on its own D, every draw through ``mech``'s own publishing function: the bound over the real pairs,
+    the whole-release checks, the replay over many pairs, the structure. A fitted file's draws are the tables it
+    fits (its function's batch branch); its releases as published (one call, the fit included) must have fitted
+    exactly those tables (``single_release``), its structure and its fit must read nothing but them."""
+    cfg = src.cfg
+    a = cfg.release.audit
+    relation = parse_relation(cfg.release.relation)
+    fitted = registry.mechanism(mech).audit == "fitted_tables"
+    D, areas, workload, exact, pairs, pair_counts, sens = unit_instance(src, unit, wb, cache)
+    pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
+    rng0 = np.random.default_rng(0)
+    bound, backend = bound_noise(seed, "tables", unit, wb, eps), publication_noise(cfg, seed, "tables", unit, wb, eps)
+    # the family's contract: noisy counts of every published cell, one row a release (a fitted file's batch branch)
+    probe = src.publish(mech, eps, D, workload, bound, rng0, runs=[0]).output
+    if np.shape(getattr(probe, "counts", None)) != (1, exact.size):
+        family = "fitted_tables" if fitted else "tables"
+        return AuditResult(mech, eps, 0.0, 0, a.confidence, "none", {"family_contract": contract_failure(
+            mech, family, f"noisy counts of the workload's {exact.size} cells (NoisyTables)", probe)}, {"unit": unit})
+    bounds, pair_tail = [], []  # the pairs' draws are publication noise too: the far tail is checked over them
+    for i, (what, D2) in enumerate(pairs):
+        c2 = pair_counts[i]
+        idx = np.flatnonzero(c2 - exact)
+        if not idx.size:
+            continue
+        r1 = range(2 * i * a.runs, (2 * i + 1) * a.runs)
+        r2 = range((2 * i + 1) * a.runs, (2 * i + 2) * a.runs)
+        y1 = src.publish(mech, eps, D, workload, bound, rng0, runs=r1, cells=idx).output.counts
+        y2 = src.publish(mech, eps, D2, workload, bound, rng0, runs=r2, cells=idx).output.counts
+        res = audit_outputs(y1, y2, exact[idx], (c2 - exact)[idx], eps, mech, pair_conf)
+        bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
+        if bound is backend or not backend.for_publication:  # the far tail over publication noise only
+            pair_tail += [release_tail_stats(y1 - exact[idx][None, :], False), release_tail_stats(y2 - c2[idx][None, :], False)]
+    # whole releases of the real D, each the very call that publishes one (a single release; a fitted file's, the
+    # tables it fits: a batch of one), numbered after every pair's releases under the audit's key
+    start = 2 * len(pairs) * a.runs
+
+    def whole_release(r: int):
+        if fitted:
+            return src.publish(mech, eps, D, workload, backend, rng0, runs=[start + r]).output.counts[0]
+        return src.publish(mech, eps, D, workload, keyed_release(backend, start + r), rng0).output.counts
+
+    whole = np.stack([whole_release(r) for r in range(a.whole_releases)])
+    noise = whole - exact[None, :]
+    if isinstance(workload, Workload):
+        cuts = workload.offsets()
+        table = np.repeat(np.arange(len(workload.marginals)), np.diff(cuts)).astype(str)
+        place = np.full(exact.size, "unit")
+        cell_label = np.concatenate([np.arange(n) for n in np.diff(cuts)]).astype(str)
+    else:
+        table = np.array([f"{t}@{lv}" for t, lv in zip(workload.tables(), workload.levels())])
+        place = np.array([lab.split("@", 1)[1] if "@" in lab else "unit" for lab in workload.labels])
+        cell_label = np.array([lab.split("@", 1)[0] for lab in workload.labels])
+    groups = NoiseGroups()
+    for g in np.unique(table):
+        groups.add(("tables", str(g)), noise[:, table == g])
+    for g, sel in band_groups(exact).items():
+        groups.add(("tables", g), noise[:, sel])
+    for p in np.unique(place):  # per block (and area): a scale that depends on the node shows
+        groups.add(("tables", f"place {p}"), noise[:, place == p])
+    rng = np.random.default_rng(stable_seed("audit-sample", seed, unit))
+    groups.keep(noise, 2_000_000, rng)
+    cols = independence_columns(cell_label, rng)
+    checks, info = whole_checks(cfg, eps, groups.sums, np.concatenate(groups.sample), [noise], noise[:, cols],
+                                 {"tables": sens.l1}, False, eps, pair_tail)
+    info["sensitivity"] = sens.as_dict()
+    # the replay: recorded whole releases, many neighbours of the real data (a fitted file's tables: its batch branch)
+    far = far_datasets(D, a.replay_far, rng)
+    neighbours = replay_neighbours(D, relation, areas, a.replay_pairs, rng) + far
+    values = [whole[i] for i in range(min(a.replay_draws, len(whole)))]
+    checks["post_processing"] = replay_pairs(src, mech, eps, workload, D, neighbours, values, batch=fitted)
+    record = (src.publish(mech, eps, D, workload, backend, rng0, runs=[start]) if fitted else
+              src.publish(mech, eps, D, workload, keyed_release(backend, start), rng0)).record
+    checks["accounting"], acc = _tables_accounting(record, eps, sens.l1)
+    info.update(acc)
+    checks["structure"] = (structure_check(src, mech, eps, workload, D, pairs[0][1], batch=fitted) if pairs
+                           else "not run")
+    details = {}
+    if fitted:
+        key = src.fit_key("fit", unit, eps)  # the key the published fit uses (public: unit and ε)
+        fits = far[:1] + neighbours[:SYNTHETIC_REPLAY_FITS - min(len(far), 1)]
+        checks["single_release"] = _single_release_check(src, mech, eps, workload, D, backend, start, whole[0],
+                                                         exact, sens.l1, key, pair_conf)
+        checks["synthetic_structure"] = (structure_check(src, mech, eps, workload, D, pairs[0][1], key=key)
+                                         if pairs else "not run")
+        checks["synthetic_post_processing"] = replay_pairs(src, mech, eps, workload, D, fits, values[:1], key=key)
+        details = {"synthetic_replay_fits": len(fits),
+                   "audited_as": "the noisy tables it fits, drawn through its own publishing function; the fit is "
+                                 "post-processing of them"}
+    best = max(bounds, default=(0.0, "none", 0))
+    details.update(info, unit=unit, neighbours=[w for w, _ in pairs], differing_cells=[b[2] for b in bounds],
+                   bound_per_pair={w: round(b[0], 6) for (w, _), b in zip(pairs, bounds)},
+                   replay_pairs=len(neighbours), replay_draws=len(values),
+                   audited_on="the unit's own D (its private half), every cell")
+    details.setdefault("audited_as", "the published noisy counts")
+    return AuditResult(mech, eps, best[0], a.runs, a.confidence, best[1], checks, details)
+
+
+def _single_release_check(src: AuditSource, mech: str, eps: float, workload, D: Dataset, backend, release: int, drawn: np.ndarray,
+                          exact: np.ndarray, sensitivity: int, key, confidence: float) -> str:
+    """A fitted file as it is published (one call: its noisy tables, then the fit) must fit the tables the audit
+    drew through its batch branch: with the audit's keyed noise, release ``release`` of the key exactly (``drawn``);
+    with a publishing backend, which never repeats a draw, tables whose noise spends at most ε (the scale of its
+    cells' noise bounded above, at the tables' L1 ``sensitivity``)."""
+    one = src.publish(mech, eps, D, workload, keyed_release(backend, release), np.random.default_rng(0), key=key)
+    tables = one.facts.get("noisy_tables")
+    if tables is None:
+        return "fail: the release as published does not say which noisy tables it fitted (Published.facts['noisy_tables'])"
+    tables = np.asarray(tables)
+    if getattr(backend, "keyed", False):
+        if tables.shape == drawn.shape and np.array_equal(tables, drawn):
+            return "pass"
+        return ("fail: the release as published (one call) fitted other noisy tables than its batch branch draws with "
+                "the same key: the call that publishes is not the call the audit checks")
+    t = laplace_scale_upper(tables - exact, confidence)
+    spent = sensitivity / t if t > 0 else math.inf
+    return ("pass" if spent <= eps else f"fail: the noisy tables of the release as published (one call) spend ε ≥ "
+            f"{spent:.4g} (the L1 sensitivity {sensitivity} over an upper bound {t:.4g} on their noise scale), over "
+            f"the declared {eps:g}")
+
+
+#: Neighbours whose synthetic files are fitted again in the replay (each fit is a RAP run; every replay pair
+#: of the tables checks the fit's inputs, the published noisy counts and their total).
+SYNTHETIC_REPLAY_FITS = 5
+
+
+def _tables_accounting(record, eps: float, sensitivity: int) -> tuple[str, dict]:
+    """The Laplace tables' one measurement through :func:`opendp_accounting` (its scale, at the tables' L1
+    sensitivity as the yardstick finds it)."""
+    from fractions import Fraction
+
+    b = Budget("unit", "tables", Fraction(repr(float(eps))), int(record.sensitivity), float(record.scale))
+    return opendp_accounting([b], False, eps, lambda _: sensitivity)
+
+
+def audit_tables(call: FamilyCall) -> AuditResult:
+    """The ``tables`` and ``fitted_tables`` families: each audited unit on its own D, one result."""
+    return combine_units(call.mechanism, call.epsilon, [
+        _audit_tables_unit(call.src, call.mechanism, u, call.with_block, call.epsilon, call.seed, call.cache)
+        for u in call.units])
+
+
+register_family(AuditFamily("tables", (0, 6), audit_tables,
+                            "noisy tables of each unit's own D: the bound over real pairs, the noise's scale, shape, "
+                            "tail and independence, the accounting, the replay, the structure"))
+register_family(AuditFamily("fitted_tables", (0, 7), audit_tables,
+                            "a file fitted to noisy tables: the tables as above, drawn through its batch branch, and "
+                            "its single release's tables; its fit replayed"))
