@@ -73,14 +73,21 @@ class AttackKind:
     Args:
         name: its method name in results (with ``_<workload>`` when a config has several workloads).
         rank: ``AttackInputs -> (ranking, candidates)``: the unit's rows ranked from the published answers,
-            and the size of its candidate list (None if unbounded); None for the exact attack, which reads
-            the integer tables and runs on its own path (integer programming, with its certificates).
+            and the size of its candidate list (None if unbounded); None for an attack on the integer tables.
         rank_units: instead of ``rank``, ``(list of AttackInputs, on_batch) -> list of Attacked``: units
             that share one evaluation plan and settings attacked in shared compiled calls (RAP-Rank); each
             unit's result is what it gets alone.
         reads: what it reads, in words (the report's).
         seed_with_name: its name is mixed into its tie-breaking seed in an evaluation (not the trivial attack's,
             whose seed predates the registry).
+        on_tables: instead, an attack on a unit's integer tables (the exact attack: integer programming, with its
+            certificates), run after the unit's other attacks and baselines, whose rankings it may compare with:
+            ``(cfg, unit work, curves so far, rankings by (workload, method), tie-breaking, timings) -> facts``,
+            its curves added to the unit's; the facts are the unit's, under the keys ``facts`` names.
+        runs_when: for an attack on the tables, whether a config runs it (the exact attack: ``attack.exact``).
+        facts: the unit facts it adds (a sweep task of it keeps them for the pooled summary).
+        pool: ``(run directory, the tasks' markers) -> summary``: what a sweep pools of its tasks (its summary's
+            entry under the attack's name).
     """
 
     name: str
@@ -88,10 +95,19 @@ class AttackKind:
     reads: str = "the published answers"
     seed_with_name: bool = True
     rank_units: Callable[[list[AttackInputs], Callable | None], list[Attacked]] | None = None
+    on_tables: Callable | None = None
+    runs_when: Callable[[object], bool] | None = None
+    facts: tuple[str, ...] = ()
+    pool: Callable[[object, list[dict]], dict] | None = None
 
     def __post_init__(self):
         if not self.name or not self.name.replace("_", "").isalnum():
             raise ValueError(f"an attack's name is letters, digits and _, got {self.name!r}")
+        if sum(f is not None for f in (self.rank, self.rank_units, self.on_tables)) > 1:
+            raise ValueError(f"attack {self.name!r}: it ranks a unit (rank), several (rank_units) or reads the "
+                             "integer tables (on_tables): one of them")
+        if self.on_tables is not None and self.runs_when is None:
+            raise ValueError(f"attack {self.name!r} reads the integer tables: say when a config runs it (runs_when)")
 
 
 def _distinct_results(kind: AttackKind, others: dict) -> None:
@@ -107,6 +123,11 @@ register = ATTACKS.register
 unregister = ATTACKS.unregister
 attack = ATTACKS.get
 names = ATTACKS.names
+
+
+def on_tables(cfg, only: set[str] | None = None) -> list[AttackKind]:
+    """The attacks on the integer tables ``cfg`` runs (of those in ``only``, when given)."""
+    return [k for k in ATTACKS if k.on_tables is not None and k.runs_when(cfg) and (only is None or k.name in only)]
 
 
 def per_unit() -> list[str]:
@@ -142,7 +163,7 @@ def attack_units(kind: AttackKind, xs: list[AttackInputs], on_batch: Callable[[i
     if kind.rank_units is not None:
         return kind.rank_units(xs, on_batch)
     if kind.rank is None:
-        raise ValueError(f"{kind.name} reads the integer tables and runs on its own path, not unit by unit")
+        raise ValueError(f"{kind.name} reads the integer tables (on_tables), after a unit's other attacks")
     return [Attacked(*kind.rank(x)) for x in xs]
 
 
@@ -172,12 +193,28 @@ def _rap_rank(xs: list[AttackInputs], on_batch: Callable[[int], None] | None) ->
     return [Attacked(r.ranking, r.union_size, r) for r in results]
 
 
+def _exact_tables(cfg, work, frames: list, rankings: dict, ties, timings: dict) -> dict:
+    """The exact attack on each tables workload of one unit (:func:`experiments.runner.exact_attack`)."""
+    from censusrecon.experiments.runner import exact_attack
+
+    facts, agreement, reid = exact_attack(cfg, work, frames, rankings, ties, timings)
+    return {"exact": facts, "agreement": agreement, "reidentification": reid}
+
+
+def _pool_exact(run_dir, markers: list[dict]) -> dict:
+    from censusrecon.experiments.sweep import pool_exact
+
+    return pool_exact(run_dir, markers)
+
+
 BUILT_IN = (
     AttackKind(RAP_RANK, reads="the published answers (relaxed projection, K runs, rows ranked by frequency)",
                rank_units=_rap_rank),
     AttackKind(MARGINS_ATTACK, _margins, reads="the published answers (one-way margins fitted to them)",
                seed_with_name=False),
-    AttackKind(EXACT_ATTACK, reads="the published tables (integer programming)"),
+    AttackKind(EXACT_ATTACK, reads="the published tables (integer programming)", on_tables=_exact_tables,
+               runs_when=lambda cfg: cfg.attack.exact, facts=("exact", "agreement", "reidentification"),
+               pool=_pool_exact),
 )
 for _kind in BUILT_IN:
     register(_kind, built_in=True)

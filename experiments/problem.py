@@ -17,7 +17,7 @@ import pandas as pd
 from censusrecon.microdata.seeds import stable_seed  # here for the modules that take it from the problem
 from censusrecon.baselines.holdout import holdout_split
 from censusrecon.baselines.priors import EmpiricalPrior, geographic_priors, outside_chance
-from censusrecon.experiments.attacks import EXACT_ATTACK
+from censusrecon.experiments import attacks
 from censusrecon.experiments.config import DATA_PATH_KEYS, ConfigError, ExperimentConfig
 from censusrecon.experiments.metrics import block_classes, match_rate_curve
 from censusrecon.microdata.dataset import lookup
@@ -428,7 +428,7 @@ def method_names(cfg: ExperimentConfig) -> list[str]:
     (all its workloads) when ``attack.exact``."""
     return [cfg.rap_method(q, init) for q in cfg.queries for init in cfg.attack.init] + [
         cfg.unit_method(m, q) for m in cfg.attack.methods for q in cfg.queries] + (
-        [EXACT_ATTACK] if cfg.attack.exact else [])
+        [k.name for k in attacks.on_tables(cfg)])
 
 
 def build_workload(cfg: ExperimentConfig, q, domain, areas: dict | None = None):

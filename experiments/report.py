@@ -12,6 +12,7 @@ import pandas as pd
 import yaml
 
 from censusrecon.experiments.config import ConfigError, parse_config
+from censusrecon.experiments import attacks
 from censusrecon.experiments.attacks import is_attack
 from censusrecon.experiments.metrics import (CONFIDENCE, OUTSIDE_COLUMNS, SATURATION_SHARE, at_u, average_curves, band_kind,
                                  by_seed, difference_words, lift_by_baseline, persons_by_block_size,
@@ -34,10 +35,10 @@ def _bureau_precision(method: str, attacker_file: str, group: str, ref: "BureauR
     """The Bureau's precision for a method (any exact-attack method counts as its reconstruction),
     attacker file and group, in the experiment ``ref`` (default: all its tables); None where it published none.
     The guessers and the HDF read no reconstruction: theirs are the same in every experiment."""
-    kind = "exact" if method.startswith("exact") else method
-    if ref is not None and kind == "exact" and (attacker_file, group) in ref.precision:
+    kind = attacks.kind_of(method)  # an attack's methods by its registered name; the Bureau's own by theirs
+    if ref is not None and kind is not None and kind.on_tables is not None and (attacker_file, group) in ref.precision:
         return ref.precision[(attacker_file, group)]
-    return BUREAU_REID.get((attacker_file, group), {}).get(kind)
+    return BUREAU_REID.get((attacker_file, group), {}).get(kind.name if kind is not None else method)
 
 
 def unguessable_sentence(df: pd.DataFrame, variant, around: str | None) -> list[str]:
@@ -323,7 +324,8 @@ def write_run_report(run_dir: str | Path) -> Path:
                         int(r["persons_reconstructed"]), int(r["baseline_persons"]), _size_difference(r)]
                        for _, r in b.iterrows()], numeric={2, 3, 4, 5})
 
-    if any("exact" in u for u in units):
+    exact = attacks.attack(attacks.EXACT_ATTACK)
+    if any(exact.facts[0] in u for u in units):
         _exact_section(doc, run_dir, units, bureau_reference(cfg))
 
     # ---- what ran ------------------------------------------------------------------------

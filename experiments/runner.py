@@ -79,7 +79,7 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
     calib = [[] for _ in work]
     strength = [[] for _ in work]  # persons reconstructed by the first k of the K runs
     rankings = [{} for _ in work]  # (workload label, method) -> RAP-Rank's ranking, for the exact attack
-    exact_on = a.exact and (only is None or "exact" in only)
+    on_tables = attacks.on_tables(cfg, only)  # the exact attack: it compares RAP-Rank's rankings to its rows
     rap = attacks.attack(attacks.RAP_RANK)
     for q, init in itertools.product(cfg.queries, a.init):
         name = cfg.rap_method(q, init)
@@ -101,7 +101,7 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
                 runs_bar.reset(total=a.runs * len(members))
                 runs_bar.set_description(f"{name} K runs" + (f" x {len(members)} units" if len(members) > 1 else ""))
             inputs = [AttackInputs(m.workloads[q.label][1], m.workloads[q.label][3], ties(m, name),
-                                   int(max(m.ks.max(), len(m.prob.private) if exact_on else 0)),
+                                   int(max(m.ks.max(), len(m.prob.private) if on_tables else 0)),
                                    key=unit_key(cfg, "rap", m.prob.unit, m.prob.with_block, init, q.label),
                                    runs=a.runs, settings=settings, init_pool=None if pools is None else pools[j],
                                    plan=plan) for j, m in enumerate(members)]
@@ -143,9 +143,9 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
                                                      lambda b, w=w: ties(w, b), w.outside, w.block_class):
                 timings[i][b] = seconds
                 frames[i].append(curve.assign(method=b, num_queries=0))
-        exact_facts, agree, reid = {}, [], []
-        if exact_on:
-            exact_facts, agree, reid = _exact_attack(cfg, w, frames[i], rankings[i], ties, timings[i])
+        tables_facts: dict = {}
+        for kind in on_tables:  # after the baselines: the exact attack compares the best one's ranking with its rows
+            tables_facts.update(kind.on_tables(cfg, w, frames[i], rankings[i], ties, timings[i]))
         df = pd.concat(frames[i], ignore_index=True)
         df = df.assign(variant=w.prob.with_block, unit=w.prob.unit, u=w.u, n_rows=len(D), n_unique=unique_persons(D))
         facts = {
@@ -155,14 +155,14 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
             "domain": dict(zip(D.domain.names, D.domain.sizes)), "seconds": timings[i], "rap": rap_facts[i],
             "concentration": concentration(w.truth), "calibration": calib[i], "strength": strength[i],
         }
-        if exact_on:
-            facts.update(exact=exact_facts, agreement=agree, reidentification=reid)
+        facts.update(tables_facts)
         out.append((df, facts))
     return out
 
 
-def _exact_attack(cfg: ExperimentConfig, w: _UnitWork, frames: list, rankings: dict, ties, timings: dict):
-    """The exact attack on each tables workload of one unit; its curves join ``frames``."""
+def exact_attack(cfg: ExperimentConfig, w: _UnitWork, frames: list, rankings: dict, ties, timings: dict):
+    """The exact attack on each tables workload of one unit (the registry's ``exact``, through its ``on_tables``);
+    its curves join ``frames``."""
     from censusrecon.experiments.exact_eval import evaluate_exact
 
     facts, agree, reid = {}, [], []

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from censusrecon.experiments import attacks
 from censusrecon.experiments.config import ConfigError, ExperimentConfig, parse_config
 from censusrecon.experiments.metrics import by_seed, persons_reconstructed
 from censusrecon.experiments.progress import UnitProgress
@@ -134,9 +135,9 @@ def task_result(cfg_json: dict, base_dir: str | None, run_dir: str, fingerprint:
     if facts.get("strength"):  # a RAP task: persons by its first k runs, pooled into strength.parquet
         marker["strength"] = [dict(x, unit=task.unit, variant=task.with_block, seed=task.seed)
                               for x in facts["strength"]]
-    if task.method == "exact":  # what the state's tables pool: solve, certificates, by block size, agreement, reid
-        marker["unit_facts"] = {k: facts[k] for k in ("unit", "with_block", "rows", "exact", "agreement",
-                                                      "reidentification") if k in facts}
+    kind = attacks.kind_of(task.method)
+    if kind is not None and kind.facts:  # what the state's tables pool: solve, certificates, by block size, agreement
+        marker["unit_facts"] = {k: facts[k] for k in ("unit", "with_block", "rows", *kind.facts) if k in facts}
     return store.save(task, df.assign(seed=task.seed), marker)
 
 
@@ -191,9 +192,10 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
         write_parquet(run_dir / "strength.parquet", by_seed(pd.DataFrame(strength)))
     summary = {"tasks_total": len(tasks), "tasks_run": len(computed), "tasks_skipped": len(tasks) - len(computed),
                "seconds": round(time.perf_counter() - t0, 2), "run_dir": str(run_dir)}
-    exact = [t for t in tasks if t.method == "exact"]
-    if exact:
-        summary["exact"] = pool_exact(run_dir, [markers[t.id] for t in exact])
+    for kind in attacks.ATTACKS:  # an attack's tasks pooled by the attack (the exact attack's tracts of a state)
+        mine = [markers[t.id] for t in tasks if kind.pool is not None and t.method == kind.name]
+        if mine:
+            summary[kind.name] = kind.pool(run_dir, mine)
     summary["task_seconds"] = {t.id: markers[t.id]["wall_seconds"] for t in tasks}
     write_json(run_dir / "sweep.json", summary)
 

@@ -26,7 +26,6 @@ Every gate that closes is listed in ``reasons``; the first one is the headline's
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import asdict, dataclass, field

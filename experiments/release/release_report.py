@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from censusrecon.experiments.doc import Doc  # noqa: E402
-from censusrecon.experiments.metrics import (CONFIDENCE, PLAN_MAX_UNITS, PLAN_POWER, SATURATION_SHARE,  # noqa: E402
+from censusrecon.experiments.metrics import (CONFIDENCE, PLAN_POWER, SATURATION_SHARE,  # noqa: E402
                                  average_curves, best_baselines, difference_words, saturation, saturation_words,
                                  strength_sequence, strength_table, summarise_persons, t_half_width, unique_share,
                                  unit_names, units_to_decide, upper_limit, variant_label)

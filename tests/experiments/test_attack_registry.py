@@ -77,3 +77,36 @@ def test_an_attack_whose_results_could_not_be_told_apart_is_refused():
         attacks.register(AttackKind("rap", guess_rows))
     with pytest.raises(ValueError, match="built in"):
         attacks.unregister("rap_rank")
+
+
+def test_no_code_outside_the_registries_compares_an_attack_or_mechanism_name():
+    """The exact attack runs through the registry like every other (its ``on_tables``, ``facts`` and ``pool``):
+    no module but the registries writes an attack's or a mechanism's name to compare it with (==, !=, in)."""
+    from censusrecon.synth import registry
+    from tests.experiments.test_registry import ROOT as root, _names_compared
+
+    names = set(attacks.names()) | set(registry.names())
+    found = [hit for pkg in ("experiments", "synth", "reconstruct", "baselines", "microdata")
+             for path in sorted((root / pkg).rglob("*.py")) if path.name not in ("attacks.py", "registry.py")
+             for hit in _names_compared(path, names)]
+    assert found == []
+    bad = root / "bad.py"
+    try:  # the scan finds the dispatch the exact attack had
+        bad.write_text('def f(task):\n    return task.method == "exact"\n')
+        assert _names_compared(bad, names)
+    finally:
+        bad.unlink()
+
+
+def test_an_attack_on_the_tables_is_a_value_with_its_hook_and_when_it_runs():
+    exact = attacks.attack(attacks.EXACT_ATTACK)
+    assert exact.on_tables is not None and exact.facts[0] == "exact" and exact.pool is not None
+    cfg = load_config(ROOT / "configs" / "demo.yaml")
+    assert [k.name for k in attacks.on_tables(cfg)] == (["exact"] if cfg.attack.exact else [])
+    assert attacks.on_tables(cfg, only={"baselines"}) == []
+    with pytest.raises(ValueError, match="say when a config runs it"):
+        AttackKind("tables_only", on_tables=lambda *a: {})
+    with pytest.raises(ValueError, match="one of them"):
+        AttackKind("both", rank=lambda x: x, on_tables=lambda *a: {}, runs_when=lambda cfg: True)
+    with pytest.raises(ValueError, match="reads the integer tables"):
+        attacks.attack_units(exact, [])
