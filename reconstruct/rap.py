@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +18,8 @@ import optax
 from censusrecon.microdata.domain import Domain
 from censusrecon.microdata.errors import CensusReconError
 from censusrecon.microdata.ranking import Ranking, rank_by_frequency
-from censusrecon.reconstruct.queries import MarginalPlan, ProductPlan, usable_dtype
+from censusrecon.reconstruct.product_plan import ProductPlan
+from censusrecon.reconstruct.queries import MarginalPlan, usable_dtype
 from censusrecon.reconstruct.relaxed import logits_from_codes, random_logits, recentre, round_relaxed
 from censusrecon.reconstruct.relaxed import probabilities as probs_of
 from censusrecon.reconstruct.settings import RAPSettings  # noqa: F401  (defined there, light; the attack's callers import it here)

@@ -50,7 +50,8 @@ from censusrecon.experiments.release.decision import decide, DECISION_FILE, load
 from censusrecon.experiments.release.release_report import (audits_from_dicts, exact_row, strength_sentence, summarise_release_persons,
                                         verdict_rows)
 from censusrecon.experiments.release.risks import frame, measure, RiskJob
-from censusrecon.reconstruct.exact import query_matrix, reconstruct_exact, reconstruct_least_deviation
+from censusrecon.reconstruct.exact import query_matrix, reconstruct_exact
+from censusrecon.reconstruct.least_deviation import reconstruct_least_deviation
 
 log = logging.getLogger(__name__)
 

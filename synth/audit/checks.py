@@ -12,10 +12,20 @@ from censusrecon.microdata.seeds import stable_seed
 from censusrecon.synth import registry
 from censusrecon.synth.audit.neighbours import far_datasets, real_pairs
 from censusrecon.synth.audit.source import AuditSource
-from censusrecon.synth.audit.statistics import (AuditResult, ReplayNoise, check_state, gaussian_shape_pvalue, gaussian_sigma_upper_stats,
-                                                independence_pvalue, laplace_scale_upper,
-                                                laplace_scale_upper_stats, laplace_shape_pvalue, tail_pvalue, tail_threshold)
-from censusrecon.synth.audit.yardstick import (table_sensitivity)
+from censusrecon.synth.audit.statistics import (
+    AuditResult,
+    ReplayNoise,
+    check_state,
+    gaussian_shape_pvalue,
+    gaussian_sigma_upper_stats,
+    independence_pvalue,
+    laplace_scale_upper,
+    laplace_scale_upper_stats,
+    laplace_shape_pvalue,
+    tail_pvalue,
+    tail_threshold,
+)
+from censusrecon.synth.audit.yardstick import table_sensitivity
 from censusrecon.synth.histogram import SparseHistogram
 from censusrecon.synth.keyed import KeyedNoise
 from censusrecon.synth.mechanism import PrivacyError, parse_relation

@@ -10,17 +10,33 @@ from censusrecon.microdata.dataset import Dataset, lookup
 from censusrecon.microdata.errors import ConfigError
 from censusrecon.microdata.marginals import Workload
 from censusrecon.microdata.seeds import stable_seed
+from censusrecon.synth.audit.checks import (
+    BANDS,
+    MIN_GROUP_DRAWS,
+    bound_noise,
+    broken_contract,
+    contract_failure,
+    keyed_release,
+    publication_noise,
+    replay_check,
+    structure_check,
+    unit_instance,
+    with_real_law,
+)
 from censusrecon.synth.audit.families import AuditFamily, FamilyCall, register_family
-from censusrecon.synth.audit.checks import BANDS, MIN_GROUP_DRAWS, bound_noise, broken_contract, contract_failure, keyed_release, publication_noise, replay_check, structure_check, unit_instance, with_real_law
 from censusrecon.synth.audit.source import AuditSource
-from censusrecon.synth.audit.statistics import (AuditResult, audit_outputs,
-                                                clipped_upper_excess, clopper_pearson,
-                                                geometric_scale_upper, geometric_scale_upper_exact,
-                                                geometric_shape_pvalue)
-from censusrecon.synth.audit.yardstick import (detailed_sensitivity, smoothed_mixing)
+from censusrecon.synth.audit.statistics import (
+    AuditResult,
+    audit_outputs,
+    clipped_upper_excess,
+    clopper_pearson,
+    geometric_scale_upper,
+    geometric_scale_upper_exact,
+    geometric_shape_pvalue,
+)
+from censusrecon.synth.audit.yardstick import detailed_sensitivity, smoothed_mixing
 from censusrecon.synth.histogram import SparseHistogram
 from censusrecon.synth.mechanism import PrivacyError, Relation, parse_relation
-
 
 #: Runs of the large-domain histogram path (one Python call per release).
 SPARSE_RUNS = 20_000

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.domain import Attribute, Domain
 from censusrecon.synth.audit.source import AuditSource
-from censusrecon.synth.audit.yardstick import (cells_of, person_types)
+from censusrecon.synth.audit.yardstick import cells_of, person_types
 from censusrecon.synth.mechanism import Relation
-
 
 #: Cells of the small domain the histograms are audited on (their sensitivity does not depend on
 #: the domain's size; the auditor needs every cell's value in every run).

@@ -7,15 +7,22 @@ import math
 import numpy as np
 
 from censusrecon.microdata.seeds import stable_seed
+from censusrecon.synth.audit.checks import INDEPENDENCE_COLUMNS, combine_units, noise_epsilon, unit_instance
 from censusrecon.synth.audit.families import AuditFamily, FamilyCall, register_family
-from censusrecon.synth.audit.checks import INDEPENDENCE_COLUMNS, combine_units, unit_instance, noise_epsilon
 from censusrecon.synth.audit.neighbours import canary_neighbour
 from censusrecon.synth.audit.source import AuditSource
 from censusrecon.synth.audit.spending import WIDTH, check_spending
-from censusrecon.synth.audit.statistics import (AuditResult, audit_outputs,
-                                                clopper_pearson,
-                                                gaussian_rho_spent, gaussian_shape_pvalue, independence_pvalue, laplace_shape_pvalue, opendp_rho,
-                                                tail_pvalue)
+from censusrecon.synth.audit.statistics import (
+    AuditResult,
+    audit_outputs,
+    clopper_pearson,
+    gaussian_rho_spent,
+    gaussian_shape_pvalue,
+    independence_pvalue,
+    laplace_shape_pvalue,
+    opendp_rho,
+    tail_pvalue,
+)
 from censusrecon.synth.mechanism import parse_relation
 from censusrecon.synth.registry import PROGRAM_PREFIX
 from censusrecon.synth.release import workload_counts

@@ -10,12 +10,25 @@ from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.marginals import Workload
 from censusrecon.microdata.seeds import stable_seed
 from censusrecon.synth import registry
+from censusrecon.synth.audit.checks import (
+    band_groups,
+    bound_noise,
+    combine_units,
+    contract_failure,
+    independence_columns,
+    keyed_release,
+    opendp_accounting,
+    publication_noise,
+    release_tail_stats,
+    replay_pairs,
+    structure_check,
+    unit_instance,
+    whole_checks,
+)
 from censusrecon.synth.audit.families import AuditFamily, FamilyCall, register_family
-from censusrecon.synth.audit.checks import band_groups, bound_noise, combine_units, contract_failure, independence_columns, keyed_release, publication_noise, opendp_accounting, replay_pairs, structure_check, release_tail_stats, unit_instance, whole_checks
 from censusrecon.synth.audit.neighbours import far_datasets, replay_neighbours
 from censusrecon.synth.audit.source import AuditSource
-from censusrecon.synth.audit.statistics import (AuditResult, NoiseGroups, audit_outputs,
-                                                laplace_scale_upper)
+from censusrecon.synth.audit.statistics import AuditResult, NoiseGroups, audit_outputs, laplace_scale_upper
 from censusrecon.synth.mechanism import parse_relation
 from censusrecon.synth.topdown import Budget
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from censusrecon.synth.audit.statistics import AuditResult, overall_outcome
 from censusrecon.synth.registry import PROGRAM_PREFIX
 

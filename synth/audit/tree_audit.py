@@ -11,16 +11,32 @@ from censusrecon.microdata.errors import ConfigError
 from censusrecon.microdata.geography import Geography
 from censusrecon.microdata.seeds import stable_seed
 from censusrecon.synth import registry
-from censusrecon.synth.publishing import publish_shared
+from censusrecon.synth.audit.checks import (
+    band_groups,
+    bound_noise,
+    combine_units,
+    keyed_release,
+    opendp_accounting,
+    publication_noise,
+    release_tail_stats,
+    shape_subsample,
+    tail_from_stats,
+    whole_checks,
+)
 from censusrecon.synth.audit.families import AuditFamily, FamilyCall, register_family
-from censusrecon.synth.audit.checks import band_groups, bound_noise, combine_units, keyed_release, publication_noise, opendp_accounting, tail_from_stats, release_tail_stats, whole_checks, shape_subsample
 from censusrecon.synth.audit.neighbours import add_row, drop_row, far_datasets, types_of, with_type
 from censusrecon.synth.audit.source import AuditSource
-from censusrecon.synth.audit.statistics import (AuditResult, NoiseGroups, ReplaySequence, audit_outputs,
-                                                gaussian_shape_pvalue, laplace_shape_pvalue)
-from censusrecon.synth.audit.yardstick import (detailed_sensitivity, node_table_sensitivity, opendp_epsilon,
-                                               zcdp_rho)
+from censusrecon.synth.audit.statistics import (
+    AuditResult,
+    NoiseGroups,
+    ReplaySequence,
+    audit_outputs,
+    gaussian_shape_pvalue,
+    laplace_shape_pvalue,
+)
+from censusrecon.synth.audit.yardstick import detailed_sensitivity, node_table_sensitivity, opendp_epsilon, zcdp_rho
 from censusrecon.synth.mechanism import PrivacyError, Relation, parse_relation
+from censusrecon.synth.publishing import publish_shared
 from censusrecon.synth.topdown import QUERIES
 
 

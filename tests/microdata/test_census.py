@@ -9,7 +9,7 @@ from censusrecon.microdata.domain import Attribute
 from censusrecon.microdata.population import person_domain
 from censusrecon.microdata.errors import CensusReconError
 from censusrecon.microdata.population import PopulationSpec, embedded_population
-from censusrecon.reconstruct.queries import ProductPlan
+from censusrecon.reconstruct.product_plan import ProductPlan
 from censusrecon.reconstruct.relaxed import logits_from_codes, probabilities
 
 EXPECTED_CELLS = {"P1": 1, "P6": 6, "P7": 12, "P8": 71, "P9": 73, "P10": 71, "P11": 73, "P12": 49, "P14": 43,

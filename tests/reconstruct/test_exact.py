@@ -250,7 +250,8 @@ def test_the_bureaus_solution_variability_bounds_every_consistent_dataset_with_t
 def test_least_deviation_reaches_the_lp_optimum_over_the_whole_domain_and_fits_consistent_tables():
     from scipy.optimize import linprog
 
-    from censusrecon.reconstruct.exact import query_matrix, reconstruct_least_deviation
+    from censusrecon.reconstruct.exact import query_matrix
+    from censusrecon.reconstruct.least_deviation import reconstruct_least_deviation
 
     dom = Domain((Attribute.range("BLOCK", 2), Attribute.range("A", 4), Attribute.range("B", 3)))
     tables = [("T", [{}]), ("A", [{"A": {a}} for a in range(4)]), ("B", [{"B": {b}} for b in range(3)]),

@@ -9,7 +9,8 @@ import pytest
 
 from censusrecon.microdata.census import Cell, CensusWorkload
 from censusrecon.microdata.domain import Attribute, Domain
-from censusrecon.reconstruct.queries import ProductPlan, reference_product_answers, usable_dtype
+from censusrecon.reconstruct.product_plan import ProductPlan, reference_product_answers
+from censusrecon.reconstruct.queries import usable_dtype
 from censusrecon.reconstruct.relaxed import probabilities, random_logits
 
 
@@ -36,7 +37,7 @@ def _random_workload(seed: int, blocks: int = 5, pad: int = 2):
 def test_answers_and_gradient_equal_the_plain_definition_and_autodiff(seed, broadcast, monkeypatch):
     """Both ways a side's big level is formed (gathered, or group by group as broadcasts), on sides
     of several groups (up to 7 parents × 4 sets)."""
-    from censusrecon.reconstruct import queries
+    from censusrecon.reconstruct import product_plan as queries
     from censusrecon.reconstruct.relaxed import recentre
 
     monkeypatch.setattr(queries, "BROADCAST_MAX_GROUPS", 1 << 30 if broadcast else -1)
@@ -106,7 +107,7 @@ def test_flops_a_census_step_must_do_are_counted_by_hand():
 def test_a_side_is_laid_out_in_groups_of_parents_with_the_same_sets():
     """Combinations (A, B): parents 0 and 2 have B's sets (0, 1), parent 1 has (0,) alone: grouped
     order puts 0 and 2 together, then 1; the layout reads parents [0, 2, 1] and two groups."""
-    from censusrecon.reconstruct.queries import _grouped_order, _side_layout
+    from censusrecon.reconstruct.product_plan import _grouped_order, _side_layout
 
     combos = np.array([[0, 0], [0, 1], [1, 0], [2, 0], [2, 1]])
     grouped = combos[_grouped_order(combos)]
