@@ -37,7 +37,8 @@ from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.domain import Attribute, Domain
 from censusrecon.microdata.marginals import Workload, answer, marginal_counts
 from censusrecon.reconstruct.product_plan import ProductPlan
-from censusrecon.reconstruct.queries import MarginalPlan, exact_counts, plan_for, usable_dtype
+from censusrecon.reconstruct.kernels import usable_dtype
+from censusrecon.reconstruct.queries import MarginalPlan, exact_counts, plan_for
 from censusrecon.reconstruct.rap import RAPSettings, default_batch, rap_rank, use_cpu_cores_as_devices, rap_rank_units
 
 #: the goals for RAP-Rank K = 100 x T = 1000 on 2 CPU cores, seconds (2-way, 3-way)
@@ -99,7 +100,7 @@ def product_matmul_gflops(plan: ProductPlan, rows: int, reps: int = 10) -> tuple
     the step's own matmul calls, on operands in memory. Returns (GFLOP/s, matmul GFLOP a step).
     What a step would run at if nothing but its matmuls took time: its fraction of the peak
     cannot exceed this one's."""
-    from censusrecon.reconstruct.queries import block_answers, plan_dot
+    from censusrecon.reconstruct.kernels import block_answers, plan_dot
 
     devices = len(jax.devices())
     shapes = [(len(p.left_combos), len(p.right_combos)) for p in plan.parts]

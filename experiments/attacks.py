@@ -80,14 +80,17 @@ class AttackKind:
         reads: what it reads, in words (the report's).
         seed_with_name: its name is mixed into its tie-breaking seed in an evaluation (not the trivial attack's,
             whose seed predates the registry).
-        on_tables: instead, an attack on a unit's integer tables (the exact attack: integer programming, with its
-            certificates), run after the unit's other attacks and baselines, whose rankings it may compare with:
-            ``(cfg, unit work, curves so far, rankings by (workload, method), tie-breaking, timings) -> facts``,
-            its curves added to the unit's; the facts are the unit's, under the keys ``facts`` names.
+        reads_tables: it attacks a unit's integer tables instead (the exact attack: integer programming, with
+            its certificates), after the unit's other attacks and baselines, whose rankings it may compare with.
         runs_when: for an attack on the tables, whether a config runs it (the exact attack: ``attack.exact``).
         facts: the unit facts it adds (a sweep task of it keeps them for the pooled summary).
+        on_tables: its run on one unit: ``(cfg, unit work, curves so far, rankings by (workload, method),
+            tie-breaking, timings) -> facts``, its curves added to the unit's.
         pool: ``(run directory, the tasks' markers) -> summary``: what a sweep pools of its tasks (its summary's
             entry under the attack's name).
+        The exact attack's ``on_tables`` and ``pool`` live above this registry (the runner's scoring, the sweep's
+        pooling, which import it): they give them to its value with :func:`implement` when they are loaded, as
+        the code that calls them always is first.
     """
 
     name: str
@@ -95,19 +98,22 @@ class AttackKind:
     reads: str = "the published answers"
     seed_with_name: bool = True
     rank_units: Callable[[list[AttackInputs], Callable | None], list[Attacked]] | None = None
-    on_tables: Callable | None = None
+    reads_tables: bool = False
     runs_when: Callable[[object], bool] | None = None
     facts: tuple[str, ...] = ()
+    on_tables: Callable | None = None
     pool: Callable[[object, list[dict]], dict] | None = None
 
     def __post_init__(self):
         if not self.name or not self.name.replace("_", "").isalnum():
             raise ValueError(f"an attack's name is letters, digits and _, got {self.name!r}")
-        if sum(f is not None for f in (self.rank, self.rank_units, self.on_tables)) > 1:
+        if (self.rank is not None) + (self.rank_units is not None) + self.reads_tables > 1:
             raise ValueError(f"attack {self.name!r}: it ranks a unit (rank), several (rank_units) or reads the "
-                             "integer tables (on_tables): one of them")
-        if self.on_tables is not None and self.runs_when is None:
+                             "integer tables (reads_tables): one of them")
+        if self.reads_tables and self.runs_when is None:
             raise ValueError(f"attack {self.name!r} reads the integer tables: say when a config runs it (runs_when)")
+        if not self.reads_tables and (self.on_tables is not None or self.facts):
+            raise ValueError(f"attack {self.name!r}: on_tables and facts belong to an attack that reads the tables")
 
 
 def _distinct_results(kind: AttackKind, others: dict) -> None:
@@ -127,7 +133,16 @@ names = ATTACKS.names
 
 def on_tables(cfg, only: set[str] | None = None) -> list[AttackKind]:
     """The attacks on the integer tables ``cfg`` runs (of those in ``only``, when given)."""
-    return [k for k in ATTACKS if k.on_tables is not None and k.runs_when(cfg) and (only is None or k.name in only)]
+    return [k for k in ATTACKS if k.reads_tables and k.runs_when(cfg) and (only is None or k.name in only)]
+
+
+def implement(name: str, **hooks) -> AttackKind:
+    """Give the registered attack ``name`` the functions that run it (``on_tables``, ``pool``) from the module that
+    holds them, above this registry; returns the value as registered now."""
+    import dataclasses
+
+    kind = dataclasses.replace(attack(name), **hooks)
+    return ATTACKS.register(kind, replace=True, built_in=ATTACKS.is_built_in(name))
 
 
 def per_unit() -> list[str]:
@@ -193,28 +208,13 @@ def _rap_rank(xs: list[AttackInputs], on_batch: Callable[[int], None] | None) ->
     return [Attacked(r.ranking, r.union_size, r) for r in results]
 
 
-def _exact_tables(cfg, work, frames: list, rankings: dict, ties, timings: dict) -> dict:
-    """The exact attack on each tables workload of one unit (:func:`experiments.runner.exact_attack`)."""
-    from censusrecon.experiments.runner import exact_attack
-
-    facts, agreement, reid = exact_attack(cfg, work, frames, rankings, ties, timings)
-    return {"exact": facts, "agreement": agreement, "reidentification": reid}
-
-
-def _pool_exact(run_dir, markers: list[dict]) -> dict:
-    from censusrecon.experiments.sweep import pool_exact
-
-    return pool_exact(run_dir, markers)
-
-
 BUILT_IN = (
     AttackKind(RAP_RANK, reads="the published answers (relaxed projection, K runs, rows ranked by frequency)",
                rank_units=_rap_rank),
     AttackKind(MARGINS_ATTACK, _margins, reads="the published answers (one-way margins fitted to them)",
                seed_with_name=False),
-    AttackKind(EXACT_ATTACK, reads="the published tables (integer programming)", on_tables=_exact_tables,
-               runs_when=lambda cfg: cfg.attack.exact, facts=("exact", "agreement", "reidentification"),
-               pool=_pool_exact),
+    AttackKind(EXACT_ATTACK, reads="the published tables (integer programming)", reads_tables=True,
+               runs_when=lambda cfg: cfg.attack.exact, facts=("exact", "agreement", "reidentification")),
 )
 for _kind in BUILT_IN:
     register(_kind, built_in=True)

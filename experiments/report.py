@@ -36,7 +36,7 @@ def _bureau_precision(method: str, attacker_file: str, group: str, ref: "BureauR
     attacker file and group, in the experiment ``ref`` (default: all its tables); None where it published none.
     The guessers and the HDF read no reconstruction: theirs are the same in every experiment."""
     kind = attacks.kind_of(method)  # an attack's methods by its registered name; the Bureau's own by theirs
-    if ref is not None and kind is not None and kind.on_tables is not None and (attacker_file, group) in ref.precision:
+    if ref is not None and kind is not None and kind.reads_tables and (attacker_file, group) in ref.precision:
         return ref.precision[(attacker_file, group)]
     return BUREAU_REID.get((attacker_file, group), {}).get(kind.name if kind is not None else method)
 

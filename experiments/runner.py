@@ -191,6 +191,15 @@ def exact_attack(cfg: ExperimentConfig, w: _UnitWork, frames: list, rankings: di
     return facts, agree, reid
 
 
+def _exact_tables(cfg: ExperimentConfig, w: _UnitWork, frames: list, rankings: dict, ties, timings: dict) -> dict:
+    """The exact attack's run on one unit (its ``on_tables``): its curves join ``frames``, its facts the unit's."""
+    facts, agreement, reid = exact_attack(cfg, w, frames, rankings, ties, timings)
+    return {"exact": facts, "agreement": agreement, "reidentification": reid}
+
+
+attacks.implement(attacks.EXACT_ATTACK, on_tables=_exact_tables)
+
+
 def units_per_call(study: Study) -> int:
     """How many units to attack together: enough to fill one compiled batch of (unit, run)
     pairs when K alone does not (on a GPU, thousands of pairs per call), capped so that a crash
@@ -341,7 +350,7 @@ def replot(run_dir: str | Path) -> list[Path]:
     release = kind == "release"
     cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
     if release:
-        from censusrecon.experiments.release.release_report import replot_release
+        from censusrecon.experiments.release.release_plots import replot_release
 
         return replot_release(run_dir, cfg)
     return plot_run(run_dir, cfg)

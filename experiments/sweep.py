@@ -251,3 +251,6 @@ def pool_exact(run_dir: Path, markers: list[dict]) -> dict:
                                              "seconds": float(near["seconds_task"]),
                                              "seconds_bureau_measures": round(measures, 3)}
     return out
+
+
+attacks.implement(attacks.EXACT_ATTACK, pool=pool_exact)  # the state's tracts pooled: by block size, agreement, reid

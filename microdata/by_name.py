@@ -59,6 +59,9 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return list(self._values)
 
+    def is_built_in(self, name: str) -> bool:
+        return name in self._built_in
+
     def __contains__(self, name: object) -> bool:
         return name in self._values
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from censusrecon.microdata.census import membership_matrix
-from censusrecon.reconstruct.queries import DTYPES, block_answers, plan_dot
+from censusrecon.reconstruct.kernels import DTYPES, block_answers, plan_dot
 from censusrecon.reconstruct.relaxed import Layout, softmax_backward, softmax_forward
 
 #: the cost of one element of a row-wise product pass relative to one matmul flop: the products

@@ -25,56 +25,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from censusrecon.reconstruct.kernels import DTYPES, dot_t, plan_dot, usable_dtype
+from censusrecon.reconstruct.product_plan import ProductPlan
 from censusrecon.microdata.marginals import Workload
 from censusrecon.reconstruct.relaxed import Layout, softmax_backward, softmax_forward
 
 log = logging.getLogger(__name__)
-
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-
-
-_BF16_OK: dict = {}
-
-
-def usable_dtype(requested: str) -> str:
-    """``requested`` if this backend runs it correctly, else float32 (with a warning).
-
-    bfloat16 operands with float32 accumulation are checked once per backend by running a
-    small matmul of integers and comparing it exactly: some CPU builds compile such a matmul
-    and then fail at run time."""
-    if requested == "float32":
-        return "float32"
-    backend = jax.default_backend()
-    if backend not in _BF16_OK:
-        try:
-            a = np.arange(64 * 48, dtype=np.float32).reshape(64, 48) % 7
-            b = np.arange(48 * 32, dtype=np.float32).reshape(48, 32) % 5
-            got = jax.jit(lambda x, y: plan_dot(x, y, jnp.bfloat16))(a, b)
-            _BF16_OK[backend] = bool(np.array_equal(np.asarray(got), a @ b))
-        except Exception as exc:  # noqa: BLE001 - any failure means: do not use it
-            log.warning("bfloat16 matmul failed on %s (%s)", backend, exc)
-            _BF16_OK[backend] = False
-        if not _BF16_OK[backend]:
-            log.warning("bfloat16 matmuls are not usable on %s; using float32", backend)
-    return requested if _BF16_OK[backend] else "float32"
-
-
-def plan_dot(a, b, dtype):
-    """a @ b with operands in ``dtype`` and float32 accumulation/result."""
-    return jnp.matmul(a.astype(dtype), b.astype(dtype), preferred_element_type=jnp.float32)
-
-
-def _dot_t(a, b, dtype):
-    """a @ b.T (contracting the n' axis of both), float32 result."""
-    return jax.lax.dot_general(a.astype(dtype), b.astype(dtype), (((1,), (1,)), ((), ())),
-                               preferred_element_type=jnp.float32)
-
-
-def block_answers(L, R, dtype):
-    """A census part's (left rows × right rows) block L · Rᵀ: the taller side is the matmul's first
-    operand, so that it is read in the layout the backward's matmul reads it in (not transposed
-    twice)."""
-    return _dot_t(R, L, dtype).T if R.shape[0] > L.shape[0] else _dot_t(L, R, dtype)
 
 
 def _swap_forward(dtype: str, product_rows: int, other_rows: int) -> bool:
@@ -358,7 +314,7 @@ class MarginalPlan:
             left = P[off[hp[0]]:off[hp[0] + 1]]
             for p in hp[1:-1]:
                 left = (left[:, None, :] * P[off[p]:off[p + 1]][None, :, :]).reshape(-1, n)
-            return _dot_t(left, P[off[hp[-1]]:off[hp[-1] + 1]], dt).reshape(-1)
+            return dot_t(left, P[off[hp[-1]]:off[hp[-1] + 1]], dt).reshape(-1)
 
         def forward(P, Pd, keep=False):
             """Pd: P cast once to the operand dtype (P itself in float32)."""
@@ -367,7 +323,7 @@ class MarginalPlan:
             if self.one_way:
                 parts.append(jnp.sum(P, axis=1))
             for lo, hi in self.gram:
-                parts.append(_dot_t(Pd[lo:hi], Pd[lo:], dt).reshape(-1))
+                parts.append(dot_t(Pd[lo:hi], Pd[lo:], dt).reshape(-1))
             for mid in self.middles:
                 pa, pb, right = operands(P, Pd, mid)
                 # products formed in float32 and stored in the operand dtype (half the bytes in
@@ -378,9 +334,9 @@ class MarginalPlan:
                     # the same block as other · productsᵀ, transposed back (a small copy the
                     # answers' concatenation makes anyway): XLA:CPU's float32 matmul runs a tall
                     # products-by-short-other product 15-30% faster this way round
-                    parts.append(_dot_t(right, left, dt).T.reshape(-1))
+                    parts.append(dot_t(right, left, dt).T.reshape(-1))
                 else:
-                    parts.append(_dot_t(left, right, dt).reshape(-1))
+                    parts.append(dot_t(left, right, dt).reshape(-1))
             for hp in self.highers:
                 parts.append(high(P, hp))
             out = jnp.concatenate(parts) / n
@@ -495,8 +451,6 @@ def plan_for(workload):
     """The evaluation plan of a marginal workload or a census workload."""
     if isinstance(workload, Workload):
         return MarginalPlan.build(workload)
-    from censusrecon.reconstruct.product_plan import ProductPlan  # it builds on this module's kernels
-
     return ProductPlan.build(workload)
 
 

@@ -19,7 +19,8 @@ from censusrecon.microdata.domain import Domain
 from censusrecon.microdata.errors import CensusReconError
 from censusrecon.microdata.ranking import Ranking, rank_by_frequency
 from censusrecon.reconstruct.product_plan import ProductPlan
-from censusrecon.reconstruct.queries import MarginalPlan, usable_dtype
+from censusrecon.reconstruct.kernels import usable_dtype
+from censusrecon.reconstruct.queries import MarginalPlan
 from censusrecon.reconstruct.relaxed import logits_from_codes, random_logits, recentre, round_relaxed
 from censusrecon.reconstruct.relaxed import probabilities as probs_of
 from censusrecon.reconstruct.settings import RAPSettings  # noqa: F401  (defined there, light; the attack's callers import it here)

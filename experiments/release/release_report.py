@@ -9,16 +9,15 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from censusrecon.experiments.release.release_bureau import agreement_section, bureau_section
 from censusrecon.experiments.doc import Doc  # noqa: E402
 from censusrecon.experiments.metrics import (CONFIDENCE, PLAN_POWER, SATURATION_SHARE,  # noqa: E402
-                                 average_curves, best_baselines, difference_words, saturation, saturation_words,
-                                 strength_sequence, strength_table, summarise_persons, t_half_width, unique_share,
+                                 best_baselines, difference_words, saturation, saturation_words,
+                                 strength_sequence, strength_table, summarise_persons, unique_share,
                                  unit_names, units_to_decide, upper_limit, variant_label)
-from censusrecon.experiments.plots import save_figure  # noqa: E402
 from censusrecon.experiments.release.words import (fit_words, less_protective,  # noqa: E402,F401
                                        more_protective, persons_words, setting_label, units_advice)
 from censusrecon.experiments.results import time_words  # noqa: E402
@@ -353,126 +352,6 @@ def _release_strength_section(doc: Doc, strength: dict) -> None:
 # ---- plots -------------------------------------------------------------------------------------
 
 
-def plot_release(df: pd.DataFrame, util: pd.DataFrame, run_dir: Path, cfg) -> None:
-    """release_match_rate.png (RAP-Rank's curve on each release, per mechanism, beside the exact
-    tables and the best baseline) and persons_error.png (persons reconstructed against table
-    error, one point per ε, the best baseline as a band)."""
-    run_dir = Path(run_dir)
-    variant = df["variant"].iloc[0]
-    per_unit = release_persons(df[df["variant"] == variant])
-    persons = summarise_release_persons(per_unit, cfg.release.tolerance)
-    d = df[df["variant"] == variant]
-    d = d[d["method"].isin(["rap_rank"]) | (d["mechanism"] == BASELINE)]  # RAP-Rank's curves and the baselines
-    key = [f"{e}|{m}" for e, m in zip(d["setting"].tolist(), d["mechanism"].tolist())]  # nan|baseline, inf|exact
-    curves = average_curves(d.assign(key=key), cfg.grid_points, by=["key", "method"])
-    mechanisms = [m for m in dict.fromkeys(d["mechanism"]) if m not in (EXACT, BASELINE)]
-    best = per_unit["best_baseline"].value_counts().idxmax()
-    cmap = plt.get_cmap("viridis")
-    fig, axes = plt.subplots(1, len(mechanisms), figsize=(4.6 * len(mechanisms), 4.2), squeeze=False, sharey=True)
-    for ax, mech in zip(axes[0], mechanisms):
-        values = sorted(v for v in d.loc[d["mechanism"] == mech, "setting"].unique() if np.isfinite(v))
-        for i, eps in enumerate(values):
-            c = curves[curves["key"] == f"{eps}|{mech}"]
-            ax.plot(c["k_over_u"], c["match_rate"], color=cmap(i / max(len(values) - 1, 1)), lw=1.8,
-                    label=setting_label(mech, eps))
-        c = curves[curves["key"] == "inf|exact"]
-        ax.plot(c["k_over_u"], c["match_rate"], color="black", lw=2.4, label="exact tables")
-        b = curves[(curves["key"] == "nan|baseline") & (curves["method"] == best)]
-        ax.plot(b["k_over_u"], b["match_rate"], "--", color="#d95f02", lw=1.8, label=f"{best} (baseline)")
-        ax.set_title(mech.replace("_", " "))
-        ax.set_xlabel("k / u")
-        ax.set_xlim(0, 1)
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("RAP-Rank top-k match rate on the release")
-    axes[0][-1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=9)
-    fig.suptitle(f"{cfg.name}: attacking each release ({variant_label(variant, [variant])})")
-    save_figure(fig, run_dir / "release_match_rate")
-
-    p = persons[persons["attack"] == BEST_ATTACK]
-    u = utility_summary(util[util["variant"] == variant])
-    units = per_unit["unit"].nunique()
-    base = per_unit.groupby("unit")["baseline_persons"].first()
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    half = float(t_half_width([units], [base.std(ddof=1)])[1][0]) if units > 1 else 0.0
-    ax.axhspan(base.mean() - half, base.mean() + half, color="#d95f02", alpha=0.15, lw=0)
-    ax.axhline(base.mean(), color="#d95f02", ls="--", lw=1.5,
-               label=f"best guess without the release ({CONFIDENCE:.0%} t interval across units)")
-    tol = float(p["tolerance"].mean()) if "tolerance" in p and len(p) else None
-    if tol is not None and len(p) and p["scale"].iloc[0] == "share":  # a share of each unit's unique persons
-        tol *= float(p["unique_in_d"].iloc[0]) / float(p["units"].iloc[0])  # at the units' mean size
-    if tol is not None and np.isfinite(tol):
-        ax.axhline(base.mean() + tol, color="#1b9e77", ls=":", lw=1.5,
-                   label=f"tolerated: best guess + {tol:.1f} ({cfg.release.tolerance.words()})")
-    for i, mech in enumerate(mechanisms):
-        pts = p[p["mechanism"] == mech].merge(u[u["mechanism"] == mech], on=["variant", "mechanism", "setting"])
-        pts = pts.sort_values("setting")
-        y = pts["persons"] / pts["units"]
-        ax.plot(pts["mae_per_cell"], y, "o-", color=plt.get_cmap("tab10")(i), label=mech.replace("_", " "))
-        for x_, y_, e in zip(pts["mae_per_cell"], y, pts["setting"]):
-            label = registry.mechanism(mech).short(e) if registry.is_mechanism(mech) else f"ε={e:g}"
-            ax.annotate(label, (x_, y_), textcoords="offset points", xytext=(4, 3), fontsize=7)
-    ex = p[p["mechanism"] == EXACT]
-    if len(ex):
-        ax.plot([0], [ex["persons"].iloc[0] / ex["units"].iloc[0]], "*", ms=14, color="black", label="exact tables")
-    ax.set_xscale("symlog", linthresh=0.1)
-    ax.set_xlabel("table error: mean absolute error per published cell of the declared tables (persons)")
-    ax.set_ylabel("persons reconstructed per unit by the best attack")
-    ax.set_title("who is reconstructed, against what the tables lose")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    save_figure(fig, run_dir / "persons_error")
-    plot_decision(persons, run_dir, cfg)
-
-
-def plot_decision(persons: pd.DataFrame, run_dir: Path, cfg) -> list[Path]:
-    """decision.png, the report's one picture: per DP mechanism, the persons the best attack reconstructs
-    beyond the best guess without the release (the verdict's measure: a share of each unit's persons unique
-    in D, or persons per unit), mean over units with the one-sided 95% limits the rule compares, against ε;
-    the tolerance, the best guess (0) and the exact tables beside them. Everything is a mean over units,
-    so 3 units and 300 draw the same picture: one point per mechanism and ε."""
-    p = persons[persons["attack"] == BEST_ATTACK]
-    share = bool(len(p)) and p["scale"].iloc[0] == "share"
-    k = 100.0 if share else 1.0
-    mechs = [m for m in dict.fromkeys(p["mechanism"]) if m not in (EXACT, BASELINE)
-             and registry.is_mechanism(m) and registry.mechanism(m).dp]
-    units = int(p["units"].max()) if len(p) else 0
-    fig, ax = plt.subplots(figsize=(6.6, 2.9))
-    ax.axhline(0, color="#d95f02", ls="--", lw=1.3, label="the best guess without the release")
-    tol = float(p["tolerance"].iloc[0]) * k if len(p) else np.nan
-    if np.isfinite(tol):
-        ax.axhline(tol, color="#1b9e77", ls=":", lw=1.6, label=f"tolerance ({cfg.release.tolerance.words()})")
-    ex = p[p["mechanism"] == EXACT]
-    if len(ex):
-        e = ex.iloc[0]
-        if np.isfinite(e["excess_lower"]) and np.isfinite(e["excess_upper"]):
-            ax.axhspan(e["excess_lower"] * k, e["excess_upper"] * k, color="black", alpha=0.08, lw=0)
-        ax.axhline(e["excess_mean"] * k, color="black", lw=1.6, label="the exact tables")
-    for i, mech in enumerate(mechs):
-        q = p[p["mechanism"] == mech].sort_values("setting")
-        q = q[np.isfinite(q["setting"].astype(float))]
-        mean = q["excess_mean"] * k
-        low, up = (q["excess_lower"] * k).fillna(mean), (q["excess_upper"] * k).fillna(mean)  # one unit: no interval
-        dodge = 1.05 ** (i - (len(mechs) - 1) / 2)  # side by side at a shared ε, not on top of each other
-        ax.errorbar(q["setting"] * dodge, mean, yerr=[mean - low, up - mean], fmt="o-", ms=4, lw=1.4, capsize=3,
-                    color=plt.get_cmap("tab10")(i), label=mech.replace("_", " "))
-    ax.set_xscale("log")
-    ax.set_xlabel("ε")
-    ax.set_ylabel("% of unique persons" if share else "persons per unit")
-    ax.set_title(f"Reconstructed beyond the best guess ({units} units: mean, one-sided 95% limits)", fontsize=9.5)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    return save_figure(fig, Path(run_dir) / "decision")
-
-
-def replot_release(run_dir: Path, cfg) -> list[Path]:
-    run_dir = Path(run_dir)
-    df = pd.read_parquet(run_dir / "release_eval.parquet")
-    util = pd.read_parquet(run_dir / "utility.parquet")
-    plot_release(df, util, run_dir, cfg)
-    return [run_dir / f"{s}.{x}" for s in ("decision", "release_match_rate", "persons_error") for x in ("png", "pdf")]
-
-
 # ---- the report ---------------------------------------------------------------------------------
 
 
@@ -505,172 +384,6 @@ def unit_selection(cfg) -> dict:
             "how": f"{t.units} {t.level}(s) chosen {t.selection.replace('_', ' ')} among those with {size} persons",
             "note": "which units are released depends on their numbers of persons: a data-dependent choice outside "
                     "ε (name the units in target.unit_ids to release a public choice)"}
-
-
-#: The Census Bureau's published figures for its own attack on the 2010 Census (Abowd et al., HDSR 2025,
-#: Tables 6-7), measured the same way: agreement with the confidential data on exact age and on 38 age
-#: bins (reconstruction, and the published file itself), reidentification precision in the vulnerable
-#: group. None where the paper gives no figure.
-BUREAU_REFERENCE = [
-    ("Census Bureau: 2010 swapped tables", 0.466, 0.919, 0.963, 0.964, None, None),
-    ("Census Bureau: 2020 TopDown, production settings", 0.189, 0.366, 0.246, 0.367, 0.217, 0.209),
-]
-
-
-def _variant_rows(run_dir: Path, name: str, variant) -> pd.DataFrame | None:
-    """The rows of ``run_dir/name`` for one variant, or None where the file or its rows are missing."""
-    path = Path(run_dir) / name
-    if not path.exists():
-        return None
-    rows = pd.read_parquet(path)
-    rows = rows[rows["variant"] == variant]
-    return None if rows.empty else rows
-
-
-def bureau_table(run_dir: Path, variant, with_reference: bool = True) -> tuple[list, list] | None:
-    """Per mechanism and setting, the Bureau's measures of a release evaluation (all units pooled,
-    weighted by persons): headers and rows, or None when they were not measured; with the Bureau's
-    published rows (``with_reference``) only where the population is 2010-shaped."""
-    ag = _variant_rows(run_dir, "agreement.parquet", variant)
-    if ag is None:
-        return None
-    reid = pd.read_parquet(Path(run_dir) / "reidentification.parquet") if (
-        Path(run_dir) / "reidentification.parquet").exists() else pd.DataFrame()
-    if len(reid):
-        reid = reid[(reid["variant"] == variant) & (reid["group"] == "vulnerable")]
-        if "attacker_file" in reid and (reid["attacker_file"] == "commercial").any():
-            reid = reid[reid["attacker_file"] == "commercial"]  # the Bureau's published precision is its commercial file's
-
-    def pooled(frame, col):
-        return float((frame[col] * frame["persons"]).sum() / frame["persons"].sum()) if len(frame) else None
-
-    def precision(m, s_, method):
-        if not len(reid):
-            return None
-        x = reid[(reid["mechanism"] == m) & (reid["setting"] == s_) & (reid["method"] == method)]
-        return float(x["confirmed"].sum() / x["putative"].sum()) if x["putative"].sum() else None
-
-    def pct(x):
-        return "" if x is None or pd.isna(x) else f"{100 * x:.1f}%"
-
-    rows = []
-    for (m, s_), g in ag.groupby(["mechanism", "setting"], sort=False):
-        rec, pub = g[g["of"] == "reconstruction"], g[g["of"] == "published rows"]
-        rows.append([m, setting_label(m, s_), pct(pooled(rec, "agree_exact_age")), pct(pooled(rec, "agree_binned_age")),
-                     pct(pooled(pub, "agree_exact_age")), pct(pooled(pub, "agree_binned_age")),
-                     pct(precision(m, s_, "reconstruction")), pct(precision(m, s_, "proportional")),
-                     pct(precision(m, s_, "modal"))])
-    for name, *vals in (BUREAU_REFERENCE if with_reference else []):
-        rows.append([name, "2010 Census", *[pct(x) for x in vals[:4]], pct(vals[4]), pct(vals[5]), ""])
-    headers = ["release", "setting", "reconstruction: exact age", "reconstruction: 38 age bins",
-               "published rows: exact age", "published rows: 38 age bins", "reid. precision (vulnerable)",
-               "proportional guess", "modal guess"]
-    return headers, rows
-
-
-#: The Census Bureau's agreement of its reconstruction of the 2020 DAS output (run on the 2010 data at the
-#: production settings of the April 2023 PPMF) with the confidential 2010 file, nationally, by block size, on
-#: the 38 age bins (Abowd et al., HDSR 2025); "all" also on exact age.
-BUREAU_DAS_AGREEMENT = {"1-9": 0.080, "10-49": 0.182, "50-99": 0.273, "100+": 0.385, "all": 0.366}
-BUREAU_DAS_AGREEMENT_EXACT = 0.189
-
-
-def agreement_table(run_dir: Path, variant, with_reference: bool) -> tuple[list, list] | None:
-    """The Bureau's agreement of every release's published rows with D by block size (all units pooled:
-    counts added), on the 38 age bins and, where the ages are single years, exact: headers and rows (one per
-    size class and one over all blocks), or None where no release published rows over blocks; with the
-    Bureau's national figures for the 2020 DAS beside them (``with_reference``)."""
-    ag = _variant_rows(run_dir, "agreement_by_size.parquet", variant)
-    if ag is None:
-        return None
-    order = list(dict.fromkeys(ag["block_size"].tolist()))
-    sums = ag.groupby(["mechanism", "setting", "block_size"], sort=False)[["persons", "agree_binned", "agree_exact"]]
-    pooled = sums.sum(min_count=1)
-    releases = list(dict.fromkeys(zip(ag["mechanism"], ag["setting"])))
-    exact_measured = ag["agree_exact"].notna().any()
-
-    def pct(n, p):
-        return "" if n is None or pd.isna(n) or not p else f"{100 * n / p:.1f}%"
-
-    headers = ["block size", "blocks", "persons in D"]
-    for m, s_ in releases:
-        label = f"{m}, {setting_label(m, s_)}"
-        headers += [f"{label}: 38 age bins"] + ([f"{label}: exact age"] if exact_measured else [])
-    if with_reference:
-        headers += ["Census Bureau, 2020 DAS, national (HDSR 2025): 38 age bins"]
-    first = ag[(ag["mechanism"] == releases[0][0]) & (ag["setting"] == releases[0][1])]
-    blocks = first.groupby("block_size", sort=False)["blocks"].sum()
-    rows = []
-    for size in order:
-        persons = int(pooled.loc[(releases[0][0], releases[0][1], size), "persons"])
-        row = [size, int(blocks.get(size, 0)), persons]
-        for m, s_ in releases:
-            r = pooled.loc[(m, s_, size)]
-            row += [pct(r["agree_binned"], r["persons"])] + ([pct(r["agree_exact"], r["persons"])]
-                                                              if exact_measured else [])
-        if with_reference:
-            ref = BUREAU_DAS_AGREEMENT.get(size)
-            row += ["" if ref is None else f"{100 * ref:.1f}%" + (
-                f" (exact age {100 * BUREAU_DAS_AGREEMENT_EXACT:.1f}%)" if size == "all" else "")]
-        rows.append(row)
-    return headers, rows
-
-
-def _agreement_section(doc, run_dir: Path, cfg, variant) -> None:
-    bureau = cfg.data.source == "bureau"
-    table = agreement_table(run_dir, variant, with_reference=bureau)
-    if table is None:
-        return
-    headers, rows = table
-    doc.h(3, "Agreement of the published rows with D, by block size")
-    doc.p("The Census Bureau's measure (Abowd et al., HDSR 2025) of each release that publishes person rows: the "
-          "share of D's persons matched one to one, within their block, by a published row with the same sex, "
-          "race, Hispanic origin and age (on SF1's 38 age groups; exact age where the data's ages are single "
-          "years), by the size of the block in D, all units pooled. "
-          + ("" if any("exact age" in h for h in headers) else
-             "Exact age is not measured: AGE here is the 38 groups (data.age: binned; --set data.age=single "
-             "measures it too, where the data's single years are worth comparing). ")
-          + ("Beside them, the Bureau's national figures for its reconstruction of the 2020 DAS output: those are "
-             "measured against the confidential 2010 file over the whole nation, these against D, the records of "
-             "the published 2010 tables of the tracts evaluated (the swapped detail file on these keys), so the "
-             "two agree in definition, not in truth or population." if bureau else ""))
-    doc.table(headers, rows, numeric=set(range(1, len(headers))))
-
-
-def _bureau_section(doc, run_dir: Path, cfg, variant) -> None:
-    pop = getattr(cfg.data, "population", None)
-    shaped = cfg.data.source == "embedded" and getattr(pop, "shape", None) == "2010"
-    table = bureau_table(run_dir, variant, with_reference=shaped)
-    if table is None:
-        return
-    doc.h(3, "The Census Bureau's measures")
-    doc.p("As the Bureau measured its own attack on the 2010 Census (Abowd et al., HDSR 2025): the share of D's "
-          "persons that the exact attack's reconstruction agrees with, matched one to one within each block on every "
-          "attribute with exact age, then the rest on the Bureau's 38 age bins; the same for the rows the release "
-          "publishes (TopDown's microdata detail file, the swapped file, synthetic rows); and the precision of "
-          "reidentification in the vulnerable group (persons whose race and ethnicity differ from their block's "
-          "most common one and who are unique on block, sex and age bin), beside guessing each block's most "
-          "common race and ethnicity (modal) or drawing it from the block's shares (proportional), with one "
-          "simulated attacker file per unit for every release. Consistent tables get the exact count model; "
-          "independently noised ones the least-deviation fit (integer counts closest to the noisy tables in "
-          "Σ |A x − c̃| / scale, solved over the LP relaxation's support). An empty cell: nothing to measure there "
-          "(no solution, or no vulnerable person linked). "
-          + ("The Bureau's rows are its published figures for the whole 2010 population, given for scale: "
-             if shaped else
-             "The Bureau's published figures are not printed beside these: this population is not 2010-shaped "
-             "(data.population.shape: \"2010\" gives the embedded one 2010's blocks and mix), and figures of "
-             "another population side by side invite a comparison they do not support. ")
-          + "The agreement "
-          "is defined as the Bureau's; the reidentification links as the Bureau's (one to one, without replacement, "
-          "in random order, on block, sex and age, then the 38 age bins; confirmed, as the Bureau's code confirms "
-          "every link, on the named person's block, sex, 38-bin age, race and ethnicity), with a simulated "
-          "commercial-like attacker file of the Bureau's file's structure (about 104 records per 100 persons, 37% "
-          "right; how the rest split between wrong blocks and persons not in D is a setting, not the Bureau's "
-          "file), and the vulnerable group here lacks the Bureau's condition of a block with a unique reconstruction (a noisy release's "
-          "reconstruction is not certified); ties of a block's most common race and ethnicity are broken by the "
-          "unit's counts.")
-    headers, rows = table
-    doc.table(headers, rows, numeric=set(range(2, len(headers))))
 
 
 def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audits, ledger, facts: dict,
@@ -764,8 +477,8 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
                       [[x["mechanism"], setting_label(x["mechanism"], x["setting"]), x["status"], int(x["units"]),
                         "" if pd.isna(x["residual"]) else f"{x['residual']:,.0f}"] for _, x in st.iterrows()],
                       numeric={3, 4})
-        _bureau_section(doc, run_dir, cfg, v)
-        _agreement_section(doc, run_dir, cfg, v)
+        bureau_section(doc, run_dir, cfg, v)
+        agreement_section(doc, run_dir, cfg, v)
         doc.h(3, "Verdict")
         for m in decision.mechanisms:
             for vd in m.verdicts:

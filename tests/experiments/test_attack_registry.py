@@ -99,14 +99,19 @@ def test_no_code_outside_the_registries_compares_an_attack_or_mechanism_name():
 
 
 def test_an_attack_on_the_tables_is_a_value_with_its_hook_and_when_it_runs():
+    import censusrecon.experiments.runner  # noqa: F401  (they give the exact attack its run and its pooling)
+    import censusrecon.experiments.sweep  # noqa: F401
+
     exact = attacks.attack(attacks.EXACT_ATTACK)
-    assert exact.on_tables is not None and exact.facts[0] == "exact" and exact.pool is not None
+    assert exact.reads_tables and exact.on_tables is not None and exact.facts[0] == "exact" and exact.pool is not None
     cfg = load_config(ROOT / "configs" / "demo.yaml")
     assert [k.name for k in attacks.on_tables(cfg)] == (["exact"] if cfg.attack.exact else [])
     assert attacks.on_tables(cfg, only={"baselines"}) == []
     with pytest.raises(ValueError, match="say when a config runs it"):
-        AttackKind("tables_only", on_tables=lambda *a: {})
+        AttackKind("tables_only", reads_tables=True)
     with pytest.raises(ValueError, match="one of them"):
-        AttackKind("both", rank=lambda x: x, on_tables=lambda *a: {}, runs_when=lambda cfg: True)
+        AttackKind("both", rank=lambda x: x, reads_tables=True, runs_when=lambda cfg: True)
+    with pytest.raises(ValueError, match="belong to an attack that reads the tables"):
+        AttackKind("ranked", rank=lambda x: x, on_tables=lambda *a: {})
     with pytest.raises(ValueError, match="reads the integer tables"):
         attacks.attack_units(exact, [])

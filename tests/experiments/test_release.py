@@ -478,7 +478,7 @@ def test_the_decision_picture_draws_one_point_per_mechanism_and_epsilon_whatever
     mean excess with the rule's one-sided limits, in percent of unique persons, the tolerance its own line."""
     import matplotlib.pyplot as plt
 
-    from censusrecon.experiments.release import release_report as report
+    from censusrecon.experiments.release import release_plots as report
 
     cfg = load_config(root / "configs" / "release_tiny.yaml")
     rows = [dict(attack=report.BEST_ATTACK, mechanism=m, setting=e, scale="share", units=units, tolerance=0.01,

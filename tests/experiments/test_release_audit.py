@@ -282,7 +282,7 @@ def test_swapping_is_not_audited_and_its_ledger_entry_says_it_is_not_dp(tmp_path
         assert phrase in text, phrase
     # the compact population: no figure of the Bureau's 2010 population is printed beside its own
     assert "Census Bureau: 2020 TopDown, production settings" not in text and "18.9%" not in text
-    from censusrecon.experiments.release.release_report import bureau_table
+    from censusrecon.experiments.release.release_bureau import bureau_table
 
     for shaped in (True, False):  # a 2010-shaped population gets the Bureau's rows beside its own
         rows = bureau_table(run, True, with_reference=shaped)[1]

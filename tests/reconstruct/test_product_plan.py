@@ -10,7 +10,7 @@ import pytest
 from censusrecon.microdata.census import Cell, CensusWorkload
 from censusrecon.microdata.domain import Attribute, Domain
 from censusrecon.reconstruct.product_plan import ProductPlan, reference_product_answers
-from censusrecon.reconstruct.queries import usable_dtype
+from censusrecon.reconstruct.kernels import usable_dtype
 from censusrecon.reconstruct.relaxed import probabilities, random_logits
 
 
