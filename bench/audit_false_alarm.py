@@ -51,7 +51,7 @@ def clopper_pearson(failed: int, n: int) -> tuple[float, float]:
 
 
 #: the files whose code decides an audit's outcome (patterns; the log's name carries their hash)
-AUDIT_CODE = ("synth/audit/*.py", "synth/keyed.py", "experiments/release/audit.py", "experiments/release/publish.py",
+AUDIT_CODE = ("synth/audit/*.py", "synth/keyed.py", "experiments/release/audit.py", "synth/release_path.py",
               "synth/publishing.py", "synth/registry.py", "experiments/release/program.py", "synth/adapters/opendp_tables.py", "synth/adapters/contract.py")
 _WORKER: dict = {}
 

@@ -295,7 +295,7 @@ def topdown_bench(out: dict, solvers=("clarabel", "osqp")) -> None:
     every SF1 person table, ε = 2: seconds per QP solver, and against the 60 s target."""
     from censusrecon.experiments.config import load_config
     from censusrecon.experiments.problem import load_population, resolve
-    from censusrecon.experiments.release.topdown_release import publish_topdown, topdown_root
+    from censusrecon.synth.topdown_release import publish_topdown, topdown_root
     from censusrecon.synth.noise import SimulationNoise
 
     cfg = load_config("configs/agency/release_agency_compact.yaml", ["queries.tables=sf1", "release.epsilons=[2.0]"])

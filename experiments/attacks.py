@@ -68,7 +68,9 @@ class Attacked:
 @dataclass(frozen=True)
 class AttackKind:
     """One attack. Every registered method is an attack (it saw the release); a baseline is any method not
-    registered here.
+    registered here. The exact attack's ``on_tables`` and ``pool`` live above this registry (the runner's
+    scoring, the sweep's pooling, which import it): they give them to its value with :func:`implement` when they
+    are loaded, as the code that calls them always is first.
 
     Args:
         name: its method name in results (with ``_<workload>`` when a config has several workloads).
@@ -88,9 +90,6 @@ class AttackKind:
             tie-breaking, timings) -> facts``, its curves added to the unit's.
         pool: ``(run directory, the tasks' markers) -> summary``: what a sweep pools of its tasks (its summary's
             entry under the attack's name).
-        The exact attack's ``on_tables`` and ``pool`` live above this registry (the runner's scoring, the sweep's
-        pooling, which import it): they give them to its value with :func:`implement` when they are loaded, as
-        the code that calls them always is first.
     """
 
     name: str

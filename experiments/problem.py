@@ -27,7 +27,7 @@ from censusrecon.microdata.geography import plural
 from censusrecon.microdata.marginals import Workload
 from censusrecon.microdata.sources import source
 from censusrecon.reconstruct.queries import EXACT_CHUNK, exact_counts
-from censusrecon.reconstruct.settings import CONFIG_FIELDS, RAPSettings
+from censusrecon.reconstruct.settings import RAPSettings, rap_settings  # rap_settings: here for those that take it from the problem
 from censusrecon.synth.publishing import answers_of
 from censusrecon.microdata.census import (TABLE_SETS, CensusWorkload, reference_cells, required_attributes, sf1_tables,
                                          tables_needing)
@@ -488,12 +488,6 @@ def workload_facts(q, w) -> dict:
         return {"kind": "marginals", "k": q.k, "num_marginals": len(w.marginals), "num_queries": w.num_queries}
     return {"kind": "census", "tables": q.tables, "num_queries": w.num_queries,
             "cells_per_table": dict(w.cells_per_table)}
-
-
-def rap_settings(cfg: ExperimentConfig, **over) -> RAPSettings:
-    """The RAP settings of ``cfg.attack``: every field the schema shares with :class:`RAPSettings` by name
-    (:data:`reconstruct.settings.CONFIG_FIELDS`), then ``over``."""
-    return RAPSettings(**({name: getattr(cfg.attack, name) for name in CONFIG_FIELDS} | over))
 
 
 def baseline_curves(cfg: ExperimentConfig, priors: dict, unit: str, truth, ks, u, rng_of, outside=None,

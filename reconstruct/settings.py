@@ -88,3 +88,9 @@ def default(name: str):
 
 #: The fields a configuration sets by the same name (init_mode and draws come from the config's own choices).
 CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(RAPSettings) if f.name not in ("init_mode", "draws"))
+
+
+def rap_settings(cfg, **over) -> RAPSettings:
+    """The RAP settings of a config's ``attack`` section: every field the schema shares with :class:`RAPSettings`
+    by name (:data:`CONFIG_FIELDS`), then ``over``."""
+    return RAPSettings(**({name: getattr(cfg.attack, name) for name in CONFIG_FIELDS} | over))

@@ -17,8 +17,8 @@ from censusrecon.experiments.problem import Study, build_workload, resolve, unit
 from censusrecon.experiments.progress import UnitProgress
 from censusrecon.experiments.release.files import unit_layout
 from censusrecon.experiments.release.program import one_way_inputs, program_inputs, run_program, stop_workers
-from censusrecon.experiments.release.publish import ReleaseSpec, publish
-from censusrecon.experiments.release.topdown_release import publish_topdown, topdown_root, topdown_shape, topdown_tree
+from censusrecon.synth.release_path import ReleaseSpec, publish
+from censusrecon.synth.topdown_release import publish_topdown, topdown_root, topdown_shape, topdown_tree
 from censusrecon.experiments.results import check_backend, on_ray
 from censusrecon.synth.audit.jobs import AuditPlan, audit_job, audit_level, unit_roles
 from censusrecon.synth.audit.statistics import AuditResult
@@ -33,7 +33,7 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
                   history: Path | None = None) -> list[AuditResult]:
     """Audit every configured mechanism at every audited ε of the config through the functions that publish, each
     by its audit family (:mod:`synth.audit.families`), given to the audit through :class:`StudySource`
-    (:func:`experiments.release.publish.publish`, :func:`experiments.release.topdown_release.publish_topdown`), on
+    (:func:`synth.release_path.publish`, :func:`synth.topdown_release.publish_topdown`), on
     the real units' private data.
 
     Laplace tables (and the synthetic file fitted to them) are audited on every audited unit's own D, and

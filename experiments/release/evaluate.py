@@ -26,12 +26,12 @@ from censusrecon.synth.audit.timing import failed_audits, record_audit
 from censusrecon.experiments.release.files import FILE_NOTE, file_published, read_release_files, unit_layout
 from censusrecon.experiments.release.program import (PROGRAM_NOTE, check_environments, program_digests,
                                         program_inputs, publication_seed, run_program)
-from censusrecon.experiments.release.publish import (ReleaseSpec, release_backend, check_block_list, neighbours_of,
+from censusrecon.synth.release_path import (ReleaseSpec, release_backend, check_block_list, neighbours_of,
                                          own_invariants, publish, swap_pool)
 from censusrecon.experiments.release.release_plots import plot_release
 from censusrecon.experiments.release.release_report import (release_persons, release_strength, setting_label,
                                         unit_selection, write_report)
-from censusrecon.experiments.release.topdown_release import publish_topdown, topdown_mdf, topdown_root, topdown_unit
+from censusrecon.synth.topdown_release import publish_topdown, topdown_mdf, topdown_root, topdown_unit
 from censusrecon.experiments.results import (UnitStore, UnitTask, check_backend, code_fingerprint, finish, ray_session, jax_info, run_seconds, versions, write_json, write_parquet,
                                  write_yaml)
 from censusrecon.microdata.agreement import agreement_by_size

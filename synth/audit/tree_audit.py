@@ -354,7 +354,7 @@ def audit_tree(call: FamilyCall) -> AuditResult:
     if registry.mechanism(mech).publish is not publish_shared:
         return AuditResult(mech, eps, 0.0, 0, src.cfg.release.audit.confidence, "none", {"family_contract": (
             f"fail: {mech} is registered in the tree audit family, which draws TopDown's release of a whole tree "
-            "(experiments.release.topdown_release.publish_topdown, shared by its units through synth.publishing."
+            "(synth.topdown_release.publish_topdown, shared by its units through synth.publishing."
             f"publish_shared); {mech} publishes through {registry.mechanism(mech).publish.__name__}, which this "
             "family never draws")}, {})
     return combine_units(mech, eps, [_audit_topdown_root(src, mech, root_units, call.with_block, eps, call.seed,

@@ -10,17 +10,17 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import censusrecon.experiments.release.topdown_release
+import censusrecon.synth.topdown_release
 import censusrecon.synth.histogram
 import censusrecon.synth.keyed
 import censusrecon.synth.publishing
 import censusrecon.synth.release
 import censusrecon.synth.topdown
-from censusrecon import experiments, synth
+from censusrecon import synth
 from censusrecon.experiments.config import load_config
 from censusrecon.experiments.problem import load_population, resolve
 from censusrecon.experiments.release.audit import audit_release
-from censusrecon.experiments.release.publish import ReleaseSpec, publish
+from censusrecon.synth.release_path import ReleaseSpec, publish
 from censusrecon.synth.keyed import KeyedNoise
 
 FAST = ["release.epsilons=[1.0]", "release.audit.runs=20000", "release.audit.whole_releases=40",
@@ -159,7 +159,7 @@ def _leaky_rounding(what):
     def publish_topdown(cfg, td, eps, backend, runs=None, cells=None, estimate=True):
         _TRUE["hist"] = [h.astype(np.float64) for h in td.tree.hist]
         return real_publish(cfg, td, eps, backend, runs, cells, estimate)
-    real_publish = experiments.release.topdown_release.publish_topdown
+    real_publish = synth.topdown_release.publish_topdown
     return publish_topdown, estimate
 
 
@@ -253,7 +253,7 @@ TOPDOWN_BUGS = {
         ["release.topdown.accounting=zcdp"],
         {(synth.topdown, "rho_for"): lambda e, d: _rho_for(e, d) * Fraction(1043, 1000)}, "accounting"),
     "the estimation reading the true counts": (
-        [], {(experiments.release.topdown_release, "publish_topdown"): None}, "post_processing"),
+        [], {(synth.topdown_release, "publish_topdown"): None}, "post_processing"),
     "Laplace noise clipped at 4 scales": ([], {(synth.keyed, "_dlap"): _clipped}, "noise_tail"),
     # post-processing reading the truth only where it rounds: caught by replaying data far from the real one
     "leaf rounding steered by the children's true totals": ([], "totals", "post_processing"),
@@ -276,8 +276,8 @@ def _set_everywhere(monkeypatch, owner, attr, fake):
 def _patch(monkeypatch, patches, name):
     if isinstance(patches, str):  # the rounding bugs
         pub, est = _leaky_rounding(patches)
-        _set_everywhere(monkeypatch, experiments.release.topdown_release, "publish_topdown", pub)
-        monkeypatch.setattr(experiments.release.topdown_release, "topdown_estimate", est)
+        _set_everywhere(monkeypatch, synth.topdown_release, "publish_topdown", pub)
+        monkeypatch.setattr(synth.topdown_release, "topdown_estimate", est)
         return
     for (owner, attr), fake in patches.items():
         if fake is None:  # bugs that wrap what they replace
@@ -294,7 +294,7 @@ def _patch(monkeypatch, patches, name):
                     return real_lt(data, *a, **k)
                 monkeypatch.setattr(synth.release, "laplace_tables", lt)
                 monkeypatch.setattr(synth.publishing, "laplace_tables", lt)
-        if (owner, attr) == (experiments.release.topdown_release, "publish_topdown"):
+        if (owner, attr) == (synth.topdown_release, "publish_topdown"):
             _set_everywhere(monkeypatch, owner, attr, fake)
         monkeypatch.setattr(owner, attr, fake)
         if (owner, attr) == (synth.release, "laplace_tables"):
@@ -333,7 +333,7 @@ def test_each_topdown_bug_of_the_corpus_fails_the_audit(bug, root, tiny_pop, mon
     over, patches, check = TOPDOWN_BUGS[bug]
     cfg = load_config(root / "configs" / "release_tiny.yaml", TD + over)
     if bug.startswith("block-level"):
-        from censusrecon.experiments.release.topdown_release import topdown_root
+        from censusrecon.synth.topdown_release import topdown_root
 
         study = resolve(cfg, tiny_pop)
         _broadcast_block_detailed.width = topdown_root(study, study.units[0], True).strategy.types
@@ -355,7 +355,7 @@ def test_a_single_release_equals_the_batch_element_drawn_with_the_same_key(root,
     """One path: the release that is published and the releases the audit draws are one function; cell by
     cell, the cells a pair touches equal the whole release's."""
     from censusrecon.experiments.problem import build_workload, select_units
-    from censusrecon.experiments.release.topdown_release import publish_topdown, topdown_root
+    from censusrecon.synth.topdown_release import publish_topdown, topdown_root
 
     cfg = _cfg(root, "target.with_block=[true]")
     unit = select_units(tiny_pop, cfg)[0]
@@ -419,7 +419,7 @@ def test_each_topdown_bug_fails_the_audit_at_the_shipped_settings(bug, monkeypat
     cfg = load_config(compact_agency, ["release.mechanisms=[topdown]"] + over)
     pop = load_population(cfg)
     if bug.startswith("block-level"):
-        from censusrecon.experiments.release.topdown_release import topdown_root
+        from censusrecon.synth.topdown_release import topdown_root
 
         _broadcast_block_detailed.width = topdown_root(resolve(cfg, pop), "01001000100", True).strategy.types
     _patch(monkeypatch, patches, bug)

@@ -336,7 +336,7 @@ def test_release_config_errors():
 
 
 def test_ledger_entries_carry_only_their_own_invariants(compact_agency):
-    from censusrecon.experiments.release.publish import ReleaseSpec, own_invariants
+    from censusrecon.synth.release_path import ReleaseSpec, own_invariants
 
     spec = ReleaseSpec.of(load_config(compact_agency, ["release.invariants=[root_total, unit_total]"]))
     assert own_invariants(spec, "topdown", True) == ["root_total"]
@@ -400,7 +400,7 @@ def test_the_table_error_printed_is_the_cell_weighted_error_of_the_published_tab
     """Recomputed from a published release cell by cell (every cell of the declared tables once, no derived
     totals): the figure the verdict and the terminal print."""
     from censusrecon.experiments.problem import build_workload, resolve, select_units
-    from censusrecon.experiments.release.publish import ReleaseSpec, publish
+    from censusrecon.synth.release_path import ReleaseSpec, publish
     from censusrecon.experiments.release.release_report import utility_summary
     from censusrecon.synth.keyed import KeyedNoise
     from censusrecon.synth.release import table_utility, totals_utility, workload_counts

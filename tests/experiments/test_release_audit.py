@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import censusrecon.experiments.problem
-import censusrecon.experiments.release.publish
-import censusrecon.experiments.release.topdown_release
+import censusrecon.synth.release_path
+import censusrecon.synth.topdown_release
 import censusrecon.synth.histogram
 import censusrecon.synth.noise
 import censusrecon.synth.release
@@ -18,7 +18,7 @@ from censusrecon import experiments, synth
 from censusrecon.experiments.cli import main
 from censusrecon.experiments.config import ConfigError, load_config
 from censusrecon.experiments.problem import build_workload, load_population, resolve, select_units
-from censusrecon.experiments.release.publish import ReleaseSpec, publish
+from censusrecon.synth.release_path import ReleaseSpec, publish
 from censusrecon.experiments.release.audit import audit_release
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.geography import FROM_ROWS

@@ -7,7 +7,7 @@ import pytest
 
 from censusrecon.experiments.config import load_config
 from censusrecon.experiments.problem import build_workload, load_population, resolve
-from censusrecon.experiments.release.topdown_release import publish_topdown, topdown_mdf, topdown_root, topdown_unit
+from censusrecon.synth.topdown_release import publish_topdown, topdown_mdf, topdown_root, topdown_unit
 from censusrecon.experiments.release.audit import StudySource
 from censusrecon.synth.audit.tree_audit import _topdown_structure
 from censusrecon.microdata.dataset import Dataset
@@ -77,7 +77,7 @@ def test_a_county_target_keeps_its_tracts_in_the_tree_and_publishes_tract_tables
     """Attacking whole counties with SF1's tract table PCT12: the tree keeps the tract level between
     the county and its blocks (as 2020's did), the county's blocks are its leaves in the order of its
     BLOCK values, and PCT12 is published per tract, each over its listed blocks."""
-    from censusrecon.experiments.release.topdown_release import topdown_shape
+    from censusrecon.synth.topdown_release import topdown_shape
 
     cfg = load_config(compact_agency,
                       ["target.level=county", "target.unit_ids=['01001']", "release.topdown.root=state",

@@ -1,5 +1,6 @@
 """TopDown releases of the census hierarchy: the tree of a root from the public unit list, its private
-halves' histograms, the release through synth.topdown, the microdata detail file and each unit's share."""
+halves' histograms, the release through synth.topdown, the microdata detail file and each unit's share. ``study``
+is a resolved study (``experiments.problem.Study``: its config, persons, units and tables' definitions)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from censusrecon.experiments.config import ConfigError, ExperimentConfig
-from censusrecon.experiments.problem import Study, build_workload
+from censusrecon.microdata.errors import ConfigError
 from censusrecon.synth.publishing import Published, table_labels
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.geography import FROM_ROWS
@@ -41,7 +41,7 @@ class TopDownRoot:
         return self.tree.shape
 
 
-def topdown_shape(study: Study, unit: str, with_block: bool) -> tuple[str, TreeShape, dict, str]:
+def topdown_shape(study, unit: str, with_block: bool) -> tuple[str, TreeShape, dict, str]:
     """The public shape of the tree a TopDown release of ``unit`` runs over: the unit's ancestor at
     ``release.topdown.root`` and, level by level, every unit inside it from the public unit list
     (empty ones included, whatever their size), down to the target level and, with BLOCK, its
@@ -113,14 +113,14 @@ def person_types(data: Dataset, person_domain) -> np.ndarray:
     return person_domain.encode(data.project(list(person_domain.names)).codes)
 
 
-def topdown_strategy(cfg: ExperimentConfig, person_domain) -> Strategy:
-    """What every node measures: the detailed histogram over ``person_domain`` and the first tables
+def topdown_strategy(cfg, published) -> Strategy:
+    """What every node measures: the detailed histogram over the person domain and ``published``, the published
     workload's cells over it, with the configured split of each level's budget between them."""
-    pw = build_workload(cfg, cfg.published, person_domain)
-    return Strategy(query_matrix(pw).astype(np.int64), Fraction(repr(float(cfg.release.topdown.detailed_share))))
+    return Strategy(query_matrix(published).astype(np.int64),
+                    Fraction(repr(float(cfg.release.topdown.detailed_share))))
 
 
-def topdown_tree(cfg: ExperimentConfig, shape: TreeShape, nodes: dict, halves: dict[str, Dataset],
+def topdown_tree(cfg, shape: TreeShape, nodes: dict, halves: dict[str, Dataset],
                  strategy: Strategy, person_domain) -> Tree:
     """The tree's exact histograms: each leaf's persons of ``halves`` (unit -> its private half over
     the attack domain) counted by type, summed up the tree. Every unit of the target level must have a
@@ -137,7 +137,7 @@ def topdown_tree(cfg: ExperimentConfig, shape: TreeShape, nodes: dict, halves: d
     return build_tree(shape, leaf)
 
 
-def topdown_root(study: Study, unit: str, with_block: bool) -> TopDownRoot:
+def topdown_root(study, unit: str, with_block: bool) -> TopDownRoot:
     """The tree a TopDown release of ``unit`` runs over (:func:`topdown_shape`), every unit of the
     target level in it holding its private half D (the holdouts stay out of every release)."""
     cfg = study.cfg
@@ -145,7 +145,7 @@ def topdown_root(study: Study, unit: str, with_block: bool) -> TopDownRoot:
     halves = {u: study.private_half(u, with_block) for u in nodes}
     person_domain = next(iter(halves.values())).domain
     person_domain = person_domain.project([a for a in person_domain.names if a != "BLOCK"])
-    strategy = topdown_strategy(cfg, person_domain)
+    strategy = topdown_strategy(cfg, study.workload(cfg.published, person_domain))
     return TopDownRoot(root, topdown_tree(cfg, shape, nodes, halves, strategy, person_domain), strategy,
                        person_domain, nodes, source)
 
@@ -160,7 +160,7 @@ class TopDownRelease:
     estimates: list[np.ndarray] | None = None
 
 
-def publish_topdown(cfg: ExperimentConfig, td: TopDownRoot, epsilon: float, backend,
+def publish_topdown(cfg, td: TopDownRoot, epsilon: float, backend,
                     runs=None, cells: dict | None = None, estimate: bool = True) -> TopDownRelease:
     """TopDown over ``td``'s tree: the noisy measurements of every node (the private step), then the
     top-down estimation from the measurements and the tree's public shape alone (post-processing).

@@ -1,6 +1,7 @@
 """Publishing one release: what the config says about publishing resolved once (ReleaseSpec), the inputs a
 registered mechanism is given (synth.registry), the release's noise, and what the release protects; the one
-code path evaluate-release attacks, the auditor audits and an agency would publish through."""
+code path evaluate-release attacks, the auditor audits and an agency would publish through. ``cfg`` and ``study``
+are an experiment's config and resolved study (``experiments``), read for what is named here."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from censusrecon.experiments.config import ConfigError, ExperimentConfig
-from censusrecon.experiments.problem import Study, rap_settings, stable_seed
-from censusrecon.reconstruct.settings import RAPSettings
+from censusrecon.microdata.errors import ConfigError
+from censusrecon.microdata.seeds import stable_seed
+from censusrecon.reconstruct.settings import RAPSettings, rap_settings
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.geography import FROM_ROWS
 from censusrecon.synth import registry
@@ -47,7 +48,7 @@ class ReleaseSpec:
     topdown_root: str
 
     @classmethod
-    def of(cls, cfg: ExperimentConfig) -> "ReleaseSpec":
+    def of(cls, cfg) -> "ReleaseSpec":
         r = cfg.release
         if r is None:
             raise ConfigError("this config has no 'release' section: nothing is published")
@@ -101,7 +102,7 @@ def publish(spec: ReleaseSpec, mechanism: str, epsilon: float, D: Dataset, workl
     return registry.mechanism(mechanism).publish(x)
 
 
-def swap_pool(study: Study, unit: str) -> Dataset:
+def swap_pool(study, unit: str) -> Dataset:
     """The persons targeted swapping may bring in: those of the unit's enclosing area (its county, for a
     tract) outside the unit, over the attack attributes."""
     pop = study.pop
@@ -153,7 +154,7 @@ def neighbours_of(spec: ReleaseSpec, mechanism: str) -> tuple[str, str]:
     return what, "; ".join(exact) or "nothing"
 
 
-def check_block_list(study: Study, unit: str) -> None:
+def check_block_list(study, unit: str) -> None:
     """Tables per block may be released only over a public block list, or a list from the persons
     that the agency declares it publishes as it is (``release.invariants: [occupied_blocks]``)."""
     _, source = study.blocks(unit)
