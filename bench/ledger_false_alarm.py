@@ -44,7 +44,7 @@ from tqdm import tqdm
 from censusrecon.experiments.config import load_config
 from censusrecon.experiments.problem import load_population, resolve
 from censusrecon.experiments.release import audit as A
-from censusrecon.experiments.release.program import run_program
+from censusrecon.synth.program_host import run_program
 from censusrecon.synth.audit.statistics import spending
 from censusrecon.synth.audit.statistics import opendp_rho
 from censusrecon.synth.audit.spending import LEDGER, WIDTH, check_spending

@@ -16,7 +16,7 @@ from censusrecon.experiments.config import ConfigError, parse_config
 from censusrecon.experiments.problem import Study, build_workload, resolve, unit_key
 from censusrecon.experiments.progress import UnitProgress
 from censusrecon.experiments.release.files import unit_layout
-from censusrecon.experiments.release.program import one_way_inputs, program_inputs, run_program, stop_workers
+from censusrecon.synth.program_host import one_way_inputs, program_inputs, run_program, stop_workers
 from censusrecon.synth.release_path import ReleaseSpec, publish
 from censusrecon.synth.topdown_release import publish_topdown, topdown_root, topdown_shape, topdown_tree
 from censusrecon.experiments.results import check_backend, on_ray

@@ -387,7 +387,7 @@ def bound_reach(runs: int, confidence: float) -> float:
 
 def program_seed(*parts) -> int:
     """A seed for one batch of the audit's releases of a program: fresh for every batch, from its parts (the audit's
-    own seed among them). Never a published release's: see :func:`experiments.release.program.publication_seed`."""
+    own seed among them). Never a published release's: see :func:`synth.program_host.publication_seed`."""
     return int(stable_seed("program", *parts) & 0x7FFFFFFF)
 
 

@@ -11,7 +11,7 @@ from censusrecon.experiments.config import load_config
 from censusrecon.experiments.problem import load_population, resolve, select_units
 from censusrecon.experiments.release.audit import audit_release
 from censusrecon.experiments.release.files import unit_layout
-from censusrecon.experiments.release.program import program_inputs, run_program
+from censusrecon.synth.program_host import program_inputs, run_program
 from censusrecon.synth.release import workload_counts
 from tests.conftest import environment
 
