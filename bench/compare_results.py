@@ -18,8 +18,9 @@ import math
 import sys
 from pathlib import Path
 
-#: keys whose values say when or how long, not what: never a result
-VOLATILE = {"when", "seconds", "audit_seconds", "elapsed", "elapsed_seconds", "started", "finished", "wall_seconds",
+#: keys whose values say when or how long, or which code ran (its digest, which a change of code changes by design):
+#: never a result
+VOLATILE = {"code_fingerprint", "code", "when", "seconds", "audit_seconds", "elapsed", "elapsed_seconds", "started", "finished", "wall_seconds",
             "created", "written", "time", "duration", "seconds_by_audit", "timing", "run_seconds", "fit_seconds",
             "unit_seconds"}
 
