@@ -161,7 +161,7 @@ def audit_program(src: AuditSource, spec, unit: str, wb: bool, eps: float, seed:
         info.update(spending_info, whole_releases=f"of D and of its worst-case neighbour ({whole[0][0]})")
     if spec.measurements is not None:
         stage_bounds, checks["measurements_scale"], stage_info = _audit_first_measurements(
-            cfg, spec, inputs, pair_inputs, pairs, eps, (seed, unit, wb), pair_conf, mech)
+            src, spec, inputs, pair_inputs, pairs, eps, (seed, unit, wb), pair_conf, mech)
         bounds += stage_bounds
         info.update(stage_info)
         checks["post_processing"] = ("not applicable: the steps after its first measurements (selecting marginals, "

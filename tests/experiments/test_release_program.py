@@ -120,6 +120,23 @@ def test_gaussian_programs_are_checked_like_laplace_ones_honest_passes_half_sigm
         load_config(CONFIG, over + ["release.programs=[{name: g, function: 'x:y', noise: gaussian}]"])
 
 
+def test_a_programs_first_measurements_are_audited_inside_the_whole_audit(agency):
+    """release.programs[].measurements reaches the whole audit's program family (the wiring a split of the audit
+    once broke, seen only by the slow SmartNoise tests): OpenDP's Gaussian adapter, asked for its first
+    measurements, answers the one-way cells at its whole ρ (share 1), which its noise must not exceed."""
+    d, over = agency
+    spec = ("{name: gauss, function: 'censusrecon.synth.adapters.opendp_tables:release', noise: gaussian, "
+            "params: {noise: gaussian, delta: 1.0e-9}, audit_runs: 100, "
+            "measurements: {runs: 60, share: 1.0, delta: 1.0e-9}}")
+    cfg = load_config(CONFIG, over + [f"release.programs=[{spec}]"])
+    study = resolve(cfg, load_population(cfg))
+    [res] = audit_release(study, seed=3)
+    unit = res.details["per_unit"][study.units[0]]
+    assert res.checks["measurements_scale"] == "pass", res.checks_summary()
+    assert 0 < unit["measurements_rho_from_noise_scale"] <= unit["measurements_rho_declared"]
+    assert unit["measurements_runs"] == 60
+
+
 def test_a_program_is_run_over_the_grid_attacked_and_audited_end_to_end_as_a_command(agency, capsys, monkeypatch):
     """... and the seed it publishes with is secret: the operating system's, written in no file of the results and
     not the hash of the config's public parts it once was."""
