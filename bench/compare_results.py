@@ -25,9 +25,14 @@ VOLATILE = {"code_fingerprint", "code", "when", "seconds", "audit_seconds", "ela
             "unit_seconds"}
 
 
+def _volatile(key, ignore: set[str]) -> bool:
+    """A key that says how long or when: one of ``ignore``, or any key naming seconds (``seconds_unit``, ...)."""
+    return key in ignore or (isinstance(key, str) and (key.startswith("seconds") or key.endswith("_seconds")))
+
+
 def _strip(value, ignore: set[str]):
     if isinstance(value, dict):
-        return {k: _strip(v, ignore) for k, v in value.items() if k not in ignore}
+        return {k: _strip(v, ignore) for k, v in value.items() if not _volatile(k, ignore)}
     if isinstance(value, list):
         return [_strip(v, ignore) for v in value]
     if isinstance(value, float) and math.isnan(value):
