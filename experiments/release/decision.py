@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import dataclasses  # noqa: F401  (its doctests use it)
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 

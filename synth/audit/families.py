@@ -78,12 +78,22 @@ def _load_built_in() -> None:
 
 def register_family(fam: AuditFamily, replace: bool = False) -> AuditFamily:
     """Register ``fam`` under its name, after the built-in families (a name taken is refused: a family is not
-    replaced behind a mechanism's back, but by ``replace=True``, as a test may). The same value again is no change.
-    Returns it."""
+    replaced behind a mechanism's back, but by ``replace=True``, as a test may). The same family again is no change.
+    Returns the family registered."""
     _load_built_in()
-    if FAMILIES.names().count(fam.name) and FAMILIES.get(fam.name) is fam:
-        return fam
+    if fam.name in FAMILIES and _same(FAMILIES.get(fam.name), fam):
+        return FAMILIES.get(fam.name)
     return FAMILIES.register(fam, replace=replace, built_in=_LOADED[0] == "loading")
+
+
+def _same(a: AuditFamily, b: AuditFamily) -> bool:
+    """The same family: the same value, or the same definition run again (a module loaded a second time under
+    another name, as a doctest collector may load one): its name, tests, words and audit function's name and file."""
+    def where(f: AuditFamily) -> tuple:
+        code = getattr(f.audit, "__code__", None)
+        return f.name, f.tests, f.draws, f.audit.__qualname__, code.co_filename if code else None
+
+    return a is b or where(a) == where(b)
 
 
 def family(name: str) -> AuditFamily:
