@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import jax
@@ -55,3 +56,19 @@ def block_answers(L, R, dtype):
     operand, so that it is read in the layout the backward's matmul reads it in (not transposed
     twice)."""
     return dot_t(R, L, dtype).T if R.shape[0] > L.shape[0] else dot_t(L, R, dtype)
+
+
+class DenseAnswers:
+    """What both query plans give the host about their dense output: ``dense_size`` values of which those at
+    ``dense_index`` are the workload's queries, in order (the rest are by-products)."""
+
+    @functools.cached_property
+    def dense_mask(self) -> np.ndarray:
+        m = np.zeros(self.dense_size, np.float32)
+        m[self.dense_index] = 1.0
+        return m
+
+    def dense_targets(self, targets) -> np.ndarray:
+        t = np.zeros(self.dense_size, np.float32)
+        t[self.dense_index] = np.asarray(targets, dtype=np.float32)
+        return t

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from censusrecon.microdata.census import membership_matrix
-from censusrecon.reconstruct.kernels import DTYPES, block_answers, plan_dot
+from censusrecon.reconstruct.kernels import DTYPES, DenseAnswers, block_answers, plan_dot
 from censusrecon.reconstruct.relaxed import Layout, softmax_backward, softmax_forward
 
 #: the cost of one element of a row-wise product pass relative to one matmul flop: the products
@@ -202,7 +202,7 @@ def _side_layout(attrs: Sequence[int], combos: np.ndarray) -> tuple:
 
 
 @dataclass(frozen=True, eq=False)
-class ProductPlan:
+class ProductPlan(DenseAnswers):
     """Relaxed answers of product queries (census table cells), batched: no loop over queries.
 
     A query restricts each attribute a to a value set S_a; on relaxed rows its answer is
@@ -299,17 +299,6 @@ class ProductPlan:
             idx[np.array(p.queries, np.int64)] = (base + np.array(p.query_left, np.int64) * len(p.right_combos)
                                                   + np.array(p.query_right, np.int64))
         return idx
-
-    @functools.cached_property
-    def dense_mask(self) -> np.ndarray:
-        m = np.zeros(self.dense_size, np.float32)
-        m[self.dense_index] = 1.0
-        return m
-
-    def dense_targets(self, targets) -> np.ndarray:
-        t = np.zeros(self.dense_size, np.float32)
-        t[self.dense_index] = np.asarray(targets, dtype=np.float32)
-        return t
 
     def _n_sets(self, j: int) -> int:
         return len(self.memberships[j]) if j < len(self.memberships) else 1

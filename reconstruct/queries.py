@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from censusrecon.reconstruct.kernels import DTYPES, dot_t, plan_dot, usable_dtype
+from censusrecon.reconstruct.kernels import DTYPES, DenseAnswers, dot_t, plan_dot, usable_dtype
 from censusrecon.reconstruct.product_plan import ProductPlan
 from censusrecon.microdata.marginals import Workload
 from censusrecon.reconstruct.relaxed import Layout, softmax_backward, softmax_forward
@@ -116,7 +116,7 @@ def _rows(P, ranges):
 
 
 @dataclass(frozen=True, eq=False)
-class MarginalPlan:
+class MarginalPlan(DenseAnswers):
     """How to answer a marginal workload on relaxed data, and its gradient, by hand.
 
     Attributes are stacked by ascending size (the largest sits on a matmul side, never inside
@@ -241,17 +241,6 @@ class MarginalPlan:
                    dense_index)
 
     # ---- host-side helpers ---------------------------------------------------------------------
-
-    @functools.cached_property
-    def dense_mask(self) -> np.ndarray:
-        m = np.zeros(self.dense_size, np.float32)
-        m[self.dense_index] = 1.0
-        return m
-
-    def dense_targets(self, targets) -> np.ndarray:
-        t = np.zeros(self.dense_size, np.float32)
-        t[self.dense_index] = np.asarray(targets, dtype=np.float32)
-        return t
 
     @property
     def activation_rows(self) -> int:
