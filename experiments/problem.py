@@ -14,17 +14,16 @@ import jax
 import numpy as np
 import pandas as pd
 
-from censusrecon.microdata.seeds import stable_seed  # here for the modules that take it from the problem
 from censusrecon.baselines.holdout import holdout_split
 from censusrecon.baselines.priors import EmpiricalPrior, geographic_priors, outside_chance
 from censusrecon.experiments import attacks
 from censusrecon.experiments.config import DATA_PATH_KEYS, ConfigError, ExperimentConfig
 from censusrecon.experiments.metrics import block_classes, match_rate_curve
-from censusrecon.microdata.dataset import lookup
-from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.dataset import Dataset, lookup
 from censusrecon.microdata.domain import Attribute
 from censusrecon.microdata.geography import plural
 from censusrecon.microdata.marginals import Workload
+from censusrecon.microdata.seeds import stable_seed  # here for the modules that take it from the problem
 from censusrecon.microdata.sources import source
 from censusrecon.reconstruct.queries import EXACT_CHUNK, exact_counts
 from censusrecon.reconstruct.settings import RAPSettings, rap_settings  # rap_settings: here for those that take it from the problem

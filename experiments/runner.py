@@ -160,9 +160,9 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
     return out
 
 
-def exact_attack(cfg: ExperimentConfig, w: _UnitWork, frames: list, rankings: dict, ties, timings: dict):
-    """The exact attack on each tables workload of one unit (the registry's ``exact``, through its ``on_tables``);
-    its curves join ``frames``."""
+def exact_attack(cfg: ExperimentConfig, w: _UnitWork, frames: list, rankings: dict, ties, timings: dict) -> dict:
+    """The exact attack on each tables workload of one unit (the registry's ``exact``, its ``on_tables``): its
+    curves join ``frames``; returns the unit's facts of it (per workload, agreement, reidentification rows)."""
     from censusrecon.experiments.exact_eval import evaluate_exact
 
     facts, agree, reid = {}, [], []
@@ -188,16 +188,10 @@ def exact_attack(cfg: ExperimentConfig, w: _UnitWork, frames: list, rankings: di
         facts[q.label] = f
         agree += [dict(x, workload=q.label) for x in a_rows]
         reid += [dict(x, workload=q.label) for x in r_rows]
-    return facts, agree, reid
+    return {"exact": facts, "agreement": agree, "reidentification": reid}
 
 
-def _exact_tables(cfg: ExperimentConfig, w: _UnitWork, frames: list, rankings: dict, ties, timings: dict) -> dict:
-    """The exact attack's run on one unit (its ``on_tables``): its curves join ``frames``, its facts the unit's."""
-    facts, agreement, reid = exact_attack(cfg, w, frames, rankings, ties, timings)
-    return {"exact": facts, "agreement": agreement, "reidentification": reid}
-
-
-attacks.implement(attacks.EXACT_ATTACK, on_tables=_exact_tables)
+attacks.implement(attacks.EXACT_ATTACK, on_tables=exact_attack)
 
 
 def units_per_call(study: Study) -> int:

@@ -8,6 +8,7 @@ that publish (through :class:`StudySource`), and runs its jobs in turn or as Ray
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 from pathlib import Path
@@ -97,8 +98,9 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     try:
         if backend == "local":
             caches: dict = {}  # per variant: the real instances, shared by every ε
+            src = StudySource(study)
             for wb, eps in jobs:
-                out += audit_job(StudySource(study), plan, wb, eps, caches.setdefault(wb, {}), bar)
+                out += audit_job(src, plan, wb, eps, caches.setdefault(wb, {}), bar)
         else:
             out = _audit_on_ray(study, plan, jobs, tasks, address, bar)
     finally:
@@ -171,8 +173,13 @@ class StudySource:
     def fit_key(self, *parts):
         return unit_key(self.cfg, *parts)
 
+    @functools.cached_property
+    def spec(self) -> ReleaseSpec:
+        """What publishing reads of the config, resolved once for the audit's many draws."""
+        return ReleaseSpec.of(self.cfg)
+
     def publish(self, mechanism: str, epsilon: float, D, workload, backend, rng, **kw):
-        return publish(ReleaseSpec.of(self.cfg), mechanism, epsilon, D, workload, backend, rng, **kw)
+        return publish(self.spec, mechanism, epsilon, D, workload, backend, rng, **kw)
 
     def topdown_root(self, unit: str, with_block: bool):
         return topdown_root(self.study, unit, with_block)

@@ -11,7 +11,7 @@ from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.geography import FROM_ROWS, Geography
 from censusrecon.microdata.seeds import stable_seed
 from censusrecon.synth import registry
-from censusrecon.synth.audit.families import FamilyCall, family
+from censusrecon.synth.audit.families import AuditFamily, FamilyCall, family
 from censusrecon.synth.audit.neighbours import SMOOTHED_CELLS, audit_frame, histogram_pair
 from censusrecon.synth.audit.source import AuditSource
 from censusrecon.synth.audit.statistics import AuditResult
@@ -59,25 +59,21 @@ def audit_job(src: AuditSource, plan: AuditPlan, wb: bool, eps: float, cache: di
                                 histogram_pair(frame, relation), histogram_pair(frame, relation, cells=SMOOTHED_CELLS))
     blocks_check, small, smallest = cache.get("audit_frame", (None, None, None))
     out = []
-    for mech in mechanisms:
+    for name in mechanisms + [PROGRAM_PREFIX + p.name for p in programs]:
         t0 = time.perf_counter()
-        res = family(registry.mechanism(mech).audit).audit(
-            FamilyCall(src, mech, eps, wb, seed, tuple(units), cache, small, smallest))
-        if blocks_check is not None:
+        res = family_of(name).audit(FamilyCall(src, name, eps, wb, seed, tuple(units), cache, small, smallest))
+        if blocks_check is not None and not registry.is_program(name):  # programs read no block list of ours
             res.checks["block_list"] = blocks_check
-        res.details.update(published_through=mech, audit_seconds=round(time.perf_counter() - t0, 1), **common)
+        res.details.update(published_through=name, audit_seconds=round(time.perf_counter() - t0, 1), **common)
         out.append(res)
         if bar is not None:
-            bar.update(1, f"{mech} at ε = {eps:g}")
-    for spec in programs:
-        t0 = time.perf_counter()
-        res = family("program").audit(FamilyCall(src, PROGRAM_PREFIX + spec.name, eps, wb, seed, tuple(units), cache))
-        res.details.update(published_through=PROGRAM_PREFIX + spec.name,
-                           audit_seconds=round(time.perf_counter() - t0, 1), **common)
-        out.append(res)
-        if bar is not None:
-            bar.update(1, f"{PROGRAM_PREFIX + spec.name} at ε = {eps:g}")
+            bar.update(1, f"{name} at ε = {eps:g}")
     return out
+
+
+def family_of(name: str) -> AuditFamily:
+    """The family that audits a DP mechanism, or (``program:<name>``) a release program."""
+    return family("program" if registry.is_program(name) else registry.mechanism(name).audit)
 
 
 def unit_roles(src: AuditSource, units: list[str], seed: int = 0) -> dict[str, str]:
@@ -128,7 +124,7 @@ def _family_level(cfg, results: int, mechanisms: list[str], units: int = 1,
     a = cfg.release.audit
 
     def tests(m: str) -> int:
-        fixed, per_unit = family("program" if registry.is_program(m) else registry.mechanism(m).audit).tests
+        fixed, per_unit = family_of(m).tests
         return fixed + per_unit * units
 
     count = results * (sum(tests(m) for m in mechanisms) + sum(STAGE_TESTS["measurements"]) * staged * units)
