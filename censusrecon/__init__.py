@@ -30,7 +30,7 @@ API = {
     "resolve": "experiments.problem", "run_experiment": "experiments.runner",
     "evaluate_release": "experiments.release.evaluate", "audit_release": "experiments.release.audit",
     "MechanismKind": "synth.registry", "register_mechanism": "synth.registry",
-    "AttackKind": "experiments.attacks", "register_attack": "experiments.attacks",
+    "AttackKind": "reconstruct.attacks", "register_attack": "reconstruct.attacks",
 }
 _RENAMED = {"register_mechanism": "register", "register_attack": "register"}
 __all__ = sorted(API)

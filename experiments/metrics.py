@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from censusrecon.experiments.attacks import is_attack
+from censusrecon.reconstruct.attacks import is_attack
 from censusrecon.microdata.agreement import SIZE_CLASSES, size_class, size_label
 from censusrecon.microdata.dataset import lookup  # sorted keys' values: the audit reads it too
 from censusrecon.microdata.errors import CensusReconError

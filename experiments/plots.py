@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from censusrecon.experiments.attacks import is_attack  # noqa: E402
+from censusrecon.reconstruct.attacks import is_attack  # noqa: E402
 from censusrecon.experiments.metrics import (BOOTSTRAP_MIN_UNITS, OUTSIDE_COLUMNS, at_u, average_curves,  # noqa: E402
                                  lift_by_baseline, variant_label)
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from censusrecon.baselines.holdout import holdout_split
 from censusrecon.baselines.priors import EmpiricalPrior, geographic_priors, outside_chance
-from censusrecon.experiments import attacks
+from censusrecon.reconstruct import attacks
 from censusrecon.experiments.config import DATA_PATH_KEYS, ConfigError, ExperimentConfig
 from censusrecon.experiments.metrics import block_classes, match_rate_curve
 from censusrecon.microdata.dataset import Dataset, lookup

@@ -12,8 +12,8 @@ import pandas as pd
 import yaml
 
 from censusrecon.experiments.config import ConfigError, parse_config
-from censusrecon.experiments import attacks
-from censusrecon.experiments.attacks import is_attack
+from censusrecon.reconstruct import attacks
+from censusrecon.reconstruct.attacks import is_attack
 from censusrecon.experiments.metrics import (CONFIDENCE, OUTSIDE_COLUMNS, SATURATION_SHARE, at_u, average_curves, band_kind,
                                  by_seed, difference_words, lift_by_baseline, persons_by_block_size,
                                  persons_reconstructed, saturation, strength_table, summarise_persons, variant_label)

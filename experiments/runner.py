@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from censusrecon.experiments import attacks
-from censusrecon.experiments.attacks import AttackInputs, attack_unit, attack_units, is_attack
+from censusrecon.reconstruct import attacks
+from censusrecon.reconstruct.attacks import AttackInputs, attack_unit, attack_units, is_attack
 from censusrecon.experiments.config import ConfigError, ExperimentConfig, parse_config
 from censusrecon.experiments.metrics import (BLOCK_SIZE_COLUMNS, OUTSIDE_COLUMNS, UNIQUE_BY_BLOCK_SIZE_COLUMNS, best_baselines,
                                  calibration, concentration, effective_u, k_grid, lift_by_baseline,

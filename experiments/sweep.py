@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from censusrecon.experiments import attacks
+from censusrecon.reconstruct import attacks
 from censusrecon.experiments.config import ConfigError, ExperimentConfig, parse_config
 from censusrecon.experiments.metrics import by_seed, persons_reconstructed
 from censusrecon.experiments.progress import UnitProgress

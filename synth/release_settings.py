@@ -6,17 +6,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from censusrecon.microdata.data_settings import Strict
 from censusrecon.synth import registry
 from censusrecon.synth.mechanism import MIN_EPSILON
 from censusrecon.synth.registry import FILE_PREFIX, PROGRAM_PREFIX
-
-
-class Strict(BaseModel):
-    """A config section: unknown keys are errors, values frozen."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ToleranceConfig(Strict):

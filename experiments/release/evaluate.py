@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from censusrecon.experiments import attacks
-from censusrecon.experiments.attacks import RAP_RANK, AttackInputs, attack_unit
+from censusrecon.reconstruct import attacks
+from censusrecon.reconstruct.attacks import RAP_RANK, AttackInputs, attack_unit
 from censusrecon.experiments.config import ConfigError, ExperimentConfig, ReidentificationConfig, parse_config
 from censusrecon.experiments.metrics import (effective_u, k_grid, match_rate_curve, strength_by_runs,
                                  unique_persons)

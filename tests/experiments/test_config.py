@@ -63,7 +63,7 @@ def test_overrides_apply_and_change_the_hash(root):
 
 
 def test_the_papers_strength_is_one_setting(compact_agency):
-    from censusrecon.experiments.config import PAPER_STRENGTH
+    from censusrecon.reconstruct.attack_settings import PAPER_STRENGTH
 
     cfg = load_config(compact_agency, ["attack.strength=paper"])
     assert (cfg.attack.runs, cfg.attack.steps, cfg.attack.rows) == (100, 1000, 1000) == tuple(PAPER_STRENGTH.values())
@@ -99,7 +99,7 @@ def test_whole_units_attack_every_person_and_refuse_what_needs_a_holdout(root):
 def test_the_rap_settings_are_defined_once():
     """The schema's RAP fields take their defaults from reconstruct.settings.RAPSettings, and rap_settings copies
     every shared field by name: a default config gives RAPSettings' own defaults, and a changed field arrives."""
-    from censusrecon.experiments.config import AttackConfig
+    from censusrecon.reconstruct.attack_settings import AttackConfig
     from censusrecon.experiments.problem import rap_settings
     from censusrecon.reconstruct.settings import CONFIG_FIELDS, RAPSettings
 

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from censusrecon.experiments import attacks
-from censusrecon.experiments.attacks import AttackInputs, AttackKind
+from censusrecon.reconstruct import attacks
+from censusrecon.reconstruct.attacks import AttackInputs, AttackKind
 from censusrecon.experiments.config import ConfigError, load_config
 from censusrecon.experiments.release.evaluate import evaluate_release
 from censusrecon.experiments.runner import run_experiment
