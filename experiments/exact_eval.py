@@ -19,9 +19,10 @@ from censusrecon.microdata.errors import CensusReconError
 from censusrecon.microdata.ranking import Ranking, rank_by_score
 from censusrecon.reconstruct.exact import ExactResult, certify_rows, reconstruct_exact
 from censusrecon.experiments.config import ReidentificationConfig
-from censusrecon.experiments.problem import stable_seed
-from censusrecon.experiments.reid import (AttackerFile, block_modes, commercial_file, guesser_files, perfect_file,
-                                         reidentify, vulnerable_persons)
+from censusrecon.microdata.seeds import stable_seed
+from censusrecon.experiments.reid import (block_modes, commercial_file, guesser_files, perfect_file, reidentify,
+                                         vulnerable_persons)
+from censusrecon.reconstruct.linkage import AttackerFile
 from censusrecon.synth.swapping import swap_records
 
 log = logging.getLogger(__name__)

@@ -28,9 +28,9 @@ from censusrecon.microdata.sources import source
 from censusrecon.reconstruct.queries import EXACT_CHUNK, exact_counts
 from censusrecon.reconstruct.settings import RAPSettings, rap_settings  # rap_settings: here for those that take it from the problem
 from censusrecon.synth.publishing import answers_of
-from censusrecon.microdata.census import (TABLE_SETS, CensusWorkload, reference_cells, required_attributes, sf1_tables,
-                                         tables_needing)
-from censusrecon.microdata.tables import TableError, build_table_cells
+from censusrecon.microdata.census import required_attributes, tables_needing
+from censusrecon.microdata.declared_workload import census_cells, data_levels, declared_workload
+from censusrecon.microdata.declared_workload import table_cells as declared_cells
 
 log = logging.getLogger(__name__)
 
@@ -401,26 +401,6 @@ def resolve(cfg: ExperimentConfig, pop: Dataset | None = None) -> Study:
     return Study(cfg, pop, tuple(attributes(cfg, pop)), cfg.target.level)
 
 
-def census_cells(q) -> list:
-    """The SF1 cells a tables workload names (its preset, or the SF1 names in its list)."""
-    if q.tables == "reference":
-        return reference_cells()
-    tables = sf1_tables()
-    names = TABLE_SETS[q.tables] if isinstance(q.tables, str) else [t for t in q.tables if isinstance(t, str)]
-    return [c for name in names for c in tables[name]]
-
-
-def geography_levels(cfg: ExperimentConfig) -> list[str]:
-    """The data's geography levels below national, coarsest first, as the config declares them (a
-    person file's own levels; the census levels for the embedded population and PPMF; ACS: state,
-    PUMA)."""
-    if cfg.data.geography:
-        return [g.level for g in cfg.data.geography]
-    if cfg.data.source in ("acs_nist", "folktables"):
-        return ["state", "puma"]
-    return ["state", "county", "tract", "block"]
-
-
 def method_names(cfg: ExperimentConfig) -> list[str]:
     """Every attack task a config runs: one RAP-Rank per workload and initialisation, the trivial
     attack (one-way margins fitted to the published answers) per workload, and the exact attack
@@ -431,35 +411,15 @@ def method_names(cfg: ExperimentConfig) -> list[str]:
 
 
 def build_workload(cfg: ExperimentConfig, q, domain, areas: dict | None = None):
-    """The published queries of workload ``q`` over the attack domain: k-way marginals (a seeded
-    sample if asked), or tables: SF1 cells and declared tables, one product-query workload (per
-    block, or per area of ``areas`` (:meth:`Study.areas`) for tables of a level between the unit
-    and its blocks, when BLOCK is kept; summed to the unit when it is not)."""
-    if q.is_tables:
-        cells, inside_areas = table_cells(cfg, q, domain, areas)
-        return CensusWorkload.build(domain, cells, areas=inside_areas)
-    w = Workload.all_kway(domain, q.k, lower=q.lower)
-    if q.max_marginals is not None:
-        w = w.sample(q.max_marginals, np.random.default_rng(stable_seed("workload", cfg.seed, q.label)))
-    return w
+    """The published queries of workload ``q`` over the attack domain
+    (:func:`microdata.declared_workload.declared_workload` for the config's geography, target level and seed)."""
+    return declared_workload(q, domain, data_levels(cfg.data), cfg.target.level, cfg.seed, areas)
 
 
 def table_cells(cfg: ExperimentConfig, q, domain, areas: dict | None = None) -> tuple[list, dict]:
-    """The cells a tables workload publishes (SF1 cells, then the declared tables' cells) and the areas
-    of the levels between the unit and its blocks they are published per (``areas`` cut to those)."""
-    declared = [t.model_dump() for t in (q.tables if isinstance(q.tables, list) else []) if not isinstance(t, str)]
-    try:
-        levels = geography_levels(cfg)
-        lv = cfg.target.level
-        at = levels.index(lv) if lv in levels else len(levels)
-        finer = levels[at + 1:-1]
-        cells = census_cells(q) + build_table_cells(declared, domain, lv, coarser=levels[:at], finer=finer)
-        inside = sorted({c.level for c in cells} & set(finer))
-        if inside and "BLOCK" in domain and not (areas and set(inside) <= set(areas)):
-            raise ValueError(f"tables per {inside} inside a {lv} need the unit's areas (Study.areas)")
-    except TableError as e:
-        raise ConfigError(f"queries.tables: {e}") from None
-    return cells, {k: v for k, v in (areas or {}).items() if k in inside}
+    """The cells tables workload ``q`` publishes and the areas they are published per
+    (:func:`microdata.declared_workload.table_cells` for the config's geography and target level)."""
+    return declared_cells(q, domain, data_levels(cfg.data), cfg.target.level, areas)
 
 
 def unit_key(cfg: ExperimentConfig, *parts) -> jax.Array:

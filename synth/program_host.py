@@ -32,6 +32,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -41,6 +42,7 @@ import pandas as pd
 
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.errors import ConfigError
+from censusrecon.synth.release_files import file_digest
 
 #: programs loaded from a file, by path and name: a file's module is executed once per session
 _LOADED: dict[tuple, object] = {}
@@ -238,3 +240,44 @@ def publication_seed() -> int:
     import secrets
 
     return secrets.randbits(31)
+
+
+#: the environments the shipped adapters run in, and the make target that makes each
+ENV_TARGETS = {".venv-tumult": "make tumult-env", ".venv-smartnoise": "make smartnoise-env", ".venv-risk": "make risk-env"}
+
+
+def check_program_environments(cfg) -> None:
+    """Every command program's interpreter and script exists (before any work): a one-line error naming the
+    program, the path and, for the shipped adapters' environments, the make target that makes it."""
+    for spec in cfg.release.programs if cfg.release else []:
+        if spec.command is None:
+            continue
+        for i, arg in enumerate(spec.command[:2]):
+            local = cfg.data_file(arg) if not Path(arg).is_absolute() else arg
+            found = Path(local).exists() or (i == 0 and "/" not in arg and shutil.which(arg) is not None)
+            if i == 1 and not arg.endswith(".py"):
+                continue  # an argument, not a script
+            if not found:
+                env = next((t for d, t in ENV_TARGETS.items() if d in Path(local).parts), None)
+                raise ConfigError(f"release.programs {spec.name!r}: {local} does not exist"
+                                  + (f"; its environment is made by `{env}`" if env else
+                                     "; is its environment made?"))
+
+
+def program_digests(cfg) -> dict:
+    """SHA-256 of every file a program names (its .py, the script a command runs), so that a result saved
+    for one version of a program is not taken for another's."""
+    out = {}
+    for spec in cfg.release.programs:
+        where = [spec.function.rsplit(":", 1)[0]] if spec.function else list(spec.command)
+        for w in where:
+            path = Path(cfg.data_file(w)) if not Path(w).is_absolute() else Path(w)
+            if spec.function and not w.endswith(".py"):  # a module: the file it is imported from
+                try:
+                    found = importlib.util.find_spec(w)
+                except (ImportError, ValueError):
+                    found = None
+                path = Path(found.origin) if found is not None and found.origin else path
+            if path.suffix == ".py" and path.is_file():
+                out[f"program:{spec.name}:{w}"] = file_digest(path)
+    return out

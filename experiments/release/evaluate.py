@@ -23,9 +23,10 @@ from censusrecon.experiments.problem import (Study, stable_seed, baseline_curves
 from censusrecon.experiments.progress import UnitProgress
 from censusrecon.experiments.release.audit import audit_release
 from censusrecon.synth.audit.timing import failed_audits, record_audit
-from censusrecon.experiments.release.files import FILE_NOTE, file_published, read_release_files, unit_layout
-from censusrecon.experiments.release.program import check_environments, program_digests
-from censusrecon.synth.program_host import PROGRAM_NOTE, program_inputs, publication_seed, run_program
+from censusrecon.experiments.release.files import file_published, read_release_files, unit_layout
+from censusrecon.synth.release_files import FILE_NOTE
+from censusrecon.experiments.release.program import check_environments
+from censusrecon.synth.program_host import PROGRAM_NOTE, program_digests, program_inputs, publication_seed, run_program
 from censusrecon.synth.release_path import (ReleaseSpec, release_backend, check_block_list, neighbours_of,
                                          own_invariants, publish, swap_pool)
 from censusrecon.experiments.release.release_plots import plot_release

@@ -123,7 +123,8 @@ def test_reidentification_confirms_only_the_persons_own_race_and_beats_guessing_
 
 
 def test_one_to_one_linkage_never_links_a_reconstructed_record_twice():
-    from censusrecon.experiments.reid import AttackerFile, link_one_to_one, perfect_file
+    from censusrecon.experiments.reid import perfect_file
+    from censusrecon.reconstruct.linkage import AttackerFile, link_one_to_one
 
     rng = np.random.default_rng(0)
     # five attacker records of the same block, sex and age, two reconstructed records there:
@@ -292,7 +293,8 @@ def test_links_are_confirmed_on_the_age_bin_and_the_vulnerable_group_keeps_recor
     """The Bureau's rules: a link is confirmed on exact age, failing that on the 38-bin group, whichever
     pass made it; a commercial record of a vulnerable person counts in the group only when it names
     their own block (HDSR Table 6's notes)."""
-    from censusrecon.experiments.reid import AttackerFile, reidentify
+    from censusrecon.experiments.reid import reidentify
+    from censusrecon.reconstruct.linkage import AttackerFile
 
     block, sex, age, re = (np.array([0, 0]), np.array([0, 1]), np.array([30, 50]), np.array([1, 0]))
     vulnerable = np.array([True, False])
