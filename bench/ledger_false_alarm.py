@@ -43,16 +43,19 @@ from tqdm import tqdm
 
 from censusrecon.experiments.config import load_config
 from censusrecon.experiments.problem import load_population, resolve
-from censusrecon.experiments.release import audit as A
-from censusrecon.synth.program_host import run_program
-from censusrecon.synth.audit.statistics import spending
-from censusrecon.synth.audit.statistics import opendp_rho
+from censusrecon.experiments.release.audit import StudySource
+from censusrecon.synth.audit import spending
+from censusrecon.synth.audit.jobs import audit_level, unit_roles
+from censusrecon.synth.audit.program_audit import _program_instance, program_seed
+from censusrecon.synth.audit.source import AuditSpec
 from censusrecon.synth.audit.spending import LEDGER, WIDTH, check_spending
+from censusrecon.synth.audit.statistics import opendp_rho
+from censusrecon.synth.program_host import run_program
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the files whose code makes or decides a ledger (the ledgers' file name carries their hash)
 LEDGER_CODE = ("synth/audit/spending.py", "synth/adapters/smartnoise_synth.py", "synth/adapters/contract.py",
-               "experiments/release/program.py")
+               "synth/program_host.py")
 
 
 def real_ledgers(cfg, study, units: list[str], seed: int) -> list[dict]:
@@ -63,10 +66,10 @@ def real_ledgers(cfg, study, units: list[str], seed: int) -> list[dict]:
             for eps in cfg.release.audited_epsilons() for u in units]
     out = []
     for spec, unit, eps in tqdm(jobs, desc="real ledgers", unit="ledger"):
-        _, inputs, _ = A._program_instance(study, unit, True, cache)
+        _, inputs, _ = _program_instance(StudySource(study), unit, True, cache)
         stage = spec.model_copy(update={"params": {**spec.params, **spec.spending.params}})
         rows = run_program(cfg, stage, inputs, eps, spec.spending.runs,
-                           A.program_seed(seed, unit, True, eps, "spending"), width=WIDTH)
+                           program_seed(seed, unit, True, eps, "spending"), width=WIDTH)
         out.append({"program": spec.name, "unit": unit, "epsilon": eps, "delta": spec.spending.delta, "rows": rows})
     return out
 
@@ -103,13 +106,13 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=5000, help="simulated audits (redrawn ledgers)")
     ap.add_argument("--ledgers", default=None, help=".npz of the real ledgers (default under results/bench/)")
     ap.add_argument("--level", type=float, default=None, help="each check's confidence instead of the shipped "
-                    "audit's (e.g. 0.99: each check of each ledger should then fail at most 1% of the time, the "
+                    "audit's (e.g. 0.99: each check of each ledger should then fail at most 1%% of the time, the "
                     "calibration seen at a rate one can count)")
     args = ap.parse_args()
     cfg = load_config(args.config, list(args.set))
     study = resolve(cfg, load_population(cfg))
-    units = list(A.unit_roles(study, study.units, args.seed))
-    level = args.level or A.audit_level(cfg, len(units)).release.audit.confidence
+    units = list(unit_roles(StudySource(study), study.units, args.seed))
+    level = args.level or audit_level(AuditSpec.of(cfg), len(units)).audit.confidence
     code = hashlib.sha256(b"".join((ROOT / f).read_bytes() for f in LEDGER_CODE)).hexdigest()[:10]
     sets = hashlib.sha256("|".join(args.set).encode()).hexdigest()[:6] if args.set else "default"
     path = Path(args.ledgers or f"results/bench/ledgers_{cfg.name}_{args.seed}_{sets}_{code}.npz")

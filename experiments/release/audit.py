@@ -22,6 +22,7 @@ from censusrecon.synth.release_path import ReleaseSpec, publish
 from censusrecon.synth.topdown_release import publish_topdown, topdown_root, topdown_shape, topdown_tree
 from censusrecon.experiments.results import check_backend, on_ray
 from censusrecon.synth.audit.jobs import AuditPlan, audit_job, audit_level, unit_roles
+from censusrecon.synth.audit.source import AuditSpec
 from censusrecon.synth.audit.statistics import AuditResult
 from censusrecon.synth.audit.timing import task_order, timing_key, expected_finish, expected_time, last_timing, shipped_timing
 from censusrecon.synth.registry import PROGRAM_PREFIX
@@ -67,7 +68,7 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     else:
         seed_source = "given"
     if units is None:
-        roles = unit_roles(study, study.units, seed)
+        roles = unit_roles(StudySource(study), study.units, seed)
         units = list(roles)
     else:
         roles = {u: "given" for u in units}
@@ -75,13 +76,12 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     mechanisms = r.dp_mechanisms  # swapping is not DP: there is no ε to audit
     programs = list(r.programs)  # run by the tool, audited as black boxes
     shipped = shipped_timing(cfg)  # the config as given: the digest a record names
-    cfg = audit_level(cfg, len(units))
-    study = dataclasses.replace(study, cfg=cfg)  # the audit's own settings for this family of results
+    spec = audit_level(AuditSpec.of(cfg), len(units))  # the audit's settings, its tests at the audit's level
     per_job = len(mechanisms) + len(programs)
     jobs = [(wb, eps) for wb in cfg.target.with_block for eps in eps_list]
     cpus = (cfg.sweep.num_cpus or os.cpu_count() or 1) if backend == "ray" and address is None else 1
-    timed = last_timing(history, task_order(cfg, jobs), units, shipped)
-    tasks = task_order(cfg, jobs, timed)
+    timed = last_timing(history, task_order(spec, jobs), units, shipped)
+    tasks = task_order(spec, jobs, timed)
     # a line per mechanism and ε audited, with an estimate of the time left (an audit takes minutes): where an
     # earlier audit timed each, from when each was expected to end on this audit's workers
     ends = {}
@@ -98,35 +98,35 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
     try:
         if backend == "local":
             caches: dict = {}  # per variant: the real instances, shared by every ε
-            src = StudySource(study)
+            src = StudySource(study, spec)
             for wb, eps in jobs:
                 out += audit_job(src, plan, wb, eps, caches.setdefault(wb, {}), bar)
         else:
-            out = _audit_on_ray(study, plan, jobs, tasks, address, bar)
+            out = _audit_on_ray(study, spec, plan, jobs, tasks, address, bar)
     finally:
         bar.close()
     return out
 
 
-def audit_task(cfg_json: dict, base_dir: str | None, plan: AuditPlan, job: tuple[bool, float, str]
+def audit_task(cfg_json: dict, base_dir: str | None, spec: AuditSpec, plan: AuditPlan, job: tuple[bool, float, str]
                ) -> list[AuditResult]:
-    """One audit job where the config is all there is (a Ray worker): the config (at the audit's level)
-    resolved again against its data, :func:`audit_job` of one mechanism or program with a cache of its own."""
+    """One audit job where the config is all there is (a Ray worker): the config resolved again against its data,
+    :func:`audit_job` of one mechanism or program, at the audit's ``spec``, with a cache of its own."""
     study = resolve(parse_config(cfg_json).with_base_dir(base_dir))
     try:
-        return audit_job(StudySource(study), plan, job[0], job[1], {}, only=job[2])
+        return audit_job(StudySource(study, spec), plan, job[0], job[1], {}, only=job[2])
     finally:  # a Ray worker outlives its task: the program's worker (a Spark JVM, a SmartNoise fit) must not
         stop_workers()
 
 
-def _audit_on_ray(study: Study, plan: AuditPlan, jobs: list, tasks: list, address: str | None, bar
-                  ) -> list[AuditResult]:
+def _audit_on_ray(study: Study, spec: AuditSpec, plan: AuditPlan, jobs: list, tasks: list, address: str | None,
+                  bar) -> list[AuditResult]:
     """Each (BLOCK variant, ε, mechanism or program) a Ray task (through the loop the long commands share),
     submitted in the order of ``tasks`` (:func:`task_order`); results in :func:`audit_job`'s order."""
     cfg = study.cfg
     r = cfg.release
     got = {}
-    for task, results in on_ray(audit_task, (cfg.model_dump(mode="json"), cfg.base_dir, plan), tasks, address,
+    for task, results in on_ray(audit_task, (cfg.model_dump(mode="json"), cfg.base_dir, spec, plan), tasks, address,
                                 cfg.sweep.num_cpus, with_item=True):
         got[task] = results
         for res in results:
@@ -138,10 +138,16 @@ def _audit_on_ray(study: Study, plan: AuditPlan, jobs: list, tasks: list, addres
 
 @dataclasses.dataclass(frozen=True)
 class StudySource:
-    """The audit's door into a resolved study (:class:`synth.audit.source.AuditSource`): the study's settings and
-    data, and the functions of this package that lay out and publish a release, which every draw goes through."""
+    """The audit's door into a resolved study (:class:`synth.audit.source.AuditSource`): the audit's settings
+    (``spec``, default the config's at ``release.audit.confidence``), the study's data, and the functions of this
+    package that lay out and publish a release, which every draw goes through."""
 
     study: Study
+    spec: AuditSpec | None = None
+
+    def __post_init__(self):
+        if self.spec is None:
+            object.__setattr__(self, "spec", AuditSpec.of(self.study.cfg))
 
     @property
     def cfg(self):
@@ -165,7 +171,7 @@ class StudySource:
         return self.study.private_half(unit, with_block)
 
     def with_people(self, people) -> StudySource:
-        return StudySource(resolve(self.cfg, people))
+        return StudySource(resolve(self.cfg, people), self.spec)
 
     def workload(self, published, domain, areas: dict | None = None):
         return build_workload(self.cfg, published, domain, areas)
@@ -174,12 +180,12 @@ class StudySource:
         return unit_key(self.cfg, *parts)
 
     @functools.cached_property
-    def spec(self) -> ReleaseSpec:
+    def release_spec(self) -> ReleaseSpec:
         """What publishing reads of the config, resolved once for the audit's many draws."""
         return ReleaseSpec.of(self.cfg)
 
     def publish(self, mechanism: str, epsilon: float, D, workload, backend, rng, **kw):
-        return publish(self.spec, mechanism, epsilon, D, workload, backend, rng, **kw)
+        return publish(self.release_spec, mechanism, epsilon, D, workload, backend, rng, **kw)
 
     def topdown_root(self, unit: str, with_block: bool):
         return topdown_root(self.study, unit, with_block)

@@ -33,11 +33,11 @@ from censusrecon.synth.noise import OpenDPNoise
 from censusrecon.synth.release import workload_counts
 
 
-def publication_noise(cfg, seed: int, *parts):
+def publication_noise(spec, seed: int, *parts):
     """The noise of the releases the audit draws as publication draws them (whole releases, the structure, the
     replay): OpenDP's where the config publishes with it, else the keyed simulation noise publishing uses, under
     the audit's own key."""
-    if cfg.release.backend == "opendp":
+    if spec.backend == "opendp":
         return OpenDPNoise()
     return bound_noise(seed, *parts)
 
@@ -54,13 +54,13 @@ def bound_noise(seed: int, *parts):
 def structure_check(src: AuditSource, mech, eps, workload, D, D2, batch: bool = False, **kw) -> str:
     """The shape of what is published must be the same for neighbours (``batch``: a release of one run through
     the mechanism's batch branch, for a fitted file: its tables)."""
-    cfg = src.cfg
+    spec = src.spec
     rng = np.random.default_rng(0)
     if batch:
         kw = dict(kw, runs=[0])
     try:
-        s1 = src.publish(mech, eps, D, workload, publication_noise(cfg, 0, "structure", 1), rng, **kw).structure
-        s2 = src.publish(mech, eps, D2, workload, publication_noise(cfg, 0, "structure", 2), rng, **kw).structure
+        s1 = src.publish(mech, eps, D, workload, publication_noise(spec, 0, "structure", 1), rng, **kw).structure
+        s2 = src.publish(mech, eps, D2, workload, publication_noise(spec, 0, "structure", 2), rng, **kw).structure
     except PrivacyError as e:
         return f"fail: {e}"
     return "pass" if s1 == s2 else "fail: the shape of the release differs between neighbours"
@@ -69,19 +69,19 @@ def structure_check(src: AuditSource, mech, eps, workload, D, D2, batch: bool = 
 def replay_check(src: AuditSource, mech, eps, workload, D, D2, **kw) -> str:
     """Release D; replay the same noisy counts for D and D′: what follows the noise must agree (a small
     domain's pair, over ``release.audit.replay_draws`` recorded releases)."""
-    cfg = src.cfg
+    spec = src.spec
     source = registry.mechanism(mech).fitted_to or mech  # the synthetic rows are fitted to these counts
     tables_kw = {k: v for k, v in kw.items() if k != "key"}
     values = []
-    for i in range(cfg.release.audit.replay_draws):
-        first = src.publish(source, eps, D, workload, publication_noise(cfg, i, "replay"), np.random.default_rng(0), **tables_kw)
+    for i in range(spec.audit.replay_draws):
+        first = src.publish(source, eps, D, workload, publication_noise(spec, i, "replay"), np.random.default_rng(0), **tables_kw)
         if isinstance(first.output, SparseHistogram):
             v = np.zeros(first.output.domain_size, dtype=np.int64)
             v[first.output.keys] = first.output.counts
         else:
             v = first.output.counts
         values.append(v)
-    far = far_datasets(D, cfg.release.audit.replay_far, np.random.default_rng(stable_seed("audit-far", len(D), mech)))
+    far = far_datasets(D, spec.audit.replay_far, np.random.default_rng(stable_seed("audit-far", len(D), mech)))
     return replay_pairs(src, mech, eps, workload, D, [("the audit's pair", D2)] + far, values, **kw)
 
 
@@ -170,7 +170,7 @@ def band_groups(exact: np.ndarray) -> dict:
     return {"band 0": x == 0, **{f"band ≥ {b}": x >= b for b in BANDS}}
 
 
-def whole_checks(cfg, eps: float, groups: dict, shape_sample: np.ndarray, tail_draws: list,
+def whole_checks(spec, eps: float, groups: dict, shape_sample: np.ndarray, tail_draws: list,
                   indep: np.ndarray, sensitivity: dict, gaussian: bool, budget: float,
                   tail_stats: list | None = None) -> tuple[dict, dict]:
     """The checks over whole releases. ``groups``: (measurement, group) -> (n, Σ|x|, Σx²) of the noise;
@@ -179,7 +179,7 @@ def whole_checks(cfg, eps: float, groups: dict, shape_sample: np.ndarray, tail_d
     a table, a band of true counts), so ε (ρ) from noise = Σ Δ / t (Δ / 2σ²) must not exceed ``budget``.
     ``tail_stats``: more draws of the same noise (:func:`release_tail_stats` of the pairs' releases, far more
     than whole releases hold), for a far-tail test that reaches deeper (a clip at 10 scales shows)."""
-    a = cfg.release.audit
+    a = spec.audit
     level = 1 - (1 - a.confidence) / max(len(groups), 1)
     per_meas: dict = {}
     for (meas, group), (n, sa, sq) in groups.items():
@@ -246,16 +246,16 @@ def unit_instance(src: AuditSource, unit: str, wb: bool, cache: dict) -> tuple:
     """A unit's real instance, the same at every ε of one audit: D, its areas, the published workload, D's
     exact counts, the real pairs with their counts, and the tables' sensitivity under the declared relation
     (the audit's own yardstick, by brute force over the unit's neighbours: never the release's)."""
-    cfg = src.cfg
+    spec = src.spec
     key = (unit, wb)
     if key not in cache:
         prob = src.prepare(unit, wb, pad_blocks=False)
         D, areas = prob.private, prob.areas
-        workload = src.workload(cfg.published, D.domain, areas)
+        workload = src.workload(spec.published, D.domain, areas)
         exact = workload_counts(D, workload)
-        pairs = real_pairs(D, workload, parse_relation(cfg.release.relation), areas)
+        pairs = real_pairs(D, workload, parse_relation(spec.relation), areas)
         cache[key] = (D, areas, workload, exact, pairs, [workload_counts(D2, workload) for _, D2 in pairs],
-                      table_sensitivity(workload, D.codes, cfg.release.relation))
+                      table_sensitivity(workload, D.codes, spec.relation))
     return cache[key]
 
 

@@ -50,8 +50,8 @@ def _audit_perturbed(src: AuditSource, mech: str, eps: float, small, seed: int) 
     """Both paths of the perturbed histogram: dense (every cell noised) and the large-domain one
     (empty cells' positive noise drawn directly), the latter by lowering the dense limit below
     the small domain's size; the larger of the two bounds is reported."""
-    cfg = src.cfg
-    a = cfg.release.audit
+    spec = src.spec
+    a = spec.audit
     D, D2, (ka, kb) = small
     keys = np.array([ka, kb])
     c1 = np.bincount(D.keys(), minlength=D.domain.total_size)[keys]
@@ -62,7 +62,7 @@ def _audit_perturbed(src: AuditSource, mech: str, eps: float, small, seed: int) 
         ys = []
         for which, data in ((0, D), (1, D2)):
             backend = bound_noise(seed, "hist", eps, path, which)
-            if path == "large-domain" and cfg.release.backend == "opendp":
+            if path == "large-domain" and spec.backend == "opendp":
                 break  # publishing with OpenDP noises every cell: it never takes the large-domain path
             rng = np.random.default_rng(stable_seed("audit-hist", seed, eps, path, which))
             out = src.publish(mech, eps, data, w, backend, rng, runs=runs, dense_limit=limit).output
@@ -108,10 +108,10 @@ def _audit_smoothed(src: AuditSource, mech: str, eps: float, small, seed: int) -
     """The smoothed histogram's worst case: a person alone in their cell moves to an empty one,
     in a dataset of two persons released as two draws (k = n), where the whole privacy loss is
     reached by an event of reasonable probability (both draws in the cell the person moved to)."""
-    cfg = src.cfg
-    a = cfg.release.audit
+    spec = src.spec
+    a = spec.audit
     D, D2, (ka, kb) = small
-    if parse_relation(cfg.release.relation) is not Relation.REPLACE_ONE:
+    if parse_relation(spec.relation) is not Relation.REPLACE_ONE:
         raise ConfigError("the smoothed histogram is DP only under replace_one neighbours")
     w = _histogram_workload(D)
     ys = []
@@ -133,11 +133,11 @@ def _histogram_law_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: f
     (:func:`synth.audit.statistics.clipped_upper_excess`), must be discrete Laplace whose scale spends at most ε at the
     histogram's sensitivity under the declared relation (:func:`yardstick.detailed_sensitivity`), in every band
     of true counts (none, at least 1, 3, 10, 50), over the occupied cells and a sample of the empty ones."""
-    cfg = src.cfg
-    a = cfg.release.audit
+    spec = src.spec
+    a = spec.audit
     D, _, workload, *_ = unit_instance(src, unit, wb, cache)
     m = D.domain.total_size
-    backend = publication_noise(cfg, seed, "histogram-real", unit, wb, eps)
+    backend = publication_noise(spec, seed, "histogram-real", unit, wb, eps)
     rng = np.random.default_rng(stable_seed("audit-histogram-real", seed, unit, wb, eps))
     info = {"unit": unit, "cells": int(m)}
     try:
@@ -166,7 +166,7 @@ def _histogram_law_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: f
     x0 = np.where(truth > 0, 0, 1)[None, :]  # a count of 0 is seen above the clip from 1 up
     seen = x >= x0
     excess = (x - x0)
-    delta = detailed_sensitivity(cfg.release.relation)
+    delta = detailed_sensitivity(spec.relation)
     bands = {"band 0": truth == 0, **{f"band ≥ {b}": truth >= b for b in BANDS}}
     bands = {g: sel for g, sel in bands.items() if seen[:, sel].sum() >= MIN_GROUP_DRAWS}
     level = 1 - (1 - a.confidence) / max(len(bands), 1)
@@ -195,13 +195,13 @@ def _smoothed_law_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: fl
     family's contract); the share of draws in cells where D has nobody must reach what the mixing weight ε needs
     puts there (:func:`yardstick.smoothed_mixing`: δ·(cells D leaves empty)/m), or the data's own cells carry more
     weight than ε allows."""
-    cfg = src.cfg
-    a = cfg.release.audit
+    spec = src.spec
+    a = spec.audit
     D, _, workload, *_ = unit_instance(src, unit, wb, cache)
     m, n = D.domain.total_size, len(D)
     rng = np.random.default_rng(stable_seed("audit-smoothed-real", seed, unit, wb, eps))
     info = {"unit": unit, "cells": int(m), "n": n}
-    backend = publication_noise(cfg, seed, "smoothed-real", unit, wb, eps)  # the family draws from rng; a release may not
+    backend = publication_noise(spec, seed, "smoothed-real", unit, wb, eps)  # the family draws from rng; a release may not
     try:
         one = src.publish(mech, eps, D, workload, keyed_release(backend, 0), rng).output
     except Exception as e:  # noqa: BLE001 - a release that cannot be made as the family makes it breaks its contract
@@ -229,7 +229,7 @@ def audit_histogram(call: FamilyCall) -> AuditResult:
     the worst case on the small domain."""
     src, mech, eps = call.src, call.mechanism, call.epsilon
     real = [_histogram_law_unit(src, mech, u, call.with_block, eps, call.seed, call.cache) for u in call.units]
-    return broken_contract(mech, eps, src.cfg.release.audit.confidence, real) or with_real_law(
+    return broken_contract(mech, eps, src.spec.audit.confidence, real) or with_real_law(
         _audit_perturbed(src, mech, eps, call.small, call.seed), real)
 
 
@@ -237,7 +237,7 @@ def audit_smoothed(call: FamilyCall) -> AuditResult:
     """The ``smoothed`` family: each unit's draws of its own D, then the worst case on the smallest domain."""
     src, mech, eps = call.src, call.mechanism, call.epsilon
     real = [_smoothed_law_unit(src, mech, u, call.with_block, eps, call.seed, call.cache) for u in call.units]
-    return broken_contract(mech, eps, src.cfg.release.audit.confidence, real) or with_real_law(
+    return broken_contract(mech, eps, src.spec.audit.confidence, real) or with_real_law(
         _audit_smoothed(src, mech, eps, call.smallest, call.seed), real)
 
 

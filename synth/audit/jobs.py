@@ -13,7 +13,7 @@ from censusrecon.microdata.seeds import stable_seed
 from censusrecon.synth import registry
 from censusrecon.synth.audit.families import AuditFamily, FamilyCall, family
 from censusrecon.synth.audit.neighbours import SMOOTHED_CELLS, audit_frame, histogram_pair
-from censusrecon.synth.audit.source import AuditSource
+from censusrecon.synth.audit.source import AuditSource, AuditSpec
 from censusrecon.synth.audit.statistics import AuditResult
 from censusrecon.synth.mechanism import parse_relation
 from censusrecon.synth.registry import PROGRAM_PREFIX
@@ -42,19 +42,18 @@ def audit_job(src: AuditSource, plan: AuditPlan, wb: bool, eps: float, cache: di
     holds the variant's real instances (its frame, its tables' pairs, its trees), shared by the ε of one
     process; a fresh one gives the same results. ``only``: that mechanism or program (by its result's name)
     alone, as a Ray task audits it."""
-    cfg = src.cfg
-    r = cfg.release
+    spec = src.spec
     seed, units = plan.seed, plan.units
-    mechanisms = [m for m in r.dp_mechanisms if only in (None, m)]
-    programs = [p for p in r.programs if only in (None, PROGRAM_PREFIX + p.name)]
+    mechanisms = [m for m in spec.mechanisms if only in (None, m)]
+    programs = [p for p in spec.programs if only in (None, PROGRAM_PREFIX + p.name)]
     common = {"audit_seed": seed, "audit_seed_source": plan.seed_source, "audited_units": list(units),
               "unit_roles": plan.roles, "with_block": wb}
-    if r.backend == "opendp":
+    if spec.backend == "opendp":
         common["noise_drawn"] = ("whole releases, the structure and the replay through OpenDP, as published; the "
                                  "bound's releases per neighbour through the same code with the audit's keyed noise")
     if "audit_frame" not in cache and mechanisms:  # programs use neither the frame nor the block list
         frame, _ = audit_frame(src, plan.anchor, wb)
-        relation = parse_relation(r.relation)
+        relation = parse_relation(spec.relation)
         cache["audit_frame"] = (_block_list_check(src, plan.anchor) if wb else None,
                                 histogram_pair(frame, relation), histogram_pair(frame, relation, cells=SMOOTHED_CELLS))
     blocks_check, small, smallest = cache.get("audit_frame", (None, None, None))
@@ -82,11 +81,11 @@ def unit_roles(src: AuditSource, units: list[str], seed: int = 0) -> dict[str, s
     and the largest (by persons; ties by id), then one drawn with the audit's ``seed`` ("random"), then
     the rest drawn likewise. A bug that shows only on small units, or only on large ones, falls inside
     what is audited."""
-    cfg, pop = src.cfg, src.pop
-    k = cfg.release.audit.units
+    spec, pop = src.spec, src.pop
+    k = spec.audit.units
     if k == "all" or k >= len(units):
         return {u: "all" for u in units}
-    sizes = {u: int(pop.geography.mask(cfg.target.level, u).sum()) for u in units}
+    sizes = {u: int(pop.geography.mask(spec.level, u).sum()) for u in units}
     by_size = sorted(units, key=lambda u: (sizes[u], u))
     roles: dict[str, str] = {}
     for role, u in (("smallest", by_size[0]), ("median", by_size[(len(by_size) - 1) // 2]),
@@ -104,43 +103,39 @@ def unit_roles(src: AuditSource, units: list[str], seed: int = 0) -> dict[str, s
 STAGE_TESTS = {"measurements": (0, 2), "spending": (0, 2)}
 
 
-def audit_level(cfg, units: int):
-    """``cfg`` at the confidence every check of its audit over ``units`` units runs at (:func:`_family_level`
+def audit_level(spec: AuditSpec, units: int) -> AuditSpec:
+    """``spec`` at the confidence every check of its audit over ``units`` units runs at (:func:`family_level`
     over every audited ε, variant, mechanism and program)."""
-    r = cfg.release
-    programs = list(r.programs)
-    return _family_level(cfg, len(r.audited_epsilons()) * len(cfg.target.with_block),
-                         list(r.dp_mechanisms) + [PROGRAM_PREFIX + p.name for p in programs], units,
-                         sum(p.measurements is not None for p in programs)
-                         + sum(STAGE_TESTS["spending"]) * sum(p.spending is not None for p in programs))
+    programs = spec.programs
+    return spec.at_confidence(family_level(
+        spec.audit, len(spec.audited_epsilons) * len(spec.with_block),
+        list(spec.mechanisms) + [PROGRAM_PREFIX + p.name for p in programs], units,
+        sum(p.measurements is not None for p in programs)
+        + sum(STAGE_TESTS["spending"]) * sum(p.spending is not None for p in programs)))
 
 
-def _family_level(cfg, results: int, mechanisms: list[str], units: int = 1,
-                  staged: int = 0):
-    """The config every check of one audit runs at: each statistical test at confidence
+def family_level(a, results: int, mechanisms: list[str], units: int = 1, staged: int = 0) -> float:
+    """The confidence every check of one audit runs at, ``a`` its ``release.audit``: each statistical test at
     1 − false_alarm / K, K the tests of the whole audit (every ε, variant and mechanism, each audited on its own;
     ``staged``: programs whose first measurements are audited too), so that an audit of correct mechanisms fails
-    with probability at most ``release.audit.false_alarm`` (Bonferroni); never below ``release.audit.confidence``."""
-    a = cfg.release.audit
+    with probability at most ``false_alarm`` (Bonferroni); never below ``confidence``."""
 
     def tests(m: str) -> int:
         fixed, per_unit = family_of(m).tests
         return fixed + per_unit * units
 
     count = results * (sum(tests(m) for m in mechanisms) + sum(STAGE_TESTS["measurements"]) * staged * units)
-    level = max(a.confidence, 1 - a.false_alarm / max(count, 1))
-    audit = a.model_copy(update={"confidence": level})
-    return cfg.model_copy(update={"release": cfg.release.model_copy(update={"audit": audit})})
+    return max(a.confidence, 1 - a.false_alarm / max(count, 1))
 
 
 def _block_list_check(src: AuditSource, unit: str) -> str:
     """A tract where one block's only resident is replaced by someone in another of its blocks
     (or removed): the attack domain, hence every table's and histogram's shape, must not change."""
-    cfg, pop = src.cfg, src.pop
-    if "occupied_blocks" in cfg.release.invariants:
+    spec, pop = src.spec, src.pop
+    if "occupied_blocks" in spec.invariants:
         return "declared invariant: occupied_blocks (the block list is published as it is; not audited)"
     geo = pop.geography
-    rows = np.flatnonzero(geo.mask(cfg.target.level, unit))
+    rows = np.flatnonzero(geo.mask(spec.level, unit))
     blocks = sorted(set(geo.units("block")[rows].tolist()))
     if len(blocks) < 2:
         return "not applicable: the unit has fewer than two occupied blocks"

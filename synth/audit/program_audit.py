@@ -43,8 +43,7 @@ def audit_program(src: AuditSource, spec, unit: str, wb: bool, eps: float, seed:
     whole releases (D and its canary neighbour, the worst case for a synthesizer: each is a fit) drawn only on the first
     ``spending.whole_units``; a program called in batches has its releases one per call (the call shape) drawn
     on the first ``single_units`` (default every unit)."""
-    cfg = src.cfg
-    a = cfg.release.audit
+    a = src.spec.audit
     runs = spec.audit_runs or a.runs
     mech = PROGRAM_PREFIX + spec.name
     if spec.spending is not None and index >= spec.spending.whole_units:
@@ -204,11 +203,10 @@ def _ledger_checks(src: AuditSource, spec, inputs: tuple, eps: float,
                    where: tuple) -> tuple[dict, dict]:
     """The synthesizer's spending ledger from ``spending.runs`` fits of the unit's D, checked
     (:func:`synth.audit.spending.check_spending`); its figures prefixed ``spending_``."""
-    cfg = src.cfg
     stage = spec.model_copy(update={"params": {**spec.params, **spec.spending.params}})
     ledger = src.run_program(stage, inputs, eps, spec.spending.runs, program_seed(*where, "spending"),
                          width=WIDTH)
-    checks, info = check_spending(ledger, eps, spec.spending.delta, cfg.release.audit.confidence)
+    checks, info = check_spending(ledger, eps, spec.spending.delta, src.spec.audit.confidence)
     return checks, {"spending_" + k: v for k, v in info.items()}
 
 
@@ -216,11 +214,11 @@ def _audit_ledger_only(src: AuditSource, spec, unit: str, wb: bool, eps: float, 
                        cache: dict) -> AuditResult:
     """A unit past ``spending.whole_units``: the synthesizer's ledger on the unit's own D, no whole release."""
     _, inputs, _ = _program_instance(src, unit, wb, cache)
-    checks, info = _ledger_checks(src.cfg, spec, inputs, eps, (seed, unit, wb, eps))
+    checks, info = _ledger_checks(src, spec, inputs, eps, (seed, unit, wb, eps))
     checks["post_processing"] = LEDGER_POST_PROCESSING
     details = dict(info, unit=unit, program_runs=0, audited_on="the unit's own D, the synthesizer's recorded steps",
                    whole_releases="none on this unit (release.programs[].spending.whole_units): its ledger stands in")
-    return AuditResult(PROGRAM_PREFIX + spec.name, eps, 0.0, 0, src.cfg.release.audit.confidence,
+    return AuditResult(PROGRAM_PREFIX + spec.name, eps, 0.0, 0, src.spec.audit.confidence,
                        "none: no whole release of this unit", checks, details)
 
 
@@ -231,7 +229,7 @@ def _canary_instance(src: AuditSource, unit: str, wb: bool, cache: dict) -> tupl
     if key not in cache:
         D, areas, workload, *_ = unit_instance(src, unit, wb, cache)
         layout = _program_instance(src, unit, wb, cache)[0]  # the unit's published cells, laid out once
-        what, D2 = canary_neighbour(D, parse_relation(src.cfg.release.relation))
+        what, D2 = canary_neighbour(D, parse_relation(src.spec.relation))
         blocks = src.blocks(unit)[0] if wb else None
         cache[key] = (what, workload_counts(D2, workload), src.program_inputs(D2, unit, layout, blocks, areas), "canary")
     return cache[key]
@@ -395,7 +393,7 @@ def audit_programs(call: FamilyCall) -> AuditResult:
     """The ``program`` family: the release program ``call.mechanism`` names (``program:<name>``), audited as a
     black box on each unit (its place in the list says which draw whole releases and one-per-call shapes)."""
     name = call.mechanism.removeprefix(PROGRAM_PREFIX)
-    spec = next(p for p in call.src.cfg.release.programs if p.name == name)
+    spec = next(p for p in call.src.spec.programs if p.name == name)
     return combine_units(call.mechanism, call.epsilon, [
         audit_program(call.src, spec, u, call.with_block, call.epsilon, call.seed, call.cache, index=k)
         for k, u in enumerate(call.units)])

@@ -8,18 +8,61 @@ them: the very calls that publish.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Protocol
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditSpec:
+    """What the audit reads of a config, resolved once (:meth:`of`) and frozen: every family, check and job reads
+    these fields and nothing else of the config. ``audit`` is ``release.audit`` with ``confidence`` at the level every
+    statistical test of this audit runs at (:func:`synth.audit.jobs.audit_level`, Bonferroni over the audit's tests);
+    the config itself is never rewritten.
+
+    >>> from types import SimpleNamespace as ns
+    >>> from censusrecon.microdata.data_settings import QueryConfig
+    >>> from censusrecon.synth.release_settings import ReleaseConfig
+    >>> cfg = ns(release=ReleaseConfig(epsilons=[1, 4], audit={"epsilons": [1]}), published=QueryConfig(),
+    ...          target=ns(level="tract", with_block=[True, False]))
+    >>> spec = AuditSpec.of(cfg)
+    >>> spec.relation, spec.audited_epsilons, spec.mechanisms[:2]
+    ('replace_one', (1.0,), ('laplace_tables', 'synthetic'))
+    """
+
+    audit: Any  # release.audit (synth.release_settings.AuditConfig), confidence at the audit's level
+    relation: str  # release.relation: the neighbouring relation every guarantee is stated under
+    backend: str  # release.backend: the noise the releases publish with (opendp or simulation)
+    invariants: tuple[str, ...]  # release.invariants: what every release keeps exact
+    topdown: Any  # release.topdown (its accounting, δ, strategy)
+    epsilons: tuple[float, ...]  # release.epsilons: the grid published
+    audited_epsilons: tuple[float, ...]  # the ε the audit checks (release.audit.epsilons, else the grid)
+    mechanisms: tuple[str, ...]  # the DP mechanisms audited, in config order (swapping is not DP: none)
+    programs: tuple  # release.programs: release programs audited as black boxes
+    level: str  # target.level: the units' geography level
+    with_block: tuple[bool, ...]  # target.with_block: the variants audited
+    published: Any  # the workload published (microdata.data_settings.QueryConfig)
+
+    @classmethod
+    def of(cls, cfg) -> AuditSpec:
+        """The spec of an experiment config with a ``release`` section, at ``release.audit.confidence``."""
+        r = cfg.release
+        return cls(r.audit, r.relation, r.backend, tuple(r.invariants), r.topdown, tuple(r.epsilons),
+                   tuple(r.audited_epsilons()), tuple(r.dp_mechanisms), tuple(r.programs), cfg.target.level,
+                   tuple(cfg.target.with_block), cfg.published)
+
+    def at_confidence(self, level: float) -> AuditSpec:
+        """The same spec with every test at ``level``."""
+        return dataclasses.replace(self, audit=self.audit.model_copy(update={"confidence": level}))
 
 
 class AuditSource(Protocol):
     """A study as the audit sees it.
 
-    ``cfg`` is read for the audit's settings only: ``release`` (``audit``, ``relation``, ``backend``,
-    ``invariants``, ``epsilons``, ``topdown``, ``programs``, ``dp_mechanisms``), ``target`` (``level``,
-    ``with_block``), ``published`` (the workload published) and ``seed``.
+    ``spec`` is all the audit reads of the config (:class:`AuditSpec`); the members below read the rest of it on
+    the audit's behalf, through the code that publishes.
     """
 
-    cfg: Any  # the experiment's config, at the audit's level (its ``release.audit`` settings)
+    spec: AuditSpec  # the audit's settings, at the audit's level
     pop: Any  # the persons (microdata.dataset.Dataset with its geography)
     units: list[str]  # the units of the target level the study evaluates
 

@@ -39,14 +39,14 @@ def _audit_tables_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: fl
     the whole-release checks, the replay over many pairs, the structure. A fitted file's draws are the tables it
     fits (its function's batch branch); its releases as published (one call, the fit included) must have fitted
     exactly those tables (``single_release``), its structure and its fit must read nothing but them."""
-    cfg = src.cfg
-    a = cfg.release.audit
-    relation = parse_relation(cfg.release.relation)
+    spec = src.spec
+    a = spec.audit
+    relation = parse_relation(spec.relation)
     fitted = registry.mechanism(mech).audit == "fitted_tables"
     D, areas, workload, exact, pairs, pair_counts, sens = unit_instance(src, unit, wb, cache)
     pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
     rng0 = np.random.default_rng(0)
-    bound, backend = bound_noise(seed, "tables", unit, wb, eps), publication_noise(cfg, seed, "tables", unit, wb, eps)
+    bound, backend = bound_noise(seed, "tables", unit, wb, eps), publication_noise(spec, seed, "tables", unit, wb, eps)
     # the family's contract: noisy counts of every published cell, one row a release (a fitted file's batch branch)
     probe = src.publish(mech, eps, D, workload, bound, rng0, runs=[0]).output
     if np.shape(getattr(probe, "counts", None)) != (1, exact.size):
@@ -97,7 +97,7 @@ def _audit_tables_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: fl
     rng = np.random.default_rng(stable_seed("audit-sample", seed, unit))
     groups.keep(noise, 2_000_000, rng)
     cols = independence_columns(cell_label, rng)
-    checks, info = whole_checks(cfg, eps, groups.sums, np.concatenate(groups.sample), [noise], noise[:, cols],
+    checks, info = whole_checks(spec, eps, groups.sums, np.concatenate(groups.sample), [noise], noise[:, cols],
                                  {"tables": sens.l1}, False, eps, pair_tail)
     info["sensitivity"] = sens.as_dict()
     # the replay: recorded whole releases, many neighbours of the real data (a fitted file's tables: its batch branch)

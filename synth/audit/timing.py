@@ -8,12 +8,12 @@ from censusrecon.synth.audit.statistics import AuditResult, overall_outcome
 from censusrecon.synth.registry import PROGRAM_PREFIX
 
 
-def task_order(cfg, jobs: list, timed: dict | None = None) -> list[tuple]:
-    """The (variant, ε, mechanism or program) tasks in the order the Ray backend submits them: the longest first
-    by ``timed`` (an earlier audit's :func:`last_timing`), so that the last to end on few cores is a short one;
-    without it the programs first (a program's calls are most of an audit's time), in the config's order."""
-    r = cfg.release
-    names = [PROGRAM_PREFIX + p.name for p in r.programs] + list(r.dp_mechanisms)
+def task_order(spec, jobs: list, timed: dict | None = None) -> list[tuple]:
+    """The (variant, ε, mechanism or program) tasks of the audit ``spec`` (:class:`synth.audit.source.AuditSpec`) in
+    the order the Ray backend submits them: the longest first by ``timed`` (an earlier audit's :func:`last_timing`),
+    so that the last to end on few cores is a short one; without it the programs first (a program's calls are most of
+    an audit's time), in the config's order."""
+    names = [PROGRAM_PREFIX + p.name for p in spec.programs] + list(spec.mechanisms)
     return _task_order_by([(wb, eps, name) for name in names for wb, eps in jobs], timed)
 
 

@@ -45,9 +45,9 @@ def _topdown_structure(src: AuditSource, unit: str, wb: bool, nodes: dict) -> st
     (likewise) must publish trees of the same shape and measurements of the same shapes, through
     the production functions from the population on. ``nodes``: the units of the target level in the
     real tree (:func:`topdown_root`'s)."""
-    cfg, pop = src.cfg, src.pop
+    spec, pop = src.spec, src.pop
     geo = pop.geography
-    level = cfg.target.level
+    level = spec.level
     inside = np.flatnonzero(np.isin(geo.units(level), list(nodes)))
     if not len(inside):
         return "not applicable: nobody lives under the root"
@@ -71,7 +71,7 @@ def _topdown_structure(src: AuditSource, unit: str, wb: bool, nodes: dict) -> st
             people = Dataset(sub.domain, sub.codes, g)
             try:
                 t = src.with_people(people).topdown_root(unit, wb)
-                meas = src.publish_topdown(t, min(cfg.release.epsilons), publication_noise(cfg, 0, "structure", what),
+                meas = src.publish_topdown(t, min(spec.epsilons), publication_noise(spec, 0, "structure", what),
                                        runs=1).measurements
             except (PrivacyError, ConfigError) as e:
                 return f"fail: the neighbour that empties {what} could not be released ({e})"
@@ -184,10 +184,10 @@ def _audit_topdown_root(src: AuditSource, mech: str, units: list[str], wb: bool,
     root: the bound over real pairs (the cells they touch, drawn by the publishing function with the
     production key schedule), the whole-release checks, the OpenDP accounting, the replay over many pairs
     and draws, the structure."""
-    cfg = src.cfg
-    a = cfg.release.audit
-    relation = parse_relation(cfg.release.relation)
-    gaussian = cfg.release.topdown.accounting == "zcdp"
+    spec = src.spec
+    a = spec.audit
+    relation = parse_relation(spec.relation)
+    gaussian = spec.topdown.accounting == "zcdp"
     key = ("topdown", units[0], wb)
     if key not in cache:  # the real tree, its pairs and replay neighbours: the same at every ε
         td = src.topdown_root(units[0], wb)
@@ -218,7 +218,7 @@ def _audit_topdown_root(src: AuditSource, mech: str, units: list[str], wb: bool,
             cache[key]["neighbours"].append((f"a tree far from the real one ({i + 1}: its {total} persons drawn at "
                                              "random into its units and blocks)", tree_of(far)))
     exact, pairs = cache[key]["exact"], cache[key]["pairs"]
-    bound, backend = bound_noise(seed, "topdown", td.root, wb, eps), publication_noise(cfg, seed, "topdown", td.root, wb, eps)
+    bound, backend = bound_noise(seed, "topdown", td.root, wb, eps), publication_noise(spec, seed, "topdown", td.root, wb, eps)
     pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
     bounds = []
     for i, (what, t2) in enumerate(pairs):
@@ -272,19 +272,19 @@ def _audit_topdown_root(src: AuditSource, mech: str, units: list[str], wb: bool,
     # the yardstick: each level's sensitivities from the relation and the tables' definitions over the person
     # domain (never the release's strategy matrix or budgets), and the ρ an (ε, δ) release may spend
     if "sensitivity" not in cache[key]:
-        pw = src.workload(cfg.published, td.person_domain)
+        pw = src.workload(spec.published, td.person_domain)
         cache[key]["sensitivity"] = [
             node_table_sensitivity(pw, td.person_domain.decode(np.flatnonzero(td.tree.hist[li].sum(axis=0) > 0)),
-                                   cfg.release.relation, len(td.shape.ids[li])) for li in range(n_levels)]
+                                   spec.relation, len(td.shape.ids[li])) for li in range(n_levels)]
     level_sens = cache[key]["sensitivity"]
-    sens = {(li, q): detailed_sensitivity(cfg.release.relation) if q == "detailed" else level_sens[li].l1
+    sens = {(li, q): detailed_sensitivity(spec.relation) if q == "detailed" else level_sens[li].l1
             for li in range(n_levels) for q in QUERIES}
-    delta = cfg.release.topdown.delta
+    delta = spec.topdown.delta
     budget = zcdp_rho(eps, delta) if gaussian else eps
     shape_p = {k: (gaussian_shape_pvalue(np.concatenate(v)) if gaussian else laplace_shape_pvalue(np.concatenate(v)))
                for k, v in samples.items()}
     tail_p = {k: tail_from_stats(v, gaussian) for k, v in tails.items()}
-    checks, info = whole_checks(cfg, eps, groups.sums, np.zeros(0, np.int64), [], np.array(indep), sens, gaussian,
+    checks, info = whole_checks(spec, eps, groups.sums, np.zeros(0, np.int64), [], np.array(indep), sens, gaussian,
                                  budget)
     nm = len(exact)
     worst_s, worst_t = min(shape_p, key=shape_p.get), min(tail_p, key=tail_p.get)
@@ -304,7 +304,7 @@ def _audit_topdown_root(src: AuditSource, mech: str, units: list[str], wb: bool,
         meas.budgets, gaussian, budget,
         lambda b: sens[(td.shape.levels.index(b.level), "detailed" if b.query == "detailed" else "tables")])
     info.update(acc)
-    info["sensitivity"] = {td.shape.levels[li]: dict(s.as_dict(), detailed=detailed_sensitivity(cfg.release.relation))
+    info["sensitivity"] = {td.shape.levels[li]: dict(s.as_dict(), detailed=detailed_sensitivity(spec.relation))
                            for li, s in enumerate(level_sens)}
     if gaussian:  # the declared conversion, checked by OpenDP's own map
         e_map = opendp_epsilon(budget, delta)
@@ -316,7 +316,7 @@ def _audit_topdown_root(src: AuditSource, mech: str, units: list[str], wb: bool,
     if "structure" not in cache[key]:  # releases at the smallest ε of the grid: one check for every ε
         cache[key]["structure"] = _topdown_structure(src, units[0], wb, td.nodes)
     checks["structure"] = cache[key]["structure"]
-    if "root_total" in cfg.release.invariants:
+    if "root_total" in spec.invariants:
         info["not_audited"] = "the root's total: a declared invariant under replace-one (release.invariants)"
     best = max(bounds, default=(0.0, "none", 0, ""))
     info.update(root=td.root, tree_nodes=[len(i) for i in td.shape.ids], neighbours=[w for w, _ in pairs],
@@ -352,7 +352,7 @@ def audit_tree(call: FamilyCall) -> AuditResult:
     tree's release shared by its units (a mechanism of this family that publishes otherwise fails its contract)."""
     src, mech, eps = call.src, call.mechanism, call.epsilon
     if registry.mechanism(mech).publish is not publish_shared:
-        return AuditResult(mech, eps, 0.0, 0, src.cfg.release.audit.confidence, "none", {"family_contract": (
+        return AuditResult(mech, eps, 0.0, 0, src.spec.audit.confidence, "none", {"family_contract": (
             f"fail: {mech} is registered in the tree audit family, which draws TopDown's release of a whole tree "
             "(synth.topdown_release.publish_topdown, shared by its units through synth.publishing."
             f"publish_shared); {mech} publishes through {registry.mechanism(mech).publish.__name__}, which this "

@@ -12,7 +12,7 @@ import pytest
 
 from censusrecon.experiments.config import ConfigError, load_config
 from censusrecon.experiments.problem import load_population, resolve
-from censusrecon.experiments.release.audit import audit_release
+from censusrecon.experiments.release.audit import StudySource, audit_release
 from censusrecon.synth.adapters import opendp_tables
 from censusrecon.synth.adapters.contract import most_cells_per_person, true_counts
 
@@ -118,6 +118,47 @@ def test_gaussian_programs_are_checked_like_laplace_ones_honest_passes_half_sigm
     assert caught.outcome == "failed" and caught.checks["noise_scale"].startswith("fail: the noise added spends ρ")
     with pytest.raises(ConfigError, match="give release.programs\\[\\].delta"):
         load_config(CONFIG, over + ["release.programs=[{name: g, function: 'x:y', noise: gaussian}]"])
+
+
+def ledger_toy(persons, cells, domain, epsilon, runs, seed, relation, **params):
+    """A synthesizer that only keeps a spending ledger (synth/audit/spending.py's columns): honest, declaring half
+    the ρ OpenDP allows for (ε, δ = 1e-9) and spending 90% of it on five one-way marginals whose noise is as
+    declared (χ² with 100 degrees of freedom), no selection; ``overspend`` spends three times what it declares.
+    Asked to release, it publishes Laplace counts at ε."""
+    from censusrecon.synth.audit.spending import LEDGER, WIDTH
+    from censusrecon.synth.audit.statistics import opendp_rho
+
+    rng = np.random.default_rng(seed)
+    if not params.get("ledger"):
+        return true_counts(persons, cells)[None, :] + rng.laplace(0, 1 / epsilon, (runs, len(cells)))
+    rho = opendp_rho(epsilon, 1e-9) / 2
+    row = dict(rho_measurements=0.9 * rho * (3 if params.get("overspend") else 1), rho_selections=0.0,
+               measurements=5, columns=5, selections=0, noise_cells=100, argmax_hits=0, argmax_expected=0,
+               argmax_variance=0, rho_declared=rho, epsilon_synthesizer=epsilon)
+    out = np.zeros((runs, WIDTH))
+    for i in range(runs):
+        out[i, :len(LEDGER)] = [rng.chisquare(100) if k == "noise_ss" else row[k] for k in LEDGER]
+    return out
+
+
+@pytest.mark.parametrize("overspend", [False, True])
+def test_a_synthesizers_ledger_is_audited_on_the_units_past_its_whole_releases(agency, overspend):
+    """A unit past ``spending.whole_units`` is audited by the synthesizer's ledger alone (the path the audit's split
+    once broke, seen by no test: it reached the program through the config instead of the door). Two units, no whole
+    release: both audited on their own D, the honest ledger passing, the overspending one failing its spending."""
+    d, over = agency
+    spec = (f"{{name: toy, function: '{Path(__file__)}:ledger_toy', params: {{}}, "
+            f"spending: {{runs: 4, delta: 1.0e-9, whole_units: 0, params: {{ledger: true, overspend: {str(overspend).lower()}}}}}}}")
+    cfg = load_config(CONFIG, over + ["target.units=2", f"release.programs=[{spec}]"])
+    study = resolve(cfg, load_population(cfg))
+    [res] = audit_release(study, seed=3)
+    per_unit = res.details["per_unit"]
+    assert set(per_unit) == set(study.units) and len(per_unit) == 2
+    assert all(u["spending_fits"] == 4 for u in per_unit.values()), per_unit
+    if overspend:
+        assert res.checks["spending"].startswith("fail: its recorded steps spend"), res.checks_summary()
+    else:
+        assert res.passed and res.checks["spending"] == "pass", res.checks_summary()
 
 
 def test_a_programs_first_measurements_are_audited_inside_the_whole_audit(agency):
@@ -269,9 +310,9 @@ def test_a_program_at_twice_its_epsilon_on_small_units_fails_an_audit_covering_t
     spec = f"{{name: small, function: '{Path(__file__)}:doubled_on_small_units', noise: laplace, calls: batch, " \
            "single_runs: 10, audit_runs: 100}"
     cfg, study = _program(over, spec, "release.audit.runs=1000", "target.units=all")
-    assert unit_roles(study, study.units, 5) == {u: "all" for u in study.units}  # the default: every unit
+    assert unit_roles(StudySource(study), study.units, 5) == {u: "all" for u in study.units}  # the default: every unit
     cfg, study = _program(over, spec, "release.audit.runs=1000", "target.units=all", "release.audit.units=4")
-    roles = unit_roles(study, study.units, 5)
+    roles = unit_roles(StudySource(study), study.units, 5)
     sizes = {u: int(study.pop.geography.mask("tract", u).sum()) for u in study.units}
     assert len(roles) == 4 and set(roles.values()) == {"smallest", "median", "largest", "random"}
     assert sizes[next(u for u, r in roles.items() if r == "smallest")] == min(sizes.values())
@@ -372,7 +413,6 @@ def test_an_audit_split_per_mechanism_and_program_as_ray_runs_it_gives_the_whole
     """The Ray backend runs each (variant, ε, mechanism or program) as a task of its own with a cache of its own
     (programs first): each such piece gives exactly what it gives inside the whole job (every draw keyed by the
     audit's seed: the simulation backend, a program seeded by the contract's seed)."""
-    from censusrecon.experiments.release.audit import StudySource
     from censusrecon.synth.audit.jobs import AuditPlan, audit_job, unit_roles
 
     d, over = agency
@@ -382,7 +422,7 @@ def test_an_audit_split_per_mechanism_and_program_as_ray_runs_it_gives_the_whole
                                       f"'{Path(__file__)}:seeded', noise: laplace, audit_runs: 300, calls: batch, "
                                       "single_runs: 20}]"])
     study = resolve(cfg, load_population(cfg))
-    plan = AuditPlan(study.units, unit_roles(study, study.units), 7, "given")
+    plan = AuditPlan(study.units, unit_roles(StudySource(study), study.units), 7, "given")
     whole = audit_job(StudySource(study), plan, True, 2.0, {})
     names = [r.mechanism for r in whole]
     assert names == ["laplace_tables", "program:seeded"]
@@ -418,6 +458,7 @@ def test_an_audit_says_its_time_ahead_from_the_last_audit_of_the_same_plan(agenc
 def test_a_first_audit_says_its_time_from_the_repositorys_record_of_the_same_config(agency, tmp_path):
     """With no audit of its own yet, an audit takes the times a record in bench/results gives for its config's very
     digest, and says whose machine they come from; a config changed in any way (another digest) gets none."""
+    from censusrecon.synth.audit.source import AuditSpec
     from censusrecon.synth.audit.timing import task_order, expected_time, last_timing, shipped_timing
 
     d, over = agency
@@ -429,7 +470,7 @@ def test_a_first_audit_says_its_time_from_the_repositorys_record_of_the_same_con
     (tmp_path / "not_a_record.json").write_text("[1, 2]")
     shipped = shipped_timing(cfg, tmp_path)
     assert shipped["record"] == "r.json" and shipped["machine"] == "a 2-core laptop"
-    tasks = task_order(cfg, [(True, 1.0)])
+    tasks = task_order(AuditSpec.of(cfg), [(True, 1.0)])
     said = expected_time(last_timing(None, tasks, ["u1"], shipped), tasks, "local", 1)
     assert said.startswith("expected about 30 s (no audit here yet: bench/results/r.json") and "a 2-core laptop" in said
     assert last_timing(None, tasks, ["u2"], shipped) is None  # other units

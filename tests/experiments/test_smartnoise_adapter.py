@@ -115,6 +115,7 @@ def _ledger(program_agency, synthesizer, eps, runs, bug=None):
     them at (:func:`audit_level`: Bonferroni over the audit's checks, not the bare ``release.audit.confidence``: at
     0.95 an honest MST, whose noise SmartNoise draws unseeded, failed one of its two tests about one run in ten)."""
     from censusrecon.synth.audit.jobs import audit_level
+    from censusrecon.synth.audit.source import AuditSpec
     from censusrecon.synth.audit.spending import WIDTH, check_spending
 
     d, over = program_agency
@@ -131,7 +132,7 @@ def _ledger(program_agency, synthesizer, eps, runs, bug=None):
     inputs = program_inputs(prob.private, unit, unit_layout(st, unit, True), st.blocks(unit)[0], prob.areas)
     stage = program.model_copy(update={"params": {**program.params, **program.spending.params}})
     rows = run_program(cfg, stage, inputs, eps, runs, 11, width=WIDTH)
-    return rows, check_spending(rows, eps, 1e-9, audit_level(cfg, 1).release.audit.confidence)
+    return rows, check_spending(rows, eps, 1e-9, audit_level(AuditSpec.of(cfg), 1).audit.confidence)
 
 
 def test_the_adapters_ledger_is_the_one_the_audit_reads():

@@ -14,6 +14,7 @@ from censusrecon.synth import registry
 from censusrecon.synth.audit.checks import combine_units
 from censusrecon.synth.audit.families import AuditFamily, FamilyCall, family, family_names, register_family
 from censusrecon.synth.audit.jobs import audit_level
+from censusrecon.synth.audit.source import AuditSpec
 from censusrecon.synth.audit.neighbours import drop_row
 from censusrecon.synth.audit.statistics import AuditResult, audit_outputs, laplace_scale_upper
 from censusrecon.synth.publishing import Published
@@ -43,11 +44,11 @@ def audit_total(call: FamilyCall) -> AuditResult:
     mechanism's own publishing function; the statistical bound on ε, and the noise's scale bounded above from
     its draws (ε spent = 1 / scale, which must not exceed the declared ε)."""
     src, mech, eps = call.src, call.mechanism, call.epsilon
-    a = src.cfg.release.audit
+    a = src.spec.audit
     results = []
     for unit in call.units:
         D = src.prepare(unit, call.with_block).private
-        workload = src.workload(src.cfg.published, D.domain)
+        workload = src.workload(src.spec.published, D.domain)
         rng = np.random.default_rng(stable_seed("toy-total", call.seed, unit, eps))
         ys = [np.array([src.publish(mech, eps, data, workload, None, rng).counts for _ in range(a.runs)])
               for data in (D, drop_row(D, 0))]
@@ -89,7 +90,7 @@ def test_a_family_registered_in_one_file_audits_its_mechanism_end_to_end(noisy_t
     assert res.checks["noise_scale"] == "pass" and 0 <= res.epsilon_lower_bound <= 1.0
     assert res.details["published_through"] == "noisy_total" and res.details["audit_seed"] == 3
     # the audit's level counts the family's own tests: 2 per unit, one result, false_alarm / 2
-    assert audit_level(cfg, 1).release.audit.confidence == pytest.approx(1 - cfg.release.audit.false_alarm / 2)
+    assert audit_level(AuditSpec.of(cfg), 1).audit.confidence == pytest.approx(1 - cfg.release.audit.false_alarm / 2)
 
 
 def test_the_toy_family_fails_a_mechanism_that_spends_more_than_it_declares(noisy_total):
