@@ -128,37 +128,54 @@ def check_backend(backend: str) -> None:
         raise ConfigError(f"unknown backend {backend!r}; use 'local' or 'ray'")
 
 
+@dataclass(frozen=True)
+class RayTasks:
+    """Where a long command's tasks run on Ray: each item ``fn(*args, item)`` as one Ray task, in the running Ray
+    session or one of its own: a cluster to join (``address``) or a local one of ``num_cpus`` CPUs (default all)."""
+
+    fn: Callable
+    args: tuple = ()
+    address: str | None = None
+    num_cpus: int | None = None
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What a long command hears from its resume loop: ``on_found(n)`` how many tasks were done already,
+    ``on_start(chunk)`` before a local call, ``on_done(task)`` as each finishes, ``on_idle()`` every ``idle_s``
+    seconds without one (Ray)."""
+
+    on_found: Callable | None = None
+    on_start: Callable | None = None
+    on_done: Callable | None = None
+    on_idle: Callable | None = None
+    idle_s: float | None = None
+
+
 def finish(store: UnitStore, tasks: list[UnitTask], compute: Callable[[list[UnitTask]], list[dict]], *,
-           group: int = 1, backend: str = "local", remote: Callable | None = None, remote_args: tuple = (),
-           address: str | None = None, num_cpus: int | None = None, on_found: Callable | None = None,
-           on_start: Callable | None = None,
-           on_done: Callable | None = None, on_idle: Callable | None = None, idle_s: float | None = None
+           group: int = 1, ray: RayTasks | None = None, hooks: Hooks = Hooks()
            ) -> tuple[dict[UnitTask, dict], list[UnitTask]]:
     """The one resume loop of ``run``, ``sweep`` and ``evaluate-release``: every task of ``tasks`` not done in
     ``store`` is computed, in this process by ``compute`` (``group`` tasks per call, which saves and returns
-    each) or, ``backend="ray"``, as one Ray task each, ``remote(*remote_args, task)`` (which saves it where the
-    driver reads it); then every task's result, this process's or its files. ``on_found(n)`` hears how many
-    were done already, ``on_start(chunk)`` is called before a local call, ``on_done(task)`` as each finishes,
-    ``on_idle()`` every ``idle_s`` seconds without one (Ray). Returns ``({task: result}, the tasks computed by
-    this call)``."""
-    check_backend(backend)
+    each) or, given ``ray``, as one Ray task each (which saves it where the driver reads it); then every task's
+    result, this process's or its files. Returns ``({task: result}, the tasks computed by this call)``."""
     todo = [t for t in tasks if not store.done(t)]
-    if on_found is not None:
-        on_found(len(tasks) - len(todo))
+    if hooks.on_found is not None:
+        hooks.on_found(len(tasks) - len(todo))
     fresh: dict[UnitTask, dict] = {}
-    if backend == "local":
+    if ray is None:
         for start in range(0, len(todo), group):
             chunk = todo[start:start + group]
-            if on_start is not None:
-                on_start(chunk)
+            if hooks.on_start is not None:
+                hooks.on_start(chunk)
             for t, result in zip(chunk, compute(chunk)):
                 fresh[t] = result
-                if on_done is not None:
-                    on_done(t)
+                if hooks.on_done is not None:
+                    hooks.on_done(t)
     else:
-        for t in on_ray(remote, remote_args, todo, address, num_cpus, on_idle, idle_s):
-            if on_done is not None:
-                on_done(t)
+        for t in on_ray(ray, todo, hooks):
+            if hooks.on_done is not None:
+                hooks.on_done(t)
     return {t: fresh[t] if t in fresh else store.load(t) for t in tasks}, todo
 
 
@@ -185,24 +202,23 @@ def ray_session(backend: str, address: str | None, num_cpus: int | None):
             ray.shutdown()
 
 
-def on_ray(fn: Callable, args: tuple, items: list, address: str | None, num_cpus: int | None,
-           on_idle: Callable | None = None, idle_s: float | None = None, with_item: bool = False):
-    """Yield the result of each Ray task ``fn(*args, item)``, one per item of ``items``, as it finishes
-    (``with_item``: as ``(item, result)``), in the running Ray session or one of its own
-    (:func:`ray_session`); ``on_idle()`` every ``idle_s`` seconds without a finished task. A task Ray retries
-    after its worker died counts once."""
-    with ray_session("ray", address, num_cpus):
+def on_ray(tasks: RayTasks, items: list, hooks: Hooks = Hooks(), with_item: bool = False):
+    """Yield the result of each Ray task ``tasks.fn(*tasks.args, item)``, one per item of ``items``, as it finishes
+    (``with_item``: as ``(item, result)``), in the running Ray session or one of its own (:func:`ray_session`);
+    ``hooks.on_idle()`` every ``hooks.idle_s`` seconds without a finished task. A task Ray retries after its worker
+    died counts once."""
+    with ray_session("ray", tasks.address, tasks.num_cpus):
         import ray
 
-        remote = ray.remote(num_cpus=1)(fn)
-        refs = {remote.remote(*args, item): item for item in items}
+        remote = ray.remote(num_cpus=1)(tasks.fn)
+        refs = {remote.remote(*tasks.args, item): item for item in items}
         pending = list(refs)
         while pending:
-            done, pending = ray.wait(pending, num_returns=1, timeout=idle_s)
+            done, pending = ray.wait(pending, num_returns=1, timeout=hooks.idle_s)
             for d in done:
                 yield (refs[d], ray.get(d)) if with_item else ray.get(d)
-            if not done and on_idle is not None:
-                on_idle()
+            if not done and hooks.on_idle is not None:
+                hooks.on_idle()
 
 
 def versions() -> dict[str, str]:

@@ -20,7 +20,7 @@ from censusrecon.experiments.metrics import (BLOCK_SIZE_COLUMNS, OUTSIDE_COLUMNS
                                  match_rate_curve, persons_reconstructed, strength_by_runs, unique_persons)
 from censusrecon.experiments.plots import plot_match_rate, plot_metrics
 from censusrecon.experiments.progress import UnitProgress
-from censusrecon.experiments.results import (UnitStore, UnitTask, code_fingerprint, finish, jax_info, results_kind, run_seconds, versions, write_json,
+from censusrecon.experiments.results import (Hooks, UnitStore, UnitTask, code_fingerprint, finish, jax_info, results_kind, run_seconds, versions, write_json,
                                  write_parquet, write_yaml)
 from censusrecon.experiments.problem import (Study, UnitProblem, stable_seed, baseline_curves, build_workload, exact_answers,
                                  rap_settings, rarity_level, resolve, unit_key, workload_facts)
@@ -270,8 +270,8 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
 
     try:
         results, computed = finish(store, tasks, compute, group=units_per_call(study),
-                                   on_found=lambda n: unit_bar.found(n, run_dir), on_start=start,
-                                   on_done=lambda t: unit_bar.update(1, t.label))
+                                   hooks=Hooks(on_found=lambda n: unit_bar.found(n, run_dir), on_start=start,
+                                               on_done=lambda t: unit_bar.update(1, t.label)))
     except KeyboardInterrupt:
         raise unit_bar.interrupted() from None
     finally:

@@ -19,7 +19,7 @@ from censusrecon.experiments.config import ConfigError, ExperimentConfig, parse_
 from censusrecon.experiments.metrics import by_seed, persons_reconstructed
 from censusrecon.experiments.progress import UnitProgress
 from censusrecon.experiments.report import write_sweep_report
-from censusrecon.experiments.results import UnitStore, UnitTask, check_backend, code_fingerprint, finish, write_json, write_parquet, write_yaml
+from censusrecon.experiments.results import Hooks, RayTasks, UnitStore, UnitTask, check_backend, code_fingerprint, finish, write_json, write_parquet, write_yaml
 
 log = logging.getLogger(__name__)
 
@@ -172,10 +172,10 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
 
     args = (cfg_json, cfg.base_dir, str(run_dir), fingerprint)
     results, computed = finish(
-        store, tasks,
-        lambda chunk: [task_result(*args, t, say=bar.say) for t in chunk], backend=backend, remote=run_task,
-        remote_args=args, address=address, num_cpus=cfg.sweep.num_cpus, on_found=lambda n: bar.found(n, run_dir),
-        on_done=lambda t: bar.update(1, t.id), on_idle=idle, idle_s=PROGRESS_EVERY_S)
+        store, tasks, lambda chunk: [task_result(*args, t, say=bar.say) for t in chunk],
+        ray=RayTasks(run_task, args, address, cfg.sweep.num_cpus) if backend == "ray" else None,
+        hooks=Hooks(on_found=lambda n: bar.found(n, run_dir), on_done=lambda t: bar.update(1, t.id), on_idle=idle,
+                    idle_s=PROGRESS_EVERY_S))
     bar.close()
     curves = pd.concat([results[t]["curves"] for t in tasks], ignore_index=True)
     write_parquet(run_dir / "sweep_match_rate.parquet", curves)

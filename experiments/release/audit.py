@@ -20,7 +20,7 @@ from censusrecon.experiments.release.files import unit_layout
 from censusrecon.synth.program_host import one_way_inputs, program_inputs, run_program, stop_workers
 from censusrecon.synth.release_path import ReleaseSpec, publish
 from censusrecon.synth.topdown_release import publish_topdown, topdown_root, topdown_shape, topdown_tree
-from censusrecon.experiments.results import check_backend, on_ray
+from censusrecon.experiments.results import RayTasks, check_backend, on_ray
 from censusrecon.synth.audit.jobs import AuditPlan, audit_job, audit_level, unit_roles
 from censusrecon.synth.audit.source import AuditSpec
 from censusrecon.synth.audit.statistics import AuditResult
@@ -126,8 +126,8 @@ def _audit_on_ray(study: Study, spec: AuditSpec, plan: AuditPlan, jobs: list, ta
     cfg = study.cfg
     r = cfg.release
     got = {}
-    for task, results in on_ray(audit_task, (cfg.model_dump(mode="json"), cfg.base_dir, spec, plan), tasks, address,
-                                cfg.sweep.num_cpus, with_item=True):
+    ray = RayTasks(audit_task, (cfg.model_dump(mode="json"), cfg.base_dir, spec, plan), address, cfg.sweep.num_cpus)
+    for task, results in on_ray(ray, tasks, with_item=True):
         got[task] = results
         for res in results:
             bar.update(1, f"{res.mechanism} at ε = {task[1]:g}")

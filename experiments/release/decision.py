@@ -367,136 +367,184 @@ def combine(mech: str, verdicts: list[Verdict]) -> tuple[str, float | None]:
     return "safe", (min(settings) if registry.is_dp(mech) else max(settings))
 
 
-def decide(cfg, verdicts_by_variant: dict, audits: list, entries: list, row_mechanisms: set, risks,
-           risk_note: str | None, units_in_file: int | None, *, released: list[str], code_fingerprint: str = "",
-           inputs: dict | None = None, audit_when: str | None = None) -> Decision:
-    """The decision, once, from everything the evaluation measured: per variant the verdict rows
+@dataclass(frozen=True)
+class Evidence:
+    """Everything a release evaluation measured that its decision reads: per variant the verdict rows
     (:func:`experiments.release.release_report.verdict_rows`, each with the words of the attack's strength at its
     setting, ``strength``, and the best attack on the exact tables, ``exact``: built by
     :func:`experiments.release.evaluate.verdicts_of`), the audit results, the ledger's entries (fit for
-    publication), the risks measured (``risks``: anonymeter's table, or empty), which mechanisms
-    published rows, and the units released (``released``): PUBLISH covers only the settings, variants and
-    units the audit checked (:func:`audit_coverage`)."""
+    publication), the mechanisms that published rows, the risks measured (anonymeter's table, or empty, and why
+    not), the units of the file (None: not a file's), the units released (which the audit must cover), and what the
+    decision file records of the run (the code's fingerprint, the inputs' digests, which audit command's audit
+    stands, if one does)."""
+
+    verdicts: dict
+    audits: list
+    entries: list
+    row_mechanisms: frozenset = frozenset()
+    risks: object = None
+    risk_note: str | None = None
+    units_in_file: int | None = None
+    released: tuple = ()
+    code_fingerprint: str = ""
+    inputs: dict = field(default_factory=dict)
+    audit_when: str | None = None
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where one mechanism stands before its action is chosen: its verdicts and their combined status at its
+    setting, its audit's state and coverage, whether its ledger says it is fit for publication, its risks."""
+
+    status: str
+    setting: float | None
+    verdicts: list
+    audit: str
+    coverage: Coverage | None
+    fit: bool | None
+    risk: str
+    simulated: bool = False
+
+
+def decide(cfg, ev: Evidence) -> Decision:
+    """The decision, once, from everything the evaluation measured (:class:`Evidence`): per mechanism PUBLISH,
+    DO NOT PUBLISH or CANNOT DECIDE; PUBLISH covers only the settings, variants and units the audit checked
+    (:func:`audit_coverage`)."""
     r = cfg.release
-    measured = set(risks["mechanism"]) if risks is not None and len(risks) else set()
-    out = []
-    for mech in r.evaluated:
-        verdicts = []
-        for v, rows in verdicts_by_variant.items():
-            row = next((x for x in rows if x["mechanism"] == mech), None)
-            if row is None:
-                continue
+    measured = set(ev.risks["mechanism"]) if ev.risks is not None and len(ev.risks) else set()
+    out = [d for mech in r.evaluated if (d := _mechanism_decision(cfg, mech, ev, measured)) is not None]
+    units = max((int(_num(v.figures, "units")) for m in out for v in m.verdicts if v.figures), default=0)
+    return Decision(out, r.tolerance.words(), units, ev.units_in_file, ev.code_fingerprint, cfg.digest(),
+                    ev.inputs or {}, ev.audit_when)
+
+
+def _standing(cfg, mech: str, ev: Evidence, measured: set) -> Standing | None:
+    """Where ``mech`` stands (None: no variant has a verdict row for it)."""
+    r = cfg.release
+    verdicts = []
+    for v, rows in ev.verdicts.items():
+        row = next((x for x in rows if x["mechanism"] == mech), None)
+        if row is not None:
             verdicts.append(Verdict(v, row["status"], row["setting"], figures_of(row["x"]),
                                     figures_of(row.get("next")), row["plan"], row["text"],
                                     row.get("table_error"), row.get("strength", ""), figures_of(row.get("exact"))))
-        if not verdicts:
-            continue
-        status, setting = combine(mech, verdicts)
-        audit = _audit_state(mech, audits)
-        grid = sorted(r.settings_of(mech))
-        coverage = None
-        if status == "safe" and registry.is_dp(mech) and not registry.is_file(mech):
-            coverage = audit_coverage(mech, [s for s in grid if s <= setting], [v.variant for v in verdicts], audits,
-                                      list(released), r.audit.units != "all")
-        entry = next((e for e in entries if e["mechanism"] == mech), None)
-        fit = None if entry is None or entry.get("for_publication") is None else bool(entry["for_publication"])
-        risk = _risk_state(mech, row_mechanisms, measured, risk_note)
-        closed_no, closed_undecided, caveats = [], [], []
-        if audit == "failed":
-            failing = [f"ε = {a.declared_epsilon:g}: {a.checks_summary()}" for a in audits
-                       if a.mechanism == mech and a.outcome == "failed"]
-            closed_no.append("the audit of the code that publishes it failed (" + "; ".join(failing) + ")")
-        simulated = False
-        if fit is False:
-            why = (entry.get("not_dp") or entry.get("publication_note") or "not fit for publication")
-            simulated = "simulation" in why
-            if simulated:
-                why = "noise from the simulation backend: seeded, for studies, not for publication"
-            closed_no.append(why)
-        if status == "none_safe":
-            closed_no.append("shown above the tolerance even at its most protective setting")
-        if coverage is not None and not coverage.covered and audit != "failed":
-            closed_undecided.append(coverage.missing)
-        elif coverage is None and audit in ("inconclusive", "not run"):
-            mine = [a for a in audits if a.mechanism == mech and a.outcome == "inconclusive"]
-            closed_undecided.append(f"its audit is {audit}" + (
-                f": not shown to keep its ε ({', '.join(sorted({c for a in mine for c in a.unchecked()}))} could not run)"
-                if mine else ""))
-        if risk.startswith("not measured"):
-            closed_undecided.append("the risks of the rows it publishes were not measured (" + _risk_why(risk) + ")")
-        if status == "not_shown_safe":
-            closed_undecided.append(f"no setting is shown safe at the tolerance of {r.tolerance.words()}")
-        elif status == "cannot_decide":
-            closed_undecided.append("the attack is not beyond the best guess even on the exact tables, so this "
-                                    "evaluation cannot tell a protected release from an unprotected one")
-        if registry.is_file(mech):
-            caveats.append("its ε is the agency's declaration: a file cannot be audited")
-        if not registry.is_dp(mech):
-            caveats.append("not differentially private: the verdict holds against these attacks only")
-        caveats += [v.strength.strip().replace("**", "") for v in verdicts
-                    if v.strength and "not saturated" in v.strength]
-        action = DO_NOT_PUBLISH if closed_no else CANNOT_DECIDE if closed_undecided else PUBLISH
-        reasons = closed_no + closed_undecided
-        step = _next_step(cfg, mech, status, verdicts, audit, fit, risk, audits, units_in_file, simulated, coverage)
-        covered, units_covered = [], None
-        if coverage is not None and coverage.covered:
-            covered, units_covered = coverage.covered, coverage.units
-            if max(coverage.covered) < setting:  # shown safe further than the audit checked: PUBLISH names the audited
-                caveats.append(f"shown safe up to {setting_label(mech, setting)}, but {coverage.missing.removeprefix('its ')}"
-                               f": {coverage.step}")
-                setting = max(coverage.covered)
-            if units_covered is not None:
-                caveats.append(f"the audit checked a sample of {len(units_covered)} of the {len(released)} released "
-                               "units (release.audit.units): this decision covers those units only")
-        out.append(MechanismDecision(mech, action, setting if action == PUBLISH else None, reasons, step,
-                                     caveats, audit, fit, risk, verdicts, covered if action == PUBLISH else [],
-                                     units_covered if action == PUBLISH else None,
-                                     len(released) if action == PUBLISH and units_covered is not None else None,
-                                     grid, simulated))
-    units = max((int(_num(v.figures, "units")) for m in out for v in m.verdicts if v.figures), default=0)
-    return Decision(out, r.tolerance.words(), units, units_in_file, code_fingerprint, cfg.digest(), inputs or {},
-                    audit_when)
+    if not verdicts:
+        return None
+    status, setting = combine(mech, verdicts)
+    coverage = None
+    if status == "safe" and registry.is_dp(mech) and not registry.is_file(mech):
+        coverage = audit_coverage(mech, [s for s in sorted(r.settings_of(mech)) if s <= setting],
+                                  [v.variant for v in verdicts], ev.audits, list(ev.released), r.audit.units != "all")
+    entry = next((e for e in ev.entries if e["mechanism"] == mech), None)
+    fit = None if entry is None or entry.get("for_publication") is None else bool(entry["for_publication"])
+    simulated = fit is False and "simulation" in (entry.get("not_dp") or entry.get("publication_note") or "")
+    return Standing(status, setting, verdicts, _audit_state(mech, ev.audits), coverage, fit,
+                    _risk_state(mech, ev.row_mechanisms, measured, ev.risk_note), simulated)
 
 
-def _next_step(cfg, mech: str, status: str, verdicts: list[Verdict], audit: str, fit, risk: str,
-               audits: list, available: int | None, simulated: bool = False, coverage: Coverage | None = None) -> str:
+def _closing(cfg, mech: str, st: Standing, ev: Evidence) -> tuple[list[str], list[str]]:
+    """What closes PUBLISH to ``mech``: the reasons for DO NOT PUBLISH, then those for CANNOT DECIDE."""
+    closed_no, closed_undecided = [], []
+    if st.audit == "failed":
+        failing = [f"ε = {a.declared_epsilon:g}: {a.checks_summary()}" for a in ev.audits
+                   if a.mechanism == mech and a.outcome == "failed"]
+        closed_no.append("the audit of the code that publishes it failed (" + "; ".join(failing) + ")")
+    if st.fit is False:
+        entry = next(e for e in ev.entries if e["mechanism"] == mech)
+        closed_no.append("noise from the simulation backend: seeded, for studies, not for publication" if st.simulated
+                         else entry.get("not_dp") or entry.get("publication_note") or "not fit for publication")
+    if st.status == "none_safe":
+        closed_no.append("shown above the tolerance even at its most protective setting")
+    if st.coverage is not None and not st.coverage.covered and st.audit != "failed":
+        closed_undecided.append(st.coverage.missing)
+    elif st.coverage is None and st.audit in ("inconclusive", "not run"):
+        mine = [a for a in ev.audits if a.mechanism == mech and a.outcome == "inconclusive"]
+        closed_undecided.append(f"its audit is {st.audit}" + (
+            f": not shown to keep its ε ({', '.join(sorted({c for a in mine for c in a.unchecked()}))} could not run)"
+            if mine else ""))
+    if st.risk.startswith("not measured"):
+        closed_undecided.append("the risks of the rows it publishes were not measured (" + _risk_why(st.risk) + ")")
+    if st.status == "not_shown_safe":
+        closed_undecided.append(f"no setting is shown safe at the tolerance of {cfg.release.tolerance.words()}")
+    elif st.status == "cannot_decide":
+        closed_undecided.append("the attack is not beyond the best guess even on the exact tables, so this "
+                                "evaluation cannot tell a protected release from an unprotected one")
+    return closed_no, closed_undecided
+
+
+def _mechanism_decision(cfg, mech: str, ev: Evidence, measured: set) -> MechanismDecision | None:
+    """One mechanism's decision (None: no verdict of it to decide on)."""
+    st = _standing(cfg, mech, ev, measured)
+    if st is None:
+        return None
+    closed_no, closed_undecided = _closing(cfg, mech, st, ev)
+    caveats = []
+    if registry.is_file(mech):
+        caveats.append("its ε is the agency's declaration: a file cannot be audited")
+    if not registry.is_dp(mech):
+        caveats.append("not differentially private: the verdict holds against these attacks only")
+    caveats += [v.strength.strip().replace("**", "") for v in st.verdicts
+                if v.strength and "not saturated" in v.strength]
+    action = DO_NOT_PUBLISH if closed_no else CANNOT_DECIDE if closed_undecided else PUBLISH
+    step = _next_step(mech, st, ev)
+    setting, coverage, released = st.setting, st.coverage, ev.released
+    covered, units_covered = [], None
+    if coverage is not None and coverage.covered:
+        covered, units_covered = coverage.covered, coverage.units
+        if max(coverage.covered) < setting:  # shown safe further than the audit checked: PUBLISH names the audited
+            caveats.append(f"shown safe up to {setting_label(mech, setting)}, but {coverage.missing.removeprefix('its ')}"
+                           f": {coverage.step}")
+            setting = max(coverage.covered)
+        if units_covered is not None:
+            caveats.append(f"the audit checked a sample of {len(units_covered)} of the {len(released)} released "
+                           "units (release.audit.units): this decision covers those units only")
+    publish = action == PUBLISH
+    return MechanismDecision(mech, action, setting if publish else None, closed_no + closed_undecided, step, caveats,
+                             st.audit, st.fit, st.risk, st.verdicts, covered if publish else [],
+                             units_covered if publish else None,
+                             len(released) if publish and units_covered is not None else None,
+                             sorted(cfg.release.settings_of(mech)), st.simulated)
+
+
+def _next_step(mech: str, st: Standing, ev: Evidence) -> str:
     """What to do next, for every outcome."""
     steps = []
-    if coverage is not None and not coverage.covered and audit != "failed":
-        steps.append(coverage.step)
-    if audit == "failed":
+    if st.coverage is not None and not st.coverage.covered and st.audit != "failed":
+        steps.append(st.coverage.step)
+    if st.audit == "failed":
         steps.append("fix the code that publishes it (the audit's failing checks are in the report) and rerun with "
                      "--reaudit")
-    if fit is False:
-        if simulated:
+    if st.fit is False:
+        if st.simulated:
             steps.append("evaluate it with a publishing backend: release.backend: opendp (pip install "
                          "'censusrecon[dp]')")
         elif not registry.is_dp(mech):
             steps.append("a differentially private mechanism is what could be published; this one is evaluated for "
                          "comparison")
-    if coverage is None and audit in ("inconclusive", "not run"):
-        mine = [a for a in audits if a.mechanism == mech and a.outcome == "inconclusive"]
+    if st.coverage is None and st.audit in ("inconclusive", "not run"):
+        mine = [a for a in ev.audits if a.mechanism == mech and a.outcome == "inconclusive"]
         need = max((a.details.get("runs_to_certify") or 0 for a in mine), default=0)
         steps.append((f"rerun the audit with about {need:,} releases per neighbour (release.audit.runs) to certify its "
                        "ε" if need else "run the audit (censusrecon audit, or evaluate-release --reaudit)"))
-    if risk.startswith("not measured"):
-        why = _risk_why(risk)
+    if st.risk.startswith("not measured"):
+        why = _risk_why(st.risk)
         steps.append("measure the risks of its rows on a random half of each unit (target.whole_units: false): the "
                      "other half is anonymeter's control set" if "whole units" in why else
                      "measure the risks of its rows: release.risks: true" if "release.risks" in why else
                      "measure the risks of its rows: make risk-env")
-    if status == "none_safe":
+    verdicts = st.verdicts
+    if st.status == "none_safe":
         x = verdicts[0].figures or {}
         steps.append(f"evaluate {more_protective(mech)} than {setting_label(mech, _num(x, 'setting'))}, or choose "
                      "another mechanism")
-    elif status in ("not_shown_safe", "cannot_decide"):
+    elif st.status in ("not_shown_safe", "cannot_decide"):
         plans = [v.plan for v in verdicts if v.plan]
         steps.append(plans[0].removeprefix("To decide (an estimate, at 80% power): ").rstrip(".") if plans else
                      "evaluate more units or a stronger attack")
-    elif status == "safe":
+    elif st.status == "safe":
         v = next((v for v in verdicts if v.setting == min(x.setting for x in verdicts)), verdicts[0]) \
             if registry.is_dp(mech) else verdicts[0]
-        steps.append(partial_step(mech, v.figures or {}, v.next, available))
+        steps.append(partial_step(mech, v.figures or {}, v.next, ev.units_in_file))
     return "; ".join(s for s in steps if s)
 
 

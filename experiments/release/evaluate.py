@@ -33,7 +33,7 @@ from censusrecon.experiments.release.release_plots import plot_release
 from censusrecon.experiments.release.release_report import (release_persons, release_strength, setting_label,
                                         unit_selection, write_report)
 from censusrecon.synth.topdown_release import publish_topdown, topdown_mdf, topdown_root, topdown_unit
-from censusrecon.experiments.results import (UnitStore, UnitTask, check_backend, code_fingerprint, finish, ray_session, jax_info, run_seconds, versions, write_json, write_parquet,
+from censusrecon.experiments.results import (Hooks, RayTasks, UnitStore, UnitTask, check_backend, code_fingerprint, finish, ray_session, jax_info, run_seconds, versions, write_json, write_parquet,
                                  write_yaml)
 from censusrecon.microdata.agreement import agreement_by_size
 from censusrecon.microdata.census import AGE_BIN38_OF_AGE, AGE_BINS_38_LABELS
@@ -48,7 +48,7 @@ from censusrecon.synth import registry
 from censusrecon.synth.registry import BASELINE, EXACT
 from censusrecon.synth.publishing import Published, tables_published
 from censusrecon.experiments.exact_eval import agreement, reidentification
-from censusrecon.experiments.release.decision import decide, DECISION_FILE, load_decision
+from censusrecon.experiments.release.decision import DECISION_FILE, Decision, Evidence, decide, load_decision
 from censusrecon.experiments.release.release_report import (audits_from_dicts, exact_row, strength_sentence, summarise_release_persons,
                                         verdict_rows)
 from censusrecon.experiments.release.risks import frame, measure, RiskJob
@@ -197,11 +197,11 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
 
     with ray_session(backend, address, cfg.sweep.num_cpus):  # one Ray start for the units and the audit
         try:
+            ray = RayTasks(unit_task, (cfg.model_dump(mode="json"), cfg.base_dir, str(run_dir), fingerprint, inputs),
+                           address, cfg.sweep.num_cpus) if backend == "ray" else None
             results, computed = finish(
                 store, tasks, lambda chunk: [evaluate_unit(study, t, store, files, bar, topdown_cache) for t in chunk],
-                backend=backend, remote=unit_task, remote_args=(cfg.model_dump(mode="json"), cfg.base_dir, str(run_dir),
-                                                                fingerprint, inputs),
-                address=address, num_cpus=cfg.sweep.num_cpus, on_found=found, on_done=done)
+                ray=ray, hooks=Hooks(on_found=found, on_done=done))
         except KeyboardInterrupt:
             raise units_bar.interrupted() from None
         finally:
@@ -269,9 +269,10 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     })
     plot_release(df, util, run_dir, cfg)
     facts["earlier_audit_failures"] = earlier_failures
-    decision = decide_release(cfg, run_dir, df, util, audits, ledger.entries, risks, risk_note, micro,
-                              study.units_in_file, fingerprint, inputs,
-                              None if recorded is None else recorded[0].details["recorded_by_audit_command"], units)
+    decision = decide_release(cfg, run_dir, df, util, micro, Evidence(
+        {}, audits, ledger.entries, risks=risks, risk_note=risk_note, units_in_file=study.units_in_file,
+        released=tuple(units), code_fingerprint=fingerprint, inputs=inputs,
+        audit_when=None if recorded is None else recorded[0].details["recorded_by_audit_command"]))
     decision.save(run_dir)
     write_report(cfg, run_dir, df, util, audits, ledger, facts, decision)
     return run_dir
@@ -320,18 +321,16 @@ def verdicts_of(persons: pd.DataFrame, util: pd.DataFrame, strengths: dict, tole
     return out
 
 
-def decide_release(cfg: ExperimentConfig, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audits: list,
-                   entries: list, risks: pd.DataFrame, risk_note: str | None, micro: list[pd.DataFrame],
-                   units_in_file: int | None, fingerprint: str, inputs: dict, audit_when: str | None,
-                   released: list[str]):
-    """The evaluation's decision (:func:`experiments.release.decision.decide`), once, from what it measured
-    (``released``: the units released, which the audit must cover)."""
+def decide_release(cfg: ExperimentConfig, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame,
+                   micro: list[pd.DataFrame], ev: Evidence) -> Decision:
+    """The evaluation's decision (:func:`experiments.release.decision.decide`), once, from what it measured: ``ev``
+    completed with the verdicts (from ``df``, ``util`` and the attack's strength in ``run_dir``) and the mechanisms
+    whose rows ``micro`` holds."""
     persons = summarise_release_persons(release_persons(df), cfg.release.tolerance)
     strengths = {v: release_strength(run_dir, v) for v in dict.fromkeys(df["variant"].tolist())}
     published_rows = {m for part in micro for m in part.loc[part["role"] == "release", "mechanism"].unique()}
-    return decide(cfg, verdicts_of(persons, util, strengths, cfg.release.tolerance, units_in_file), audits, entries,
-                  published_rows, risks, risk_note, units_in_file, released=released, code_fingerprint=fingerprint,
-                  inputs=inputs, audit_when=audit_when)
+    verdicts = verdicts_of(persons, util, strengths, cfg.release.tolerance, ev.units_in_file)
+    return decide(cfg, dataclasses.replace(ev, verdicts=verdicts, row_mechanisms=frozenset(published_rows)))
 
 
 def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,

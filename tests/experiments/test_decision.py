@@ -12,7 +12,7 @@ import pytest
 
 from censusrecon.experiments.cli import EXIT_AUDIT_FAILED, EXIT_DO_NOT_PUBLISH, EXIT_UNDECIDED, main
 from censusrecon.experiments.config import ToleranceConfig, load_config
-from censusrecon.experiments.release.decision import (CANNOT_DECIDE, DO_NOT_PUBLISH, EXIT_AUDIT_FAILED as D_FAILED,
+from censusrecon.experiments.release.decision import (CANNOT_DECIDE, DO_NOT_PUBLISH, Evidence, EXIT_AUDIT_FAILED as D_FAILED,
                                           EXIT_CANNOT_DECIDE, EXIT_DO_NOT_PUBLISH as D_NO, PUBLISH, decide,
                                           load_decision, terminal_lines)
 from censusrecon.experiments.release.evaluate import verdicts_of
@@ -57,8 +57,9 @@ def _decide(persons, cfg, *, fit=True, audits=None, rows=(), risks=None, note=No
              "publication_note": "OpenDP discrete Laplace" if fit else "seeded simulation noise: for studies, not for "
              "publication"}
     verdicts = verdicts_of(persons, pd.DataFrame(), {}, cfg.release.tolerance, units_in_file)
-    return decide(cfg, verdicts, [_audit()] if audits is None else audits, [entry], set(rows),
-                  risks if risks is not None else pd.DataFrame(), note, units_in_file, released=list(released))
+    return decide(cfg, Evidence(verdicts, [_audit()] if audits is None else audits, [entry], frozenset(rows),
+                                risks if risks is not None else pd.DataFrame(), note, units_in_file,
+                                released=tuple(released)))
 
 
 @pytest.fixture

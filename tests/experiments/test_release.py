@@ -242,7 +242,7 @@ def test_evaluate_release_prints_the_answer_and_fails_on_a_failed_audit(release_
     import shutil
 
     import censusrecon.experiments.release.evaluate as release
-    from censusrecon.experiments.release.decision import decide
+    from censusrecon.experiments.release.decision import Evidence, decide
     from censusrecon.experiments.release.release_report import load_audits, summarise_release_persons
 
     run = tmp_path / "release"
@@ -260,8 +260,8 @@ def test_evaluate_release_prints_the_answer_and_fails_on_a_failed_audit(release_
 
     def redecide(audits):
         verdicts = release.verdicts_of(persons, pd.DataFrame(), {}, cfg.release.tolerance, 8)
-        decide(cfg, verdicts, audits, entries, set(), pd.DataFrame({"mechanism": cfg.release.mechanisms}), None,
-               8, released=sorted(set(per["unit"]))).save(run)
+        decide(cfg, Evidence(verdicts, audits, entries, risks=pd.DataFrame({"mechanism": cfg.release.mechanisms}),
+                             units_in_file=8, released=tuple(sorted(set(per["unit"]))))).save(run)
 
     redecide(load_audits(run))
     monkeypatch.setattr(release, "evaluate_release", lambda cfg, out, progress, reaudit, **kw: run)
