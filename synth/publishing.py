@@ -49,6 +49,25 @@ class Published:
 
 
 @dataclass(frozen=True)
+class Draw:
+    """How one call of a publishing function draws: its noise (``backend``: OpenDP's, or keyed simulation noise)
+    and its generator for what is not noise (a fit's sampling), and, for the auditor and the evaluation, ``runs``
+    (that many releases at once, or the listed release numbers: additive mechanisms only), ``cells`` (only those
+    table cells), ``key`` (a fit's JAX key), ``dense_limit`` (the largest domain a histogram is drawn densely over),
+    ``pool`` (the persons targeted swapping may bring in) and ``shared`` (a release made once for several units,
+    TopDown's root, returning this unit's share)."""
+
+    backend: Any = None
+    rng: np.random.Generator | None = None
+    key: Any = None
+    runs: Any = None
+    cells: np.ndarray | None = None
+    dense_limit: int = DENSE_LIMIT
+    pool: Callable[[], Dataset] | None = None
+    shared: Callable[["ReleaseInputs"], "Published"] | None = None
+
+
+@dataclass(frozen=True)
 class ReleaseInputs:
     """Everything a mechanism's publishing function is given for one release of one unit, and nothing else.
 

@@ -16,11 +16,10 @@ from censusrecon.reconstruct.settings import RAPSettings, rap_settings
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.geography import FROM_ROWS
 from censusrecon.synth import registry
-from censusrecon.synth.histogram import DENSE_LIMIT
 from censusrecon.synth.keyed import KeyedNoise
 from censusrecon.synth.mechanism import Relation, parse_relation
 from censusrecon.synth.noise import make_backend
-from censusrecon.synth.publishing import Published, ReleaseInputs
+from censusrecon.synth.publishing import Draw, Published, ReleaseInputs
 
 log = logging.getLogger(__name__)
 
@@ -69,21 +68,20 @@ def release_backend(spec: ReleaseSpec, *parts):
     return KeyedNoise(stable_seed("noise", spec.seed, *parts))
 
 
-def release_inputs(spec: ReleaseSpec, mechanism: str, setting: float, D: Dataset, workload, backend,
-                   rng: np.random.Generator, key=None, runs=None, dense_limit: int = DENSE_LIMIT,
-                   cells: np.ndarray | None = None, pool=None, shared=None) -> ReleaseInputs:
+def release_inputs(spec: ReleaseSpec, mechanism: str, setting: float, D: Dataset, workload,
+                   draw: Draw = Draw()) -> ReleaseInputs:
     """What ``mechanism`` is given to release D's tables at ``setting``: D and the public workload, the
-    noise, the relation and the invariants the agency declared, the mechanism's own options, and (for a
-    fit) the RAP settings."""
+    noise and how it is drawn (``draw``), the relation and the invariants the agency declared, the mechanism's own
+    options, and (for a fit) the RAP settings."""
     kind = registry.mechanism(mechanism)
-    return ReleaseInputs(D, workload, setting, rng, backend, spec.relation, spec.invariants, kind.fit_note(backend),
-                         spec.options_of(mechanism), key, spec.rap if kind.needs_fit else None, runs, cells,
-                         dense_limit, pool, shared)
+    return ReleaseInputs(D, workload, setting, draw.rng, draw.backend, spec.relation, spec.invariants,
+                         kind.fit_note(draw.backend), spec.options_of(mechanism), draw.key,
+                         spec.rap if kind.needs_fit else None, draw.runs, draw.cells, draw.dense_limit, draw.pool,
+                         draw.shared)
 
 
-def publish(spec: ReleaseSpec, mechanism: str, epsilon: float, D: Dataset, workload, backend,
-            rng: np.random.Generator, key=None, runs=None, dense_limit: int = DENSE_LIMIT,
-            cells: np.ndarray | None = None, pool=None, shared=None) -> Published:
+def publish(spec: ReleaseSpec, mechanism: str, epsilon: float, D: Dataset, workload, draw: Draw = Draw()
+            ) -> Published:
     """Release D's tables by ``mechanism`` at ``epsilon`` (its setting): the one code path evaluate-release
     attacks, the auditor audits and an agency would publish through. ``spec``: what the config says about
     publishing (:class:`ReleaseSpec`).
@@ -91,15 +89,14 @@ def publish(spec: ReleaseSpec, mechanism: str, epsilon: float, D: Dataset, workl
     D's domain (attributes, BLOCK from the public block list) and the workload are public
     inputs. The true n of D reaches the release only where the neighbouring relation makes it
     public (replace-one) or the agency declared it (``release.invariants: [unit_total]``);
-    otherwise totals come from the noisy tables. ``runs`` releases that many times at once, or the
-    listed release numbers (the auditor's batches; additive mechanisms only), through the same code
-    as one release (a batch of one); ``cells`` draws only those table cells (the auditor's pairs:
-    with a keyed backend, equal to the same cells of the whole release).
+    otherwise totals come from the noisy tables. ``draw`` (:class:`synth.publishing.Draw`): the noise, and, for
+    the auditor, ``runs`` releases at once or the listed release numbers (additive mechanisms only), through the
+    same code as one release (a batch of one), and ``cells``, only those table cells (the auditor's pairs: with a
+    keyed backend, equal to the same cells of the whole release).
     """
     if not registry.is_mechanism(mechanism):
         raise ConfigError(f"unknown mechanism {mechanism!r}; the registered ones: {', '.join(registry.names())}")
-    x = release_inputs(spec, mechanism, epsilon, D, workload, backend, rng, key, runs, dense_limit, cells, pool, shared)
-    return registry.mechanism(mechanism).publish(x)
+    return registry.mechanism(mechanism).publish(release_inputs(spec, mechanism, epsilon, D, workload, draw))
 
 
 def swap_pool(study, unit: str) -> Dataset:

@@ -18,6 +18,7 @@ from censusrecon.experiments.problem import Study, build_workload, resolve, unit
 from censusrecon.experiments.progress import UnitProgress
 from censusrecon.experiments.release.files import unit_layout
 from censusrecon.synth.program_host import one_way_inputs, program_inputs, run_program, stop_workers
+from censusrecon.synth.publishing import Draw
 from censusrecon.synth.release_path import ReleaseSpec, publish
 from censusrecon.synth.topdown_release import publish_topdown, topdown_root, topdown_shape, topdown_tree
 from censusrecon.experiments.results import RayTasks, check_backend, on_ray
@@ -184,8 +185,8 @@ class StudySource:
         """What publishing reads of the config, resolved once for the audit's many draws."""
         return ReleaseSpec.of(self.cfg)
 
-    def publish(self, mechanism: str, epsilon: float, D, workload, backend, rng, **kw):
-        return publish(self.release_spec, mechanism, epsilon, D, workload, backend, rng, **kw)
+    def publish(self, mechanism: str, epsilon: float, D, workload, draw: Draw):
+        return publish(self.release_spec, mechanism, epsilon, D, workload, draw)
 
     def topdown_root(self, unit: str, with_block: bool):
         return topdown_root(self.study, unit, with_block)

@@ -54,6 +54,7 @@ from censusrecon.experiments.release.release_report import (audits_from_dicts, e
 from censusrecon.experiments.release.risks import frame, measure, RiskJob
 from censusrecon.reconstruct.exact import query_matrix, reconstruct_exact
 from censusrecon.reconstruct.least_deviation import reconstruct_least_deviation
+from censusrecon.synth.publishing import Draw
 
 log = logging.getLogger(__name__)
 
@@ -573,9 +574,9 @@ def _publish_mechanism(study: Study, spec: ReleaseSpec, unit: str, wb: bool, mec
         facts.update(more)
         return pub
 
-    pub = publish(spec, mech, setting, D, w, backend, rng,
-                  key=unit_key(cfg, "fit", unit, setting) if kind.needs_fit else None,
-                  pool=pool if kind.needs_pool else None, shared=shared if kind.scope == "root" else None)
+    pub = publish(spec, mech, setting, D, w, Draw(backend, rng, key=unit_key(cfg, "fit", unit, setting) if kind.needs_fit
+                                                  else None, pool=pool if kind.needs_pool else None,
+                                                  shared=shared if kind.scope == "root" else None))
     return pub, backend, facts
 
 

@@ -31,6 +31,7 @@ from censusrecon.synth.keyed import KeyedNoise
 from censusrecon.synth.mechanism import PrivacyError, parse_relation
 from censusrecon.synth.noise import OpenDPNoise
 from censusrecon.synth.release import workload_counts
+from censusrecon.synth.publishing import Draw
 
 
 def publication_noise(spec, seed: int, *parts):
@@ -59,8 +60,8 @@ def structure_check(src: AuditSource, mech, eps, workload, D, D2, batch: bool = 
     if batch:
         kw = dict(kw, runs=[0])
     try:
-        s1 = src.publish(mech, eps, D, workload, publication_noise(spec, 0, "structure", 1), rng, **kw).structure
-        s2 = src.publish(mech, eps, D2, workload, publication_noise(spec, 0, "structure", 2), rng, **kw).structure
+        s1 = src.publish(mech, eps, D, workload, Draw(publication_noise(spec, 0, "structure", 1), rng, **kw)).structure
+        s2 = src.publish(mech, eps, D2, workload, Draw(publication_noise(spec, 0, "structure", 2), rng, **kw)).structure
     except PrivacyError as e:
         return f"fail: {e}"
     return "pass" if s1 == s2 else "fail: the shape of the release differs between neighbours"
@@ -74,7 +75,7 @@ def replay_check(src: AuditSource, mech, eps, workload, D, D2, **kw) -> str:
     tables_kw = {k: v for k, v in kw.items() if k != "key"}
     values = []
     for i in range(spec.audit.replay_draws):
-        first = src.publish(source, eps, D, workload, publication_noise(spec, i, "replay"), np.random.default_rng(0), **tables_kw)
+        first = src.publish(source, eps, D, workload, Draw(publication_noise(spec, i, "replay"), np.random.default_rng(0), **tables_kw))
         if isinstance(first.output, SparseHistogram):
             v = np.zeros(first.output.domain_size, dtype=np.int64)
             v[first.output.keys] = first.output.counts
@@ -94,12 +95,12 @@ def replay_pairs(src: AuditSource, mech, eps, workload, D, pairs: list, values: 
         kw = dict(kw, runs=[0])
     for v in values:
         try:
-            p1 = src.publish(mech, eps, D, workload, ReplayNoise(v), np.random.default_rng(1), **kw)
+            p1 = src.publish(mech, eps, D, workload, Draw(ReplayNoise(v), np.random.default_rng(1), **kw))
         except PrivacyError as e:
             return f"fail: {e}"
         for what, D2 in pairs:
             try:
-                p2 = src.publish(mech, eps, D2, workload, ReplayNoise(v), np.random.default_rng(1), **kw)
+                p2 = src.publish(mech, eps, D2, workload, Draw(ReplayNoise(v), np.random.default_rng(1), **kw))
             except PrivacyError as e:
                 return f"fail: {e} ({what})"
             same = np.array_equal(p1.answers, p2.answers) and (

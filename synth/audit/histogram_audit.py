@@ -37,6 +37,7 @@ from censusrecon.synth.audit.statistics import (
 from censusrecon.synth.audit.yardstick import detailed_sensitivity, smoothed_mixing
 from censusrecon.synth.histogram import SparseHistogram
 from censusrecon.synth.mechanism import PrivacyError, Relation, parse_relation
+from censusrecon.synth.publishing import Draw
 
 #: Runs of the large-domain histogram path (one Python call per release).
 SPARSE_RUNS = 20_000
@@ -65,7 +66,7 @@ def _audit_perturbed(src: AuditSource, mech: str, eps: float, small, seed: int) 
             if path == "large-domain" and spec.backend == "opendp":
                 break  # publishing with OpenDP noises every cell: it never takes the large-domain path
             rng = np.random.default_rng(stable_seed("audit-hist", seed, eps, path, which))
-            out = src.publish(mech, eps, data, w, backend, rng, runs=runs, dense_limit=limit).output
+            out = src.publish(mech, eps, data, w, Draw(backend, rng, runs=runs, dense_limit=limit)).output
             if isinstance(out, list):
                 out = np.stack([lookup(h.keys, h.counts, keys, missing=0) for h in out])
             else:
@@ -117,7 +118,7 @@ def _audit_smoothed(src: AuditSource, mech: str, eps: float, small, seed: int) -
     ys = []
     for which, data in ((0, D), (1, D2)):
         rng = np.random.default_rng(stable_seed("audit-smooth", seed, eps, which))
-        draws = src.publish(mech, eps, data, w, None, rng, runs=a.runs).output
+        draws = src.publish(mech, eps, data, w, Draw(None, rng, runs=a.runs)).output
         ys.append(np.stack([(draws == ka).sum(axis=1), (draws == kb).sum(axis=1)], axis=1))
     res = audit_outputs(ys[0], ys[1], np.zeros(2, np.int64), np.array([-1, 1]), eps, mech,
                         a.confidence)
@@ -141,7 +142,7 @@ def _histogram_law_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: f
     rng = np.random.default_rng(stable_seed("audit-histogram-real", seed, unit, wb, eps))
     info = {"unit": unit, "cells": int(m)}
     try:
-        one = src.publish(mech, eps, D, workload, keyed_release(backend, 0), rng).output
+        one = src.publish(mech, eps, D, workload, Draw(keyed_release(backend, 0), rng)).output
     except PrivacyError as e:
         return {"family_contract": f"not run: its release of the real domain could not be drawn here ({e})"}, info
     except Exception as e:  # noqa: BLE001 - a release that cannot be made as the family makes it breaks its contract
@@ -157,7 +158,7 @@ def _histogram_law_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: f
         draw = rng.integers(0, m, 2 * n_empty + 16)
         empty = np.unique(np.concatenate([empty, draw[~np.isin(draw, keys)]]))[:n_empty]
     cols, truth = np.concatenate([keys, empty]), np.concatenate([counts, np.zeros(empty.size, np.int64)])
-    out = src.publish(mech, eps, D, workload, backend, rng, runs=list(range(1, a.whole_releases + 1))).output
+    out = src.publish(mech, eps, D, workload, Draw(backend, rng, runs=list(range(1, a.whole_releases + 1)))).output
     if isinstance(out, list):
         y = np.stack([lookup(h.keys, h.counts, cols, missing=0) for h in out])
     else:
@@ -203,14 +204,14 @@ def _smoothed_law_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: fl
     info = {"unit": unit, "cells": int(m), "n": n}
     backend = publication_noise(spec, seed, "smoothed-real", unit, wb, eps)  # the family draws from rng; a release may not
     try:
-        one = src.publish(mech, eps, D, workload, keyed_release(backend, 0), rng).output
+        one = src.publish(mech, eps, D, workload, Draw(keyed_release(backend, 0), rng)).output
     except Exception as e:  # noqa: BLE001 - a release that cannot be made as the family makes it breaks its contract
         return {"family_contract": f"fail: {mech} could not release the unit's own D as the smoothed family does "
                                    f"({type(e).__name__}: {e})"}, info
     if not (isinstance(one, np.ndarray) and one.ndim == 1 and one.size == n and np.issubdtype(one.dtype, np.integer)
             and (one.size == 0 or (one.min() >= 0 and one.max() < m))):
         return {"family_contract": contract_failure(mech, "smoothed", f"{n} draws of cells of the unit's {m}", one)}, info
-    draws = np.asarray(src.publish(mech, eps, D, workload, backend, rng, runs=a.whole_releases).output).ravel()
+    draws = np.asarray(src.publish(mech, eps, D, workload, Draw(backend, rng, runs=a.whole_releases)).output).ravel()
     occupied = np.unique(D.keys())
     hits, total = int((~np.isin(draws, occupied)).sum()), int(draws.size)
     need = smoothed_mixing(eps, n, m, n) * (m - occupied.size) / m

@@ -84,8 +84,9 @@ class AuditSource(Protocol):
     def fit_key(self, *parts) -> Any:
         """The JAX key a published fit draws from, named by its public parts (unit, ε)."""
 
-    def publish(self, mechanism: str, epsilon: float, D: Any, workload: Any, backend: Any, rng: Any, **kw) -> Any:
-        """One release (or a batch of them) of ``D`` through the mechanism's own publishing function."""
+    def publish(self, mechanism: str, epsilon: float, D: Any, workload: Any, draw: Any) -> Any:
+        """One release (or a batch of them: ``draw``, a :class:`synth.publishing.Draw`) of ``D`` through the
+        mechanism's own publishing function."""
 
     def topdown_root(self, unit: str, with_block: bool) -> Any:
         """The production TopDown tree the unit's release belongs to."""

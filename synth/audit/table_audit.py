@@ -31,6 +31,7 @@ from censusrecon.synth.audit.source import AuditSource
 from censusrecon.synth.audit.statistics import AuditResult, NoiseGroups, audit_outputs, laplace_scale_upper
 from censusrecon.synth.mechanism import parse_relation
 from censusrecon.synth.topdown import Budget
+from censusrecon.synth.publishing import Draw
 
 
 def _audit_tables_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: float, seed: int, cache: dict) -> AuditResult:
@@ -48,7 +49,7 @@ def _audit_tables_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: fl
     rng0 = np.random.default_rng(0)
     bound, backend = bound_noise(seed, "tables", unit, wb, eps), publication_noise(spec, seed, "tables", unit, wb, eps)
     # the family's contract: noisy counts of every published cell, one row a release (a fitted file's batch branch)
-    probe = src.publish(mech, eps, D, workload, bound, rng0, runs=[0]).output
+    probe = src.publish(mech, eps, D, workload, Draw(bound, rng0, runs=[0])).output
     if np.shape(getattr(probe, "counts", None)) != (1, exact.size):
         family = "fitted_tables" if fitted else "tables"
         return AuditResult(mech, eps, 0.0, 0, a.confidence, "none", {"family_contract": contract_failure(
@@ -61,8 +62,8 @@ def _audit_tables_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: fl
             continue
         r1 = range(2 * i * a.runs, (2 * i + 1) * a.runs)
         r2 = range((2 * i + 1) * a.runs, (2 * i + 2) * a.runs)
-        y1 = src.publish(mech, eps, D, workload, bound, rng0, runs=r1, cells=idx).output.counts
-        y2 = src.publish(mech, eps, D2, workload, bound, rng0, runs=r2, cells=idx).output.counts
+        y1 = src.publish(mech, eps, D, workload, Draw(bound, rng0, runs=r1, cells=idx)).output.counts
+        y2 = src.publish(mech, eps, D2, workload, Draw(bound, rng0, runs=r2, cells=idx)).output.counts
         res = audit_outputs(y1, y2, exact[idx], (c2 - exact)[idx], eps, mech, pair_conf)
         bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
         if bound is backend or not backend.for_publication:  # the far tail over publication noise only
@@ -73,8 +74,8 @@ def _audit_tables_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: fl
 
     def whole_release(r: int):
         if fitted:
-            return src.publish(mech, eps, D, workload, backend, rng0, runs=[start + r]).output.counts[0]
-        return src.publish(mech, eps, D, workload, keyed_release(backend, start + r), rng0).output.counts
+            return src.publish(mech, eps, D, workload, Draw(backend, rng0, runs=[start + r])).output.counts[0]
+        return src.publish(mech, eps, D, workload, Draw(keyed_release(backend, start + r), rng0)).output.counts
 
     whole = np.stack([whole_release(r) for r in range(a.whole_releases)])
     noise = whole - exact[None, :]
@@ -105,8 +106,8 @@ def _audit_tables_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: fl
     neighbours = replay_neighbours(D, relation, areas, a.replay_pairs, rng) + far
     values = [whole[i] for i in range(min(a.replay_draws, len(whole)))]
     checks["post_processing"] = replay_pairs(src, mech, eps, workload, D, neighbours, values, batch=fitted)
-    record = (src.publish(mech, eps, D, workload, backend, rng0, runs=[start]) if fitted else
-              src.publish(mech, eps, D, workload, keyed_release(backend, start), rng0)).record
+    record = (src.publish(mech, eps, D, workload, Draw(backend, rng0, runs=[start])) if fitted else
+              src.publish(mech, eps, D, workload, Draw(keyed_release(backend, start), rng0))).record
     checks["accounting"], acc = _tables_accounting(record, eps, sens.l1)
     info.update(acc)
     checks["structure"] = (structure_check(src, mech, eps, workload, D, pairs[0][1], batch=fitted) if pairs
@@ -138,7 +139,7 @@ def _single_release_check(src: AuditSource, mech: str, eps: float, workload, D: 
     drew through its batch branch: with the audit's keyed noise, release ``release`` of the key exactly (``drawn``);
     with a publishing backend, which never repeats a draw, tables whose noise spends at most ε (the scale of its
     cells' noise bounded above, at the tables' L1 ``sensitivity``)."""
-    one = src.publish(mech, eps, D, workload, keyed_release(backend, release), np.random.default_rng(0), key=key)
+    one = src.publish(mech, eps, D, workload, Draw(keyed_release(backend, release), np.random.default_rng(0), key=key))
     tables = one.facts.get("noisy_tables")
     if tables is None:
         return "fail: the release as published does not say which noisy tables it fitted (Published.facts['noisy_tables'])"

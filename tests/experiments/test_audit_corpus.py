@@ -22,6 +22,7 @@ from censusrecon.experiments.problem import load_population, resolve
 from censusrecon.experiments.release.audit import audit_release
 from censusrecon.synth.release_path import ReleaseSpec, publish
 from censusrecon.synth.keyed import KeyedNoise
+from censusrecon.synth.publishing import Draw
 
 FAST = ["release.epsilons=[1.0]", "release.audit.runs=20000", "release.audit.whole_releases=40",
         "release.audit.replay_pairs=12", "release.audit.replay_draws=2", "release.audit.seed=11", "target.units=1"]
@@ -363,12 +364,12 @@ def test_a_single_release_equals_the_batch_element_drawn_with_the_same_key(root,
     w = build_workload(cfg, cfg.queries[0], D.domain)
     rng = np.random.default_rng(0)
     for mech in ("laplace_tables", "perturbed_histogram"):
-        one = publish(ReleaseSpec.of(cfg), mech, 1.0, D, w, KeyedNoise(5, release=3), rng).output
-        batch = publish(ReleaseSpec.of(cfg), mech, 1.0, D, w, KeyedNoise(5), rng, runs=[7, 3, 2]).output
+        one = publish(ReleaseSpec.of(cfg), mech, 1.0, D, w, Draw(KeyedNoise(5, release=3), rng)).output
+        batch = publish(ReleaseSpec.of(cfg), mech, 1.0, D, w, Draw(KeyedNoise(5), rng, runs=[7, 3, 2])).output
         if mech == "laplace_tables":
             assert np.array_equal(one.counts, batch.counts[1])
             cells = np.array([4, 0, w.num_queries - 1])
-            part = publish(ReleaseSpec.of(cfg), mech, 1.0, D, w, KeyedNoise(5), rng, runs=[3], cells=cells).output.counts
+            part = publish(ReleaseSpec.of(cfg), mech, 1.0, D, w, Draw(KeyedNoise(5), rng, runs=[3], cells=cells)).output.counts
             assert np.array_equal(part[0], one.counts[cells])
         else:
             full = np.zeros(one.domain_size, dtype=np.int64)

@@ -10,6 +10,7 @@ import pytest
 from censusrecon.experiments.cli import main
 from censusrecon.experiments.config import ConfigError, ToleranceConfig, load_config, parse_config
 from censusrecon.experiments.release.evaluate import evaluate_release, lift_table
+from censusrecon.synth.publishing import Draw
 
 
 _RESOLVED: dict = {}  # how often release_run's evaluation read the data and chose its units
@@ -413,7 +414,7 @@ def test_the_table_error_printed_is_the_cell_weighted_error_of_the_published_tab
     for unit in select_units(pop, cfg)[:2]:
         D = resolve(cfg, pop).prepare(unit, True, pad_blocks=False).private
         w = build_workload(cfg, cfg.queries[0], D.domain)
-        pub = publish(ReleaseSpec.of(cfg), "laplace_tables", 1.0, D, w, KeyedNoise(3), np.random.default_rng(0))
+        pub = publish(ReleaseSpec.of(cfg), "laplace_tables", 1.0, D, w, Draw(KeyedNoise(3), np.random.default_rng(0)))
         exact = workload_counts(D, w)
         errs += float(np.abs(pub.counts - exact).sum())
         cells += exact.size

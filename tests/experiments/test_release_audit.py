@@ -25,6 +25,7 @@ from censusrecon.microdata.geography import FROM_ROWS
 from censusrecon.synth.audit.statistics import ReplayNoise
 from censusrecon.synth.mechanism import marginal_sensitivity
 from censusrecon.synth.noise import SimulationNoise
+from censusrecon.synth.publishing import Draw
 
 SMALL = ["release.epsilons=[1.0]", "release.audit.runs=20000", "target.units=1"]
 
@@ -154,8 +155,8 @@ def test_a_one_person_block_changes_no_shape_when_its_resident_is_replaced(root)
         prob = resolve(cfg, people).prepare(unit, True, pad_blocks=False)
         D = prob.private
         w = build_workload(cfg, cfg.queries[0], D.domain)
-        tables = publish(ReleaseSpec.of(cfg), "laplace_tables", 1.0, D, w, SimulationNoise(0), np.random.default_rng(0))
-        hist = publish(ReleaseSpec.of(cfg), "perturbed_histogram", 1.0, D, w, SimulationNoise(0), np.random.default_rng(0))
+        tables = publish(ReleaseSpec.of(cfg), "laplace_tables", 1.0, D, w, Draw(SimulationNoise(0), np.random.default_rng(0)))
+        hist = publish(ReleaseSpec.of(cfg), "perturbed_histogram", 1.0, D, w, Draw(SimulationNoise(0), np.random.default_rng(0)))
         shapes.append((D.domain, tables.structure, tables.output.counts.shape, hist.structure,
                        hist.output.domain_size, prob.block_list_source))
     assert shapes[0] == shapes[1]
@@ -185,12 +186,12 @@ def test_under_add_remove_no_release_depends_on_n(mechanism, root):
     D2 = Dataset(D.domain, np.vstack([D.codes, D.codes[:1]]))
     w = build_workload(cfg, cfg.queries[0], D.domain)
     source = "laplace_tables" if mechanism == "synthetic" else mechanism
-    first = publish(ReleaseSpec.of(cfg), source, 1.0, D, w, SimulationNoise(3), np.random.default_rng(0))
+    first = publish(ReleaseSpec.of(cfg), source, 1.0, D, w, Draw(SimulationNoise(3), np.random.default_rng(0)))
     out = first.output
     values = out.counts if source == "laplace_tables" else np.bincount(out.keys, out.counts, D.domain.total_size)
     key = experiments.problem.unit_key(cfg, "test")
-    a = publish(ReleaseSpec.of(cfg), mechanism, 1.0, D, w, ReplayNoise(values.astype(np.int64)), np.random.default_rng(1), key=key)
-    b = publish(ReleaseSpec.of(cfg), mechanism, 1.0, D2, w, ReplayNoise(values.astype(np.int64)), np.random.default_rng(1), key=key)
+    a = publish(ReleaseSpec.of(cfg), mechanism, 1.0, D, w, Draw(ReplayNoise(values.astype(np.int64)), np.random.default_rng(1), key=key))
+    b = publish(ReleaseSpec.of(cfg), mechanism, 1.0, D2, w, Draw(ReplayNoise(values.astype(np.int64)), np.random.default_rng(1), key=key))
     np.testing.assert_array_equal(a.answers, b.answers)
     if mechanism == "synthetic":
         assert len(a.output) == len(b.output) != len(D)  # rows from the noisy total, not from n

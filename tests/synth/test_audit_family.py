@@ -18,6 +18,7 @@ from censusrecon.synth.audit.source import AuditSpec
 from censusrecon.synth.audit.neighbours import drop_row
 from censusrecon.synth.audit.statistics import AuditResult, audit_outputs, laplace_scale_upper
 from censusrecon.synth.publishing import Published
+from censusrecon.synth.publishing import Draw
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +51,7 @@ def audit_total(call: FamilyCall) -> AuditResult:
         D = src.prepare(unit, call.with_block).private
         workload = src.workload(src.spec.published, D.domain)
         rng = np.random.default_rng(stable_seed("toy-total", call.seed, unit, eps))
-        ys = [np.array([src.publish(mech, eps, data, workload, None, rng).counts for _ in range(a.runs)])
+        ys = [np.array([src.publish(mech, eps, data, workload, Draw(None, rng)).counts for _ in range(a.runs)])
               for data in (D, drop_row(D, 0))]
         res = audit_outputs(ys[0], ys[1], np.array([len(D)]), np.array([-1]), eps, mech, a.confidence)
         spent = 1 / laplace_scale_upper(ys[0][:, 0] - len(D), a.confidence)
