@@ -169,9 +169,7 @@ def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.nd
     if "perfect" in rc.attacker_files:
         files.append(perfect_file(block, sex, age))
     if "commercial" in rc.attacker_files:
-        c = rc.commercial
-        files.append(commercial_file(block, sex, age, np.unique(block), file_rng,
-                                     c.coverage, c.wrong_block, c.wrong_sex, c.age_error, c.age_error_years, c.extra,
+        files.append(commercial_file(perfect_file(block, sex, age), np.unique(block), file_rng, rc.commercial,
                                      n_sexes=domain.size("SEX"), n_ages=domain.size("AGE")))
     recs = {}
     for name, rec in methods.items():

@@ -33,15 +33,18 @@ def perfect_file(block: np.ndarray, sex: np.ndarray, age: np.ndarray) -> Attacke
     return AttackerFile("perfect", np.arange(n), np.asarray(block), np.asarray(sex), np.asarray(age))
 
 
-def commercial_file(block: np.ndarray, sex: np.ndarray, age: np.ndarray, blocks: np.ndarray, rng: np.random.Generator,
-                    coverage: float, wrong_block: float, wrong_sex: float, age_error: float, age_error_years: int,
-                    extra: float, n_sexes: int = 2, n_ages: int | None = None) -> AttackerFile:
-    """A commercial-like file: a ``coverage`` share of D's persons, each record independently in
-    another of ``blocks`` (the unit's occupied blocks, which its published totals show: a commercial
-    file's addresses are residences) with probability ``wrong_block``, with the other sex
-    (``wrong_sex``), with an age off by 1 to ``age_error_years`` years either way (``age_error``);
-    plus ``extra`` × |D| records of nobody in D (identity errors: a random occupied block, and the sex
-    and age of a random person of D). Every rate 0 and coverage 1 give the perfect file."""
+def commercial_file(truth: AttackerFile, blocks: np.ndarray, rng: np.random.Generator, rates, n_sexes: int = 2,
+                    n_ages: int | None = None) -> AttackerFile:
+    """A commercial-like file made from ``truth`` (D's persons as :func:`perfect_file` has them) at ``rates``
+    (:class:`experiments.config.CommercialFileConfig`): a ``coverage`` share of D's persons, each record
+    independently in another of ``blocks`` (the unit's occupied blocks, which its published totals show: a
+    commercial file's addresses are residences) with probability ``wrong_block``, with the other sex
+    (``wrong_sex``), with an age off by 1 to ``age_error_years`` years either way (``age_error``); plus ``extra`` ×
+    |D| records of nobody in D (identity errors: a random occupied block, and the sex and age of a random person of
+    D). Every rate 0 and coverage 1 give the perfect file."""
+    block, sex, age = truth.block, truth.sex, truth.age
+    coverage, wrong_block, wrong_sex = rates.coverage, rates.wrong_block, rates.wrong_sex
+    age_error, age_error_years, extra = rates.age_error, rates.age_error_years, rates.extra
     n = len(block)
     n_ages = n_ages or int(np.max(age, initial=0)) + 1
     blocks = np.unique(np.asarray(blocks, dtype=np.int64))
@@ -64,13 +67,14 @@ def commercial_file(block: np.ndarray, sex: np.ndarray, age: np.ndarray, blocks:
                         np.concatenate([b, where]), np.concatenate([s, sex[pick]]), np.concatenate([a, age[pick]]))
 
 
-def confirmed(file: AttackerFile, linked: np.ndarray, binned: np.ndarray, rec_block, rec_sex, rec_age, rec_re,
-              block, sex, age, re) -> np.ndarray:
+def confirmed(file: AttackerFile, linked: np.ndarray, rec: tuple, truth: tuple) -> np.ndarray:
     """Which links are confirmed: the named person exists and their confidential block, sex, race and
     ethnicity are the linked record's, and so is their age, exactly or failing that in its 38-bin group,
     whichever pass made the link (the Bureau's code confirms every link on exact age, then on the bin:
-    a commercial record a year off links on that wrong year and is confirmed on the bin). ``binned``
-    is kept for the report of which pass linked."""
+    a commercial record a year off links on that wrong year and is confirmed on the bin). ``rec``: the
+    reconstructed file's (block, sex, age, race/eth) arrays; ``truth``: D's."""
+    rec_block, rec_sex, rec_age, rec_re = rec
+    block, sex, age, re = truth
     ok = (linked >= 0) & (file.person >= 0)
     i = np.flatnonzero(ok)
     p, j = file.person[i], linked[i]
@@ -141,8 +145,8 @@ def reidentify(files: list[AttackerFile], reconstructions: dict[str, tuple], tru
     for name, (rb, rs, ra, rre) in reconstructions.items():
         for f in files:
             rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-            linked, binned = link_one_to_one(f, rb, rs, ra, rng)
-            conf = confirmed(f, linked, binned, rb, rs, ra, rre, block, sex, age, re)
+            linked, _ = link_one_to_one(f, rb, rs, ra, rng)
+            conf = confirmed(f, linked, (rb, rs, ra, rre), truth)
             put = linked >= 0
             in_group = np.zeros(len(f), bool)
             named = f.person >= 0

@@ -147,7 +147,7 @@ def test_one_to_one_linkage_never_links_a_reconstructed_record_twice():
 
 def test_a_commercial_file_without_errors_reproduces_the_perfect_files_results():
     from censusrecon.experiments.config import CommercialFileConfig, ReidentificationConfig
-    from censusrecon.experiments.reid import commercial_file
+    from censusrecon.experiments.reid import commercial_file, perfect_file
 
     dom = _dom()
     rng = np.random.default_rng(3)
@@ -175,8 +175,7 @@ def test_a_commercial_file_without_errors_reproduces_the_perfect_files_results()
     big = 20_000
     b, s, a = rng.integers(0, 40, big), rng.integers(0, 2, big), rng.integers(0, 90, big)
     c = CommercialFileConfig()
-    f = commercial_file(b, s, a, np.arange(40), rng, c.coverage, c.wrong_block, c.wrong_sex, c.age_error, c.age_error_years,
-                        c.extra, n_ages=116)
+    f = commercial_file(perfect_file(b, s, a), np.arange(40), rng, c, n_ages=116)
     p = f.person
     ok = (p >= 0)
     right = ok.copy()
@@ -188,7 +187,9 @@ def test_a_commercial_file_without_errors_reproduces_the_perfect_files_results()
     on_block[ok] = f.block[ok] == b[p[ok]]
     assert right.sum() / on_block.sum() > 0.95
     # a misplaced record goes only to an occupied block
-    g = commercial_file(b, s, a, np.array([3, 7, 11]), rng, 1.0, 1.0, 0.0, 0.0, 0, 0.5, n_ages=116)
+    g = commercial_file(perfect_file(b, s, a), np.array([3, 7, 11]), rng,
+                        CommercialFileConfig(coverage=1, wrong_block=1, wrong_sex=0, age_error=0, age_error_years=0,
+                                             extra=0.5), n_ages=116)
     assert set(g.block[g.person >= 0].tolist()) <= {3, 7, 11} and set(g.block.tolist()) <= {3, 7, 11}
 
 def test_zero_variability_and_agreement_by_the_bureaus_block_size_bins():
