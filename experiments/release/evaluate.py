@@ -290,9 +290,9 @@ def evaluate_unit(study: Study, task: UnitTask, store: UnitStore, files: dict, b
     ``store``: the one step both backends run per unit. Returns it as :meth:`UnitStore.load` would."""
     ledger = Ledger()
     t_unit = time.perf_counter()
-    unit_curves, unit_util, unit_exact, unit_micro = _evaluate_unit(study, task.unit, task.with_block, ledger,
-                                                                    bar or _Quiet(), topdown_cache, store.dir.parent,
-                                                                    files)
+    unit_curves, unit_util, unit_exact, unit_micro = _UnitRun(
+        study, task.unit, task.with_block, ledger, bar or _Quiet(), {} if topdown_cache is None else topdown_cache,
+        store.dir.parent, files).evaluate()
     return store.save(task, unit_curves, {"utility": unit_util, "exact_attack": unit_exact, "ledger": ledger.entries,
                                           "seconds_unit": round(time.perf_counter() - t_unit, 2)}, unit_micro)
 
@@ -334,163 +334,247 @@ def decide_release(cfg: ExperimentConfig, run_dir: Path, df: pd.DataFrame, util:
     return decide(cfg, dataclasses.replace(ev, verdicts=verdicts, row_mechanisms=frozenset(published_rows)))
 
 
-def _evaluate_unit(study: Study, unit: str, wb: bool, ledger: Ledger, bar,
-                   topdown_cache: dict | None = None, run_dir: Path | None = None,
-                   files: dict | None = None) -> tuple[pd.DataFrame, list, list]:
-    """All releases of one unit, each attacked; plus the exact-table attack and the baselines.
+@dataclass
+class _UnitRun:
+    """One unit's evaluation under way (:func:`evaluate_unit`): every release of it attacked, the exact tables and
+    the baselines; its problem, workload and truth prepared once, what it measured gathered as it goes.
     ``files``: the release files made elsewhere (:func:`experiments.release.files.read_release_files`)."""
-    cfg = study.cfg
-    r = cfg.release
-    topdown_cache = {} if topdown_cache is None else topdown_cache
-    prob = study.prepare(unit, wb, pad_blocks=False)  # every listed block, empty ones included
-    D, H = prob.private, prob.holdout
-    truth = D.keys()
-    u = effective_u(D.distinct(), H.distinct())
-    ks = k_grid(u, cfg.grid_points)
-    w = build_workload(cfg, cfg.published, D.domain, prob.areas)
-    plan = plan_for(w)
-    exact = exact_answers(D, w)
-    exact_counts = workload_counts(D, w)
-    settings = rap_settings(cfg)
-    tie_rng = np.random.default_rng(stable_seed("ties", cfg.seed, unit, wb))
-    rap = attacks.attack(RAP_RANK)
 
-    def attack(targets, tag, mech, setting, steps_settings=None):
+    study: Study
+    unit: str
+    wb: bool
+    ledger: Ledger
+    bar: object
+    topdown_cache: dict
+    run_dir: Path | None = None
+    files: dict | None = None
+
+    def __post_init__(self):
+        cfg, unit, wb = self.study.cfg, self.unit, self.wb
+        self.cfg = cfg
+        self.prob = prob = self.study.prepare(unit, wb, pad_blocks=False)  # every listed block, empty ones included
+        self.D, self.H = prob.private, prob.holdout
+        self.truth = self.D.keys()
+        self.u = effective_u(self.D.distinct(), self.H.distinct())
+        self.ks = k_grid(self.u, cfg.grid_points)
+        self.w = build_workload(cfg, cfg.published, self.D.domain, prob.areas)
+        self.plan = plan_for(self.w)
+        self.exact = exact_answers(self.D, self.w)
+        self.exact_counts = workload_counts(self.D, self.w)
+        self.settings = rap_settings(cfg)
+        self.tie_rng = np.random.default_rng(stable_seed("ties", cfg.seed, unit, wb))
+        self.common = dict(unit=unit, variant=wb, u=self.u, n_rows=len(self.D), n_unique=unique_persons(self.D))
+        self.exact_on = cfg.attack.exact and not isinstance(self.w, Workload)
+        self.spec = ReleaseSpec.of(cfg)  # what the config says about publishing, resolved once for the unit
+        self.cache: dict = {}
+        self.exact_status: dict = {"status": [], "agreement": [], "reidentification": [], "strength": [],
+                                   "agreement_by_size": []}
+        self.curves: list[pd.DataFrame] = []
+        self.utility: list[dict] = []
+        self.micro = [_micro_rows(self.D, unit, wb, "D"), _micro_rows(self.H, unit, wb, "holdout")]
+        self.extra = {"unit": unit, "with_block": wb}
+        if wb:
+            self.extra["block_list"] = prob.block_list_source
+
+    def evaluate(self) -> tuple[pd.DataFrame, list, dict, pd.DataFrame | None]:
+        """The unit's curves, utility rows, exact-attack facts and published rows (None: no release published
+        rows)."""
+        self.exact_tables()
+        self.baselines()
+        r = self.cfg.release
+        for mech in r.evaluated:
+            for setting in r.settings_of(mech):
+                self.score(mech, setting, self.publish_one(mech, setting))
+                self.bar.update(1, f"{self.unit}: {mech}, {setting_label(mech, setting)}")
+        published = len(self.micro) > 2
+        return (pd.concat(self.curves, ignore_index=True), self.utility, self.exact_status,
+                pd.concat(self.micro, ignore_index=True) if published else None)
+
+    def rap_curve(self, targets, tag, mech, setting, steps_settings=None) -> pd.DataFrame:
         """RAP-Rank on published answers; its strength rows (the first k of its K runs) are kept."""
-        s = settings if steps_settings is None else steps_settings
-        rng = (tie_rng if steps_settings is None
+        cfg, unit, wb = self.cfg, self.unit, self.wb
+        s = self.settings if steps_settings is None else steps_settings
+        rng = (self.tie_rng if steps_settings is None
                else np.random.default_rng(stable_seed("ties", cfg.seed, unit, wb, "2T")))
-        got = attack_unit(rap, AttackInputs(w, targets, rng, int(ks.max()), key=unit_key(cfg, "attack", unit, wb, tag),
-                                            runs=cfg.attack.runs, settings=s, plan=plan))
+        got = attack_unit(attacks.attack(RAP_RANK), AttackInputs(
+            self.w, targets, rng, int(self.ks.max()), key=unit_key(cfg, "attack", unit, wb, tag), runs=cfg.attack.runs,
+            settings=s, plan=self.plan))
         res = got.fit
         seed = stable_seed("strength", cfg.seed)
-        exact_status["strength"] += [{"unit": unit, "variant": wb, "mechanism": mech, "setting": setting,
-                                      "steps": s.steps, **r} for r in strength_by_runs(res.codes, D.domain.encode,
-                                                                                         truth, u, seed, res.ranking)]
-        return match_rate_curve(got.ranking, truth, ks, u)
+        self.exact_status["strength"] += [
+            {"unit": unit, "variant": wb, "mechanism": mech, "setting": setting, "steps": s.steps, **r}
+            for r in strength_by_runs(res.codes, self.D.domain.encode, self.truth, self.u, seed, res.ranking)]
+        return match_rate_curve(got.ranking, self.truth, self.ks, self.u)
 
-    def unit_attacks(targets, tag, **cols) -> list[pd.DataFrame]:
+    def unit_attacks(self, targets, tag, **cols) -> list[pd.DataFrame]:
         """The attacks run unit by unit (attack.methods) on what was published (noisy answers for a DP release)."""
         out = []
-        for method in cfg.attack.methods:
+        for method in self.cfg.attack.methods:
             kind = attacks.attack(method)
             mixed = (kind.name,) if kind.seed_with_name else ()
-            tie = np.random.default_rng(stable_seed("ties", cfg.seed, unit, wb, tag, *mixed))
-            got = attack_unit(kind, AttackInputs(w, targets, tie, int(ks.max())))
-            out.append(match_rate_curve(got.ranking, truth, ks, u, got.candidates).assign(method=method, **cols))
+            tie = np.random.default_rng(stable_seed("ties", self.cfg.seed, self.unit, self.wb, tag, *mixed))
+            got = attack_unit(kind, AttackInputs(self.w, targets, tie, int(self.ks.max())))
+            out.append(match_rate_curve(got.ranking, self.truth, self.ks, self.u, got.candidates)
+                       .assign(method=method, **cols))
         return out
 
-    common = dict(unit=unit, variant=wb, u=u, n_rows=len(D), n_unique=unique_persons(D))
-    exact_on = cfg.attack.exact and not isinstance(w, Workload)
-    spec = ReleaseSpec.of(cfg)  # what the config says about publishing, resolved once for the unit
-
-    cache: dict = {}
-
-    def exact_attack(counts, mech, setting, rows: Dataset | None = None, noisy=None):
+    def exact_curve(self, counts, mech, setting, rows: Dataset | None = None, noisy=None) -> pd.DataFrame | None:
         """The integer-programming attack on a release's published tables: the exact count model for
         consistent tables (no certificates), the least-deviation fit for independently noised ones
         (``noisy``: their scale, total and whether it is public); with the Bureau's measures of its
         reconstruction and of the rows the release publishes (:func:`bureau_measures`)."""
-        tag = {"unit": unit, "variant": wb, "mechanism": mech, "setting": setting}
+        cfg, w = self.cfg, self.w
+        tag = {"unit": self.unit, "variant": self.wb, "mechanism": mech, "setting": setting}
         if noisy is not None:  # independent Laplace noise: the maximum-likelihood fit, not "infeasible"
-            if "matrix" not in cache:
-                cache["matrix"] = query_matrix(w)
+            if "matrix" not in self.cache:
+                self.cache["matrix"] = query_matrix(w)
             res = reconstruct_least_deviation(w, counts, noisy.scale, cfg.attack.exact_time_limit,
                                               total=noisy.total if noisy.total_public else None,
-                                              matrix=cache["matrix"])
-            exact_status["status"].append({**tag, **res.facts()})
+                                              matrix=self.cache["matrix"])
+            self.exact_status["status"].append({**tag, **res.facts()})
         else:
             res, _ = reconstruct_exact(w, np.clip(np.rint(counts), 0, None).astype(np.int64),
                                        time_limit=cfg.attack.exact_time_limit, certify_support=False)
-            exact_status["status"].append({**tag, "status": res.status})
+            self.exact_status["status"].append({**tag, "status": res.status})
         keys, n = res.rows() if res.solved else (None, None)
-        for kind, rows_ in bureau_measures(cfg, D, None if keys is None else np.repeat(keys, n), rows,
-                                           stable_seed("reid", cfg.seed, unit, wb)).items():  # one attacker file
-            exact_status[kind] += [{**tag, **r} for r in rows_]
+        for kind, rows_ in bureau_measures(cfg, self.D, None if keys is None else np.repeat(keys, n), rows,
+                                           stable_seed("reid", cfg.seed, self.unit, self.wb)).items():  # one file
+            self.exact_status[kind] += [{**tag, **r} for r in rows_]
         if not res.solved:
             return None
-        return match_rate_curve(rank_by_score(keys, n.astype(np.float64)), truth, ks, u)
+        return match_rate_curve(rank_by_score(keys, n.astype(np.float64)), self.truth, self.ks, self.u)
 
-    exact_status: dict = {"status": [], "agreement": [], "reidentification": [], "strength": [], "agreement_by_size": []}
-    exact_cols = dict(epsilon=math.inf, setting=math.inf, mechanism=EXACT, utility_error=0.0, **common)
-    curves = [attack(exact, "exact", "exact", math.inf).assign(method=RAP_RANK, **exact_cols),
-              *unit_attacks(exact, "exact", **exact_cols)]
-    # strength in T: the same K runs on the exact tables with twice the steps (their curve is not kept:
-    # only how far the persons reconstructed move)
-    attack(exact, "exact", "exact", math.inf, dataclasses.replace(settings, steps=2 * settings.steps))
-    if exact_on:
-        c = exact_attack(exact_counts, "exact", math.inf)
-        if c is not None:
-            curves.append(c.assign(epsilon=math.inf, setting=math.inf, mechanism=EXACT, method="exact",
-                                   utility_error=0.0, **common))
-    bar.update(1, f"{unit}: exact tables")
-    priors = study.priors(prob)
-    for b, curve, _ in baseline_curves(cfg, priors, unit, truth, ks, u, lambda b: tie_rng):
-        curves.append(curve.assign(epsilon=np.nan, setting=np.nan, mechanism=BASELINE, method=b,
-                                   utility_error=np.nan, **common))
-    utility = []
-    micro = [_micro_rows(D, unit, wb, "D"), _micro_rows(H, unit, wb, "holdout")]
-    extra = {"unit": unit, "with_block": wb}
-    if wb:
-        extra["block_list"] = prob.block_list_source
-    for mech in r.evaluated:
-        for setting in r.settings_of(mech):
-            rng = np.random.default_rng(stable_seed("release", cfg.seed, unit, mech, setting))
-            if registry.is_program(mech):
-                spec = r.program(mech)
-                if "program_inputs" not in cache:  # the same D, cells and domain for every program and ε
-                    cache["layout"] = unit_layout(study, unit, wb)
-                    cache["program_inputs"] = program_inputs(D, unit, cache["layout"],
-                                                             study.blocks(unit)[0] if wb else None, prob.areas)
-                values = run_program(cfg, spec, cache["program_inputs"], setting, 1, publication_seed())[0]
-                pub = tables_published(mech, cache["layout"].to_queries(values), w, PROGRAM_NOTE)
-                ledger.note(mech, spec.function or " ".join(spec.command), PROGRAM_NOTE, declared_epsilon=setting,
-                            relation=r.relation, differentially_private="declared by the program; audited as a black "
-                            "box", for_publication=None, params=spec.params, **extra, invariants=[])
-            elif registry.is_file(mech):
-                spec = r.file(mech, setting)
-                tf = files[(mech, setting)]
-                pub = file_published(mech, tf, unit, wb, w)
-                ledger.note(mech, "file", FILE_NOTE, declared_epsilon=spec.epsilon, file=spec.path,
-                            sha256=tf.digest, made_with=spec.made_with, for_publication=None, **extra,
-                            invariants=[])
-            else:
-                pub, backend, facts = _publish_mechanism(study, spec, unit, wb, mech, setting, D, w, rng, cache,
-                                                         topdown_cache, run_dir)
-                kind = registry.mechanism(mech)
-                if not kind.dp:
-                    ledger.note(mech, kind.made_with, pub.publication_note, **{kind.setting_key: setting},
-                                **{k: v for k, v in pub.facts.items() if k not in ("kind", kind.setting_key)}, **extra,
-                                invariants=own_invariants(spec, mech, wb))
-                else:
-                    if getattr(backend, "contrib", False):
-                        extra.update(opendp_version=backend.version, opendp_contrib=True)
-                    protects, exact = neighbours_of(spec, mech)
-                    ledger.record(pub.record, backend.name, pub.for_publication, publication_note=pub.publication_note,
-                                  invariants=own_invariants(spec, mech, wb), neighbours=protects,
-                                  published_exactly=exact, **extra, **facts)
-            if pub.rows is not None:
-                micro.append(_micro_rows(pub.rows, unit, wb, "release", mech, setting))
-                exact_status["agreement_by_size"] += [{"unit": unit, "variant": wb, "mechanism": mech,
-                                                       "setting": setting, **a} for a in rows_agreement(D, pub.rows)]
-            rows = table_utility(pub.counts, exact_counts, w) + totals_utility(pub.counts, exact_counts, w)
-            eps_col = setting if registry.is_dp(mech) else np.nan
-            utility += [dict(row, epsilon=eps_col, setting=setting, mechanism=mech, unit=unit, variant=wb)
-                        for row in rows]
-            tables_only = [row for row in rows if row["table"] not in DERIVED_ROWS]  # each published cell once
-            err = sum(row["mae_per_cell"] * row["cells"] for row in tables_only) / sum(row["cells"] for row in tables_only)
-            cols = dict(epsilon=eps_col, setting=setting, mechanism=mech, utility_error=err, **common)
-            curves.append(attack(pub.answers, f"{mech}-{setting}", mech, setting).assign(method=RAP_RANK, **cols))
-            curves += unit_attacks(pub.answers, f"{mech}-{setting}", **cols)
-            if exact_on:
-                c = exact_attack(pub.counts, mech, setting, pub.rows, _noisy_fit(pub))
-                if c is not None:
-                    curves.append(c.assign(epsilon=eps_col, setting=setting, mechanism=mech, method="exact",
-                                           utility_error=err, **common))
-            bar.update(1, f"{unit}: {mech}, {setting_label(mech, setting)}")
-    published = len(micro) > 2
-    return (pd.concat(curves, ignore_index=True), utility, exact_status,
-            pd.concat(micro, ignore_index=True) if published else None)
+    def exact_tables(self) -> None:
+        """The attacks on the exact tables (RAP-Rank, the unit-by-unit attacks, the exact attack), and RAP-Rank's
+        strength in T: the same K runs with twice the steps (their curve is not kept: only how far the persons
+        reconstructed move)."""
+        exact_cols = dict(epsilon=math.inf, setting=math.inf, mechanism=EXACT, utility_error=0.0, **self.common)
+        self.curves += [self.rap_curve(self.exact, "exact", "exact", math.inf).assign(method=RAP_RANK, **exact_cols),
+                        *self.unit_attacks(self.exact, "exact", **exact_cols)]
+        self.rap_curve(self.exact, "exact", "exact", math.inf,
+                       dataclasses.replace(self.settings, steps=2 * self.settings.steps))
+        if self.exact_on:
+            c = self.exact_curve(self.exact_counts, "exact", math.inf)
+            if c is not None:
+                self.curves.append(c.assign(epsilon=math.inf, setting=math.inf, mechanism=EXACT, method="exact",
+                                            utility_error=0.0, **self.common))
+        self.bar.update(1, f"{self.unit}: exact tables")
+
+    def baselines(self) -> None:
+        priors = self.study.priors(self.prob)
+        for b, curve, _ in baseline_curves(self.cfg, priors, self.unit, self.truth, self.ks, self.u,
+                                           lambda b: self.tie_rng):
+            self.curves.append(curve.assign(epsilon=np.nan, setting=np.nan, mechanism=BASELINE, method=b,
+                                            utility_error=np.nan, **self.common))
+
+    def publish_one(self, mech: str, setting: float) -> Published:
+        """One release of the unit: a program's, a file's or a registered mechanism's, noted in the ledger."""
+        cfg, r, unit, wb, extra = self.cfg, self.cfg.release, self.unit, self.wb, self.extra
+        if registry.is_program(mech):
+            program = r.program(mech)
+            if "program_inputs" not in self.cache:  # the same D, cells and domain for every program and ε
+                self.cache["layout"] = unit_layout(self.study, unit, wb)
+                self.cache["program_inputs"] = program_inputs(self.D, unit, self.cache["layout"],
+                                                              self.study.blocks(unit)[0] if wb else None,
+                                                              self.prob.areas)
+            values = run_program(cfg, program, self.cache["program_inputs"], setting, 1, publication_seed())[0]
+            self.ledger.note(mech, program.function or " ".join(program.command), PROGRAM_NOTE,
+                             declared_epsilon=setting, relation=r.relation, differentially_private="declared by the "
+                             "program; audited as a black box", for_publication=None, params=program.params, **extra,
+                             invariants=[])
+            return tables_published(mech, self.cache["layout"].to_queries(values), self.w, PROGRAM_NOTE)
+        if registry.is_file(mech):
+            file = r.file(mech, setting)
+            tf = self.files[(mech, setting)]
+            self.ledger.note(mech, "file", FILE_NOTE, declared_epsilon=file.epsilon, file=file.path, sha256=tf.digest,
+                             made_with=file.made_with, for_publication=None, **extra, invariants=[])
+            return file_published(mech, tf, unit, wb, self.w)
+        spec = self.spec
+        pub, backend, facts = self.publish_mechanism(mech, setting)
+        kind = registry.mechanism(mech)
+        if not kind.dp:
+            self.ledger.note(mech, kind.made_with, pub.publication_note, **{kind.setting_key: setting},
+                             **{k: v for k, v in pub.facts.items() if k not in ("kind", kind.setting_key)}, **extra,
+                             invariants=own_invariants(spec, mech, wb))
+        else:
+            if getattr(backend, "contrib", False):
+                extra.update(opendp_version=backend.version, opendp_contrib=True)
+            protects, exact = neighbours_of(spec, mech)
+            self.ledger.record(pub.record, backend.name, pub.for_publication, publication_note=pub.publication_note,
+                               invariants=own_invariants(spec, mech, wb), neighbours=protects,
+                               published_exactly=exact, **extra, **facts)
+        return pub
+
+    def score(self, mech: str, setting: float, pub: Published) -> None:
+        """What one release gives away and what it costs: its rows' agreement, its tables' errors, and the attacks
+        on what it published."""
+        unit, wb = self.unit, self.wb
+        if pub.rows is not None:
+            self.micro.append(_micro_rows(pub.rows, unit, wb, "release", mech, setting))
+            self.exact_status["agreement_by_size"] += [{"unit": unit, "variant": wb, "mechanism": mech,
+                                                        "setting": setting, **a} for a in rows_agreement(self.D, pub.rows)]
+        rows = (table_utility(pub.counts, self.exact_counts, self.w)
+                + totals_utility(pub.counts, self.exact_counts, self.w))
+        eps_col = setting if registry.is_dp(mech) else np.nan
+        self.utility += [dict(row, epsilon=eps_col, setting=setting, mechanism=mech, unit=unit, variant=wb)
+                         for row in rows]
+        tables_only = [row for row in rows if row["table"] not in DERIVED_ROWS]  # each published cell once
+        err = sum(row["mae_per_cell"] * row["cells"] for row in tables_only) / sum(row["cells"] for row in tables_only)
+        cols = dict(epsilon=eps_col, setting=setting, mechanism=mech, utility_error=err, **self.common)
+        self.curves.append(self.rap_curve(pub.answers, f"{mech}-{setting}", mech, setting)
+                           .assign(method=RAP_RANK, **cols))
+        self.curves += self.unit_attacks(pub.answers, f"{mech}-{setting}", **cols)
+        if self.exact_on:
+            c = self.exact_curve(pub.counts, mech, setting, pub.rows, _noisy_fit(pub))
+            if c is not None:
+                self.curves.append(c.assign(epsilon=eps_col, setting=setting, mechanism=mech, method="exact",
+                                            utility_error=err, **self.common))
+
+    def publish_mechanism(self, mech: str, setting: float) -> tuple[Published, object, dict]:
+        """One registered mechanism's release of the unit at ``setting`` through :func:`publish`, given what its
+        kind needs (its noise, a fit's key, the swap pool, the shared release of its root); with the noise
+        backend and the facts of a shared release for the ledger."""
+        cfg, spec, unit = self.cfg, self.spec, self.unit
+        kind = registry.mechanism(mech)
+        rng = np.random.default_rng(stable_seed("release", cfg.seed, unit, mech, setting))
+        backend = release_backend(spec, unit, mech, setting) if kind.dp else None
+        facts: dict = {}
+
+        def pool():
+            if "pool" not in self.cache:
+                self.cache["pool"] = swap_pool(self.study, unit)
+            return self.cache["pool"]
+
+        def shared(x):
+            pub, more = self.topdown_published(mech, setting, x)
+            facts.update(more)
+            return pub
+
+        pub = publish(spec, mech, setting, self.D, self.w, Draw(
+            backend, rng, key=unit_key(cfg, "fit", unit, setting) if kind.needs_fit else None,
+            pool=pool if kind.needs_pool else None, shared=shared if kind.scope == "root" else None))
+        return pub, backend, facts
+
+    def topdown_published(self, mech: str, setting: float, x) -> tuple[Published, dict]:
+        """The unit's share of the TopDown release of its root at ``setting``: one tree per root and one
+        release per root and ε, shared by every unit under it; each release's MDF is written once to
+        ``run_dir/mdf/`` (so an interrupted evaluation keeps it). ``x``: the unit's release inputs."""
+        unit, wb, cache = self.unit, self.wb, self.topdown_cache
+        trees, releases = cache.setdefault("trees", {}), cache.setdefault("releases", {})
+        if (unit, wb) not in trees:
+            td = topdown_root(self.study, unit, wb)
+            trees.update({(other, wb): td for other in td.nodes})
+        td = trees[(unit, wb)]
+        key = (td.root, wb, setting)
+        if key not in releases:
+            releases[key] = publish_topdown(self.cfg, td, setting, release_backend(self.spec, td.root, mech, setting))
+            if self.run_dir is not None:
+                mdf = topdown_mdf(td, releases[key].estimates).assign(root=td.root, variant=wb, epsilon=setting)
+                write_parquet(self.run_dir / "mdf" / f"{td.root}-{'block' if wb else 'unit'}-{setting:g}.parquet", mdf)
+        rel = releases[key]
+        pub = topdown_unit(td, rel.estimates, unit, self.w, rel.record, *x.fit)
+        return pub, {"root": td.root, "tree_levels": td.shape.levels, "tree_nodes": [len(i) for i in td.shape.ids],
+                     "tree_source": td.block_source}
 
 
 @dataclass
@@ -551,56 +635,6 @@ def bureau_measures(cfg: ExperimentConfig, D: Dataset, reconstruction: np.ndarra
         if df is not None:
             out["reidentification"] = df.to_dict("records")
     return out
-
-
-def _publish_mechanism(study: Study, spec: ReleaseSpec, unit: str, wb: bool, mech: str, setting: float, D: Dataset,
-                       w, rng, cache: dict, topdown_cache: dict, run_dir: Path | None) -> tuple[Published, object, dict]:
-    """One registered mechanism's release of ``unit`` at ``setting`` through :func:`publish` (``spec``: the unit's
-    :class:`ReleaseSpec`), given what its
-    kind needs (its noise, a fit's key, the swap pool, the shared release of its root); with the noise
-    backend and the facts of a shared release for the ledger."""
-    cfg = study.cfg
-    kind = registry.mechanism(mech)
-    backend = release_backend(spec, unit, mech, setting) if kind.dp else None
-    facts: dict = {}
-
-    def pool():
-        if "pool" not in cache:
-            cache["pool"] = swap_pool(study, unit)
-        return cache["pool"]
-
-    def shared(x):
-        pub, more = _topdown_published(study, spec, unit, wb, mech, setting, topdown_cache, w, x, run_dir)
-        facts.update(more)
-        return pub
-
-    pub = publish(spec, mech, setting, D, w, Draw(backend, rng, key=unit_key(cfg, "fit", unit, setting) if kind.needs_fit
-                                                  else None, pool=pool if kind.needs_pool else None,
-                                                  shared=shared if kind.scope == "root" else None))
-    return pub, backend, facts
-
-
-def _topdown_published(study: Study, spec: ReleaseSpec, unit: str, wb: bool, mech: str, setting: float, cache: dict,
-                       w, x, run_dir: Path | None) -> tuple[Published, dict]:
-    """``unit``'s share of the TopDown release of its root at ``setting``: one tree per root and one
-    release per root and ε, shared by every unit under it; each release's MDF is written once to
-    ``run_dir/mdf/`` (so an interrupted evaluation keeps it). ``x``: the unit's release inputs."""
-    cfg = study.cfg
-    trees, releases = cache.setdefault("trees", {}), cache.setdefault("releases", {})
-    if (unit, wb) not in trees:
-        td = topdown_root(study, unit, wb)
-        trees.update({(other, wb): td for other in td.nodes})
-    td = trees[(unit, wb)]
-    key = (td.root, wb, setting)
-    if key not in releases:
-        releases[key] = publish_topdown(cfg, td, setting, release_backend(spec, td.root, mech, setting))
-        if run_dir is not None:
-            mdf = topdown_mdf(td, releases[key].estimates).assign(root=td.root, variant=wb, epsilon=setting)
-            write_parquet(run_dir / "mdf" / f"{td.root}-{'block' if wb else 'unit'}-{setting:g}.parquet", mdf)
-    rel = releases[key]
-    pub = topdown_unit(td, rel.estimates, unit, w, rel.record, *x.fit)
-    return pub, {"root": td.root, "tree_levels": td.shape.levels, "tree_nodes": [len(i) for i in td.shape.ids],
-                 "tree_source": td.block_source}
 
 
 def _micro_rows(data: Dataset, unit: str, wb: bool, role: str, mechanism: str = "", setting: float = np.nan):
