@@ -12,7 +12,6 @@ from pathlib import Path
 
 import jax
 import numpy as np
-import pandas as pd
 
 from censusrecon.baselines.holdout import holdout_split
 from censusrecon.baselines.priors import EmpiricalPrior, geographic_priors, outside_chance
@@ -21,7 +20,8 @@ from censusrecon.experiments.config import DATA_PATH_KEYS, ConfigError, Experime
 from censusrecon.experiments.metrics import block_classes, match_rate_curve
 from censusrecon.microdata.dataset import Dataset, lookup
 from censusrecon.microdata.domain import Attribute
-from censusrecon.microdata.geography import plural
+from censusrecon.microdata.target_units import choose_units, eligible_units
+from censusrecon.microdata.target_units import occupied_units as split_occupied
 from censusrecon.microdata.marginals import Workload
 from censusrecon.microdata.seeds import stable_seed  # here for the modules that take it from the problem
 from censusrecon.microdata.sources import source
@@ -109,86 +109,14 @@ def check_against_data(cfg: ExperimentConfig, pop: Dataset) -> None:
         raise ConfigError(f"target.with_block: true needs a block level below {level!r}; this data has {list(geo.levels)}")
 
 
-def _eligible(pop: Dataset, cfg: ExperimentConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every unit of the target level with its persons, and which are eligible (between ``min_rows`` and
-    ``max_rows`` persons, with siblings where required)."""
-    geo = pop.geography
-    level = cfg.target.level
-    ids, counts = np.unique(geo.units(level), return_counts=True)
-    ok = counts >= cfg.target.min_rows
-    if cfg.target.max_rows is not None:
-        ok &= counts <= cfg.target.max_rows
-    if cfg.target.require_siblings:
-        parent_level = geo.coarser(level)[0]
-        pairs = pd.DataFrame({"unit": geo.units(level), "parent": geo.units(parent_level)}).drop_duplicates()
-        siblings = pairs.groupby("parent")["unit"].transform("size")
-        ok &= np.isin(ids, pairs.loc[siblings > 1, "unit"].to_numpy())
-    return ids, counts, ok
-
-
 def select_units(pop: Dataset, cfg: ExperimentConfig) -> list[str]:
-    """Target units: explicit ``unit_ids``, one per state, or at random, among units with
-    between ``min_rows`` and ``max_rows`` persons; seeded by the config's seed."""
-    geo = pop.geography
-    level = cfg.target.level
-    ids, counts, ok = _eligible(pop, cfg)
-    eligible = ids[ok]
-    if cfg.target.unit_ids is not None:
-        # a unit is known if someone lives in it or the public unit list names it (empty ones too)
-        known = set(ids.tolist())
-        unknown = [u for u in cfg.target.unit_ids if u not in known and not geo.listed(level, u)]
-        if unknown:
-            raise ConfigError(f"target.unit_ids {unknown} are neither {plural(level)} of the data nor in its public unit list "
-                              f"(e.g. {ids[:3].tolist()})")
-        return list(cfg.target.unit_ids)
-    size_words = (f"between {cfg.target.min_rows} and {cfg.target.max_rows} persons" if cfg.target.max_rows
-                  else f"at least {cfg.target.min_rows} persons")
-    if eligible.size == 0:
-        raise ConfigError(f"no {level} has {size_words}")
-    wanted = eligible.size if cfg.target.units == "all" else cfg.target.units
-    if wanted > eligible.size:
-        raise ConfigError(f"target.units asks for {wanted} {plural(level)}, but the data has only {eligible.size} with "
-                          f"{size_words} (of {ids.size} {plural(level)}); ask for at most {eligible.size}, or units: all")
-    rng = np.random.default_rng(stable_seed("units", cfg.seed))
-    by_parent_level = geo.coarser(level)[-2] if len(geo.coarser(level)) > 1 else "national"  # the state
-    if cfg.target.selection == "size_quantiles":  # units spread evenly over the size distribution
-        sizes = counts[ok]
-        order = np.argsort(sizes, kind="stable")
-        n = wanted
-        picks = np.unique(np.round(np.linspace(0, eligible.size - 1, n)).astype(int))
-        return sorted(eligible[order[picks]].tolist())
-    if cfg.target.selection == "random":
-        pick = rng.choice(eligible.size, size=wanted, replace=False)
-        return sorted(eligible[pick].tolist())
-    # one per state, round-robin over states until enough units
-    state_of = dict(zip(geo.units(level).tolist(), geo.units(by_parent_level).tolist()))
-    by_state: dict[str, list[str]] = {}
-    for u in eligible.tolist():
-        by_state.setdefault(state_of[u], []).append(u)
-    for s in by_state:
-        rng.shuffle(by_state[s])
-    chosen: list[str] = []
-    while len(chosen) < wanted and any(by_state.values()):
-        for s in sorted(by_state):
-            if by_state[s] and len(chosen) < wanted:
-                chosen.append(by_state[s].pop())
-    return sorted(chosen)
+    """The config's target units (:func:`microdata.target_units.choose_units`, seeded by the config's seed)."""
+    return choose_units(pop, cfg.target, cfg.seed)
 
 
 def occupied_units(pop: Dataset, cfg: ExperimentConfig, units: list[str]) -> tuple[list[str], list[str]]:
-    """``units`` split into those someone lives in and the listed ones nobody does. An empty
-    unit may be named (the public list has it), but it has nothing to reconstruct and all its
-    tables are zero: it is reported as empty, not attacked and not averaged into a verdict."""
-    present = set(np.unique(pop.geography.units(cfg.target.level)).tolist())
-    occupied = [u for u in units if u in present]
-    empty = [u for u in units if u not in present]
-    if not occupied:
-        raise ConfigError(f"nobody lives in any of the {plural(cfg.target.level)} named in target.unit_ids ({', '.join(empty)}): "
-                          "there is nothing to reconstruct")
-    if empty:
-        log.warning("%s %s listed but nobody lives there: reported as empty, not attacked (nothing to reconstruct)",
-                    cfg.target.level, ", ".join(empty))
-    return occupied, empty
+    """``units`` split into those someone lives in and the listed empty ones (:func:`microdata.target_units.occupied_units`)."""
+    return split_occupied(pop, cfg.target.level, units)
 
 
 @dataclass
@@ -237,7 +165,7 @@ class Study:
     def units_in_file(self) -> int:
         """How many units of the target level the data has that a config could evaluate (eligible by size):
         the most units any advice may ask for."""
-        return int(_eligible(self.pop, self.cfg)[2].sum())
+        return int(eligible_units(self.pop, self.cfg.target)[2].sum())
 
     @property
     def empty_units(self) -> list[str]:

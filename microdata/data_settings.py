@@ -227,3 +227,46 @@ class QueryConfig(Strict):
         if self.is_tables:
             return self.tables if isinstance(self.tables, str) else "tables"
         return f"{self.k}way"
+
+
+class TargetConfig(Strict):
+    """Which units are attacked (and released): their level, how many and which, and whether each
+    person's block is an attribute."""
+
+    level: str = Field("tract", description="a level of the data's geography: tract, block, puma, ...")
+    units: int | Literal["all"] = Field(
+        4, description="how many target units to attack, or all (every unit between min_rows and max_rows)")
+    selection: Literal["one_per_state", "random", "size_quantiles"] = Field(
+        "one_per_state", description="which eligible units: one_per_state = round robin over states; random = a "
+                "seeded sample; size_quantiles = spread evenly over the units' sizes")
+    min_rows: int = Field(20, ge=2, description="eligible units have at least this many persons")
+    max_rows: int | None = Field(None, ge=2, description="eligible units have at most this many persons (null: no "
+            "bound)")
+    with_block: list[bool] = Field([False], description="attack without BLOCK (false), with each person's block as an "
+            "attribute (true), or both (each a variant of the results)")
+    block_bucket: int = Field(
+        8, ge=1, description="with BLOCK, pad each unit's blocks up to a multiple of this with empty blocks "
+        "(published as all-zero cells), so units of one bucket share a compiled program; 1 = no padding")
+    unit_ids: list[str] | None = Field(
+        None, description="the units to attack, by id (a public choice; overrides units, selection and the size "
+        "bounds); a unit the public unit list names but nobody lives in may be named: it is reported as empty")
+    require_siblings: bool = Field(
+        False, description="only units whose enclosing unit has other units, so its baseline has data")
+    whole_units: bool = Field(
+        False, description="(default: true for data.source: table, an agency's own person file; else false) "
+        "attack each unit whole, as the Census Bureau tabulated whole blocks: D is every "
+        "person of the unit and there is no D_holdout (no holdout baseline or init; the baselines are the "
+        "chance and geographic priors from outside the unit and, with reidentification, the modal and "
+        "proportional guessers). With a release, every mechanism releases whole units (needed by release.files: "
+        "a release made elsewhere covers every person); without it, a release protects D, a random half of each unit, "
+        "and the other half is the holdout baseline")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if not self.with_block:
+            raise ValueError("target.with_block needs at least one value, e.g. [true, false]")
+        if self.units != "all" and self.units < 1:
+            raise ValueError(f"target.units must be at least 1 or all, got {self.units}")
+        if self.max_rows is not None and self.max_rows < self.min_rows:
+            raise ValueError("target.max_rows must be >= target.min_rows")
+        return self
