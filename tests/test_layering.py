@@ -75,9 +75,11 @@ def test_library_import_has_no_side_effects():
 RELEASE_ORDER = {"files": set(), "program": {"risks"},
                  "audit": {"files"},
                  "words": set(), "decision": {"words"}, "release_bureau": {"words"},
-                 "release_report": {"words", "decision", "release_bureau"},
+                 "release_privacy": {"words"},
+                 "release_report": {"words", "decision", "release_bureau", "release_privacy"},
                  "release_plots": {"words", "release_report"}, "risks": set(), "anonymeter_worker": set(),
-                 "evaluate": {"audit", "release_report", "release_plots", "risks", "files", "program", "decision"}}
+                 "evaluate": {"audit", "release_report", "release_privacy", "release_plots", "risks", "files", "program",
+                              "decision"}}
 
 
 def test_the_release_package_has_no_import_circle_and_the_attack_side_does_not_import_it():

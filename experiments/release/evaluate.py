@@ -30,8 +30,8 @@ from censusrecon.synth.program_host import PROGRAM_NOTE, program_digests, progra
 from censusrecon.synth.release_path import (ReleaseSpec, release_backend, check_block_list, neighbours_of,
                                          own_invariants, publish, swap_pool)
 from censusrecon.experiments.release.release_plots import plot_release
-from censusrecon.experiments.release.release_report import (release_persons, release_strength, setting_label,
-                                        unit_selection, write_report)
+from censusrecon.experiments.release.release_privacy import unit_selection
+from censusrecon.experiments.release.release_report import release_persons, release_strength, setting_label, write_report
 from censusrecon.synth.topdown_release import publish_topdown, topdown_mdf, topdown_root, topdown_unit
 from censusrecon.experiments.results import (Hooks, RayTasks, UnitStore, UnitTask, check_backend, code_fingerprint, finish, ray_session, jax_info, run_seconds, versions, write_json, write_parquet,
                                  write_yaml)

@@ -13,6 +13,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from censusrecon.experiments.release.release_bureau import agreement_section, bureau_section
+from censusrecon.experiments.release.release_privacy import audit_section, ledger_section, publication_section
 from censusrecon.experiments.doc import Doc  # noqa: E402
 from censusrecon.experiments.metrics import (CONFIDENCE, PLAN_POWER, SATURATION_SHARE,  # noqa: E402
                                  best_baselines, difference_words, saturation, saturation_words,
@@ -371,21 +372,6 @@ def _data_words(cfg, facts: dict) -> str:
             + f"; attributes {', '.join(facts['attributes'])}.")
 
 
-def unit_selection(cfg) -> dict:
-    """How the released units were chosen, for the ledger and the report. Units named in the config
-    are a public choice; units picked by their number of persons (``min_rows``, ``max_rows``, and
-    the seeded pick among those) are a data-dependent choice that no ε accounts for: which units
-    are released at all depends on the persons."""
-    t = cfg.target
-    if t.unit_ids is not None:
-        return {"data_dependent": False, "how": f"named in the config: {', '.join(t.unit_ids)}"}
-    size = f"at least {t.min_rows}" + (f" and at most {t.max_rows}" if t.max_rows is not None else "")
-    return {"data_dependent": True,
-            "how": f"{t.units} {t.level}(s) chosen {t.selection.replace('_', ' ')} among those with {size} persons",
-            "note": "which units are released depends on their numbers of persons: a data-dependent choice outside "
-                    "ε (name the units in target.unit_ids to release a public choice)"}
-
-
 def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audits, ledger, facts: dict,
                  decision) -> Path:
     """report.md and report.html of a release evaluation: the decision first (rendered from ``decision``,
@@ -399,6 +385,23 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     variants = list(dict.fromkeys(df["variant"].tolist()))
     doc = Doc().h(1, f"Release evaluation: {cfg.name}")
     _decision_section(doc, cfg, decision, audits, variants, run_dir)
+    _what_ran_section(doc, cfg, facts, run_dir)
+    for v in variants:
+        _variant_section(doc, cfg, run_dir, persons, util, decision, v, variants)
+    doc.img(run_dir / "persons_error.png", "persons reconstructed against table error")
+    doc.img(run_dir / "release_match_rate.png", "match rate per release")
+    _risk_section(doc, run_dir, variants)
+    publication_section(doc, cfg, entries)
+    audit_section(doc, cfg, audits, facts)
+    ledger_section(doc, cfg, ledger, entries)
+    md, _ = doc.write(run_dir, "report", f"Release evaluation: {cfg.name}")
+    return md
+
+
+def _what_ran_section(doc: Doc, cfg, facts: dict, run_dir: Path) -> None:
+    """What ran, generated from the config and the data: the workload, the relation and backend, the attacks and
+    baselines, the programs and files evaluated."""
+    r = cfg.release
     doc.h(2, "What ran")
     manifest = json.loads((run_dir / "manifest.json").read_text()) if (run_dir / "manifest.json").exists() else {}
     doc.p(f"Config hash `{cfg.digest()}`" + (f"; {time_words(manifest)}" if "seconds_total" in manifest else "")
@@ -436,189 +439,102 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
         doc.table(["release", "file", "declared ε", "made with"],
                   [[registry.FILE_PREFIX + f.name, f"`{f.path}`", "not DP" if f.epsilon is None else f"{f.epsilon:g}",
                     f.made_with or "not said"] for f in r.files], numeric=set())
-    for v in variants:
-        p = persons[persons["variant"] == v]
-        title = "How many persons are reconstructed?" + (f" ({variant_label(v, variants)})" if len(variants) > 1 else "")
-        doc.h(2, title)
-        doc.p("A person is reconstructed when their row is unique in D and an attack ranks it among its top u "
-              "candidates from the release. The *best attack* on a unit is the attack that reconstructs the most "
-              "persons there; the *best guess* is the baseline that finds the most such persons there (both named). "
-              f"Difference: best attack minus best guess, mean per unit with its {CONFIDENCE:.0%} Student t interval "
-              "over units, and the same as a share of each unit's persons unique in D (the mean of the units' shares, "
-              "with its interval). *Beyond spread* when the interval of the tolerance's measure lies above 0: the "
-              + ("share (a large unit finds more persons than a small one because it is larger; the shares of "
-                 "units of different sizes agree better)." if cfg.release.tolerance.per_unit is None else "persons."))
-        rows = []
-        order = {m: i for i, m in enumerate([EXACT, *cfg.release.evaluated])}
-        best_rows = p[p["attack"] == BEST_ATTACK]
-        for _, x in best_rows.assign(o=best_rows["mechanism"].map(order)).sort_values(["o", "setting"]).iterrows():
-            rows.append([x["mechanism"], setting_label(x["mechanism"], x["setting"]), x["best_attacks"],
-                         persons_words(x), f"{int(x['baseline_persons'])} ({x['best_baselines']})",
-                         difference_words(x), "yes" if x["beyond_spread"] else "no"])
-        doc.table(["mechanism", "setting", "best attack", "persons reconstructed", "by the best guess",
-                   "difference", "beyond spread"], rows, numeric=set())
-        each = p[p["attack"] != BEST_ATTACK].pivot_table(index=["mechanism", "setting"], columns="attack",
-                                                          values="persons", aggfunc="sum", sort=False)
-        doc.p("Persons reconstructed by each attack (all units):")
-        doc.table(["mechanism", "setting", *each.columns],
-                  [[m, setting_label(m, s_), *[("" if pd.isna(v) else str(int(v))) for v in vals]]
-                   for (m, s_), vals in zip(each.index, each.to_numpy())], numeric=set(range(2, 2 + len(each.columns))))
-        if (run_dir / "exact_attack.parquet").exists():
-            st = pd.read_parquet(run_dir / "exact_attack.parquet")
-            if "residual" not in st:
-                st["residual"] = np.nan
-            st = st[st["variant"] == v].groupby(["mechanism", "setting", "status"], sort=False).agg(
-                units=("unit", "size"), residual=("residual", "mean")).reset_index()
-            doc.p("The exact attack (integer programming) per release, units counted. Consistent tables (the exact "
-                  "ones, TopDown's, the swapped and synthetic files') are solved as they are; independently noised "
-                  "tables by the least-deviation fit, whose residual Σ |A x − c̃| / scale (mean per unit) says how "
-                  "far the closest dataset is from what was published:")
-            doc.table(["mechanism", "setting", "status", "units", "residual"],
-                      [[x["mechanism"], setting_label(x["mechanism"], x["setting"]), x["status"], int(x["units"]),
-                        "" if pd.isna(x["residual"]) else f"{x['residual']:,.0f}"] for _, x in st.iterrows()],
-                      numeric={3, 4})
-        bureau_section(doc, run_dir, cfg, v)
-        agreement_section(doc, run_dir, cfg, v)
-        doc.h(3, "Verdict")
-        for m in decision.mechanisms:
-            for vd in m.verdicts:
-                if vd.variant == v:
-                    doc.p(vd.text + vd.strength)
-        _release_strength_section(doc, release_strength(run_dir, v))
-        u = util[util["variant"] == v]
-        doc.h(3, "Error of each published table")
-        doc.p("Mean absolute error per published cell, in persons, and the share of cells off by more than 10% of "
-              "their true count (an empty cell is off as soon as anything but 0 is published there), per table and "
-              "level over every unit's cells; \"all tables\" weighs every published cell the same (the table error "
-              "of the verdict and the plot). The block and unit totals derived from the tables are shown below, "
-              "not counted again.")
-        nu = max(int(u["unit"].nunique()), 1) if "unit" in u else 1
-        g = pd.concat([utility_summary(u, ("mechanism", "setting", "table", "level")),
-                       utility_summary(u, ("mechanism", "setting")).assign(table="all tables", level="")])
-        order = {k: i for i, k in enumerate(dict.fromkeys(zip(u["mechanism"], u["setting"])))}
-        g = g.assign(_o=[order.get(k, 0) for k in zip(g["mechanism"], g["setting"])]).sort_values("_o", kind="stable")
-        doc.table(["mechanism", "setting", "table", "level", "cells per unit", "mean abs. error per cell",
-                   "cells off > 10%"],
-                  [[x["mechanism"], setting_label(x["mechanism"], x["setting"]),
-                    f"**{x['table']}**" if x["table"] == "all tables" else x["table"], x["level"],
-                    f"{x['cells'] / nu:.0f}", f"{x['mae_per_cell']:.2f}", f"{100 * x['share_off_10pct']:.0f}%"]
-                   for _, x in g.iterrows()],
-                  numeric={4, 5, 6})
-        if "share_off_5_persons" in u and u["share_off_5_persons"].notna().any():
-            bt = u[u["table"] == "block totals"].groupby(["mechanism", "setting"], sort=False).agg(
-                mae=("mae_per_cell", "mean"), off5=("share_off_5_persons", "mean")).reset_index()
-            doc.p("Block totals as an agency checks them: mean absolute error of a block's total, and the share of "
-                  "blocks whose total is off by more than 5 persons.")
-            doc.table(["mechanism", "setting", "block total: mean abs. error", "blocks off by > 5 persons"],
-                      [[x["mechanism"], setting_label(x["mechanism"], x["setting"]), f"{x['mae']:.2f}",
-                        f"{100 * x['off5']:.0f}%"] for _, x in bt.iterrows()], numeric={2, 3})
-    doc.img(run_dir / "persons_error.png", "persons reconstructed against table error")
-    doc.img(run_dir / "release_match_rate.png", "match rate per release")
-    _risk_section(doc, run_dir, variants)
-    doc.h(2, "Fit for publication?")
-    doc.table(["mechanism", "fit for publication", "why"],
-              [[m, fit_words(e.get("for_publication")), e.get("not_dp") or e.get("publication_note", "")]
-               for m in r.evaluated for e in [next((x for x in entries if x["mechanism"] == m), None)] if e],
-              numeric=set())
-    n_note = next((x.get("total") or x.get("rows_are") for x in entries if x.get("total") or x.get("rows_are")), None)
-    blocks = next((x.get("block_list") for x in entries if x.get("block_list")), None)
-    doc.ul([f"The total n of each unit: {n_note or 'not used'}."]
-           + ([f"The published block list: {blocks}."] if blocks else [])
-           + [f"Declared invariants (published exactly): {', '.join(r.invariants) if r.invariants else 'none'}."])
-    dp_mechs = r.dp_mechanisms
-    rel_rows = [[m, e["neighbours"], e.get("published_exactly", "")] for m in dp_mechs
-                for e in [next((x for x in entries if x["mechanism"] == m and x.get("neighbours")), None)] if e]
-    level = cfg.target.level
-    rel_rows += [[registry.PROGRAM_PREFIX + p.name, f"the persons of one {level}: one person "
-                  + ("replaced within it" if r.relation == "replace_one" else "added or removed")
-                  + " (the relation it is asked to protect; audited)", "what the program publishes exactly: not declared"]
-                 for p in r.programs]
-    if rel_rows:
-        doc.p(f"What each ε protects (relation {r.relation}): the neighbouring datasets and what is published exactly.")
-        doc.table(["mechanism", "neighbouring datasets", "published exactly"], rel_rows, numeric=set())
-        if len({(x[1], x[2]) for x in rel_rows}) > 1:
-            doc.p("**These mechanisms are not under the same relation**: the same ε protects a person within "
-                  "different datasets (see the table), so their ε are not comparable one for one.")
-    doc.h(2, "Audit of the publishing code")
-    if not audits:
-        doc.p("No mechanism censusrecon runs was evaluated, so nothing was audited" + (
-            ": a release file cannot be re-run on neighbouring data" if r.files else "") + ".")
-    else:
-        doc.p("Each mechanism is audited through the very calls that publish it, on every audited unit's own private "
-              "data (TopDown on its production tree, every level and node) and neighbours of it under the declared "
-              "relation (a person moved between blocks and areas, changed to the rarest and the commonest type, the worst "
-              "type; added and removed under add/remove), at each audited ε; the audited ε is a "
-              f"{_confidence(audits[0].confidence)} Clopper–Pearson lower bound (events on single outputs and on a "
-              "discriminant fitted on half the draws) and must not exceed the declared ε. Checks over whole releases: "
-              "`noise_scale` (every node, table and band of true counts noised at least as much as the declared ε needs), "
-              "`noise_shape` and `noise_tail` (discrete Laplace or Gaussian, not cut off), `noise_independence` (no noise "
-              "shared across cells, nodes or releases), `accounting` (OpenDP's privacy maps agree with ours and stay "
-              "within the budget); `post_processing` (recorded releases replayed for many neighbours publish the same), "
-              "`structure`, `block_list`. The audit's seed is in `audit.json`.")
-    for e in facts.get("earlier_audit_failures") or []:
-        doc.p(f"**An earlier audit of this code failed** ({e['when']}, seed {e['seed']}): {'; '.join(e['failed'])}. "
-              "A later audit under another seed does not replace it (`audit_history.jsonl`).")
-    if audits:
-        roles = audits[0].details.get("unit_roles") or {}
-        if roles and set(roles.values()) - {"all", "given"}:
-            doc.p("Units audited, chosen to cover the size range: " + ", ".join(f"{u} ({r})" for u, r in roles.items())
-                  + ".")
-        doc.table(["mechanism", "declared ε", "audited ε lower bound", "runs", "outcome", "checks"],
-                  [[a.mechanism, f"{a.declared_epsilon:g}",
-                    f"{a.epsilon_lower_bound:.3f}" + ("" if a.epsilon_lower_bound <= a.declared_epsilon
-                                                      else " **EXCEEDS**"),
-                    a.runs, a.outcome if a.passed else f"**{a.outcome}**", a.checks_summary()] for a in audits],
-                  numeric={1, 2, 3})
-    ledgers = spending_rows(audits)
-    if ledgers:
-        doc.p("**Synthesizers audited where their privacy is spent** (`spending`): every Gaussian measurement and every "
-              "selection of real fits of each unit, recorded as the library makes them. ρ spent is the most any fit's "
-              "recorded steps spent (by their own σ and ε), beside the ρ the synthesizer declares and what OpenDP's "
-              "conversion allows for its (ε, δ); noise is Σ(noise/σ)² over cells (1 if the noise is as declared, "
-              "smaller if it is not); best picks are the selections that chose a best-scored marginal, beside the "
-              "exponential mechanism's expectation. The empirical ε lower bound is from whole releases and first "
-              "measurements of neighbours (above): a lower bound, not a certificate; the ledger decides.")
-        doc.table(["mechanism", "declared ε", "empirical ε lower bound", "ρ spent", "ρ declared", "ρ OpenDP allows",
-                   "noise / declared", "best picks (expected)", "fits", "outcome"], ledgers, numeric={1, 2, 3, 4, 5, 6})
-    doc.h(2, "Ledger")
-    doc.p(f"{len(entries)} releases recorded in `ledger.json` (relation, sensitivity, ε, scale, backend, where n and "
-          "the block list come from). Every ε above is per release; releasing several of them about the same persons "
-          "adds their ε (the ledger never adds ε across different relations).")
-    chosen = ledger.get("unit_selection") if isinstance(ledger, dict) else None
-    chosen = chosen or unit_selection(cfg)
-    doc.p(f"Units released: {chosen['how']}." + (f" **Outside ε:** {chosen['note']}." if chosen["data_dependent"] else
-                                                 " A public choice: no person decides which units are released."))
-    md, _ = doc.write(run_dir, "report", f"Release evaluation: {cfg.name}")
-    return md
 
 
-def spending_rows(audits: list) -> list[list]:
-    """A row per synthesizer and ε audited by its spending ledger: its empirical ε lower bound beside the declared
-    ε, and the ledger's figures over its units (the most ρ spent; noise and best picks pooled).
+def _persons_section(doc: Doc, cfg, persons: pd.DataFrame, v, variants: list) -> None:
+    """Who is reconstructed per mechanism and setting in variant ``v``, against the best guess; and by each attack."""
+    p = persons[persons["variant"] == v]
+    title = "How many persons are reconstructed?" + (f" ({variant_label(v, variants)})" if len(variants) > 1 else "")
+    doc.h(2, title)
+    doc.p("A person is reconstructed when their row is unique in D and an attack ranks it among its top u "
+          "candidates from the release. The *best attack* on a unit is the attack that reconstructs the most "
+          "persons there; the *best guess* is the baseline that finds the most such persons there (both named). "
+          f"Difference: best attack minus best guess, mean per unit with its {CONFIDENCE:.0%} Student t interval "
+          "over units, and the same as a share of each unit's persons unique in D (the mean of the units' shares, "
+          "with its interval). *Beyond spread* when the interval of the tolerance's measure lies above 0: the "
+          + ("share (a large unit finds more persons than a small one because it is larger; the shares of "
+             "units of different sizes agree better)." if cfg.release.tolerance.per_unit is None else "persons."))
+    rows = []
+    order = {m: i for i, m in enumerate([EXACT, *cfg.release.evaluated])}
+    best_rows = p[p["attack"] == BEST_ATTACK]
+    for _, x in best_rows.assign(o=best_rows["mechanism"].map(order)).sort_values(["o", "setting"]).iterrows():
+        rows.append([x["mechanism"], setting_label(x["mechanism"], x["setting"]), x["best_attacks"],
+                     persons_words(x), f"{int(x['baseline_persons'])} ({x['best_baselines']})",
+                     difference_words(x), "yes" if x["beyond_spread"] else "no"])
+    doc.table(["mechanism", "setting", "best attack", "persons reconstructed", "by the best guess",
+               "difference", "beyond spread"], rows, numeric=set())
+    each = p[p["attack"] != BEST_ATTACK].pivot_table(index=["mechanism", "setting"], columns="attack",
+                                                      values="persons", aggfunc="sum", sort=False)
+    doc.p("Persons reconstructed by each attack (all units):")
+    doc.table(["mechanism", "setting", *each.columns],
+              [[m, setting_label(m, s_), *[("" if pd.isna(v) else str(int(v))) for v in vals]]
+               for (m, s_), vals in zip(each.index, each.to_numpy())], numeric=set(range(2, 2 + len(each.columns))))
 
-    >>> from censusrecon.synth.audit.statistics import AuditResult
-    >>> unit = {"spending_rho_spent": 0.0035, "spending_rho_declared": 0.0036, "spending_rho_allowed_opendp": 0.0036,
-    ...         "spending_noise_ss_over_cells": 1.02, "spending_noise_cells": 100, "spending_best_picked": 3,
-    ...         "spending_best_expected": 2.5, "spending_fits": 3}
-    >>> a = AuditResult("program:mst", 0.5, 0.0, 10, 0.99, "e", {"spending": "pass"}, {"per_unit": {"u": unit}})
-    >>> spending_rows([a])
-    [['program:mst', '0.5', '0.000', '0.0035', '0.0036', '0.0036', '1.020', '3 (2.5)', 3, 'passed']]
-    """
-    out = []
-    for a in audits:
-        units = [u for u in (a.details.get("per_unit") or {}).values() if "spending_rho_spent" in u]
-        if not units:
-            continue
-        cells = sum(u["spending_noise_cells"] for u in units)
-        noise = sum(u["spending_noise_ss_over_cells"] * u["spending_noise_cells"] for u in units) / max(cells, 1)
-        out.append([a.mechanism, f"{a.declared_epsilon:g}", f"{a.epsilon_lower_bound:.3f}",
-                    f"{max(u['spending_rho_spent'] for u in units):.4g}",
-                    f"{max(u['spending_rho_declared'] for u in units):.4g}",
-                    f"{max(u['spending_rho_allowed_opendp'] for u in units):.4g}", f"{noise:.3f}",
-                    f"{sum(u['spending_best_picked'] for u in units)} "
-                    f"({sum(u['spending_best_expected'] for u in units):.3g})",
-                    sum(u["spending_fits"] for u in units), a.outcome if a.passed else f"**{a.outcome}**"])
-    return out
+
+def _exact_status_section(doc: Doc, run_dir: Path, v) -> None:
+    """The exact attack's outcome per release of variant ``v``, units counted."""
+    st = pd.read_parquet(run_dir / "exact_attack.parquet")
+    if "residual" not in st:
+        st["residual"] = np.nan
+    st = st[st["variant"] == v].groupby(["mechanism", "setting", "status"], sort=False).agg(
+        units=("unit", "size"), residual=("residual", "mean")).reset_index()
+    doc.p("The exact attack (integer programming) per release, units counted. Consistent tables (the exact "
+          "ones, TopDown's, the swapped and synthetic files') are solved as they are; independently noised "
+          "tables by the least-deviation fit, whose residual Σ |A x − c̃| / scale (mean per unit) says how "
+          "far the closest dataset is from what was published:")
+    doc.table(["mechanism", "setting", "status", "units", "residual"],
+              [[x["mechanism"], setting_label(x["mechanism"], x["setting"]), x["status"], int(x["units"]),
+                "" if pd.isna(x["residual"]) else f"{x['residual']:,.0f}"] for _, x in st.iterrows()],
+              numeric={3, 4})
+
+
+def _errors_section(doc: Doc, util: pd.DataFrame, v) -> None:
+    """The error of each published table of variant ``v``, and the block totals as an agency checks them."""
+    u = util[util["variant"] == v]
+    doc.h(3, "Error of each published table")
+    doc.p("Mean absolute error per published cell, in persons, and the share of cells off by more than 10% of "
+          "their true count (an empty cell is off as soon as anything but 0 is published there), per table and "
+          "level over every unit's cells; \"all tables\" weighs every published cell the same (the table error "
+          "of the verdict and the plot). The block and unit totals derived from the tables are shown below, "
+          "not counted again.")
+    nu = max(int(u["unit"].nunique()), 1) if "unit" in u else 1
+    g = pd.concat([utility_summary(u, ("mechanism", "setting", "table", "level")),
+                   utility_summary(u, ("mechanism", "setting")).assign(table="all tables", level="")])
+    order = {k: i for i, k in enumerate(dict.fromkeys(zip(u["mechanism"], u["setting"])))}
+    g = g.assign(_o=[order.get(k, 0) for k in zip(g["mechanism"], g["setting"])]).sort_values("_o", kind="stable")
+    doc.table(["mechanism", "setting", "table", "level", "cells per unit", "mean abs. error per cell",
+               "cells off > 10%"],
+              [[x["mechanism"], setting_label(x["mechanism"], x["setting"]),
+                f"**{x['table']}**" if x["table"] == "all tables" else x["table"], x["level"],
+                f"{x['cells'] / nu:.0f}", f"{x['mae_per_cell']:.2f}", f"{100 * x['share_off_10pct']:.0f}%"]
+               for _, x in g.iterrows()],
+              numeric={4, 5, 6})
+    if "share_off_5_persons" in u and u["share_off_5_persons"].notna().any():
+        bt = u[u["table"] == "block totals"].groupby(["mechanism", "setting"], sort=False).agg(
+            mae=("mae_per_cell", "mean"), off5=("share_off_5_persons", "mean")).reset_index()
+        doc.p("Block totals as an agency checks them: mean absolute error of a block's total, and the share of "
+              "blocks whose total is off by more than 5 persons.")
+        doc.table(["mechanism", "setting", "block total: mean abs. error", "blocks off by > 5 persons"],
+                  [[x["mechanism"], setting_label(x["mechanism"], x["setting"]), f"{x['mae']:.2f}",
+                    f"{100 * x['off5']:.0f}%"] for _, x in bt.iterrows()], numeric={2, 3})
+
+
+def _variant_section(doc: Doc, cfg, run_dir: Path, persons: pd.DataFrame, util: pd.DataFrame, decision, v,
+                     variants: list) -> None:
+    """One variant (with or without BLOCK): who is reconstructed, the exact attack, the Bureau's measures, the
+    verdicts, the attack's strength and the tables' errors."""
+    _persons_section(doc, cfg, persons, v, variants)
+    if (run_dir / "exact_attack.parquet").exists():
+        _exact_status_section(doc, run_dir, v)
+    bureau_section(doc, run_dir, cfg, v)
+    agreement_section(doc, run_dir, cfg, v)
+    doc.h(3, "Verdict")
+    for m in decision.mechanisms:
+        for vd in m.verdicts:
+            if vd.variant == v:
+                doc.p(vd.text + vd.strength)
+    _release_strength_section(doc, release_strength(run_dir, v))
+    _errors_section(doc, util, v)
 
 
 #: the verdict's status in the decision table, a few words
@@ -777,6 +693,3 @@ def write_release_report_from_dir(run_dir: Path) -> Path:
     return write_report(cfg, run_dir, df, util, audits, ledger, facts, load_decision(run_dir))
 
 
-def _confidence(c: float) -> str:
-    """A confidence level with the digits that tell it from 100% (99.96%, not 100%)."""
-    return f"{100 * c:.6g}%" if c < 1 else "100%"

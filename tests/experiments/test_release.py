@@ -348,7 +348,7 @@ def test_ledger_entries_carry_only_their_own_invariants(compact_agency):
 
 
 def test_units_chosen_by_their_size_are_recorded_as_outside_epsilon(release_run, compact_agency):
-    from censusrecon.experiments.release.release_report import unit_selection
+    from censusrecon.experiments.release.release_privacy import unit_selection
 
     ledger = json.loads((release_run / "ledger.json").read_text())
     assert ledger["unit_selection"]["data_dependent"]  # release_tiny picks 2 tracts among those of >= 20 persons
