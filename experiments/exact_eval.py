@@ -186,12 +186,15 @@ def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.nd
     return reidentify(files, recs, (block, sex, age, re), vulnerable, link_seed)
 
 
-def evaluate_exact(cfg, prob, workload, truth: np.ndarray, ks: np.ndarray, u: int, outside, rankings: dict,
-                   baseline_rankings: dict, rng: np.random.Generator, label: str,
-                   block_class=None) -> tuple[list, dict, list, list]:
-    """The exact attack on one unit's published tables: its curves (``exact``, ``exact_certified``),
-    its facts (solve, certificates, blocks, RAP-Rank's rows certified), agreement rows, reid rows.
-    A certified row that is not in D is impossible; the run stops if one appears."""
+def evaluate_exact(cfg, work, workload, rankings: dict, baseline_rankings: dict, rng: np.random.Generator,
+                   label: str) -> tuple[list, dict, list, list]:
+    """The exact attack on one unit's published tables (``workload``, named ``label``): its curves (``exact``,
+    ``exact_certified``), its facts (solve, certificates, blocks, RAP-Rank's rows certified), agreement rows, reid
+    rows. ``work``: the unit's problem (``prob``), its rows' keys (``truth``), u and the k grid, the persons outside
+    the unit and its blocks' size classes (:class:`experiments.runner.UnitWork`); ``rankings``: RAP-Rank's, whose
+    rows are certified; ``baseline_rankings``: the best guess's, whose agreement is measured too. A certified row
+    that is not in D is impossible; the run stops if one appears."""
+    prob, truth, ks, u, outside, block_class = work.prob, work.truth, work.ks, work.u, work.outside, work.block_class
     D = prob.private
     t0 = time.perf_counter()
     coarsen, keys = None, None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +39,13 @@ def run_unit(study: Study, unit: str, with_block: bool,
 
 
 @dataclass
-class _UnitWork:
+class UnitWork:
+    """One unit's attack under way: its problem, its rows' keys, u and the k grid, its workloads (label → (queries,
+    workload, plan, answers)), the baselines' priors, the persons outside it and its blocks' size classes (for the
+    curves); and what its attacks gave so far: curves, seconds, RAP-Rank's facts, calibration, strength (persons
+    reconstructed by the first k of the K runs) and rankings ((workload label, method) → ranking, for the exact
+    attack)."""
+
     prob: UnitProblem
     truth: np.ndarray
     u: int
@@ -48,6 +54,12 @@ class _UnitWork:
     priors: dict
     outside: tuple[np.ndarray, np.ndarray] | None
     block_class: tuple[np.ndarray, np.ndarray] | None = None
+    frames: list = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+    rap_facts: dict = field(default_factory=dict)
+    calib: list = field(default_factory=list)
+    strength: list = field(default_factory=list)
+    rankings: dict = field(default_factory=dict)
 
 
 def run_units(study: Study, tasks: list[tuple[str, bool]],
@@ -56,111 +68,120 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
     evaluation plan (same domain and queries) are fitted by :func:`rap_rank_units` in shared
     compiled calls. Each unit's result is what :func:`run_unit` gives it alone."""
     cfg = study.cfg
-    work = []
-    for unit, wb in tasks:
-        prob = study.prepare(unit, wb)
-        D, H = prob.private, prob.holdout
-        u = effective_u(D.distinct(), H.distinct())
-        workloads = {}
-        for q in cfg.queries:
-            w = study.workload(q, D.domain, prob.areas)
-            plan = plan_for(w)
-            workloads[q.label] = (q, w, plan, exact_answers(D, w, plan))  # Q(D): all the attack sees of D
-        work.append(_UnitWork(prob, D.keys(), u, k_grid(u, cfg.grid_points), workloads,
-                              study.priors(prob), study.outside_counts(prob), study.block_classes(prob)))
-    a = cfg.attack
-
-    def ties(w: _UnitWork, method: str) -> np.random.Generator:  # per method: a sweep task matches the full run
-        return np.random.default_rng(stable_seed("ties", cfg.seed, w.prob.unit, w.prob.with_block, method))
-
-    frames = [[] for _ in work]
-    timings = [{} for _ in work]
-    rap_facts = [{} for _ in work]
-    calib = [[] for _ in work]
-    strength = [[] for _ in work]  # persons reconstructed by the first k of the K runs
-    rankings = [{} for _ in work]  # (workload label, method) -> RAP-Rank's ranking, for the exact attack
+    work = [_unit_work(study, unit, wb) for unit, wb in tasks]
     on_tables = attacks.on_tables(cfg, only)  # the exact attack: it compares RAP-Rank's rankings to its rows
-    rap = attacks.attack(attacks.RAP_RANK)
-    for q, init in itertools.product(cfg.queries, a.init):
+    for q, init in itertools.product(cfg.queries, cfg.attack.init):
         name = cfg.rap_method(q, init)
-        if only is not None and name not in only:
-            continue
-        groups: dict = {}  # (plan, settings) -> indices of the units that share compiled calls
-        for i, w in enumerate(work):
-            if init != "random" and init not in w.priors:
-                log.warning("unit %s: no data for init %s (nothing outside the unit at that level); skipped",
-                            w.prob.unit, init)
-                continue
-            groups.setdefault((w.workloads[q.label][2], study.unit_settings(w.prob, init)), []).append(i)
-        for (plan, settings), idx in groups.items():
-            members = [work[i] for i in idx]
-            pools = None
-            if init != "random":
-                pools = [study.init_pool(m.prob, m.priors[init], init, settings.rows) for m in members]
-            if runs_bar is not None:
-                runs_bar.reset(total=a.runs * len(members))
-                runs_bar.set_description(f"{name} K runs" + (f" x {len(members)} units" if len(members) > 1 else ""))
-            inputs = [AttackInputs(m.workloads[q.label][1], m.workloads[q.label][3], ties(m, name),
-                                   int(max(m.ks.max(), len(m.prob.private) if on_tables else 0)),
-                                   key=unit_key(cfg, "rap", m.prob.unit, m.prob.with_block, init, q.label),
-                                   runs=a.runs, settings=settings, init_pool=None if pools is None else pools[j],
-                                   plan=plan) for j, m in enumerate(members)]
-            results = attack_units(rap, inputs, runs_bar.update if runs_bar is not None else None)
-            for i, m, got in zip(idx, members, results):
-                res = got.fit
-                workload = m.workloads[q.label][1]
-                timings[i][name] = round(res.seconds, 3)
-                rap_facts[i][name] = {"mean_final_loss": float(res.final_loss.mean()),
-                                      "mean_max_abs_error": float(res.max_abs_error.mean()),
-                                      "distinct_candidates": int(res.union_size),
-                                      "rows_per_run": int(res.codes.shape[1]), "relaxed_rows": settings.rows,
-                                      "units_in_call": len(members)}
-                frames[i].append(match_rate_curve(got.ranking, m.truth, m.ks, m.u, got.candidates, m.outside,
-                                                  m.block_class).assign(method=name, num_queries=workload.num_queries))
-                calib[i] += calibration(*res.run_fractions(), m.truth, a.runs).assign(method=name).to_dict("records")
-                strength[i] += [dict(r, method=name) for r in strength_by_runs(
-                    res.codes, m.prob.private.domain.encode, m.truth, m.u, stable_seed("strength", cfg.seed),
-                    got.ranking)]
-                rankings[i][(q.label, name)] = got.ranking
-    for method in a.methods:  # the other attacks, through the same call: they read the published answers only
-        kind = attacks.attack(method)
+        if only is None or name in only:
+            _rap_rank(study, work, q, init, name, runs_bar, bool(on_tables))
+    for method in cfg.attack.methods:  # the other attacks, through the same call: they read the published answers only
         for q in cfg.queries:
             name = cfg.unit_method(method, q)
-            if only is not None and name not in only:
-                continue
-            for i, w in enumerate(work):
-                t0 = time.perf_counter()
-                _, workload, _, answers = w.workloads[q.label]
-                got = attack_unit(kind, AttackInputs(workload, answers, ties(w, name), int(w.ks.max())))
-                frames[i].append(match_rate_curve(got.ranking, w.truth, w.ks, w.u, got.candidates, w.outside,
-                                                  w.block_class).assign(method=name, num_queries=workload.num_queries))
-                timings[i][name] = round(time.perf_counter() - t0, 3)
-    out = []
+            if only is None or name in only:
+                _unit_attack(cfg, work, method, q, name)
+    return [_unit_result(cfg, w, only, on_tables) for w in work]
+
+
+def _unit_work(study: Study, unit: str, wb: bool) -> UnitWork:
+    """A unit's problem prepared for its attacks: Q(D) of every workload is all the attacks see of D."""
+    prob = study.prepare(unit, wb)
+    D, H = prob.private, prob.holdout
+    u = effective_u(D.distinct(), H.distinct())
+    workloads = {}
+    for q in study.cfg.queries:
+        w = study.workload(q, D.domain, prob.areas)
+        plan = plan_for(w)
+        workloads[q.label] = (q, w, plan, exact_answers(D, w, plan))
+    return UnitWork(prob, D.keys(), u, k_grid(u, study.cfg.grid_points), workloads, study.priors(prob),
+                    study.outside_counts(prob), study.block_classes(prob))
+
+
+def _ties(cfg: ExperimentConfig, w: UnitWork, method: str) -> np.random.Generator:
+    """The generator that breaks a method's ties on a unit: per method, so that a sweep task matches the full run."""
+    return np.random.default_rng(stable_seed("ties", cfg.seed, w.prob.unit, w.prob.with_block, method))
+
+
+def _rap_rank(study: Study, work: list[UnitWork], q, init: str, name: str, runs_bar, on_tables: bool) -> None:
+    """RAP-Rank ``name`` (workload ``q``, started from ``init``) on every unit, the units that share a plan and
+    settings in shared compiled calls; ``on_tables``: an attack on the tables will read its rankings (ranked as deep
+    as D has persons)."""
+    cfg, a = study.cfg, study.cfg.attack
+    groups: dict = {}  # (plan, settings) -> indices of the units that share compiled calls
     for i, w in enumerate(work):
-        D, H = w.prob.private, w.prob.holdout
-        if only is None or "baselines" in only:
-            for b, curve, seconds in baseline_curves(cfg, w.priors, w.prob.unit, w.truth, w.ks, w.u,
-                                                     lambda b, w=w: ties(w, b), w.outside, w.block_class):
-                timings[i][b] = seconds
-                frames[i].append(curve.assign(method=b, num_queries=0))
-        tables_facts: dict = {}
-        for kind in on_tables:  # after the baselines: the exact attack compares the best one's ranking with its rows
-            tables_facts.update(kind.on_tables(cfg, w, frames[i], rankings[i], ties, timings[i]))
-        df = pd.concat(frames[i], ignore_index=True)
-        df = df.assign(variant=w.prob.with_block, unit=w.prob.unit, u=w.u, n_rows=len(D), n_unique=unique_persons(D))
-        facts = {
-            "unit": w.prob.unit, "with_block": w.prob.with_block, "rows": len(D), "holdout_rows": len(H),
-            "distinct_rows": D.distinct(), "holdout_distinct_rows": H.distinct(), "u": w.u,
-            "workloads": {label: workload_facts(q, wl) for label, (q, wl, _, _) in w.workloads.items()},
-            "domain": dict(zip(D.domain.names, D.domain.sizes)), "seconds": timings[i], "rap": rap_facts[i],
-            "concentration": concentration(w.truth), "calibration": calib[i], "strength": strength[i],
-        }
-        facts.update(tables_facts)
-        out.append((df, facts))
-    return out
+        if init != "random" and init not in w.priors:
+            log.warning("unit %s: no data for init %s (nothing outside the unit at that level); skipped",
+                        w.prob.unit, init)
+            continue
+        groups.setdefault((w.workloads[q.label][2], study.unit_settings(w.prob, init)), []).append(i)
+    rap = attacks.attack(attacks.RAP_RANK)
+    for (plan, settings), idx in groups.items():
+        members = [work[i] for i in idx]
+        pools = None
+        if init != "random":
+            pools = [study.init_pool(m.prob, m.priors[init], init, settings.rows) for m in members]
+        if runs_bar is not None:
+            runs_bar.reset(total=a.runs * len(members))
+            runs_bar.set_description(f"{name} K runs" + (f" x {len(members)} units" if len(members) > 1 else ""))
+        inputs = [AttackInputs(m.workloads[q.label][1], m.workloads[q.label][3], _ties(cfg, m, name),
+                               int(max(m.ks.max(), len(m.prob.private) if on_tables else 0)),
+                               key=unit_key(cfg, "rap", m.prob.unit, m.prob.with_block, init, q.label),
+                               runs=a.runs, settings=settings, init_pool=None if pools is None else pools[j],
+                               plan=plan) for j, m in enumerate(members)]
+        for m, got in zip(members, attack_units(rap, inputs, runs_bar.update if runs_bar is not None else None)):
+            res = got.fit
+            workload = m.workloads[q.label][1]
+            m.timings[name] = round(res.seconds, 3)
+            m.rap_facts[name] = {"mean_final_loss": float(res.final_loss.mean()),
+                                 "mean_max_abs_error": float(res.max_abs_error.mean()),
+                                 "distinct_candidates": int(res.union_size),
+                                 "rows_per_run": int(res.codes.shape[1]), "relaxed_rows": settings.rows,
+                                 "units_in_call": len(members)}
+            m.frames.append(match_rate_curve(got.ranking, m.truth, m.ks, m.u, got.candidates, m.outside,
+                                             m.block_class).assign(method=name, num_queries=workload.num_queries))
+            m.calib += calibration(*res.run_fractions(), m.truth, a.runs).assign(method=name).to_dict("records")
+            m.strength += [dict(r, method=name) for r in strength_by_runs(
+                res.codes, m.prob.private.domain.encode, m.truth, m.u, stable_seed("strength", cfg.seed),
+                got.ranking)]
+            m.rankings[(q.label, name)] = got.ranking
 
 
-def exact_attack(cfg: ExperimentConfig, w: _UnitWork, frames: list, rankings: dict, ties, timings: dict) -> dict:
+def _unit_attack(cfg: ExperimentConfig, work: list[UnitWork], method: str, q, name: str) -> None:
+    """An attack run unit by unit (``attack.methods``) on every unit's published answers of workload ``q``."""
+    kind = attacks.attack(method)
+    for w in work:
+        t0 = time.perf_counter()
+        _, workload, _, answers = w.workloads[q.label]
+        got = attack_unit(kind, AttackInputs(workload, answers, _ties(cfg, w, name), int(w.ks.max())))
+        w.frames.append(match_rate_curve(got.ranking, w.truth, w.ks, w.u, got.candidates, w.outside,
+                                         w.block_class).assign(method=name, num_queries=workload.num_queries))
+        w.timings[name] = round(time.perf_counter() - t0, 3)
+
+
+def _unit_result(cfg: ExperimentConfig, w: UnitWork, only: set[str] | None, on_tables: list) -> tuple[pd.DataFrame, dict]:
+    """A unit's curves and facts: its attacks' so far, its baselines', then the attacks on its tables."""
+    D, H = w.prob.private, w.prob.holdout
+    if only is None or "baselines" in only:
+        for b, curve, seconds in baseline_curves(cfg, w.priors, w.prob.unit, w.truth, w.ks, w.u,
+                                                 lambda b: _ties(cfg, w, b), w.outside, w.block_class):
+            w.timings[b] = seconds
+            w.frames.append(curve.assign(method=b, num_queries=0))
+    tables_facts: dict = {}
+    for kind in on_tables:  # after the baselines: the exact attack compares the best one's ranking with its rows
+        tables_facts.update(kind.on_tables(cfg, w, w.frames, w.rankings, lambda w_, m: _ties(cfg, w_, m), w.timings))
+    df = pd.concat(w.frames, ignore_index=True)
+    df = df.assign(variant=w.prob.with_block, unit=w.prob.unit, u=w.u, n_rows=len(D), n_unique=unique_persons(D))
+    facts = {
+        "unit": w.prob.unit, "with_block": w.prob.with_block, "rows": len(D), "holdout_rows": len(H),
+        "distinct_rows": D.distinct(), "holdout_distinct_rows": H.distinct(), "u": w.u,
+        "workloads": {label: workload_facts(q, wl) for label, (q, wl, _, _) in w.workloads.items()},
+        "domain": dict(zip(D.domain.names, D.domain.sizes)), "seconds": w.timings, "rap": w.rap_facts,
+        "concentration": concentration(w.truth), "calibration": w.calib, "strength": w.strength,
+    }
+    facts.update(tables_facts)
+    return df, facts
+
+
+def exact_attack(cfg: ExperimentConfig, w: UnitWork, frames: list, rankings: dict, ties, timings: dict) -> dict:
     """The exact attack on each tables workload of one unit (the registry's ``exact``, its ``on_tables``): its
     curves join ``frames``; returns the unit's facts of it (per workload, agreement, reidentification rows)."""
     from censusrecon.experiments.exact_eval import evaluate_exact
@@ -181,8 +202,7 @@ def exact_attack(cfg: ExperimentConfig, w: _UnitWork, frames: list, rankings: di
         mine = {name: r for (label, name), r in rankings.items() if label == q.label}
         rng = np.random.default_rng(stable_seed("reid", cfg.seed, w.prob.unit, w.prob.with_block, q.label))
         t0 = time.perf_counter()
-        curves, f, a_rows, r_rows = evaluate_exact(cfg, w.prob, workload, w.truth, w.ks, w.u, w.outside, mine,
-                                                   base_rankings, rng, q.label, w.block_class)
+        curves, f, a_rows, r_rows = evaluate_exact(cfg, w, workload, mine, base_rankings, rng, q.label)
         timings[f"exact_{q.label}"] = round(time.perf_counter() - t0, 3)
         frames += [c.assign(num_queries=workload.num_queries) for c in curves]
         facts[q.label] = f
