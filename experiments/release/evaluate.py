@@ -150,20 +150,9 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
                           "paper's pools); a release verdict compares with what an outsider has without the release, "
                           "so evaluate-release needs include_target: false")
     t_start = time.perf_counter()
-    r = cfg.release
     check_environments(cfg)  # a program's missing environment fails in the first second, not after minutes
-    study = resolve(cfg)  # the config resolved once against its data; bad data fails before anything is written
-    pop, units, empty = study.pop, study.units, study.empty_units
-    for wb in cfg.target.with_block:
-        if wb:
-            check_block_list(study, units[0])
-        if parse_relation(r.relation) is Relation.ADD_REMOVE and "unit_total" not in r.invariants:
-            first = study.prepare(units[0], wb, pad_blocks=False)
-            try:  # n must come from the noisy tables: they must publish a total or a partition
-                total_queries(build_workload(cfg, cfg.published, first.private.domain, first.areas))
-            except PrivacyError as e:
-                raise ConfigError(str(e)) from None
-    files = read_release_files(study, units)  # a file that does not fit fails here, before anything runs
+    study = _checked_study(cfg)  # resolved once against its data; bad data fails before anything is written
+    files = read_release_files(study, study.units)  # a file that does not fit fails here, before anything runs
     # a unit's result is for these files and programs only
     inputs = {**{f"{m}@{s:g}": tf.digest for (m, s), tf in files.items()}, **program_digests(cfg)}
     run_dir = release_dir(out_root, cfg)
@@ -175,13 +164,69 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
         return run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     write_yaml(run_dir / "config.yaml", cfg.model_dump(mode="json"))
-    ledger = Ledger()
-    curves, utility = [], []
-    tasks = [UnitTask(u, wb) for wb in cfg.target.with_block for u in units]
+    with ray_session(backend, address, cfg.sweep.num_cpus):  # one Ray start for the units and the audit
+        got = _evaluate_units(study, files, run_dir, fingerprint, inputs, progress, backend, address)
+        recorded = None if reaudit else recorded_audit(run_dir, cfg, fingerprint)
+        if recorded is not None:  # `censusrecon audit` audited this very code and config: its audit stands
+            audits = recorded
+            UnitProgress(0, "units", progress).say(
+                f"audit: the one `censusrecon audit` ran at {audits[0].details['recorded_by_audit_command']} on this "
+                f"code and config (seed {audits[0].details.get('audit_seed')}); its result stands, so it is not run "
+                "again")
+        else:
+            audits = audit_release(study, progress=progress, backend=audit_backend, address=address,
+                                   history=run_dir / "audit_history.jsonl")
+    keep_earlier(run_dir)  # a rerun (--reaudit) keeps the earlier report, audit and decision before writing its own
+    risks, risk_note = measure_risks(cfg, got.micro)
+    facts = _write_results(study, run_dir, got, audits, recorded, fingerprint, (risks, risk_note),
+                           time.perf_counter() - t_start)
+    decision = decide_release(cfg, run_dir, got.df, got.util, got.micro, Evidence(
+        {}, audits, got.ledger.entries, risks=risks, risk_note=risk_note, units_in_file=study.units_in_file,
+        released=tuple(study.units), code_fingerprint=fingerprint, inputs=inputs,
+        audit_when=None if recorded is None else recorded[0].details["recorded_by_audit_command"]))
+    decision.save(run_dir)
+    write_report(cfg, run_dir, got.df, got.util, audits, got.ledger, facts, decision)
+    return run_dir
+
+
+def _checked_study(cfg: ExperimentConfig) -> Study:
+    """The config resolved against its data, after the checks a release evaluation needs of the data before it runs:
+    a block list that fits, and a total or partition in the tables when n must come from the noisy tables."""
+    r = cfg.release
+    study = resolve(cfg)
+    units = study.units
+    for wb in cfg.target.with_block:
+        if wb:
+            check_block_list(study, units[0])
+        if parse_relation(r.relation) is Relation.ADD_REMOVE and "unit_total" not in r.invariants:
+            first = study.prepare(units[0], wb, pad_blocks=False)
+            try:  # n must come from the noisy tables: they must publish a total or a partition
+                total_queries(build_workload(cfg, cfg.published, first.private.domain, first.areas))
+            except PrivacyError as e:
+                raise ConfigError(str(e)) from None
+    return study
+
+
+@dataclass
+class _Gathered:
+    """Every unit's results of one evaluation, this process's or its files (an earlier call's, a Ray worker's)."""
+
+    df: pd.DataFrame  # the curves
+    util: pd.DataFrame
+    micro: list  # per unit: D, D_holdout and every published microdata file
+    ledger: Ledger
+    exact_statuses: dict
+    resumed: list  # the facts of units finished by an earlier call (their time counts too)
+
+
+def _evaluate_units(study: Study, files: dict, run_dir: Path, fingerprint: str, inputs: dict, progress: bool,
+                    backend: str, address: str | None) -> _Gathered:
+    """Every (unit, variant) not done yet evaluated (:func:`evaluate_unit`, here or as Ray tasks), then every one's
+    results gathered."""
+    cfg, r = study.cfg, study.cfg.release
+    tasks = [UnitTask(u, wb) for wb in cfg.target.with_block for u in study.units]
     per_unit = 1 + sum(len(r.settings_of(m)) for m in r.evaluated)
     topdown_cache: dict = {}  # "trees": (unit, BLOCK?) -> tree of its root; "releases": (root, BLOCK?, ε) -> release
-    exact_statuses: dict = {"status": [], "agreement": [], "reidentification": [], "strength": [], "agreement_by_size": []}
-    micro: list[pd.DataFrame] = []  # per unit: D, D_holdout and every published microdata file
     units_bar = UnitProgress(len(tasks), "units", progress)
     # a line per release attacked where there is no terminal: a 2010-sized tract's releases take minutes each
     bar = UnitProgress(len(tasks) * per_unit, "releases attacked", progress, leave=False)
@@ -196,44 +241,41 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
             bar.skip(per_unit)
         units_bar.update(1, t.label)
 
-    with ray_session(backend, address, cfg.sweep.num_cpus):  # one Ray start for the units and the audit
-        try:
-            ray = RayTasks(unit_task, (cfg.model_dump(mode="json"), cfg.base_dir, str(run_dir), fingerprint, inputs),
-                           address, cfg.sweep.num_cpus) if backend == "ray" else None
-            results, computed = finish(
-                store, tasks, lambda chunk: [evaluate_unit(study, t, store, files, bar, topdown_cache) for t in chunk],
-                ray=ray, hooks=Hooks(on_found=found, on_done=done))
-        except KeyboardInterrupt:
-            raise units_bar.interrupted() from None
-        finally:
-            bar.close()
-            units_bar.close()
-        resumed: list[dict] = []  # the facts of units finished by an earlier call (their time counts too)
-        for task in tasks:  # every unit's result: this process's, or its files (an earlier call's, a Ray worker's)
-            facts = results[task]
-            curves.append(facts["curves"])
-            if facts["micro_rows"] is not None:
-                micro.append(facts["micro_rows"])
-            utility.extend(facts["utility"])
-            ledger.entries.extend(facts["ledger"])
-            for kind, rows_ in facts.get("exact_attack", {}).items():
-                exact_statuses[kind].extend(rows_)
-            if task not in computed:
-                resumed.append(facts)
-        df = pd.concat(curves, ignore_index=True)
-        util = pd.DataFrame(utility)
-        lift = lift_table(df)
-        recorded = None if reaudit else recorded_audit(run_dir, cfg, fingerprint)
-        if recorded is not None:  # `censusrecon audit` audited this very code and config: its audit stands
-            audits = recorded
-            units_bar.say(f"audit: the one `censusrecon audit` ran at {audits[0].details['recorded_by_audit_command']} on "
-                          "this code and config (seed "
-                          f"{audits[0].details.get('audit_seed')}); its result stands, so it is not run again")
-        else:
-            audits = audit_release(study, progress=progress, backend=audit_backend, address=address,
-                                   history=run_dir / "audit_history.jsonl")
-    keep_earlier(run_dir)  # a rerun (--reaudit) keeps the earlier report, audit and decision before writing its own
-    risks, risk_note = measure_risks(cfg, micro)
+    try:
+        ray = RayTasks(unit_task, (cfg.model_dump(mode="json"), cfg.base_dir, str(run_dir), fingerprint, inputs),
+                       address, cfg.sweep.num_cpus) if backend == "ray" else None
+        results, computed = finish(
+            store, tasks, lambda chunk: [evaluate_unit(study, t, store, files, bar, topdown_cache) for t in chunk],
+            ray=ray, hooks=Hooks(on_found=found, on_done=done))
+    except KeyboardInterrupt:
+        raise units_bar.interrupted() from None
+    finally:
+        bar.close()
+        units_bar.close()
+    ledger = Ledger()
+    curves, utility, micro, resumed = [], [], [], []
+    exact_statuses: dict = {"status": [], "agreement": [], "reidentification": [], "strength": [], "agreement_by_size": []}
+    for task in tasks:  # every unit's result: this process's, or its files (an earlier call's, a Ray worker's)
+        facts = results[task]
+        curves.append(facts["curves"])
+        if facts["micro_rows"] is not None:
+            micro.append(facts["micro_rows"])
+        utility.extend(facts["utility"])
+        ledger.entries.extend(facts["ledger"])
+        for kind, rows_ in facts.get("exact_attack", {}).items():
+            exact_statuses[kind].extend(rows_)
+        if task not in computed:
+            resumed.append(facts)
+    return _Gathered(pd.concat(curves, ignore_index=True), pd.DataFrame(utility), micro, ledger, exact_statuses,
+                     resumed)
+
+
+def _write_results(study: Study, run_dir: Path, got: _Gathered, audits: list, recorded, fingerprint: str,
+                   risks: tuple, seconds: float) -> dict:
+    """The evaluation's files (risks, curves, MDF, utility, lift, ledger, audit and its history, persons, the exact
+    attack's tables, manifest, plots); returns the facts the report reads."""
+    cfg, r, units, empty = study.cfg, study.cfg.release, study.units, study.empty_units
+    (risks, risk_note), df, ledger = risks, got.df, got.ledger
     write_json(run_dir / "risks.json", {"note": risk_note})
     if len(risks):
         write_parquet(run_dir / "risks.parquet", risks)
@@ -243,8 +285,8 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     mdf_parts = sorted((run_dir / "mdf").glob("*.parquet")) if (run_dir / "mdf").is_dir() else []
     if mdf_parts:  # every TopDown release's microdata detail file, one table
         write_parquet(run_dir / "mdf.parquet", pd.concat([pd.read_parquet(f) for f in mdf_parts], ignore_index=True))
-    write_parquet(run_dir / "utility.parquet", util)
-    write_parquet(run_dir / "lift.parquet", lift)
+    write_parquet(run_dir / "utility.parquet", got.util)
+    write_parquet(run_dir / "lift.parquet", lift_table(df))
     write_json(run_dir / "ledger.json", {"entries": ledger.entries, "relation": r.relation,
                                          "invariants": list(r.invariants),
                                          "unit_selection": unit_selection(cfg),
@@ -259,24 +301,18 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     write_parquet(run_dir / "persons.parquet", release_persons(df))
     for kind, name in (("status", "exact_attack"), ("agreement", "agreement"), ("reidentification", "reidentification"),
                        ("strength", "strength"), ("agreement_by_size", "agreement_by_size")):
-        if exact_statuses[kind]:
-            write_parquet(run_dir / f"{name}.parquet", pd.DataFrame(exact_statuses[kind]))
-    facts = {"units": units, "empty_units": empty, "levels": list(pop.geography.levels[1:]),
+        if got.exact_statuses[kind]:
+            write_parquet(run_dir / f"{name}.parquet", pd.DataFrame(got.exact_statuses[kind]))
+    facts = {"units": units, "empty_units": empty, "levels": list(study.pop.geography.levels[1:]),
              "attributes": list(study.attributes)}
     write_json(run_dir / "manifest.json", {
         "name": cfg.name, "config_hash": cfg.digest(), "code_fingerprint": code_fingerprint(),
         "versions": versions(), "jax": jax_info(), "seeds": {"experiment": cfg.seed, "population": cfg.data.seed},
-        "units": units, "facts": facts, **run_seconds(time.perf_counter() - t_start, resumed),
+        "units": units, "facts": facts, **run_seconds(seconds, got.resumed),
     })
-    plot_release(df, util, run_dir, cfg)
+    plot_release(df, got.util, run_dir, cfg)
     facts["earlier_audit_failures"] = earlier_failures
-    decision = decide_release(cfg, run_dir, df, util, micro, Evidence(
-        {}, audits, ledger.entries, risks=risks, risk_note=risk_note, units_in_file=study.units_in_file,
-        released=tuple(units), code_fingerprint=fingerprint, inputs=inputs,
-        audit_when=None if recorded is None else recorded[0].details["recorded_by_audit_command"]))
-    decision.save(run_dir)
-    write_report(cfg, run_dir, df, util, audits, ledger, facts, decision)
-    return run_dir
+    return facts
 
 
 class _Quiet:
