@@ -7,7 +7,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -164,28 +164,30 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
         return run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     write_yaml(run_dir / "config.yaml", cfg.model_dump(mode="json"))
+    store = UnitStore(run_dir, fingerprint, inputs)
     with ray_session(backend, address, cfg.sweep.num_cpus):  # one Ray start for the units and the audit
-        got = _evaluate_units(study, files, run_dir, fingerprint, inputs, progress, backend, address)
-        recorded = None if reaudit else recorded_audit(run_dir, cfg, fingerprint)
-        if recorded is not None:  # `censusrecon audit` audited this very code and config: its audit stands
-            audits = recorded
+        ray = RayTasks(unit_task, (cfg.model_dump(mode="json"), cfg.base_dir, str(run_dir), fingerprint, inputs),
+                       address, cfg.sweep.num_cpus) if backend == "ray" else None
+        got = _evaluate_units(study, files, store, progress, ray)
+        got.recorded = None if reaudit else recorded_audit(run_dir, cfg, fingerprint)
+        if got.recorded is not None:  # `censusrecon audit` audited this very code and config: its audit stands
+            got.audits = got.recorded
             UnitProgress(0, "units", progress).say(
-                f"audit: the one `censusrecon audit` ran at {audits[0].details['recorded_by_audit_command']} on this "
-                f"code and config (seed {audits[0].details.get('audit_seed')}); its result stands, so it is not run "
-                "again")
+                f"audit: the one `censusrecon audit` ran at {got.audits[0].details['recorded_by_audit_command']} on "
+                f"this code and config (seed {got.audits[0].details.get('audit_seed')}); its result stands, so it is "
+                "not run again")
         else:
-            audits = audit_release(study, progress=progress, backend=audit_backend, address=address,
-                                   history=run_dir / "audit_history.jsonl")
+            got.audits = audit_release(study, progress=progress, backend=audit_backend, address=address,
+                                       history=run_dir / "audit_history.jsonl")
     keep_earlier(run_dir)  # a rerun (--reaudit) keeps the earlier report, audit and decision before writing its own
-    risks, risk_note = measure_risks(cfg, got.micro)
-    facts = _write_results(study, run_dir, got, audits, recorded, fingerprint, (risks, risk_note),
-                           time.perf_counter() - t_start)
+    got.risks, got.risk_note = measure_risks(cfg, got.micro)
+    facts = _write_results(study, store, got, time.perf_counter() - t_start)
     decision = decide_release(cfg, run_dir, got.df, got.util, got.micro, Evidence(
-        {}, audits, got.ledger.entries, risks=risks, risk_note=risk_note, units_in_file=study.units_in_file,
-        released=tuple(study.units), code_fingerprint=fingerprint, inputs=inputs,
-        audit_when=None if recorded is None else recorded[0].details["recorded_by_audit_command"]))
+        {}, got.audits, got.ledger.entries, risks=got.risks, risk_note=got.risk_note,
+        units_in_file=study.units_in_file, released=tuple(study.units), code_fingerprint=fingerprint, inputs=inputs,
+        audit_when=None if got.recorded is None else got.recorded[0].details["recorded_by_audit_command"]))
     decision.save(run_dir)
-    write_report(cfg, run_dir, got.df, got.util, audits, got.ledger, facts, decision)
+    write_report(cfg, run_dir, got.df, got.util, got.audits, got.ledger, facts, decision)
     return run_dir
 
 
@@ -217,33 +219,34 @@ class _Gathered:
     ledger: Ledger
     exact_statuses: dict
     resumed: list  # the facts of units finished by an earlier call (their time counts too)
+    audits: list = field(default_factory=list)
+    recorded: list | None = None  # the audit command's audit of this code and config, where it stands
+    risks: pd.DataFrame | None = None  # anonymeter's measures, and why there are none
+    risk_note: str | None = None
 
 
-def _evaluate_units(study: Study, files: dict, run_dir: Path, fingerprint: str, inputs: dict, progress: bool,
-                    backend: str, address: str | None) -> _Gathered:
-    """Every (unit, variant) not done yet evaluated (:func:`evaluate_unit`, here or as Ray tasks), then every one's
-    results gathered."""
+def _evaluate_units(study: Study, files: dict, store: UnitStore, progress: bool, ray: RayTasks | None) -> _Gathered:
+    """Every (unit, variant) not done yet in ``store`` evaluated (:func:`evaluate_unit`, here or, given ``ray``, as
+    Ray tasks), then every one's results gathered."""
     cfg, r = study.cfg, study.cfg.release
     tasks = [UnitTask(u, wb) for wb in cfg.target.with_block for u in study.units]
     per_unit = 1 + sum(len(r.settings_of(m)) for m in r.evaluated)
     topdown_cache: dict = {}  # "trees": (unit, BLOCK?) -> tree of its root; "releases": (root, BLOCK?, ε) -> release
+    run_dir = store.dir.parent
     units_bar = UnitProgress(len(tasks), "units", progress)
     # a line per release attacked where there is no terminal: a 2010-sized tract's releases take minutes each
     bar = UnitProgress(len(tasks) * per_unit, "releases attacked", progress, leave=False)
-    store = UnitStore(run_dir, fingerprint, inputs)
 
     def found(n: int) -> None:
         units_bar.found(n, run_dir)
         bar.skip(per_unit * n)
 
     def done(t: UnitTask) -> None:
-        if backend == "ray":  # a Ray task's releases are counted when its unit is
+        if ray is not None:  # a Ray task's releases are counted when its unit is
             bar.skip(per_unit)
         units_bar.update(1, t.label)
 
     try:
-        ray = RayTasks(unit_task, (cfg.model_dump(mode="json"), cfg.base_dir, str(run_dir), fingerprint, inputs),
-                       address, cfg.sweep.num_cpus) if backend == "ray" else None
         results, computed = finish(
             store, tasks, lambda chunk: [evaluate_unit(study, t, store, files, bar, topdown_cache) for t in chunk],
             ray=ray, hooks=Hooks(on_found=found, on_done=done))
@@ -270,12 +273,12 @@ def _evaluate_units(study: Study, files: dict, run_dir: Path, fingerprint: str, 
                      resumed)
 
 
-def _write_results(study: Study, run_dir: Path, got: _Gathered, audits: list, recorded, fingerprint: str,
-                   risks: tuple, seconds: float) -> dict:
-    """The evaluation's files (risks, curves, MDF, utility, lift, ledger, audit and its history, persons, the exact
-    attack's tables, manifest, plots); returns the facts the report reads."""
+def _write_results(study: Study, store: UnitStore, got: _Gathered, seconds: float) -> dict:
+    """The evaluation's files beside ``store``'s (risks, curves, MDF, utility, lift, ledger, audit and its history,
+    persons, the exact attack's tables, manifest, plots); returns the facts the report reads."""
     cfg, r, units, empty = study.cfg, study.cfg.release, study.units, study.empty_units
-    (risks, risk_note), df, ledger = risks, got.df, got.ledger
+    run_dir, fingerprint = store.dir.parent, store.fingerprint
+    risks, risk_note, df, ledger, audits, recorded = got.risks, got.risk_note, got.df, got.ledger, got.audits, got.recorded
     write_json(run_dir / "risks.json", {"note": risk_note})
     if len(risks):
         write_parquet(run_dir / "risks.parquet", risks)
