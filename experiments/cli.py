@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 import time
+from pathlib import Path
 
 from censusrecon.microdata.errors import CensusReconError
 
@@ -43,17 +44,40 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'censusrecon COMMAND --help' for a command's arguments. " + EXIT_STATUSES)
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details and show tracebacks")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _run_command(sub)
+    _plot_command(sub)
+    _evaluate_release_command(sub)
+    _audit_command(sub)
+    _queries_command(sub)
+    _sweep_command(sub)
+    _report_command(sub)
+    _describe_population_command(sub)
+    _example_data_command(sub)
+    _release_template_command(sub)
+    return p
+
+
+def _run_command(sub) -> None:
+    """`censusrecon run`'s arguments."""
     _add_config(sub.add_parser(
         "run", help="attack a config's target units; writes OUT/<name>/<config-hash>/",
         description="Attack every target unit of a config with RAP-Rank and its baselines, write match rates, "
                     "persons reconstructed, lift, calibration and plots. Each finished unit is saved at once; "
                     "rerunning the same command resumes where an interrupted run stopped."))
+
+
+def _plot_command(sub) -> None:
+    """`censusrecon plot`'s arguments."""
     pl = sub.add_parser("plot", help="regenerate a run's or a release evaluation's plots from its files",
                         description="Redraw the plots of a finished run directory (censusrecon run) or release "
                                     "directory (censusrecon evaluate-release) from its Parquet files.")
     pl.add_argument("run_dir", help=_RESULTS_HELP)
     pl.add_argument("--out", default="results", metavar="DIR", help=_RESULTS_OUT_HELP)
     pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=_RESULTS_SET_HELP)
+
+
+def _evaluate_release_command(sub) -> None:
+    """`censusrecon evaluate-release`'s arguments."""
     ev = sub.add_parser(
         "evaluate-release", help="release at each ε, attack each release, compare, audit, decide, report",
         description="For each ε and mechanism of the config's release section, release each unit's tables, attack "
@@ -72,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "release.audit.backend says)")
     ev.add_argument("--address", default=None, help="address of a running Ray cluster (default: start a local one "
                     "with sweep.num_cpus CPUs)")
+
+
+def _audit_command(sub) -> None:
+    """`censusrecon audit`'s arguments."""
     au = sub.add_parser("audit", help="audit the publishing code of every mechanism at the config's ε values",
                         description="Release neighbours of every released unit's own data through the calls that "
                                     "publish, many times, and certify a lower bound on each mechanism's ε at every ε "
@@ -89,10 +117,18 @@ def build_parser() -> argparse.ArgumentParser:
                          "else local)")
     au.add_argument("--address", default=None, help="address of a running Ray cluster (default: start a local one "
                     "with sweep.num_cpus CPUs)")
+
+
+def _queries_command(sub) -> None:
+    """`censusrecon queries`'s arguments."""
     qs = sub.add_parser("queries", help="what a config publishes, per target unit, without attacking",
                         description="Print, per target unit, its blocks, distinct queries and cells per table.")
     _add_config(qs, out=False, progress=False)
     qs.add_argument("--json", action="store_true", help="print one JSON object per unit instead of a line of text")
+
+
+def _sweep_command(sub) -> None:
+    """`censusrecon sweep`'s arguments."""
     sw = sub.add_parser("sweep", help="fan (unit × method × seed) tasks out locally or over Ray; resumable",
                         description="Run every (unit, method, seed) task of a config as its own task, locally or on "
                                     "a Ray cluster; every task's result is written atomically, so a sweep killed at "
@@ -101,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--backend", choices=["local", "ray"], default="local",
                     help="local: one process; ray: a Ray cluster (pip install 'censusrecon[ray]')")
     sw.add_argument("--address", default=None, help="address of a running Ray cluster (default: start a local one)")
+
+
+def _report_command(sub) -> None:
+    """`censusrecon report`'s arguments."""
     rp = sub.add_parser("report", help="write report.md and report.html for a finished run or release evaluation",
                         description="Write report.md and a self-contained report.html (figures embedded) for a run "
                                     "directory or a release directory.")
@@ -108,6 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "seeds_report.md beside them, their Bureau tables side by side with the spread")
     rp.add_argument("--out", default="results", metavar="DIR", help=_RESULTS_OUT_HELP)
     rp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=_RESULTS_SET_HELP)
+
+
+def _describe_population_command(sub) -> None:
+    """`censusrecon describe-population`'s arguments."""
     dp = sub.add_parser("describe-population",
                         help="the population's statistics that attacks are sensitive to, beside 2010's",
                         description="Measure the config's whole population (every unit, not only the targets) on "
@@ -123,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--plot", metavar="PATH", default=None,
                     help="also draw the by-block-size statistics beside 2010's (PATH.png and PATH.pdf)")
     dp.add_argument("--check", action="store_true", help="exit with status 2 if a statistic is outside its tolerance")
+
+
+def _example_data_command(sub) -> None:
+    """`censusrecon example-data`'s arguments."""
     ex = sub.add_parser("example-data", help="write the worked example's person file, block list and own release",
                         description="Write persons.csv and blocks.csv, generated from the embedded population with "
                                     "an agency's own column names and codes, for configs/agency/example.yaml; and "
@@ -132,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--seed", type=int, default=0, help="population seed (default: 0)")
     ex.add_argument("--force", action="store_true", help="replace persons.csv, blocks.csv and agency_tables.csv if they "
                     "exist (without it, an existing file stops the command and nothing is written)")
+
+
+def _release_template_command(sub) -> None:
+    """`censusrecon release-template`'s arguments."""
     tp = sub.add_parser("release-template", help="write the table layout a release file made elsewhere must have",
                         description="Write every row a tables release file (release.files, kind: tables) of the "
                                     "config must have: unit, table, cell, label, geography, value (empty), for "
@@ -141,7 +193,6 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--to", default="release_template.csv", metavar="PATH",
                     help="the file to write, CSV or Parquet by extension (default: release_template.csv)")
     tp.add_argument("--force", action="store_true", help="replace PATH if it exists")
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,77 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     from censusrecon.reconstruct.rap import use_cpu_cores_as_devices
 
     use_cpu_cores_as_devices()  # before any JAX computation: every core runs RAP runs at once
-    from pathlib import Path
-
-    from censusrecon.experiments.results import nothing_half_made, results_dir
-
     try:
         if getattr(args, "out", None) is not None and args.command in ("run", "evaluate-release", "sweep"):
             _check_out(args.out)
-        if args.command == "run":
-            from censusrecon.experiments.config import load_config
-            from censusrecon.experiments.runner import run_experiment
-
-            cfg = load_config(args.config, args.overrides)
-            with nothing_half_made(Path(args.out) / cfg.name / cfg.digest()):
-                run_dir = run_experiment(cfg, args.out, progress=not args.no_progress)
-            print(f"results: {run_dir}")
-            print(f"  {run_dir / 'match_rate.parquet'}")
-            print(f"  {run_dir / 'match_rate.png'}")
-            _print_summary(run_dir)
-        elif args.command == "evaluate-release":
-            from censusrecon.experiments.config import load_config
-            from censusrecon.experiments.release.evaluate import evaluate_release, release_dir
-
-            cfg = load_config(args.config, args.overrides)
-            with nothing_half_made(release_dir(args.out, cfg)):
-                run_dir = evaluate_release(cfg, args.out, progress=not args.no_progress, reaudit=args.reaudit,
-                                           backend=args.backend, address=args.address)
-            return _print_release_summary(run_dir, cfg)
-        elif args.command == "sweep":
-            import json
-
-            from censusrecon.experiments.config import load_config
-            from censusrecon.experiments.sweep import sweep
-
-            cfg = load_config(args.config, args.overrides)
-            with nothing_half_made(Path(args.out) / cfg.name / cfg.digest()):
-                summary = sweep(cfg, args.out, args.backend, args.address, progress=not args.no_progress)
-            print(json.dumps(summary))
-        elif args.command == "queries":
-            _queries(args)
-        elif args.command == "describe-population":
-            return _describe_population(args)
-        elif args.command == "report":
-            from censusrecon.experiments.report import write_run_report, write_seeds_report
-
-            md = (write_run_report(results_dir(args.run_dir[0], args.out, args.overrides)) if len(args.run_dir) == 1
-                  else write_seeds_report([results_dir(d, args.out, args.overrides) for d in args.run_dir]))
-            print(md.with_suffix(".html"))
-            print(md)
-        elif args.command == "audit":
-            return _audit(args)
-        elif args.command == "plot":
-            from censusrecon.experiments.runner import replot
-
-            for path in replot(results_dir(args.run_dir, args.out, args.overrides)):
-                print(path)
-        elif args.command == "release-template":
-            from censusrecon.experiments.config import load_config
-            from censusrecon.experiments.release.files import write_template
-
-            path, rows, units = write_template(load_config(args.config, args.overrides), args.to, force=args.force)
-            print(f"{path}: {rows} cells of {units} units; fill the value column")
-        elif args.command == "example-data":
-            from censusrecon.microdata.example import AGENCY_RELEASE, write_agency_example, write_agency_release
-
-            release = Path(args.out_dir) / AGENCY_RELEASE
-            if release.exists() and not args.force:  # before anything is written: nothing half made
-                raise CensusReconError(f"{release} exists and example-data never replaces a file: nothing was "
-                                       "written; choose another folder, or pass --force")
-            for path in write_agency_example(args.out_dir, seed=args.seed, force=args.force):
-                print(path)
-            print(write_agency_release(args.out_dir, seed=args.seed, force=args.force))
+        return COMMANDS[args.command](args) or 0
     except CensusReconError as e:
         print(f"censusrecon: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -241,7 +225,83 @@ def main(argv: list[str] | None = None) -> int:
         print(f"censusrecon: error: unexpected {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''} "
               "(run with -v for the traceback, and please report it)", file=sys.stderr)
         return EXIT_ERROR
-    return 0
+
+
+def _run(args) -> None:
+    from censusrecon.experiments.config import load_config
+    from censusrecon.experiments.results import nothing_half_made
+    from censusrecon.experiments.runner import run_experiment
+
+    cfg = load_config(args.config, args.overrides)
+    with nothing_half_made(Path(args.out) / cfg.name / cfg.digest()):
+        run_dir = run_experiment(cfg, args.out, progress=not args.no_progress)
+    print(f"results: {run_dir}")
+    print(f"  {run_dir / 'match_rate.parquet'}")
+    print(f"  {run_dir / 'match_rate.png'}")
+    _print_summary(run_dir)
+
+
+def _evaluate_release(args) -> int:
+    from censusrecon.experiments.config import load_config
+    from censusrecon.experiments.release.evaluate import evaluate_release, release_dir
+    from censusrecon.experiments.results import nothing_half_made
+
+    cfg = load_config(args.config, args.overrides)
+    with nothing_half_made(release_dir(args.out, cfg)):
+        run_dir = evaluate_release(cfg, args.out, progress=not args.no_progress, reaudit=args.reaudit,
+                                   backend=args.backend, address=args.address)
+    return _print_release_summary(run_dir, cfg)
+
+
+def _sweep(args) -> None:
+    import json
+
+    from censusrecon.experiments.config import load_config
+    from censusrecon.experiments.results import nothing_half_made
+    from censusrecon.experiments.sweep import sweep
+
+    cfg = load_config(args.config, args.overrides)
+    with nothing_half_made(Path(args.out) / cfg.name / cfg.digest()):
+        summary = sweep(cfg, args.out, args.backend, args.address, progress=not args.no_progress)
+    print(json.dumps(summary))
+
+
+def _report(args) -> None:
+    from censusrecon.experiments.report import write_run_report, write_seeds_report
+    from censusrecon.experiments.results import results_dir
+
+    md = (write_run_report(results_dir(args.run_dir[0], args.out, args.overrides)) if len(args.run_dir) == 1
+          else write_seeds_report([results_dir(d, args.out, args.overrides) for d in args.run_dir]))
+    print(md.with_suffix(".html"))
+    print(md)
+
+
+def _plot(args) -> None:
+    from censusrecon.experiments.results import results_dir
+    from censusrecon.experiments.runner import replot
+
+    for path in replot(results_dir(args.run_dir, args.out, args.overrides)):
+        print(path)
+
+
+def _release_template(args) -> None:
+    from censusrecon.experiments.config import load_config
+    from censusrecon.experiments.release.files import write_template
+
+    path, rows, units = write_template(load_config(args.config, args.overrides), args.to, force=args.force)
+    print(f"{path}: {rows} cells of {units} units; fill the value column")
+
+
+def _example_data(args) -> None:
+    from censusrecon.microdata.example import AGENCY_RELEASE, write_agency_example, write_agency_release
+
+    release = Path(args.out_dir) / AGENCY_RELEASE
+    if release.exists() and not args.force:  # before anything is written: nothing half made
+        raise CensusReconError(f"{release} exists and example-data never replaces a file: nothing was "
+                               "written; choose another folder, or pass --force")
+    for path in write_agency_example(args.out_dir, seed=args.seed, force=args.force):
+        print(path)
+    print(write_agency_release(args.out_dir, seed=args.seed, force=args.force))
 
 
 def _check_out(out: str) -> None:
@@ -454,6 +514,12 @@ def _print_summary(run_dir) -> None:
             st = pd.read_parquet(run_dir / "strength.parquet")
             for _, r in saturation(st[st["variant"] == v], ["method"]).iterrows():
                 print(f"  strength of {r['method']} (persons, all units): {saturation_words(r)}")
+
+
+#: what each command runs (its arguments are :func:`build_parser`'s); a command returns its exit status, or None for 0
+COMMANDS = {"run": _run, "evaluate-release": _evaluate_release, "sweep": _sweep, "queries": _queries,
+            "describe-population": _describe_population, "report": _report, "audit": _audit, "plot": _plot,
+            "release-template": _release_template, "example-data": _example_data}
 
 
 if __name__ == "__main__":
