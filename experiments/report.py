@@ -279,13 +279,30 @@ def write_run_report(run_dir: str | Path) -> Path:
     manifest = json.loads((run_dir / "manifest.json").read_text())
     df = pd.read_parquet(run_dir / "match_rate.parquet")
     units = manifest["units"]
-    around = manifest.get("rarity_level")
     variants = list(dict.fromkeys(df["variant"].tolist()))
     doc = Doc().h(1, cfg.name)
     doc.p(f"Config hash `{manifest['config_hash']}`, code `{manifest.get('code_fingerprint', '?')}`, "
           f"JAX {manifest['versions'].get('jax')} on {manifest['jax']['backend']}; {time_words(manifest)}.")
+    _who_section(doc, df, variants, manifest.get("rarity_level"))  # the answer first: who is reconstructed
+    exact = attacks.attack(attacks.EXACT_ATTACK)
+    if any(exact.facts[0] in u for u in units):
+        _exact_section(doc, run_dir, units, bureau_reference(cfg))
+    _what_ran_section(doc, cfg, units)
+    _curves_section(doc, df, variants)
+    _strength_section(doc, run_dir)
+    kind = band_kind(df["unit"].nunique())
+    doc.p(f"Bands in the plots: {'± one standard error' if kind == 'sem' else 'a 95% bootstrap band'} across "
+          "units (standard errors below 20 units, bootstrap from 20).")
+    doc.img(run_dir / "match_rate.png", "match rate")
+    if (run_dir / "metrics.png").exists():
+        doc.img(run_dir / "metrics.png", "who is matched, persons reconstructed, lift, calibration")
+    md, _ = doc.write(run_dir, "report", cfg.name)
+    return md
 
-    # ---- the answer first: who is reconstructed, and could anyone have guessed them ----------
+
+def _who_section(doc: Doc, df: pd.DataFrame, variants: list, around: str | None) -> None:
+    """Who is reconstructed, per variant: against the best baselines, by matches outside the unit (in ``around``,
+    the level rarity is measured in) and by block size."""
     summary = summarise_persons(persons_reconstructed(df))
     by_size = persons_by_block_size(df)
     doc.h(2, "Who is reconstructed")
@@ -324,11 +341,9 @@ def write_run_report(run_dir: str | Path) -> Path:
                         int(r["persons_reconstructed"]), int(r["baseline_persons"]), _size_difference(r)]
                        for _, r in b.iterrows()], numeric={2, 3, 4, 5})
 
-    exact = attacks.attack(attacks.EXACT_ATTACK)
-    if any(exact.facts[0] in u for u in units):
-        _exact_section(doc, run_dir, units, bureau_reference(cfg))
 
-    # ---- what ran ------------------------------------------------------------------------
+def _what_ran_section(doc: Doc, cfg, units: list) -> None:
+    """The data, the queries and the methods, generated from the config and the units' facts."""
     doc.h(2, "Data")
     doc.p(f"Source: {cfg.data.source}{' (' + cfg.data.path + ')' if cfg.data.path else ''}; "
           f"{len({u['unit'] for u in units})} {cfg.target.level} units; attributes "
@@ -353,7 +368,9 @@ def write_run_report(run_dir: str | Path) -> Path:
               + ("; geographic pools include the target unit (as the paper's did)" if cfg.baselines.include_target
                  else "; geographic pools exclude the target unit")])
 
-    # ---- curves, lift, calibration, per variant --------------------------------------------
+
+def _curves_section(doc: Doc, df: pd.DataFrame, variants: list) -> None:
+    """Match rate at k/u = 0.1, 0.5 and 1, and the lift over each baseline, per variant."""
     curves = average_curves(df, 10, by=["variant", "method"])
     lift = lift_by_baseline(df)
     for v in variants:
@@ -375,15 +392,6 @@ def write_run_report(run_dir: str | Path) -> Path:
         doc.table(["method", "baseline", "lift"],
                   [[m, b, f"{r['mean']:+.3f} ± {0.0 if pd.isna(r['std']) else r['std'] / np.sqrt(r['count']):.3f}"]
                    for (m, b), r in lv.iterrows()], numeric={2})
-    _strength_section(doc, run_dir)
-    kind = band_kind(df["unit"].nunique())
-    doc.p(f"Bands in the plots: {'± one standard error' if kind == 'sem' else 'a 95% bootstrap band'} across "
-          "units (standard errors below 20 units, bootstrap from 20).")
-    doc.img(run_dir / "match_rate.png", "match rate")
-    if (run_dir / "metrics.png").exists():
-        doc.img(run_dir / "metrics.png", "who is matched, persons reconstructed, lift, calibration")
-    md, _ = doc.write(run_dir, "report", cfg.name)
-    return md
 
 
 def _strength_section(doc: Doc, run_dir: Path) -> None:
