@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -44,124 +45,193 @@ def audit_program(src: AuditSource, spec, unit: str, wb: bool, eps: float, seed:
     ``spending.whole_units``; a program called in batches has its releases one per call (the call shape) drawn
     on the first ``single_units`` (default every unit)."""
     a = src.spec.audit
-    runs = spec.audit_runs or a.runs
-    mech = PROGRAM_PREFIX + spec.name
     if spec.spending is not None and index >= spec.spending.whole_units:
         return _audit_ledger_only(src, spec, unit, wb, eps, seed, cache)
+    d = _draw_program(src, spec, _Where(unit, wb, eps, seed), cache, index)
+    checks: dict = {}
+    info: dict = {"program_calls": (f"{d.runs} releases per call (a batch), and {spec.single_runs} of D one per call"
+                                    if d.single is not None else f"one release per call, {d.runs} calls per input")}
+    _call_checks(src, spec, d, checks, info)
+    if spec.noise is None:  # no law to check the noise against: the bound alone decides, and where its releases are
+        # too few to certify the declared ε the audit is inconclusive (bound_power below)
+        for k in ("noise_scale", "noise_shape", "noise_tail", "noise_independence"):
+            checks[k] = "not applicable: the program declares no noise family (release.programs[].noise)"
+    else:
+        _noise_law_checks(spec, d, a.confidence, checks, info)
+    _stage_checks(src, spec, d, checks, info)
+    _bound_power(spec, d, checks, info)
+    best = max(d.bounds, default=(0.0, "none", 0))
+    details = dict(info, unit=unit, neighbours=[w for w, _ in d.pairs], differing_cells=[b[2] for b in d.bounds],
+                   audited_on="the unit's own D, the program's whole releases (a black box)", program_runs=d.runs)
+    return AuditResult(d.mech, eps, best[0], d.runs, a.confidence, best[1], checks, details)
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Where one program audit draws: the unit, its BLOCK variant, the ε and the audit's seed (every draw's key)."""
+
+    unit: str
+    wb: bool
+    eps: float
+    seed: int
+
+
+@dataclass
+class _ProgramDraws:
+    """A program's draws on one unit: its releases of D (in batches and, where drawn, one per call) and their noise,
+    and of each neighbour drawn whole, with the bound each pair gives and the ε (or ρ) its noise spends."""
+
+    at: _Where
+    runs: int
+    mech: str
+    layout: object
+    inputs: tuple
+    pair_inputs: list
+    pairs: list
+    exact: np.ndarray
+    row_query: np.ndarray
+    y1_rows: np.ndarray
+    noise: np.ndarray
+    single_rows: np.ndarray | None
+    single: np.ndarray | None
+    one_per_call: object
+    shape_here: bool
+    pair_conf: float
+    whole: list
+    bounds: list = field(default_factory=list)
+    spent: list = field(default_factory=list)
+    every_noise: list = field(default_factory=list)
+
+
+def _draw_program(src: AuditSource, spec, at: _Where, cache: dict, index: int) -> _ProgramDraws:
+    """Every release the audit of ``spec`` draws on ``at.unit``: ``runs`` of D, those one per call (the shape
+    publication uses, beside the batches the audit's power comes from: one release only where the call shape is drawn
+    on other units, the seed check's first call), and ``runs`` of each neighbour drawn whole (of a synthesizer
+    audited by its ledger, each release a fit, of its worst-case neighbour alone: a canary record in a region of the
+    domain D leaves empty); with the bound over the cells each pair moves and the noise each spends."""
+    a = src.spec.audit
+    unit, wb, eps, seed = at.unit, at.wb, at.eps, at.seed
+    runs = spec.audit_runs or a.runs
     shape_here = spec.single_units is None or index < spec.single_units
     _, _, _, exact, pairs, pair_counts, _ = unit_instance(src, unit, wb, cache)
     layout, inputs, pair_inputs = _program_instance(src, unit, wb, cache)
     y1_rows = program_draws(src, spec, inputs, eps, runs, (seed, unit, wb, eps, "D"))
-    y1 = layout.to_queries(y1_rows)
-    pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
     row_query = layout.rows["query"].to_numpy()
     noise = y1_rows - exact[row_query][None, :]
     single = single_rows = None
     one_per_call = spec if spec.calls == "single" else spec.model_copy(update={"calls": "single"})
-    if spec.calls == "batch":  # the shape publication uses, beside the batches the audit's power comes from (one
-        # release only where the call shape is drawn on other units: the seed check's first call)
+    if spec.calls == "batch":
         single_rows = program_draws(src, one_per_call, inputs, eps, spec.single_runs if shape_here else 1,
                                     (seed, unit, wb, eps, "single"))
         single = single_rows - exact[row_query][None, :] if shape_here else None
-    checks: dict = {}
-    bounds, spent, every_noise = [], [], [noise] + ([single] if single is not None else [])
-    # whole releases of each real neighbour; of a synthesizer audited by its ledger (each release a fit), of its
-    # worst-case neighbour alone: a canary record in a region of the domain D leaves empty
     whole = ([_canary_instance(src, unit, wb, cache)] if spec.spending is not None else
              [(what, pair_counts[i], pair_inputs[i], i) for i, (what, _) in enumerate(pairs)])
+    d = _ProgramDraws(at, runs, PROGRAM_PREFIX + spec.name, layout, inputs, pair_inputs, pairs, exact, row_query,
+                      y1_rows, noise, single_rows, single, one_per_call, shape_here,
+                      1 - (1 - a.confidence) / max(len(pairs), 1), whole)
+    d.every_noise = [noise] + ([single] if single is not None else [])
+    y1 = layout.to_queries(y1_rows)
     for what, c2, inputs2, key in whole:
         idx = np.flatnonzero(c2 - exact)
         if not idx.size:
             continue
         y2_rows = program_draws(src, spec, inputs2, eps, runs, (seed, unit, wb, eps, key))
-        every_noise.append(y2_rows - c2[row_query][None, :])
+        d.every_noise.append(y2_rows - c2[row_query][None, :])
         y2 = layout.to_queries(y2_rows)
-        res = audit_outputs(y1[:, idx], y2[:, idx], exact[idx], (c2 - exact)[idx], eps, mech, pair_conf)
-        bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
+        res = audit_outputs(y1[:, idx], y2[:, idx], exact[idx], (c2 - exact)[idx], eps, d.mech, d.pair_conf)
+        d.bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
         if spec.noise is not None:  # every published copy of every moved cell, its own scale bounded above
             moved = np.flatnonzero(np.isin(row_query, idx))
             distance = np.abs(c2 - exact)[row_query[moved]]
             for shape, x in (("", noise), (" (the releases drawn one per call)", single)):
                 if x is not None:
-                    e = (gaussian_rho_spent(x[:, moved], distance, pair_conf) if spec.noise == "gaussian" else
-                         noise_epsilon(x[:, moved], distance, pair_conf)[0])
-                    spent.append((e, what + shape))
-    info: dict = {"program_calls": (f"{runs} releases per call (a batch), and {spec.single_runs} of D one per call"
-                                    if single is not None else f"one release per call, {runs} calls per input")}
-    checks["noise_repeats"], info["noise_repeats"] = _repeats_check(every_noise, a.confidence)
-    # the same seed twice, jointly: a program whose noise is a function of its seed is fine only while the seed
-    # it is given stays secret; one drawing from secure randomness (OpenDP, Tumult) never repeats
-    first = y1_rows[0] if single_rows is None else single_rows[0]  # the first call: drawn again with its seed
-    again = program_draws(src, one_per_call, inputs, eps, 1,
-                          (seed, unit, wb, eps, "D" if single_rows is None else "single"))[0]
+                    e = (gaussian_rho_spent(x[:, moved], distance, d.pair_conf) if spec.noise == "gaussian" else
+                         noise_epsilon(x[:, moved], distance, d.pair_conf)[0])
+                    d.spent.append((e, what + shape))
+    return d
+
+
+def _call_checks(src: AuditSource, spec, d: _ProgramDraws, checks: dict, info: dict) -> None:
+    """How the program draws: no noise repeated across calls, whether its noise is a function of its seed (fine only
+    while the seed it is given stays secret; one drawing from secure randomness never repeats), and whether its
+    releases one per call (as publication calls it) follow the same law as its batches."""
+    a, at = src.spec.audit, d.at
+    checks["noise_repeats"], info["noise_repeats"] = _repeats_check(d.every_noise, a.confidence)
+    first = d.y1_rows[0] if d.single_rows is None else d.single_rows[0]  # the first call: drawn again with its seed
+    again = program_draws(src, d.one_per_call, d.inputs, at.eps, 1,
+                          (at.seed, at.unit, at.wb, at.eps, "D" if d.single_rows is None else "single"))[0]
     checks["seed_use"] = ("declared: its noise is a function of the seed it is given (two calls with the same seed "
                           "gave the same release): evaluate-release gives it a secret one when it publishes (the "
                           "operating system's randomness, written nowhere), and so must whoever publishes with it"
                           if np.array_equal(again, first) else
                           "not applicable: two calls with the same seed gave different releases (fresh randomness)")
-    if spec.calls == "batch" and not shape_here:
+    if spec.calls == "batch" and not d.shape_here:
         checks["call_shape"] = (f"not applicable: its releases one per call were drawn on the first {spec.single_units} "
                                 "unit(s) of the audit (release.programs[].single_units)")
-    elif single is not None:
-        checks["call_shape"], info["call_shape_p_value"] = _call_shape_check(noise, single, a.confidence,
+    elif d.single is not None:
+        checks["call_shape"], info["call_shape_p_value"] = _call_shape_check(d.noise, d.single, a.confidence,
                                                                                spec.single_runs)
     else:
         checks["call_shape"] = ("not applicable: every release the audit drew came from a call of its own with a seed "
                                 "of its own, as publication calls the program")
-    # without a declared noise family there is no law to check the noise against: the bound alone decides, and
-    # where its releases are too few to certify the declared ε the audit is inconclusive (bound_power below)
-    if spec.noise is None:
-        for k in ("noise_scale", "noise_shape", "noise_tail", "noise_independence"):
-            checks[k] = "not applicable: the program declares no noise family (release.programs[].noise)"
+
+
+def _noise_law_checks(spec, d: _ProgramDraws, confidence: float, checks: dict, info: dict) -> None:
+    """The program's declared noise family against output minus truth: the ε (ρ) its noise spends per pair, the
+    shape and far tail per table, independence across cells and releases."""
+    eps, noise = d.at.eps, d.noise
+    gaussian = spec.noise == "gaussian"
+    family = "Gaussian" if gaussian else "Laplace"
+    if not np.allclose(noise, np.rint(noise)):
+        checks["noise_shape"] = (f"fail: the program declares discrete {family} noise on counts, but its outputs "
+                                 "are not integers")
+    worst = max(d.spent, default=(0.0, "none"))
+    if gaussian:  # ρ from the declared (ε, δ) by OpenDP's conversion, never the program's own figure
+        budget, what = opendp_rho(eps, spec.delta_of()), "ρ"
+        info.update(rho_from_noise_scale=round(worst[0], 8), rho_declared=round(budget, 8), delta=spec.delta_of())
+        how = "each moved cell's change² over twice an upper bound on its noise variance, summed"
+        declared = f"ρ = {budget:.4g} that ε = {eps:g}, δ = {spec.delta_of():g} allows (OpenDP's conversion)"
     else:
-        gaussian = spec.noise == "gaussian"
-        family = "Gaussian" if gaussian else "Laplace"
-        if not np.allclose(noise, np.rint(noise)):
-            checks["noise_shape"] = (f"fail: the program declares discrete {family} noise on counts, but its outputs "
-                                     "are not integers")
-        worst = max(spent, default=(0.0, "none"))
-        if gaussian:  # ρ from the declared (ε, δ) by OpenDP's conversion, never the program's own figure
-            budget, what = opendp_rho(eps, spec.delta_of()), "ρ"
-            info.update(rho_from_noise_scale=round(worst[0], 8), rho_declared=round(budget, 8), delta=spec.delta_of())
-            how = "each moved cell's change² over twice an upper bound on its noise variance, summed"
-            declared = f"ρ = {budget:.4g} that ε = {eps:g}, δ = {spec.delta_of():g} allows (OpenDP's conversion)"
-        else:
-            budget, what = eps, "ε"
-            info["epsilon_from_noise_scale"] = round(worst[0], 6)
-            how = "each moved cell's change over an upper bound on its noise scale, summed"
-            declared = f"declared {eps:g}"
-        checks["noise_scale"] = ("pass" if worst[0] <= budget else
-                                 f"fail: the noise added spends {what} ≥ {worst[0]:.4g} on {worst[1]} ({how}), over "
-                                 f"the {declared}")
-        tables = layout.rows["table"].to_numpy()
-        level = 1 - (1 - a.confidence) / max(len(set(tables)), 1)
-        if "noise_shape" not in checks:
-            shape = gaussian_shape_pvalue if gaussian else laplace_shape_pvalue
-            p_shape = min(shape(np.rint(noise[:, tables == t])) for t in set(tables))
-            checks["noise_shape"] = ("pass" if p_shape >= 1 - level else
-                                     f"fail: the noise added is not discrete {family} (p = {p_shape:.2g})")
-            info["noise_shape_p_value"] = p_shape
-        p_tail = min(tail_pvalue(noise[:, tables == t], gaussian) for t in set(tables))
-        checks["noise_tail"] = ("pass" if p_tail >= 1 - level else
-                                f"fail: the noise added has too few draws in its far tail for discrete {family} noise "
-                                f"(p = {p_tail:.2g}): cut off")
-        info["noise_tail_p_value"] = p_tail
-    if spec.noise is not None:
-        rng = np.random.default_rng(program_seed(seed, "columns", unit))
-        cols = rng.permutation(noise.shape[1])[:INDEPENDENCE_COLUMNS]
-        p_ind, where = independence_pvalue(noise[:, np.sort(cols)])
-        checks["noise_independence"] = ("pass" if p_ind >= 1 - a.confidence else
-                                        f"fail: the noise is not independent across cells or releases ({where}: "
-                                        f"p = {p_ind:.2g})")
-        info["independence_p_value"] = p_ind
+        budget, what = eps, "ε"
+        info["epsilon_from_noise_scale"] = round(worst[0], 6)
+        how = "each moved cell's change over an upper bound on its noise scale, summed"
+        declared = f"declared {eps:g}"
+    checks["noise_scale"] = ("pass" if worst[0] <= budget else
+                             f"fail: the noise added spends {what} ≥ {worst[0]:.4g} on {worst[1]} ({how}), over "
+                             f"the {declared}")
+    tables = d.layout.rows["table"].to_numpy()
+    level = 1 - (1 - confidence) / max(len(set(tables)), 1)
+    if "noise_shape" not in checks:
+        shape = gaussian_shape_pvalue if gaussian else laplace_shape_pvalue
+        p_shape = min(shape(np.rint(noise[:, tables == t])) for t in set(tables))
+        checks["noise_shape"] = ("pass" if p_shape >= 1 - level else
+                                 f"fail: the noise added is not discrete {family} (p = {p_shape:.2g})")
+        info["noise_shape_p_value"] = p_shape
+    p_tail = min(tail_pvalue(noise[:, tables == t], gaussian) for t in set(tables))
+    checks["noise_tail"] = ("pass" if p_tail >= 1 - level else
+                            f"fail: the noise added has too few draws in its far tail for discrete {family} noise "
+                            f"(p = {p_tail:.2g}): cut off")
+    info["noise_tail_p_value"] = p_tail
+    rng = np.random.default_rng(program_seed(d.at.seed, "columns", d.at.unit))
+    cols = rng.permutation(noise.shape[1])[:INDEPENDENCE_COLUMNS]
+    p_ind, where = independence_pvalue(noise[:, np.sort(cols)])
+    checks["noise_independence"] = ("pass" if p_ind >= 1 - confidence else
+                                    f"fail: the noise is not independent across cells or releases ({where}: "
+                                    f"p = {p_ind:.2g})")
+    info["independence_p_value"] = p_ind
+
+
+def _stage_checks(src: AuditSource, spec, d: _ProgramDraws, checks: dict, info: dict) -> None:
+    """A synthesizer's spending ledger, a program's first measurements, and what post-processing means for it."""
+    at = d.at
     if spec.spending is not None:
-        spending_checks, spending_info = _ledger_checks(src, spec, inputs, eps, (seed, unit, wb, eps))
+        spending_checks, spending_info = _ledger_checks(src, spec, d.inputs, at.eps, (at.seed, at.unit, at.wb, at.eps))
         checks.update(spending_checks)
-        info.update(spending_info, whole_releases=f"of D and of its worst-case neighbour ({whole[0][0]})")
+        info.update(spending_info, whole_releases=f"of D and of its worst-case neighbour ({d.whole[0][0]})")
     if spec.measurements is not None:
         stage_bounds, checks["measurements_scale"], stage_info = _audit_first_measurements(
-            src, spec, inputs, pair_inputs, pairs, eps, (seed, unit, wb), pair_conf, mech)
-        bounds += stage_bounds
+            src, spec, d.inputs, d.pair_inputs, d.pairs, at.eps, (at.seed, at.unit, at.wb), d.pair_conf, d.mech)
+        d.bounds += stage_bounds
         info.update(stage_info)
         checks["post_processing"] = ("not applicable: the steps after its first measurements (selecting marginals, "
                                      "fitting the model, sampling) show only in its whole releases' bound")
@@ -170,11 +240,16 @@ def audit_program(src: AuditSource, spec, unit: str, wb: bool, eps: float, seed:
                                      "post-processes; its outputs are what the bound and the noise checks test")
     if spec.spending is not None:
         checks["post_processing"] = LEDGER_POST_PROCESSING
-    reach = bound_reach(runs, pair_conf)
+
+
+def _bound_power(spec, d: _ProgramDraws, checks: dict, info: dict) -> None:
+    """Whether ``runs`` releases per neighbour can certify the declared ε at all, and what stands in where not."""
+    eps, runs = d.at.eps, d.runs
+    reach = bound_reach(runs, d.pair_conf)
     info["bound_reach"] = round(reach, 4)
     if reach < eps:
         reach_words = f"at most ε ≈ {reach:.2f}" if reach > 0 else "no ε at all"
-        needed = runs_to_certify(eps, pair_conf)
+        needed = runs_to_certify(eps, d.pair_conf)
         info["runs_to_certify"] = needed
         said = (f"with {runs} releases per neighbour the bound certifies {reach_words}, below the declared {eps:g}")
         if spec.spending is not None:
@@ -188,10 +263,6 @@ def audit_program(src: AuditSource, spec, unit: str, wb: bool, eps: float, seed:
                                      + ("(its first measurements' are only its first step)" if spec.measurements else
                                         "(declare its noise family: release.programs[].noise)")
                                      + f"; {needed:,} releases per neighbour would certify it")
-    best = max(bounds, default=(0.0, "none", 0))
-    details = dict(info, unit=unit, neighbours=[w for w, _ in pairs], differing_cells=[b[2] for b in bounds],
-                   audited_on="the unit's own D, the program's whole releases (a black box)", program_runs=runs)
-    return AuditResult(mech, eps, best[0], runs, a.confidence, best[1], checks, details)
 
 
 #: the post-processing check's line for a synthesizer audited by its spending ledger
