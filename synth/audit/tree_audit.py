@@ -186,15 +186,56 @@ def _audit_topdown_root(src: AuditSource, mech: str, units: list[str], wb: bool,
     and draws, the structure."""
     spec = src.spec
     a = spec.audit
-    relation = parse_relation(spec.relation)
     gaussian = spec.topdown.accounting == "zcdp"
-    key = ("topdown", units[0], wb)
+    inst = _tree_instance(src, units[0], wb, seed, cache)
+    td, pairs = inst["td"], inst["pairs"]
+    bound, backend = bound_noise(seed, "topdown", td.root, wb, eps), publication_noise(spec, seed, "topdown", td.root, wb, eps)
+    bounds = _tree_bounds(src, mech, inst, eps, bound)
+    whole = _whole_trees(src, inst, eps, keyed_start=(backend, 2 * len(pairs) * a.runs), seed=seed)
+    sens, level_sens = _tree_sensitivities(src, inst)
+    delta = spec.topdown.delta
+    budget = zcdp_rho(eps, delta) if gaussian else eps
+    checks, info = whole_checks(spec, eps, whole.groups.sums, np.zeros(0, np.int64), [], np.array(whole.indep), sens,
+                                gaussian, budget)
+    _tree_law_checks(a.confidence, gaussian, td, whole, checks, info)
+    # accounting by the library
+    meas = whole.recorded[0]
+    checks["accounting"], acc = opendp_accounting(
+        meas.budgets, gaussian, budget,
+        lambda b: sens[(td.shape.levels.index(b.level), "detailed" if b.query == "detailed" else "tables")])
+    info.update(acc)
+    info["sensitivity"] = {td.shape.levels[li]: dict(s.as_dict(), detailed=detailed_sensitivity(spec.relation))
+                           for li, s in enumerate(level_sens)}
+    if gaussian:  # the declared conversion, checked by OpenDP's own map
+        e_map = opendp_epsilon(budget, delta)
+        info["conversion"] = {"rho": budget, "delta": delta, "opendp_epsilon": e_map}
+        checks["conversion"] = ("pass" if e_map <= eps * (1 + 1e-12) else
+                                f"fail: ρ = {budget:.6g} is ({e_map:.6g}, {delta:g})-DP by OpenDP's map, over ε = {eps:g}")
+    # replay: recorded releases, many neighbours of the real tree
+    checks["post_processing"] = _topdown_replay(src, eps, td, inst["neighbours"], whole.recorded)
+    if "structure" not in inst:  # releases at the smallest ε of the grid: one check for every ε
+        inst["structure"] = _topdown_structure(src, units[0], wb, td.nodes)
+    checks["structure"] = inst["structure"]
+    if "root_total" in spec.invariants:
+        info["not_audited"] = "the root's total: a declared invariant under replace-one (release.invariants)"
+    best = max(bounds, default=(0.0, "none", 0, ""))
+    info.update(root=td.root, tree_nodes=[len(i) for i in td.shape.ids], neighbours=[w for w, _ in pairs],
+                bound_per_pair={b[3]: round(b[0], 6) for b in bounds}, audited_on="the production tree, every level "
+                "and node, on the real private halves of every unit under the root")
+    return AuditResult(mech, eps, best[0], a.runs, a.confidence, best[1], checks, info)
+
+
+def _tree_instance(src: AuditSource, unit: str, wb: bool, seed: int, cache: dict) -> dict:
+    """The real tree of ``unit``'s root, the private halves under it, its exact tables, its worst-case pairs and the
+    replay's neighbours (near and far): the same at every ε, kept in ``cache``."""
+    a, relation = src.spec.audit, parse_relation(src.spec.relation)
+    key = ("topdown", unit, wb)
     if key not in cache:  # the real tree, its pairs and replay neighbours: the same at every ε
-        td = src.topdown_root(units[0], wb)
+        td = src.topdown_root(unit, wb)
         real = {u: src.private_half(u, wb) for u in td.nodes}
         cache[key] = {"td": td, "real": real}
-    td, real = cache[key]["td"], cache[key]["real"]
-    n_levels = len(td.shape.levels)
+    inst = cache[key]
+    td, real = inst["td"], inst["real"]
 
     def tree_of(halves):
         return dataclasses.replace(td, tree=src.topdown_tree(td.shape, td.nodes, halves, td.strategy, td.person_domain))
@@ -203,26 +244,31 @@ def _audit_topdown_root(src: AuditSource, mech: str, units: list[str], wb: bool,
         return {(li, q): (h if q == "detailed" else t.strategy.tabulate(h)) for li, h in enumerate(t.tree.hist)
                 for q in QUERIES}
 
-    if "pairs" not in cache[key]:
-        cache[key]["exact"] = exact_of(td)
-        cache[key]["pairs"] = [(what, tree_of(h)) for what, h in _topdown_pairs(td, real, units[0], relation, wb)]
-        cache[key]["pair_exact"] = [exact_of(t2) for _, t2 in cache[key]["pairs"]]
+    if "pairs" not in inst:
+        inst["exact"] = exact_of(td)
+        inst["pairs"] = [(what, tree_of(h)) for what, h in _topdown_pairs(td, real, unit, relation, wb)]
+        inst["pair_exact"] = [exact_of(t2) for _, t2 in inst["pairs"]]
         rng_n = np.random.default_rng(stable_seed("audit-replay", seed, td.root))
-        cache[key]["neighbours"] = [(what, tree_of(h)) for what, h in
-                                    _tree_neighbours(td, real, relation, a.replay_pairs, rng_n)]
+        inst["neighbours"] = [(what, tree_of(h)) for what, h in
+                              _tree_neighbours(td, real, relation, a.replay_pairs, rng_n)]
         names, total = list(real), sum(len(D) for D in real.values())
         for i in range(a.replay_far):  # whole trees far from the real one, the root's total kept (all else random)
             sizes = rng_n.multinomial(total, np.full(len(names), 1 / len(names)))
             far = {u: far_datasets(real[u], 1, rng_n, blocks=len(td.nodes[u][2]), n=int(m))[0][1]
                    for u, m in zip(names, sizes)}
-            cache[key]["neighbours"].append((f"a tree far from the real one ({i + 1}: its {total} persons drawn at "
-                                             "random into its units and blocks)", tree_of(far)))
-    exact, pairs = cache[key]["exact"], cache[key]["pairs"]
-    bound, backend = bound_noise(seed, "topdown", td.root, wb, eps), publication_noise(spec, seed, "topdown", td.root, wb, eps)
+            inst["neighbours"].append((f"a tree far from the real one ({i + 1}: its {total} persons drawn at "
+                                       "random into its units and blocks)", tree_of(far)))
+    return inst
+
+
+def _tree_bounds(src: AuditSource, mech: str, inst: dict, eps: float, bound) -> list[tuple]:
+    """The statistical bound of each worst-case pair of trees, over the cells it moves: ``runs`` releases of each
+    tree drawn by the publishing function with the bound's noise (releases 0, 1, ... split between the pairs)."""
+    a, td, exact, pairs = src.spec.audit, inst["td"], inst["exact"], inst["pairs"]
     pair_conf = 1 - (1 - a.confidence) / max(len(pairs), 1)
     bounds = []
     for i, (what, t2) in enumerate(pairs):
-        e2 = cache[key]["pair_exact"][i]
+        e2 = inst["pair_exact"][i]
         cells = {k: np.flatnonzero((e2[k] != exact[k]).ravel()) for k in exact}
         keys = [k for k in exact if cells[k].size]
         if not keys:
@@ -237,8 +283,29 @@ def _audit_topdown_root(src: AuditSource, mech: str, units: list[str], wb: bool,
         ref2 = np.concatenate([e2[k].ravel()[cells[k]] for k in keys])
         res = audit_outputs(ys[0], ys[1], ref1, ref2 - ref1, eps, mech, pair_conf)
         bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(ref1.size), what))
-    # whole production releases
-    start = 2 * len(pairs) * a.runs
+    return bounds
+
+
+@dataclasses.dataclass
+class _WholeTrees:
+    """What whole production releases of the real tree show: the noise's sums per group (node, table, band of true
+    counts), its samples and tail statistics per level and query, the cells followed for independence, and the
+    releases recorded for the replay."""
+
+    groups: NoiseGroups
+    samples: dict
+    tails: dict
+    indep: list
+    recorded: list
+
+
+def _whole_trees(src: AuditSource, inst: dict, eps: float, keyed_start: tuple, seed: int) -> _WholeTrees:
+    """``whole_releases`` releases of the real tree through the single-release call that publishes (its estimation
+    run only for the releases the replay uses), keyed from ``keyed_start`` (the publication noise, the first release
+    number after the bound's)."""
+    a, td, exact = src.spec.audit, inst["td"], inst["exact"]
+    gaussian = src.spec.topdown.accounting == "zcdp"
+    backend, start = keyed_start
     groups = NoiseGroups()
     rng = np.random.default_rng(stable_seed("audit-sample", seed, td.root))
     samples: dict = {k: [] for k in exact}
@@ -252,7 +319,6 @@ def _audit_topdown_root(src: AuditSource, mech: str, units: list[str], wb: bool,
     indep, recorded = [], []
     bands = {k: band_groups(ex) for k, ex in exact.items()}
     for r in range(a.whole_releases):
-        # the single-release call that publishes (its estimation run only for the releases the replay uses)
         m = src.publish_topdown(td, eps, keyed_release(backend, start + r), estimate=r < a.replay_draws).measurements
         row = []
         for (li, q), ex in exact.items():
@@ -269,60 +335,42 @@ def _audit_topdown_root(src: AuditSource, mech: str, units: list[str], wb: bool,
         indep.append(np.concatenate(row))
         if r < a.replay_draws:
             recorded.append(m)
-    # the yardstick: each level's sensitivities from the relation and the tables' definitions over the person
-    # domain (never the release's strategy matrix or budgets), and the ρ an (ε, δ) release may spend
-    if "sensitivity" not in cache[key]:
+    return _WholeTrees(groups, samples, tails, indep, recorded)
+
+
+def _tree_sensitivities(src: AuditSource, inst: dict) -> tuple[dict, list]:
+    """The yardstick: each level's sensitivities from the relation and the tables' definitions over the person
+    domain (never the release's strategy matrix or budgets): per (level, query), and each level's in full."""
+    spec, td = src.spec, inst["td"]
+    n_levels = len(td.shape.levels)
+    if "sensitivity" not in inst:
         pw = src.workload(spec.published, td.person_domain)
-        cache[key]["sensitivity"] = [
+        inst["sensitivity"] = [
             node_table_sensitivity(pw, td.person_domain.decode(np.flatnonzero(td.tree.hist[li].sum(axis=0) > 0)),
                                    spec.relation, len(td.shape.ids[li])) for li in range(n_levels)]
-    level_sens = cache[key]["sensitivity"]
+    level_sens = inst["sensitivity"]
     sens = {(li, q): detailed_sensitivity(spec.relation) if q == "detailed" else level_sens[li].l1
             for li in range(n_levels) for q in QUERIES}
-    delta = spec.topdown.delta
-    budget = zcdp_rho(eps, delta) if gaussian else eps
+    return sens, level_sens
+
+
+def _tree_law_checks(confidence: float, gaussian: bool, td, whole: _WholeTrees, checks: dict, info: dict) -> None:
+    """The noise's shape and far tail at every level and query of the tree (the worst of each named)."""
     shape_p = {k: (gaussian_shape_pvalue(np.concatenate(v)) if gaussian else laplace_shape_pvalue(np.concatenate(v)))
-               for k, v in samples.items()}
-    tail_p = {k: tail_from_stats(v, gaussian) for k, v in tails.items()}
-    checks, info = whole_checks(spec, eps, groups.sums, np.zeros(0, np.int64), [], np.array(indep), sens, gaussian,
-                                 budget)
-    nm = len(exact)
+               for k, v in whole.samples.items()}
+    tail_p = {k: tail_from_stats(v, gaussian) for k, v in whole.tails.items()}
+    nm = len(whole.samples)
     worst_s, worst_t = min(shape_p, key=shape_p.get), min(tail_p, key=tail_p.get)
     lvl = lambda k: f"{td.shape.levels[k[0]]}/{k[1]}"  # noqa: E731
     family = "Gaussian" if gaussian else "Laplace"
-    checks["noise_shape"] = ("pass" if shape_p[worst_s] >= (1 - a.confidence) / nm else
+    checks["noise_shape"] = ("pass" if shape_p[worst_s] >= (1 - confidence) / nm else
                              f"fail: the noise added at {lvl(worst_s)} is not discrete {family} (chi-square over its "
                              f"whole range, p = {shape_p[worst_s]:.2g})")
-    checks["noise_tail"] = ("pass" if tail_p[worst_t] >= (1 - a.confidence) / nm else
+    checks["noise_tail"] = ("pass" if tail_p[worst_t] >= (1 - confidence) / nm else
                             f"fail: the noise added at {lvl(worst_t)} has too few draws in its far tail for discrete "
                             f"{family} noise (p = {tail_p[worst_t]:.2g}): it is cut off")
     info.update(noise_shape_p_value={lvl(k): v for k, v in shape_p.items()},
                 noise_tail_p_value={lvl(k): v for k, v in tail_p.items()})
-    # accounting by the library
-    meas = recorded[0]
-    checks["accounting"], acc = opendp_accounting(
-        meas.budgets, gaussian, budget,
-        lambda b: sens[(td.shape.levels.index(b.level), "detailed" if b.query == "detailed" else "tables")])
-    info.update(acc)
-    info["sensitivity"] = {td.shape.levels[li]: dict(s.as_dict(), detailed=detailed_sensitivity(spec.relation))
-                           for li, s in enumerate(level_sens)}
-    if gaussian:  # the declared conversion, checked by OpenDP's own map
-        e_map = opendp_epsilon(budget, delta)
-        info["conversion"] = {"rho": budget, "delta": delta, "opendp_epsilon": e_map}
-        checks["conversion"] = ("pass" if e_map <= eps * (1 + 1e-12) else
-                                f"fail: ρ = {budget:.6g} is ({e_map:.6g}, {delta:g})-DP by OpenDP's map, over ε = {eps:g}")
-    # replay: recorded releases, many neighbours of the real tree
-    checks["post_processing"] = _topdown_replay(src, eps, td, cache[key]["neighbours"], recorded)
-    if "structure" not in cache[key]:  # releases at the smallest ε of the grid: one check for every ε
-        cache[key]["structure"] = _topdown_structure(src, units[0], wb, td.nodes)
-    checks["structure"] = cache[key]["structure"]
-    if "root_total" in spec.invariants:
-        info["not_audited"] = "the root's total: a declared invariant under replace-one (release.invariants)"
-    best = max(bounds, default=(0.0, "none", 0, ""))
-    info.update(root=td.root, tree_nodes=[len(i) for i in td.shape.ids], neighbours=[w for w, _ in pairs],
-                bound_per_pair={b[3]: round(b[0], 6) for b in bounds}, audited_on="the production tree, every level "
-                "and node, on the real private halves of every unit under the root")
-    return AuditResult(mech, eps, best[0], a.runs, a.confidence, best[1], checks, info)
 
 
 def _topdown_replay(src: AuditSource, eps: float, td, neighbours: list, recorded: list) -> str:
