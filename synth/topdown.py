@@ -194,9 +194,22 @@ def epsilon_of(rho: float, delta: float) -> float:
     return rho + 2 * math.sqrt(rho * math.log(1 / delta))
 
 
-def budgets(levels: list[str], epsilon: float, relation: Relation | str, strategy: Strategy,
-            shares: dict | None = None, backend=None, accounting: str = "pure",
-            delta: float = 1e-10) -> list[Budget]:
+@dataclass(frozen=True)
+class TopDownPrivacy:
+    """How a TopDown release spends its budget and what it keeps exact: the neighbouring relation, each level's
+    share of the budget (None: the 2020 production shares, :func:`level_shares`), ``accounting`` pure ε-DP (discrete
+    Laplace) or zCDP (discrete Gaussian, ρ the largest that converts to (ε, ``delta``)), and the declared invariants
+    (``root_total``: the root's person count published exactly, under replace-one only)."""
+
+    relation: Relation | str
+    shares: dict | None = None
+    accounting: str = "pure"
+    delta: float = 1e-10
+    invariants: tuple[str, ...] = ()
+
+
+def budgets(levels: list[str], epsilon: float, strategy: Strategy, privacy: TopDownPrivacy,
+            backend=None) -> list[Budget]:
     """Every (level, query) measurement's budget. Level l gets ε·share_l (or ρ·share_l under zCDP,
     ρ the largest that converts to (ε, δ)), split between the detailed histogram
     (``strategy.detailed_share``) and the tables. A person lies in one node per level: one cell of
@@ -205,7 +218,8 @@ def budgets(levels: list[str], epsilon: float, relation: Relation | str, strateg
     may become another type in another node). The budgets add up to at most ε (ρ) in exact
     arithmetic; with a backend that has a privacy map (OpenDP's), each Laplace scale is raised until
     the map says no more than its ε."""
-    relation = parse_relation(relation)
+    relation, shares = parse_relation(privacy.relation), privacy.shares
+    accounting, delta = privacy.accounting, privacy.delta
     if accounting not in ("pure", "zcdp"):
         raise PrivacyError(f"unknown accounting {accounting!r}; use 'pure' or 'zcdp'")
     gaussian = accounting == "zcdp"
@@ -256,9 +270,8 @@ class Measurements:
         return next(b for b in self.budgets if b.level == level and b.query == query)
 
 
-def measure(tree: Tree, epsilon: float, backend, relation: Relation | str, strategy: Strategy,
-            shares: dict | None = None, runs=None, invariants: tuple[str, ...] = (),
-            accounting: str = "pure", delta: float = 1e-10, cells: dict | None = None) -> tuple[Measurements, Mechanism]:
+def measure(tree: Tree, epsilon: float, backend, strategy: Strategy, privacy: TopDownPrivacy, runs=None,
+            cells: dict | None = None) -> tuple[Measurements, Mechanism]:
     """The private step: noise on the int64 detailed histograms and table counts of every node,
     through ``backend``, at each (level, query)'s scale from :func:`budgets`: discrete Laplace under
     pure ε-DP (the levels and queries compose to ε), or the discrete Gaussian under zero-concentrated
@@ -270,14 +283,16 @@ def measure(tree: Tree, epsilon: float, backend, relation: Relation | str, strat
     cells numbered node by node. ``runs`` measures that many releases at once, or the listed release
     numbers (a single release is the batch of the backend's one release: one path). ``cells`` maps
     (level index, query name) to flat cell numbers to draw only those (the auditor's pairs: with a
-    keyed backend, the same values as the whole release's cells); the others are then empty."""
-    relation = parse_relation(relation)
+    keyed backend, the same values as the whole release's cells); the others are then empty. ``privacy``: the
+    relation, shares, accounting and invariants (:class:`TopDownPrivacy`)."""
+    relation, shares, invariants = parse_relation(privacy.relation), privacy.shares, privacy.invariants
+    accounting, delta = privacy.accounting, privacy.delta
     tree.shape.check()
     if "root_total" in invariants and relation is not Relation.REPLACE_ONE:
         raise PrivacyError(
             "the root_total invariant publishes the root's exact person count, which adding or removing one "
             "person changes (ε = ∞ under add_remove): declare relation: replace_one, or drop the invariant")
-    bud = budgets(tree.levels, epsilon, relation, strategy, shares, backend, accounting, delta)
+    bud = budgets(tree.levels, epsilon, strategy, privacy, backend)
     gaussian = accounting == "zcdp"
     if gaussian and not hasattr(backend, "add_gaussian"):
         raise PrivacyError(f"the {backend.name} backend has no discrete Gaussian sampler")

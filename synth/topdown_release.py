@@ -19,6 +19,7 @@ from censusrecon.synth.mechanism import Mechanism
 from censusrecon.synth.release import workload_counts
 from censusrecon.synth.topdown import Measurements, Strategy, Tree, TreeShape, build_tree, check_consistent, mdf_rows
 from censusrecon.synth.topdown import estimate as topdown_estimate
+from censusrecon.synth.topdown import TopDownPrivacy
 from censusrecon.synth.topdown import measure as topdown_measure
 from censusrecon.microdata.describe import block_groups
 
@@ -169,9 +170,9 @@ def publish_topdown(cfg, td: TopDownRoot, epsilon: float, backend,
     draws only those cells of each (level, query) (:func:`synth.topdown.measure`). ``estimate=False``
     stops after the measurements (the auditor's whole releases beyond those it replays)."""
     r = cfg.release
-    meas, mech = topdown_measure(td.tree, epsilon, backend, r.relation, td.strategy, r.topdown.shares, runs=runs,
-                                 invariants=tuple(i for i in r.invariants if i == "root_total"),
-                                 accounting=r.topdown.accounting, delta=r.topdown.delta, cells=cells)
+    privacy = TopDownPrivacy(r.relation, r.topdown.shares, r.topdown.accounting, r.topdown.delta,
+                             tuple(i for i in r.invariants if i == "root_total"))
+    meas, mech = topdown_measure(td.tree, epsilon, backend, td.strategy, privacy, runs=runs, cells=cells)
     if runs is not None or not estimate:
         return TopDownRelease(meas, mech)
     est = topdown_estimate(td.shape, meas, td.strategy, r.topdown.solver)

@@ -242,7 +242,8 @@ TOPDOWN_BUGS = {
                                                          if b.level == "block" else b for b in _budgets(*a, **k)]},
         "accounting"),
     "the replace-one factor 2 forgotten": (
-        [], {(synth.topdown, "budgets"): lambda lv, e, rel, *a, **k: _budgets(lv, e, "add_remove", *a, **k)},
+        [], {(synth.topdown, "budgets"): lambda lv, e, strategy, privacy, *a, **k: _budgets(
+            lv, e, strategy, dataclasses.replace(privacy, relation="add_remove"), *a, **k)},
         "noise_scale"),
     "shares not renormalised, the composition check skipped": (
         [], {(synth.topdown, "level_shares"): None, (synth.topdown, "check_spent"): lambda b, e: None}, "accounting"),

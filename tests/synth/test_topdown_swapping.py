@@ -13,7 +13,7 @@ from censusrecon.microdata.domain import Attribute, Domain
 from censusrecon.synth.noise import SimulationNoise
 from censusrecon.synth.swapping import NOT_DP, swap_records
 from censusrecon.synth.mechanism import PrivacyError
-from censusrecon.synth.topdown import (Strategy, TreeShape, budgets, build_tree, check_consistent, estimate, level_shares, mdf_rows,
+from censusrecon.synth.topdown import (Strategy, TopDownPrivacy, TreeShape, budgets, build_tree, check_consistent, estimate, level_shares, mdf_rows,
                            measure, round_keeping_sums)
 
 
@@ -33,7 +33,7 @@ def _setup(rng, n_units=3, per=4, types=12):
 def test_topdown_output_is_integer_non_negative_consistent_and_keeps_invariants(eps):
     rng = np.random.default_rng(0)
     tree, strategy = _setup(rng)
-    meas, mech = measure(tree, eps, SimulationNoise(1), "replace_one", strategy, invariants=("root_total",))
+    meas, mech = measure(tree, eps, SimulationNoise(1), strategy, TopDownPrivacy("replace_one", invariants=("root_total",)))
     est = estimate(tree.shape, meas, strategy)
     check_consistent(tree.shape, est)  # every child sum equals its parent, in every cell
     for lv, e in enumerate(est):
@@ -48,10 +48,10 @@ def test_topdown_output_is_integer_non_negative_consistent_and_keeps_invariants(
 def test_high_epsilon_recovers_the_histograms_and_the_estimate_beats_the_noise():
     rng = np.random.default_rng(1)
     tree, strategy = _setup(rng)
-    meas, _ = measure(tree, 1e4, SimulationNoise(2), "add_remove", strategy)
+    meas, _ = measure(tree, 1e4, SimulationNoise(2), strategy, TopDownPrivacy("add_remove"))
     est = estimate(tree.shape, meas, strategy)
     assert all(np.array_equal(e, h) for e, h in zip(est, tree.hist))
-    meas, _ = measure(tree, 2.0, SimulationNoise(3), "add_remove", strategy)
+    meas, _ = measure(tree, 2.0, SimulationNoise(3), strategy, TopDownPrivacy("add_remove"))
     est = estimate(tree.shape, meas, strategy)
     assert np.abs(est[2] - tree.hist[2]).mean() < np.abs(meas.detailed[2] - tree.hist[2]).mean()
 
@@ -76,7 +76,7 @@ def test_rounding_keeps_every_column_sum_and_is_l1_optimal():
 def test_root_total_is_refused_under_add_remove():
     tree, strategy = _setup(np.random.default_rng(0))
     with pytest.raises(PrivacyError, match="replace_one"):
-        measure(tree, 1.0, SimulationNoise(1), "add_remove", strategy, invariants=("root_total",))
+        measure(tree, 1.0, SimulationNoise(1), strategy, TopDownPrivacy("add_remove", invariants=("root_total",)))
 
 
 @pytest.mark.parametrize("relation", ["add_remove", "replace_one"])
@@ -90,7 +90,7 @@ def test_the_ledger_never_spends_more_than_epsilon_in_exact_arithmetic(relation)
                 if shares is None and "x" in levels:
                     continue
                 for split in (Fraction(1, 4), Fraction(1, 3), Fraction(9, 10)):
-                    bud = budgets(levels, eps, relation, dataclasses.replace(strategy, detailed_share=split), shares)
+                    bud = budgets(levels, eps, dataclasses.replace(strategy, detailed_share=split), TopDownPrivacy(relation, shares))
                     assert sum(b.spent() for b in bud) <= Fraction(repr(eps))
                     assert {b.level for b in bud} == set(levels)
     s = level_shares(["county", "tract", "block"])
@@ -155,7 +155,7 @@ def test_zcdp_budgets_never_exceed_the_rho_of_epsilon_delta_in_exact_arithmetic(
         for delta in (1e-10, 1e-5):
             rho = rho_for(eps, delta)
             assert epsilon_of(float(rho), delta) <= eps  # the conversion back never exceeds ε
-            bud = budgets(["county", "tract", "block"], eps, relation, strategy, accounting="zcdp", delta=delta)
+            bud = budgets(["county", "tract", "block"], eps, strategy, TopDownPrivacy(relation, accounting="zcdp", delta=delta))
             assert sum(b.spent() for b in bud) <= rho and all(b.noise == "gaussian" for b in bud)
             # σ² = Δ₂² / (2ρ_q): the tables' squared L2 sensitivity is the cells a person lies in
             tab = [b for b in bud if b.query == "tables"][0]
@@ -164,8 +164,8 @@ def test_zcdp_budgets_never_exceed_the_rho_of_epsilon_delta_in_exact_arithmetic(
 
 def test_zcdp_topdown_is_consistent_and_records_rho_and_its_epsilon_delta():
     tree, strategy = _setup(np.random.default_rng(2))
-    meas, mech = measure(tree, 4.0, SimulationNoise(1), "replace_one", strategy, invariants=("root_total",),
-                         accounting="zcdp", delta=1e-10)
+    meas, mech = measure(tree, 4.0, SimulationNoise(1), strategy,
+                         TopDownPrivacy("replace_one", accounting="zcdp", delta=1e-10, invariants=("root_total",)))
     est = estimate(tree.shape, meas, strategy)
     check_consistent(tree.shape, est)
     assert est[0].sum() == tree.hist[0].sum()
