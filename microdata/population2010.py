@@ -298,10 +298,87 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None,
     (('AGE', 'SEX', 'HISP', 'RACE', 'CENRACE'), 2)
     """
     spec = spec or Census2010Spec()
-    rng = np.random.default_rng([seed, 2010])
-    c_state, c_county, c_tract, c_block = spec.concentration
+    rng = np.random.default_rng([seed, 2010])  # one stream, drawn from in the order of the steps below
+    g = _blocks_2010(rng, spec)
+    tract_mix, block_mix = _mixes_2010(rng, spec, g)
+    n_gq, gq_kind = _group_quarters_2010(rng, spec, g.block_size)
+    combo_w = multirace_weights()
+    p_block, age, sex, hisp, race, cenrace = _households_2010(rng, spec, g, tract_mix, block_mix,
+                                                              g.block_size - n_gq, combo_w)
+    g_block, g_age, g_sex, g_cell, g_race, g_cenrace = _gq_residents_2010(rng, g, tract_mix, n_gq, gq_kind, combo_w)
+    person_block = np.concatenate([p_block, g_block])
+    in_gq = np.concatenate([np.zeros(p_block.size, bool), np.ones(g_block.size, bool)])
+    latent = np.concatenate([age, g_age])
+    sex = np.concatenate([sex, g_sex])
+    hisp = np.concatenate([hisp, g_cell // 7])
+    race = np.concatenate([race, g_race])
+    cenrace = np.concatenate([cenrace, g_cenrace])
+    order = np.argsort(person_block, kind="stable")
+    person_block, latent, sex, hisp, race, cenrace, in_gq = (a[order] for a in
+                                                            (person_block, latent, sex, hisp, race, cenrace, in_gq))
+    n = person_block.size
 
-    # --- geography: tract sizes, densities, and blocks drawn until they hold the tract's persons -
+    # --- one rank-preserving map of the ages onto 2010's single-year distribution ----------
+    target = np.cumsum(single_year_age_2010(MAX_AGE))
+    ranks = np.empty(n)
+    ranks[np.argsort(latent + rng.random(n) * 1e-6, kind="stable")] = (np.arange(n) + 0.5) / n
+    age = np.minimum(np.searchsorted(target, ranks, side="right"), MAX_AGE).astype(np.int64)
+
+    codes = np.stack([age, sex, hisp, race, cenrace], axis=1).astype(np.int64)
+    # the public block list: the occupied blocks and their tracts' empty ones, each in a block group
+    # (a block number's first digit, as the Census Bureau numbers them); within a group the occupied
+    # blocks first, then the empty ones
+    share = spec.empty_share
+    county_state, tract_county, blocks_in_tract, bg_offset, n_bg, bg_tract, block_bg, n_tract, n_block = (
+        g.county_state, g.tract_county, g.blocks_in_tract, g.bg_offset, g.n_bg, g.bg_tract, g.block_bg, g.n_tract,
+        g.n_block)
+    erng = np.random.default_rng([seed, 2010, 1])
+    empty_bg = bg_offset[np.repeat(np.arange(n_tract), erng.poisson(blocks_in_tract * share / (1 - share)))]
+    empty_bg = np.sort(empty_bg + (erng.random(empty_bg.size) * n_bg[bg_tract[empty_bg]]).astype(np.int64))
+    occupied_in_bg = np.bincount(block_bg, minlength=bg_tract.size)
+    rank = np.arange(empty_bg.size) - np.searchsorted(empty_bg, empty_bg)  # position within its group
+    fits = occupied_in_bg[empty_bg] + rank < 999
+    empty_bg, rank = empty_bg[fits], rank[fits]
+    digit = np.arange(bg_tract.size) - bg_offset[bg_tract] + 1
+    first = np.concatenate([[0], np.cumsum(occupied_in_bg)[:-1]])
+    block_number = digit[block_bg] * 1000 + np.arange(n_block) - first[block_bg] + 1
+    empty_number = digit[empty_bg] * 1000 + occupied_in_bg[empty_bg] + rank + 1
+    geo = census_geography(spec.counties_per_state, spec.tracts_per_county, county_state, tract_county,
+                           blocks_in_tract, person_block, np.bincount(bg_tract[empty_bg], minlength=n_tract),
+                           "the 2010-shaped population's geography: every block, empty ones included",
+                           block_number, empty_number)
+    data = Dataset(person_domain(), codes, geo)
+    return (data, in_gq) if group_quarters else data
+
+
+@dataclass(frozen=True)
+class _Blocks2010:
+    """The 2010-shaped geography drawn: counties per state, tracts per county, each tract's density and blocks (with
+    their sizes and block groups)."""
+
+    county_state: np.ndarray
+    tract_county: np.ndarray
+    density: np.ndarray
+    blocks_in_tract: np.ndarray
+    block_size: np.ndarray
+    block_tract: np.ndarray
+    n_bg: np.ndarray
+    bg_offset: np.ndarray
+    block_bg: np.ndarray
+    bg_tract: np.ndarray
+
+    @property
+    def n_tract(self) -> int:
+        return len(self.tract_county)
+
+    @property
+    def n_block(self) -> int:
+        return len(self.block_size)
+
+
+def _blocks_2010(rng: np.random.Generator, spec: Census2010Spec) -> _Blocks2010:
+    """Geography: tract sizes, densities, and blocks drawn until they hold the tract's persons; block groups cut in
+    block order."""
     n_state = spec.states
     n_county = n_state * spec.counties_per_state
     n_tract = n_county * spec.tracts_per_county
@@ -344,7 +421,16 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None,
     block_bg = bg_offset[block_tract] + bg_in_tract
     bg_tract = np.repeat(np.arange(n_tract), n_bg)
 
-    # --- race × ethnicity mixes on 14 cells (Hispanic × RACE group), nested ----------------
+    return _Blocks2010(county_state, tract_county, density, blocks_in_tract, block_size, block_tract, n_bg, bg_offset,
+                       block_bg, bg_tract)
+
+
+def _mixes_2010(rng: np.random.Generator, spec: Census2010Spec, g: _Blocks2010) -> tuple[np.ndarray, np.ndarray]:
+    """Race × ethnicity mixes on 14 cells (Hispanic × RACE group), nested state > county > tract (leaned by its
+    density) > block group > block, the blocks raked to the national mix: the tracts' and the blocks'."""
+    c_state, c_county, c_tract, c_block = spec.concentration
+    n_state, county_state, tract_county, density = spec.states, g.county_state, g.tract_county, g.density
+    bg_tract, block_bg, block_size = g.bg_tract, g.block_bg, g.block_size
     nat = (RACE_ETH_2010 / RACE_ETH_2010.sum()).ravel()
     minority = np.ones(14)
     minority[0] = 0.0  # not Hispanic, White alone
@@ -361,17 +447,53 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None,
     block_mix = _dirichlet_rows(rng, bg_mix[block_bg], c_block, rarity)
     block_mix = _rake(block_mix, block_size.astype(np.float64), nat)
 
-    # --- group quarters: in some blocks of 100+ persons, part of the block ------------------
+    return tract_mix, block_mix
+
+
+def _group_quarters_2010(rng: np.random.Generator, spec: Census2010Spec, block_size: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """Group quarters: in some blocks of 100+ persons, part of the block; each block's residents in them and the
+    facility's kind (dormitory, nursing home, prison)."""
+    n_block = block_size.size
     gq_share, gq_rate = spec.group_quarters
     has_gq = (block_size >= 100) & (rng.random(n_block) < gq_rate)
     gq_kind = rng.choice(3, size=n_block, p=[0.45, 0.3, 0.25])  # dormitory, nursing home, prison
     n_gq = np.where(has_gq, np.round(block_size * gq_share * rng.uniform(0.5, 1.5, n_block)), 0)
     n_gq = np.minimum(n_gq, block_size - 1).astype(np.int64)
-    n_hh = block_size - n_gq
 
-    # --- households: each block filled with households until it is full; a householder's group
-    # is drawn from the block's mix weighted by 1 / the group's mean household size (so persons
-    # keep the block's mix), the household's size from the group's distribution ------------
+    return n_gq, gq_kind
+
+
+def _households_2010(rng: np.random.Generator, spec: Census2010Spec, g: _Blocks2010, tract_mix: np.ndarray,
+                     block_mix: np.ndarray, n_hh: np.ndarray, combo_w: np.ndarray) -> tuple:
+    """The household population: each block filled with households until it is full (``n_hh`` persons), then every
+    member's age, sex and race × ethnicity. Returns each member's block, latent age, sex, HISP, RACE and CENRACE."""
+    h = _household_sizes_2010(rng, g, block_mix, n_hh)
+    age, sex, who = _members_2010(rng, spec, g, h)
+    hisp, race, cenrace = _member_races_2010(rng, spec, g, h, (tract_mix, block_mix), who, combo_w)
+    return h.p_block, age, sex, hisp, race, cenrace
+
+
+@dataclass(frozen=True)
+class _Households2010:
+    """Households drawn: each one's block, householder's race × ethnicity cell and size; each member's household,
+    block and role (0 the householder)."""
+
+    hh_block: np.ndarray
+    head_cell: np.ndarray
+    size_h: np.ndarray
+    hh: np.ndarray
+    p_block: np.ndarray
+    role: np.ndarray
+    group_of_cell: np.ndarray
+
+
+def _household_sizes_2010(rng: np.random.Generator, g: _Blocks2010, block_mix: np.ndarray, n_hh: np.ndarray
+                          ) -> _Households2010:
+    """A householder's group drawn from the block's mix weighted by 1 / the group's mean household size (so persons
+    keep the block's mix), the household's size from the group's distribution, households added until the block is
+    full (the last one cut)."""
+    n_block = g.n_block
     group_of_cell = np.where(np.arange(14) >= 7, 7, np.arange(14) % 7)
     size_pmf = _household_size_pmfs(HOUSEHOLD_SIZE_BY_GROUP)
     mean_size = size_pmf @ np.arange(1, size_pmf.shape[1] + 1)
@@ -392,6 +514,16 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None,
     p_block = hh_block[hh]
     role = np.arange(n_house) - np.repeat(np.cumsum(size_h) - size_h, size_h)  # 0 householder, ...
 
+    return _Households2010(hh_block, head_cell, size_h, hh, p_block, role, group_of_cell)
+
+
+def _members_2010(rng: np.random.Generator, spec: Census2010Spec, g: _Blocks2010, h: _Households2010) -> tuple:
+    """Each member's latent age and sex by household type and role; with who is a child, who a second adult, and each
+    member's household type (0 alone, 1 couple, 2 single parent, 3 sharing adults)."""
+    n_tract, block_tract = g.n_tract, g.block_tract
+    hh_block, head_cell, size_h, hh, role, group_of_cell = h.hh_block, h.head_cell, h.size_h, h.hh, h.role, h.group_of_cell
+    n_households, n_house = hh_block.size, hh.size
+    n_block = g.n_block
     # household type: 0 alone, 1 couple (with any children), 2 single parent, 3 sharing adults
     u = rng.random(n_households)
     kind = np.where(size_h == 1, 0, np.where(u < 0.72, 1, np.where(u < 0.88, 2, 3)))
@@ -428,6 +560,18 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None,
     alone_female = rng.random(n_house) < np.where(age >= 65, 0.72, 0.52)
     sex = np.where((role == 0) & (k == 0), alone_female.astype(np.int64), sex)
 
+    return age, sex, (child, second_adult, k)
+
+
+def _member_races_2010(rng: np.random.Generator, spec: Census2010Spec, g: _Blocks2010, h: _Households2010,
+                       mixes: tuple, who: tuple, combo_w: np.ndarray) -> tuple:
+    """Each member's race × ethnicity: the householder's, a partner's or a sharing adult's of the block's mix,
+    children of a mixed couple of either parent's or both, a stray member of the tract's mix; HISP, RACE, CENRACE."""
+    child, second_adult, k = who
+    tract_mix, block_mix = mixes
+    block_tract, hh, p_block, head_cell, role = g.block_tract, h.hh, h.p_block, h.head_cell, h.role
+    n_house = hh.size
+    n_households = h.hh_block.size
     # race × ethnicity (14 cells) per household member
     other = _draw_rows(rng, block_mix[p_block])
     cell = head_cell[hh].copy()
@@ -449,7 +593,6 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None,
     race = cell % 7
     # persons of two or more races get their detailed combination; children of a mixed couple,
     # half of them, take the union of their parents' single races (when both are single races)
-    combo_w = multirace_weights()
     cenrace = np.where(race < 6, race, rng.choice(57, size=n_house, p=combo_w) + 6)
     index_of = {c: i for i, c in enumerate(CENRACE_COMBOS)}
     union = child_mixed & ~pick_other & (rng.random(n_house) < 0.5)
@@ -458,7 +601,14 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None,
         cenrace[i] = index_of[tuple(sorted((int(r1[i]), int(r2[i]))))]
         race[i] = 6
 
-    # --- group-quarters residents: from the whole tract, ages and sexes by facility ---------
+    return hisp, race, cenrace
+
+
+def _gq_residents_2010(rng: np.random.Generator, g: _Blocks2010, tract_mix: np.ndarray, n_gq: np.ndarray,
+                       gq_kind: np.ndarray, combo_w: np.ndarray) -> tuple:
+    """Group-quarters residents: from the whole tract, ages and sexes by facility. Returns each resident's block,
+    latent age, sex, race × ethnicity cell, RACE and CENRACE."""
+    n_block, block_tract = g.n_block, g.block_tract
     g_block = np.repeat(np.arange(n_block), n_gq)
     n_g = g_block.size
     kind_g = gq_kind[g_block]
@@ -470,43 +620,4 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None,
     g_race = g_cell % 7
     g_cenrace = np.where(g_race < 6, g_race, rng.choice(57, size=n_g, p=combo_w) + 6)
 
-    person_block = np.concatenate([p_block, g_block])
-    in_gq = np.concatenate([np.zeros(p_block.size, bool), np.ones(g_block.size, bool)])
-    latent = np.concatenate([age, g_age])
-    sex = np.concatenate([sex, g_sex])
-    hisp = np.concatenate([hisp, g_cell // 7])
-    race = np.concatenate([race, g_race])
-    cenrace = np.concatenate([cenrace, g_cenrace])
-    order = np.argsort(person_block, kind="stable")
-    person_block, latent, sex, hisp, race, cenrace, in_gq = (a[order] for a in
-                                                            (person_block, latent, sex, hisp, race, cenrace, in_gq))
-    n = person_block.size
-
-    # --- one rank-preserving map of the ages onto 2010's single-year distribution ----------
-    target = np.cumsum(single_year_age_2010(MAX_AGE))
-    ranks = np.empty(n)
-    ranks[np.argsort(latent + rng.random(n) * 1e-6, kind="stable")] = (np.arange(n) + 0.5) / n
-    age = np.minimum(np.searchsorted(target, ranks, side="right"), MAX_AGE).astype(np.int64)
-
-    codes = np.stack([age, sex, hisp, race, cenrace], axis=1).astype(np.int64)
-    # the public block list: the occupied blocks and their tracts' empty ones, each in a block group
-    # (a block number's first digit, as the Census Bureau numbers them); within a group the occupied
-    # blocks first, then the empty ones
-    share = spec.empty_share
-    erng = np.random.default_rng([seed, 2010, 1])
-    empty_bg = bg_offset[np.repeat(np.arange(n_tract), erng.poisson(blocks_in_tract * share / (1 - share)))]
-    empty_bg = np.sort(empty_bg + (erng.random(empty_bg.size) * n_bg[bg_tract[empty_bg]]).astype(np.int64))
-    occupied_in_bg = np.bincount(block_bg, minlength=bg_tract.size)
-    rank = np.arange(empty_bg.size) - np.searchsorted(empty_bg, empty_bg)  # position within its group
-    fits = occupied_in_bg[empty_bg] + rank < 999
-    empty_bg, rank = empty_bg[fits], rank[fits]
-    digit = np.arange(bg_tract.size) - bg_offset[bg_tract] + 1
-    first = np.concatenate([[0], np.cumsum(occupied_in_bg)[:-1]])
-    block_number = digit[block_bg] * 1000 + np.arange(n_block) - first[block_bg] + 1
-    empty_number = digit[empty_bg] * 1000 + occupied_in_bg[empty_bg] + rank + 1
-    geo = census_geography(spec.counties_per_state, spec.tracts_per_county, county_state, tract_county,
-                           blocks_in_tract, person_block, np.bincount(bg_tract[empty_bg], minlength=n_tract),
-                           "the 2010-shaped population's geography: every block, empty ones included",
-                           block_number, empty_number)
-    data = Dataset(person_domain(), codes, geo)
-    return (data, in_gq) if group_quarters else data
+    return g_block, g_age, g_sex, g_cell, g_race, g_cenrace
