@@ -149,10 +149,40 @@ def embedded_population(seed: int = 0, spec: PopulationSpec | None = None) -> Da
     (('AGE', 'SEX', 'HISP', 'RACE', 'CENRACE'), 2)
     """
     spec = spec or PopulationSpec()
-    rng = np.random.default_rng(seed)
-    c_state, c_county, c_tract, c_block = spec.concentration
+    rng = np.random.default_rng(seed)  # one stream: the places' draws, then the persons'
+    pl = _compact_places(rng, spec)
+    county_state, tract_county, blocks_in_tract = pl.county_state, pl.tract_county, pl.blocks_in_tract
+    n_tract = len(tract_county)
+    person_block, codes = _compact_persons(rng, spec, pl)
+    # the public block list: every block above and, numbered after them, each tract's empty
+    # blocks (their own random stream, so the persons do not depend on them)
+    e_lo, e_hi = spec.empty_blocks_per_tract
+    n_empty = np.random.default_rng([seed, 1]).integers(e_lo, e_hi + 1, size=n_tract)
+    geo = census_geography(county_state, tract_county, blocks_in_tract, person_block, n_empty,
+                           "the embedded population's geography: every block, empty ones included")
+    return Dataset(person_domain(), codes, geo)
 
-    # --- geography tree -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Places:
+    """The compact population's places: the geography tree (blocks per tract, block sizes) and each block's
+    composition, nested down the hierarchy (race shares, age-profile shares, Hispanic log-odds shift)."""
+
+    county_state: np.ndarray
+    tract_county: np.ndarray
+    blocks_in_tract: np.ndarray
+    block_tract: np.ndarray
+    block_size: np.ndarray
+    race_p: np.ndarray
+    profile_p: np.ndarray
+    hisp_shift: np.ndarray
+
+
+def _compact_places(rng: np.random.Generator, spec: PopulationSpec) -> _Places:
+    """The geography tree, block sizes log-normal (1 to ``max_block_size`` people), and the composition of every
+    block: each state's race mix, Hispanic log-odds and age-profile mix scattered around the nation's, each county's
+    around its state's, and so on to blocks."""
+    c_state, c_county, c_tract, c_block = spec.concentration
     n_state = spec.states
     n_county = n_state * spec.counties_per_state
     n_tract = n_county * spec.tracts_per_county
@@ -168,7 +198,6 @@ def embedded_population(seed: int = 0, spec: PopulationSpec | None = None) -> Da
         spec.max_block_size,
     ).astype(np.int64)
 
-    # --- composition, nested ------------------------------------------------------------
     def nest(national: np.ndarray):
         s = _dirichlet_children(rng, national, c_state, n_state)
         c = np.stack([_dirichlet_children(rng, s[p], c_county, 1)[0] for p in county_state])
@@ -185,8 +214,17 @@ def embedded_population(seed: int = 0, spec: PopulationSpec | None = None) -> Da
         + rng.normal(0, 0.4, n_block)
     )
 
-    # --- persons --------------------------------------------------------------------------
-    person_block = np.repeat(np.arange(n_block), block_size)
+    return _Places(county_state, tract_county, blocks_in_tract, block_tract, block_size, race_p, profile_p,
+                   hisp_shift)
+
+
+def _compact_persons(rng: np.random.Generator, spec: PopulationSpec, pl: _Places) -> tuple[np.ndarray, np.ndarray]:
+    """Every person of every block: race, Hispanic origin, age (a profile, shifted per place), sex and the detailed
+    race combination (drawn last, so that the attributes before it do not depend on it); their blocks and codes."""
+    county_state, tract_county, block_tract = pl.county_state, pl.tract_county, pl.block_tract
+    race_p, profile_p, hisp_shift = pl.race_p, pl.profile_p, pl.hisp_shift
+    n_state, n_county, n_tract, n_block = spec.states, len(county_state), len(tract_county), len(block_tract)
+    person_block = np.repeat(np.arange(n_block), pl.block_size)
     n = person_block.size
 
     def draw(p_rows: np.ndarray) -> np.ndarray:
@@ -220,30 +258,23 @@ def embedded_population(seed: int = 0, spec: PopulationSpec | None = None) -> Da
     multi = rng.choice(57, size=n, p=multirace_weights()) + 6
     cenrace = np.where(race < 6, race, multi)
     codes = np.stack([age, sex, hisp, race, cenrace], axis=1).astype(np.int64)
-    # the public block list: every block above and, numbered after them, each tract's empty
-    # blocks (their own random stream, so the persons do not depend on them)
-    e_lo, e_hi = spec.empty_blocks_per_tract
-    n_empty = np.random.default_rng([seed, 1]).integers(e_lo, e_hi + 1, size=n_tract)
-    geo = census_geography(spec.counties_per_state, spec.tracts_per_county, county_state, tract_county,
-                           blocks_in_tract, person_block, n_empty,
-                           "the embedded population's geography: every block, empty ones included")
-    return Dataset(person_domain(), codes, geo)
+    return person_block, codes
 
 
-def census_geography(counties_per_state: int, tracts_per_county: int, county_state: np.ndarray,
-                     tract_county: np.ndarray, blocks_in_tract: np.ndarray, person_block: np.ndarray,
-                     n_empty: np.ndarray, source: str, block_number: np.ndarray | None = None,
-                     empty_number: np.ndarray | None = None) -> Geography:
-    """Census GEOIDs of a generated population: odd state and county FIPS codes, tracts 000100,
-    000200, ..., blocks 1001, 1002, ... within each tract (or ``block_number``, one per occupied
-    block, whose first digit is its block group); each person's (``person_block`` indexes the
-    occupied blocks, tract by tract), with the public block list as its catalogue: the occupied
-    blocks and ``n_empty`` empty blocks per tract, numbered after them (or ``empty_number``, tract
-    by tract)."""
+def census_geography(county_state: np.ndarray, tract_county: np.ndarray, blocks_in_tract: np.ndarray,
+                     person_block: np.ndarray, n_empty: np.ndarray, source: str,
+                     numbers: tuple[np.ndarray, np.ndarray] | None = None) -> Geography:
+    """Census GEOIDs of a generated population (``county_state``: each county's state, ``tract_county``: each
+    tract's county, both in order): odd state and county FIPS codes, tracts 000100, 000200, ... within each county,
+    blocks 1001, 1002, ... within each tract (or ``numbers``' first array, one per occupied block, whose first digit
+    is its block group); each person's (``person_block`` indexes the occupied blocks, tract by tract), with the public
+    block list as its catalogue: the occupied blocks and ``n_empty`` empty blocks per tract, numbered after them (or
+    ``numbers``' second array, tract by tract)."""
+    block_number, empty_number = numbers if numbers is not None else (None, None)
     n_tract = len(tract_county)
     state_fips = np.arange(int(county_state.max()) + 1) * 2 + 1
-    county_fips = (np.arange(len(county_state)) % counties_per_state) * 2 + 1
-    tract_code = (np.arange(n_tract) % tracts_per_county + 1) * 100
+    county_fips = _within(county_state) * 2 + 1
+    tract_code = (_within(tract_county) + 1) * 100
     block_tract = np.repeat(np.arange(n_tract), blocks_in_tract)
     block_in_tract = (np.concatenate([np.arange(k) for k in blocks_in_tract]) + 1001 if block_number is None
                       else np.asarray(block_number, dtype=np.int64))
@@ -257,3 +288,13 @@ def census_geography(counties_per_state: int, tracts_per_county: int, county_sta
     listed = Geography.from_parts(state_fips[county_state[tract_county[all_tract]]],
                                   county_fips[tract_county[all_tract]], tract_code[all_tract], all_block)
     return geo.with_catalogue(UnitCatalogue({lv: listed.units(lv) for lv in listed.levels[1:]}, source))
+
+
+def _within(parent: np.ndarray) -> np.ndarray:
+    """Each child's position among its parent's children, ``parent`` (each child's parent) in order.
+
+    >>> _within(np.array([0, 0, 0, 1, 1])).tolist()
+    [0, 1, 2, 0, 1]
+    """
+    parent = np.asarray(parent)
+    return np.arange(len(parent)) - np.searchsorted(parent, parent)

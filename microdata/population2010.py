@@ -343,10 +343,10 @@ def census2010_population(seed: int = 0, spec: Census2010Spec | None = None,
     first = np.concatenate([[0], np.cumsum(occupied_in_bg)[:-1]])
     block_number = digit[block_bg] * 1000 + np.arange(n_block) - first[block_bg] + 1
     empty_number = digit[empty_bg] * 1000 + occupied_in_bg[empty_bg] + rank + 1
-    geo = census_geography(spec.counties_per_state, spec.tracts_per_county, county_state, tract_county,
-                           blocks_in_tract, person_block, np.bincount(bg_tract[empty_bg], minlength=n_tract),
+    geo = census_geography(county_state, tract_county, blocks_in_tract, person_block,
+                           np.bincount(bg_tract[empty_bg], minlength=n_tract),
                            "the 2010-shaped population's geography: every block, empty ones included",
-                           block_number, empty_number)
+                           (block_number, empty_number))
     data = Dataset(person_domain(), codes, geo)
     return (data, in_gq) if group_quarters else data
 
