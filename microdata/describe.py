@@ -187,23 +187,70 @@ def describe(data: Dataset, tract_level: str = "tract", block_level: str = "bloc
     for a in ("AGE", "SEX", "HISP"):
         if a not in data.domain:
             raise CensusReconError(f"describe-population needs the attribute {a}; this data has {data.domain.names}")
+    m = _people(data, geo.units(block_level), geo.units(tract_level))
+    stats = _by_block_size(m)
+    values = _values(m, geo.catalogue.ids[block_level] if geo.catalogue is not None and block_level in
+                     geo.catalogue.ids else None)
+    values.update(_more_values(data, m, group_quarters))
+    for name, (t, tol, src) in (TARGETS | BLOCK_GROUP_TARGETS).items():
+        stats.append(Statistic(name, float(values[name]), t, tol, src))
+    for name, (t, tol, src) in VALIDATION.items():
+        stats.append(Statistic(name, float(values[name]), t, tol, src, tuned=False))
+    stats.append(Statistic("persons", float(m.n), None, None, "this population"))
+    stats.append(Statistic("tracts", float(len(m.tract_ids)), None, None, "this population"))
+    stats.append(Statistic("largest_block", float(m.size.max()), None, None, "this population"))
+    return stats
+
+
+@dataclass(frozen=True)
+class _People:
+    """What :func:`describe` measures on, per person: block, tract and block group (None where blocks are not
+    GEOIDs), sex, age, HISP, the race attribute (CENRACE or RACE) and its 7 groups, the race × ethnicity cell, whether
+    it is the block's mode, the block's Σp², uniqueness on {block, sex, age} and on {block, sex, 38-bin age}; per
+    block its size and its size class; the persons per (block, cell)."""
+
+    block: np.ndarray
+    tract: np.ndarray
+    tract_ids: np.ndarray
+    bgi: np.ndarray | None
+    sex: np.ndarray
+    age: np.ndarray
+    hisp: np.ndarray
+    race_attr: str
+    group: np.ndarray
+    cell: np.ndarray
+    modal: np.ndarray
+    p2: np.ndarray
+    u_age: np.ndarray
+    u_bin: np.ndarray
+    size: np.ndarray
+    b_bin: np.ndarray
+    p_bin: np.ndarray
+    bc: pd.Series
+
+    @property
+    def n(self) -> int:
+        return len(self.block)
+
+
+def _people(data: Dataset, blocks: np.ndarray, tracts: np.ndarray) -> _People:
+    """The per-person and per-block quantities every statistic reads (``blocks``, ``tracts``: each person's ids)."""
     race_attr = "CENRACE" if "CENRACE" in data.domain else "RACE"
-    _, block = np.unique(geo.units(block_level), return_inverse=True)
-    tract_ids, tract = np.unique(geo.units(tract_level), return_inverse=True)
+    _, block = np.unique(blocks, return_inverse=True)
+    tract_ids, tract = np.unique(tracts, return_inverse=True)
     age = data.column("AGE")
     sex = data.column("SEX")
     hisp = data.column("HISP")
     race = data.column(race_attr)
     n_race = data.domain.size(race_attr)
     cell = hisp * n_race + race
-    n = len(data)
 
     size = np.bincount(block)
     b_bin = _bin_of(size)
     p_bin = b_bin[block]
 
     # race × ethnicity: the block's mode and Σp² (person-weighted)
-    bg = block_groups(geo.units(block_level))
+    bg = block_groups(blocks)
     bgi = None if bg is None else np.unique(bg, return_inverse=True)[1].reshape(-1)  # each person's block group
     mode = block_modes(block, tract if bgi is None else bgi, cell, fallback=0)
     modal = cell == mode
@@ -218,6 +265,14 @@ def describe(data: Dataset, tract_level: str = "tract", block_level: str = "bloc
     u_age = unique_on(block, sex, age)
     u_bin = unique_on(block, sex, AGE_BIN38_OF_AGE[age])
 
+    group = race if race_attr == "RACE" else race_group(race)  # the 7 RACE groups
+    return _People(block, tract, tract_ids, bgi, sex, age, hisp, race_attr, group, cell, modal, p2, u_age, u_bin, size,
+                   b_bin, p_bin, bc)
+
+
+def _by_block_size(m: _People) -> list[Statistic]:
+    """The statistics by the Census Bureau's seven block-size classes."""
+    b_bin, p_bin, modal, p2, u_bin = m.b_bin, m.p_bin, m.modal, m.p2, m.u_bin
     stats: list[Statistic] = []
     per_bin = {
         "blocks_pct": lambda i: 100 * np.mean(b_bin == i),
@@ -231,9 +286,14 @@ def describe(data: Dataset, tract_level: str = "tract", block_level: str = "bloc
             stats.append(Statistic(f"{name}[{label}]", float(f(i)), TARGETS_BY_BIN[name][i],
                                    TOLERANCE_BY_BIN[name][i], SOURCES_BY_BIN[name]))
 
-    listed = geo.catalogue.ids[block_level] if geo.catalogue is not None and block_level in geo.catalogue.ids else None
+    return stats
+
+
+def _values(m: _People, listed: np.ndarray | None) -> dict[str, float]:
+    """The whole population's statistics (``listed``: the public block list, for the empty blocks' share)."""
+    size, n, tract_ids, hisp, group, sex, age = m.size, m.n, m.tract_ids, m.hisp, m.group, m.sex, m.age
+    modal, p2, u_age, u_bin = m.modal, m.p2, m.u_age, m.u_bin
     empty = 100 * (1 - len(size) / len(listed)) if listed is not None else np.nan
-    group = race if race_attr == "RACE" else race_group(race)  # the 7 RACE groups
     grp = np.where(hisp == 1, 7, group)
     shares = np.bincount(grp, minlength=8) / max(n, 1)
     values = {
@@ -256,24 +316,13 @@ def describe(data: Dataset, tract_level: str = "tract", block_level: str = "bloc
         "two_or_more_pct": 100 * np.mean(group == 6),
         "diversity_index_pct": 100 * (1 - np.sum(shares ** 2)),
     }
-    values.update(_more_values(data, block, tract, bgi, cell, bc, race_attr, group, group_quarters))
-    for name, (t, tol, src) in (TARGETS | BLOCK_GROUP_TARGETS).items():
-        stats.append(Statistic(name, float(values[name]), t, tol, src))
-    for name, (t, tol, src) in VALIDATION.items():
-        stats.append(Statistic(name, float(values[name]), t, tol, src, tuned=False))
-    stats.append(Statistic("persons", float(n), None, None, "this population"))
-    stats.append(Statistic("tracts", float(len(tract_ids)), None, None, "this population"))
-    stats.append(Statistic("largest_block", float(size.max()), None, None, "this population"))
-    return stats
+    return values
 
 
-def _more_values(data: Dataset, block: np.ndarray, tract: np.ndarray, bgi: np.ndarray | None, cell: np.ndarray,
-                 bc: pd.Series, race_attr: str, group: np.ndarray,
-                 group_quarters: np.ndarray | None) -> dict[str, float]:
+def _more_values(data: Dataset, m: _People, group_quarters: np.ndarray | None) -> dict[str, float]:
     """The values of ``VALIDATION`` and of the tract, block-group, age-by-group and group-quarters
-    entries of ``TARGETS`` and of ``BLOCK_GROUP_TARGETS``: per person its block, tract and block group index
-    (the last None where blocks are not GEOIDs), 126-cell
-    race × ethnicity and 7-group RACE; ``bc`` the persons per (block, cell)."""
+    entries of ``TARGETS`` and of ``BLOCK_GROUP_TARGETS`` (``m``: :func:`_people`'s)."""
+    block, tract, bgi, cell, bc, race_attr, group = m.block, m.tract, m.bgi, m.cell, m.bc, m.race_attr, m.group
     age, hisp, race = data.column("AGE"), data.column("HISP"), data.column(race_attr)
     n = len(data)
     r7 = race7_1980(race) if race_attr == "CENRACE" else race
