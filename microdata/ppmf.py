@@ -51,13 +51,25 @@ def read_ppmf(path: str | Path, states: Sequence[str] | None = None, counties: S
     0..115, QSEX 1 or 2, CENHISP 1 or 2, CENRACE 01..63, VOTING_AGE 1 or 2, geography codes of
     2, 3, 6 and 4 digits); the first that is not names the file, row, column and value.
     """
-    from censusrecon.microdata.table_source import ColumnSpec, reading
+    from censusrecon.microdata.table_source import reading
 
     path = Path(path)
     if not path.is_file():
         raise PPMFError(f"PPMF file {str(path)!r} does not exist")
     with reading(path, "PPMF person file (CSV)"):
         header = pd.read_csv(path, nrows=0, encoding="utf-8").columns.tolist()
+    specs = _column_specs(path, header)
+    codes, geo_df = _read_rows(path, specs, (states, counties, tracts), chunksize)
+    domain, codes = _ppmf_domain(path, header, codes)
+    geo = Geography.from_parts(geo_df["TABBLKST"], geo_df["TABBLKCOU"], geo_df["TABTRACTCE"], geo_df["TABBLK"])
+    return Dataset(domain, codes, geo)
+
+
+def _column_specs(path: Path, header: list[str]) -> list:
+    """The columns read and their codes: the full person format's QAGE and QSEX where it has them, the
+    redistricting variant's VOTING_AGE where it has that, CENHISP and CENRACE always."""
+    from censusrecon.microdata.table_source import ColumnSpec
+
     missing_geo = [c for c in GEO_COLUMNS if c not in header]
     if missing_geo or "CENRACE" not in header or "CENHISP" not in header:
         raise PPMFError(f"{path} is not a PPMF person file: it lacks "
@@ -69,6 +81,15 @@ def read_ppmf(path: str | Path, states: Sequence[str] | None = None, counties: S
         specs = [ColumnSpec("AGE", "QAGE", range=(0, MAX_AGE)), ColumnSpec("SEX", "QSEX", ("1", "2"))] + specs
     elif "VOTING_AGE" in header:
         specs = [ColumnSpec("VOTING_AGE", "VOTING_AGE", ("1", "2"))] + specs
+    return specs
+
+
+def _read_rows(path: Path, specs: list, where_kept: tuple, chunksize: int) -> tuple[np.ndarray, pd.DataFrame]:
+    """Every kept row's codes and geography, ``chunksize`` rows at a time, kept by ``where_kept`` (states, counties,
+    tracts) as they stream past; every value checked (the first that is not a code names the file, row and column)."""
+    from censusrecon.microdata.table_source import reading
+
+    states, counties, tracts = where_kept
     widths = dict(zip(GEO_COLUMNS, (2, 3, 6, 4)))
     cols = list(GEO_COLUMNS) + [s.column for s in specs]
     parts, geo_parts, kept = [], [], 0
@@ -102,10 +123,14 @@ def read_ppmf(path: str | Path, states: Sequence[str] | None = None, counties: S
             raise PPMFError(f"{path} has a header but no persons")
         raise PPMFError(f"no persons in {path} match states={states} counties={counties} tracts={tracts} "
                         f"({row - 2} rows read)")
-    codes = np.concatenate(parts)
-    geo_df = pd.concat(geo_parts, ignore_index=True)
+    return np.concatenate(parts), pd.concat(geo_parts, ignore_index=True)
+
+
+def _ppmf_domain(path: Path, header: list[str], codes: np.ndarray) -> tuple[Domain, np.ndarray]:
+    """The full format's AGE, SEX, HISP, RACE and CENRACE (RACE the CENRACE group), or the redistricting variant's
+    (VOTING_AGE,) HISP, RACE and CENRACE, with their codes in that order."""
     base = person_domain()
-    if full:  # AGE, SEX, HISP, CENRACE -> AGE, SEX, HISP, RACE, CENRACE
+    if "QAGE" in header and "QSEX" in header:  # AGE, SEX, HISP, CENRACE -> AGE, SEX, HISP, RACE, CENRACE
         codes = np.stack([codes[:, 0], codes[:, 1], codes[:, 2], race_group(codes[:, 3]), codes[:, 3]], axis=1)
         domain = base
     else:
@@ -118,5 +143,4 @@ def read_ppmf(path: str | Path, states: Sequence[str] | None = None, counties: S
         domain = Domain(tuple(attrs))
         codes = np.stack(cols_, axis=1)
         log.info("%s is the redistricting PPMF (no QAGE/QSEX): tables by age or sex cannot be built", path.name)
-    geo = Geography.from_parts(geo_df["TABBLKST"], geo_df["TABBLKCOU"], geo_df["TABTRACTCE"], geo_df["TABBLK"])
-    return Dataset(domain, codes, geo)
+    return domain, codes
