@@ -197,6 +197,47 @@ def evaluate_exact(cfg, work, workload, rankings: dict, baseline_rankings: dict,
     prob, truth, ks, u, outside, block_class = work.prob, work.truth, work.ks, work.u, work.outside, work.block_class
     D = prob.private
     t0 = time.perf_counter()
+    res, solver, hdf, swap_facts = _solve(cfg, prob, workload)
+    facts = {"workload": label, **res.facts()}
+    if swap_facts is not None:
+        facts["tables_from"] = {"swapped_file": True, **swap_facts}
+    if not res.solved:
+        log.warning("unit %s: exact reconstruction %s", prob.unit, res.status)
+        return [], facts, [], []
+    exact_r, cert_r = exact_rankings(res)
+    hdf_keys = truth if swap_facts is None else hdf.keys()
+    check_certified_counts(res, hdf_keys, prob.unit)  # certified rows are in the file the tables count
+    names = ("exact", "exact_certified") if len(cfg.queries) == 1 else (f"exact_{label}", f"exact_certified_{label}")
+    curves = [match_rate_curve(exact_r, truth, ks, u, len(exact_r), outside, block_class).assign(method=names[0]),
+              match_rate_curve(cert_r, truth, ks, u, len(cert_r), outside, block_class).assign(method=names[1])]
+    if rankings:  # Generate-then-Verify on RAP-Rank's own rows
+        facts["rap_rank_certified"] = _rap_rows_certified(rankings, res, solver, cert_r, u, np.unique(truth))
+    facts["seconds_total"] = round(time.perf_counter() - t0, 3)
+    # the Bureau's agreement, and reidentification
+    recon = {names[0]: np.repeat(*res.rows())}
+    zv_blocks = res.blocks_coarse or res.blocks  # zero variability on the 38 bins where measured
+    if zv_blocks:  # agreement against the file the tables count (the Bureau's: the rHDF against the HDF)
+        facts["by_block_size"] = by_block_size(D.domain, hdf_keys, recon[names[0]], zv_blocks)
+        facts["zero_variability_schema"] = "38-bin age" if res.blocks_coarse else "single-year age"
+        solvar = sorted(round(f["solvar"], 4) for f in zv_blocks.values() if f.get("solvar") is not None)
+        if solvar:  # every block's, for the solvar percentiles of HDSR Table 2 (pooled over units)
+            facts["solvar_by_block"] = solvar
+    for name, r in {**rankings, **baseline_rankings}.items():
+        recon[name] = r.keys[:len(D)]
+    agree = _agreement_rows(D, truth, recon, None if swap_facts is None else (names[0], hdf_keys))
+    reid = []
+    if getattr(cfg, "reidentification", None) is not None:
+        methods = {k: D.domain.decode(v) for k, v in recon.items() if k in (names[0], *rankings)}
+        if swap_facts is not None:  # the swapped file itself as the attacker's reconstruction (HDSR's HDF row)
+            methods["hdf"] = hdf.codes
+        reid = _reid_rows(cfg, prob, methods, (zv_blocks, facts), None if swap_facts is None else hdf.codes, rng)
+    return curves, facts, agree, reid
+
+
+def _solve(cfg, prob, workload) -> tuple:
+    """The exact attack's solve of the unit's tables, tabulated from D or, with ``attack.exact_swap_rate``, from D
+    swapped (the Bureau's HDF): the result, its solver (for certificates), the file tabulated and the swap's facts."""
+    D = prob.private
     coarsen, keys = None, None
     if "AGE" in D.domain and D.domain.size("AGE") == len(AGE_GROUP):  # the Bureau's schema: 38 age bins (its
         coarsen = {"AGE": AGE_GROUP}  # text); its released code keys solvar on P12's 23 groups (imprecise ages)
@@ -208,20 +249,13 @@ def evaluate_exact(cfg, work, workload, rankings: dict, baseline_rankings: dict,
                                        ["SEX", "AGE"])
     res, solver = reconstruct_exact(workload, workload.counts(hdf), time_limit=cfg.attack.exact_time_limit,
                                     coarsen=coarsen, solvar_keys=keys)
-    facts = {"workload": label, **res.facts()}
-    if swap_facts is not None:
-        facts["tables_from"] = {"swapped_file": True, **swap_facts}
-    if not res.solved:
-        log.warning("unit %s: exact reconstruction %s", prob.unit, res.status)
-        return [], facts, [], []
-    exact_r, cert_r = exact_rankings(res)
-    truth_set = np.unique(truth)
-    hdf_keys = truth if swap_facts is None else hdf.keys()
-    check_certified_counts(res, hdf_keys, prob.unit)  # certified rows are in the file the tables count
-    names = ("exact", "exact_certified") if len(cfg.queries) == 1 else (f"exact_{label}", f"exact_certified_{label}")
-    curves = [match_rate_curve(exact_r, truth, ks, u, len(exact_r), outside, block_class).assign(method=names[0]),
-              match_rate_curve(cert_r, truth, ks, u, len(cert_r), outside, block_class).assign(method=names[1])]
-    # Generate-then-Verify on RAP-Rank's own rows
+    return res, solver, hdf, swap_facts
+
+
+def _rap_rows_certified(rankings: dict, res, solver, cert_r, u: int, truth_set: np.ndarray) -> dict:
+    """Generate-then-Verify: each RAP-Rank ranking's top u rows certified against the count model, with how many of
+    them are in D and how many certified rows it ranked below u."""
+    out = {}
     for name, r in rankings.items():
         top = r.keys[:u]
         if solver is not None:
@@ -231,55 +265,49 @@ def evaluate_exact(cfg, work, workload, rankings: dict, baseline_rankings: dict,
             proven, complete, undecided = np.zeros(len(top), bool), False, len(top)
         ranked = {k: i for i, k in enumerate(r.keys.tolist())}
         low = sum(1 for k in cert_r.keys.tolist() if ranked.get(k, 10**9) >= u)
-        facts.setdefault("rap_rank_certified", {})[name] = {
+        out[name] = {
             "top_u": int(len(top)), "top_u_certified": int(proven.sum()),
             "top_u_certification_complete": bool(complete), "top_u_undecided": int(undecided),
             "top_u_certified_in_d": int(np.isin(top[proven], truth_set).sum()),
             "certified_rows_ranked_below_u": int(low), "certified_rows": int(len(cert_r))}
-    facts["seconds_total"] = round(time.perf_counter() - t0, 3)
-    # the Bureau's agreement, and reidentification
-    n = len(D)
-    recon = {names[0]: np.repeat(*res.rows())}
-    zv_blocks = res.blocks_coarse or res.blocks  # zero variability on the 38 bins where measured
-    if zv_blocks:  # agreement against the file the tables count (the Bureau's: the rHDF against the HDF)
-        facts["by_block_size"] = by_block_size(D.domain, hdf_keys, recon[names[0]], zv_blocks)
-        facts["zero_variability_schema"] = "38-bin age" if res.blocks_coarse else "single-year age"
-        solvar = sorted(round(f["solvar"], 4) for f in zv_blocks.values() if f.get("solvar") is not None)
-        if solvar:  # every block's, for the solvar percentiles of HDSR Table 2 (pooled over units)
-            facts["solvar_by_block"] = solvar
-    for name, r in {**rankings, **baseline_rankings}.items():
-        recon[name] = r.keys[:n]
+    return out
+
+
+def _agreement_rows(D, truth: np.ndarray, recon: dict, swapped: tuple | None) -> list[dict]:
+    """The Bureau's agreement of each reconstruction with D (the CEF); with a swapped file (``swapped``: the exact
+    attack's name and the file's keys), the file's own agreement with D and the reconstruction's with the file."""
     agree = []
     for name, keys in recon.items():  # against D (the CEF)
         a = agreement(D.domain, truth, keys)
         if a is not None:
             agree.append({"method": name, **a})
-    if swap_facts is not None:  # the swapped file's own agreement with D, and the reconstruction's with it
-        for name, ref, keys in (("hdf", truth, hdf_keys), (f"{names[0]}_vs_hdf", hdf_keys, recon[names[0]])):
+    if swapped is not None:
+        exact_name, hdf_keys = swapped
+        for name, ref, keys in (("hdf", truth, hdf_keys), (f"{exact_name}_vs_hdf", hdf_keys, recon[exact_name])):
             a = agreement(D.domain, ref, keys)
             if a is not None:
                 agree.append({"method": name, **a})
-    reid = []
-    if getattr(cfg, "reidentification", None) is not None:
-        rc = cfg.reidentification
-        methods = {k: D.domain.decode(v) for k, v in recon.items() if k in (names[0], *rankings)}
-        if swap_facts is not None:  # the swapped file itself as the attacker's reconstruction (HDSR's HDF row)
-            methods["hdf"] = hdf.codes
-        zero = None
-        if zv_blocks and all(f.get("solvar") is not None for f in zv_blocks.values()):
-            zero = {b for b, f in zv_blocks.items() if f["solvar"] == 0}  # the Bureau's: solvar 0
-            facts["vulnerable_zero_blocks"] = "solvar 0 (the Bureau's block relaxation)"
-        elif zv_blocks:
-            zero = {b for b, f in zv_blocks.items() if f["zero_variability"] is True}
-            facts["vulnerable_zero_blocks"] = "zero variability on all the tables"
-        # the Bureau's modal rule falls back to the block group (block GEOIDs' first 12 characters)
-        groups = block_groups(np.asarray(prob.blocks)) if prob.blocks and "BLOCK" in D.domain else None
-        group_of_block = None if groups is None else np.unique(groups, return_inverse=True)[1]
-        if group_of_block is not None and D.domain.size("BLOCK") > len(group_of_block):  # padded BLOCK codes
-            group_of_block = np.concatenate([group_of_block, np.zeros(D.domain.size("BLOCK") - len(group_of_block),
-                                                                      np.int64)])
-        df = reidentification(D.domain, D.codes, methods, rng, rc, zero, None if swap_facts is None else hdf.codes,
-                              group_of_block)
-        if df is not None:
-            reid = df.to_dict("records")
-    return curves, facts, agree, reid
+    return agree
+
+
+def _reid_rows(cfg, prob, methods: dict, blocks: tuple, hdf_codes, rng: np.random.Generator) -> list[dict]:
+    """The Bureau's reidentification simulation against each reconstruction (``methods``: name → decoded rows); the
+    vulnerable group's blocks those of zero solution variability (``blocks``: the solve's blocks and the facts the
+    rule chosen is recorded in); the modal rule's block groups from the blocks' GEOIDs."""
+    zv_blocks, facts = blocks
+    D = prob.private
+    zero = None
+    if zv_blocks and all(f.get("solvar") is not None for f in zv_blocks.values()):
+        zero = {b for b, f in zv_blocks.items() if f["solvar"] == 0}  # the Bureau's: solvar 0
+        facts["vulnerable_zero_blocks"] = "solvar 0 (the Bureau's block relaxation)"
+    elif zv_blocks:
+        zero = {b for b, f in zv_blocks.items() if f["zero_variability"] is True}
+        facts["vulnerable_zero_blocks"] = "zero variability on all the tables"
+    # the Bureau's modal rule falls back to the block group (block GEOIDs' first 12 characters)
+    groups = block_groups(np.asarray(prob.blocks)) if prob.blocks and "BLOCK" in D.domain else None
+    group_of_block = None if groups is None else np.unique(groups, return_inverse=True)[1]
+    if group_of_block is not None and D.domain.size("BLOCK") > len(group_of_block):  # padded BLOCK codes
+        group_of_block = np.concatenate([group_of_block, np.zeros(D.domain.size("BLOCK") - len(group_of_block),
+                                                                  np.int64)])
+    df = reidentification(D.domain, D.codes, methods, rng, cfg.reidentification, zero, hdf_codes, group_of_block)
+    return [] if df is None else df.to_dict("records")
