@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 import math
 from pathlib import Path
 
@@ -218,69 +219,92 @@ def verdict_rows(persons: pd.DataFrame, util: pd.DataFrame, variant, strength: d
         tail = (f" For comparison, on the exact tables the best attack ({e['best_attacks']}) reconstructs "
                 f"{persons_words(e)}, against {int(e['baseline_persons'])} by the best guess without the release "
                 f"({e['best_baselines']}): {difference_words(e)}.")
+    ctx = _VerdictContext(u, e, decidable, strength, available, tol_words)
     out = []
     for mech in dict.fromkeys(p.loc[np.isfinite(p["setting"]), "mechanism"]):
-        swap = not registry.is_dp(mech)  # a larger swap rate or ptable variance protects more
-        rows = p[p["mechanism"] == mech].sort_values("setting", ascending=not swap)  # most protective first
-        note = (f" {registry.mechanism(mech).title} is not differentially private: no ε bounds what other attacks "
-                "could learn." if swap else "")
-        shown = rows["excess_upper"] < rows["tolerance"]
-        first_fail = int(np.argmin(shown.to_numpy())) if not shown.all() else len(rows)
-        safe = rows.iloc[:first_fail]
-        row = {"mechanism": mech, "status": None, "setting": None, "x": None, "plan": ""}
-        seq = ("Settings are tested from the most protective, each at " f"{CONFIDENCE:.0%}, stopping at the first not "
-               "shown safe, so the chance of calling any unsafe setting of the grid safe is at most "
-               f"{1 - CONFIDENCE:.0%}.")
-        if not decidable:
-            row.update(status="cannot_decide", x=rows.iloc[0])
-            row["plan"] = decision_plan("cannot_decide", rows.iloc[0], e, strength, mech, available) if e is not None else (
-                "To decide: evaluate the exact tables too (they are the yardstick of the attack's power).")
-            text = (f"**{mech}**: this evaluation cannot tell a protected release from an unprotected one: even on the "
-                    "exact tables the best attack is not beyond the best guess without the release (too few units, "
-                    "too weak an attack, or tables that protect by themselves), so no setting is called safe. "
-                    + row["plan"])
-        elif len(safe):
-            x = safe.iloc[-1]
-            row.update(status="safe", setting=float(x["setting"]), x=x)
-            err = u[(u["mechanism"] == mech) & (u["setting"] == x["setting"])] if len(u) else u
-            err_text = (f"; there, each published cell is off by {err['mae_per_cell'].iloc[0]:.2f} persons on "
-                        f"average and {100 * err['share_off_10pct'].iloc[0]:.0f}% of cells are off by more than "
-                        "10%" if len(err) else "")
-            later = rows.iloc[first_fail:]
-            row["next"] = later.iloc[0] if len(later) else None  # the first setting not shown safe
-            after = ("Every setting evaluated is shown safe: the grid stops before protection ends; evaluate "
-                     f"{less_protective(mech)} to find where it does." if not len(later) else
-                     f"At {setting_label(mech, later['setting'].iloc[0])} it is not shown safe ("
-                     + limit_words(later.iloc[0], tol_words) + ").")
-            text = (f"**{mech}**: shown safe up to **{setting_label(mech, x['setting'])}** at the tolerance of "
-                    f"{tol_words}: there the best attack ({x['best_attacks']}) reconstructs {persons_words(x)}, the "
-                    f"best guess ({x['best_baselines']}) {int(x['baseline_persons'])}; difference "
-                    f"{difference_words(x)}, {limit_words(x, tol_words)}{err_text}. {after} {seq}")
-        else:
-            x = rows.iloc[0]
-            where = setting_label(mech, x["setting"])
-            if x["excess_lower"] > x["tolerance"]:
-                row.update(status="none_safe", x=x)
-                text = (f"**{mech}**: not safe at any setting evaluated: even at the most protective, {where}, the best "
-                        f"attack reconstructs {persons_words(x)} against {int(x['baseline_persons'])} by the best guess, "
-                        f"{difference_words(x)}; lower {CONFIDENCE:.0%} limit {excess_words(x, x['excess_lower'])}, "
-                        f"above the {excess_words(x, x['tolerance'], signed=False)} tolerated ({tol_words}).")
-            else:
-                row.update(status="not_shown_safe", x=x)
-                row["plan"] = decision_plan("not_shown_safe", x, e, strength, mech, available)
-                text = (f"**{mech}**: no setting is shown safe at the tolerance of {tol_words}: at the most protective, "
-                        f"{where}, the best attack reconstructs {persons_words(x)} against "
-                        f"{int(x['baseline_persons'])} by the best guess, {difference_words(x)}, "
-                        f"{limit_words(x, tol_words)}. Not shown safe is not shown unsafe: the evaluation cannot "
-                        f"exclude an excess above the tolerance. {row['plan']} {seq}")
-        if row["x"] is not None and len(u):  # the cost at the setting the figures are from, whatever the verdict
-            err = u[(u["mechanism"] == mech) & (u["setting"] == row["x"]["setting"])]
-            if len(err):
-                row["table_error"] = float(err["mae_per_cell"].iloc[0])
+        row, text, note = _mechanism_verdict(mech, p[p["mechanism"] == mech], ctx)
         row["decided"] = row["status"] in DECIDED
         row["text"] = text + note + tail
         out.append(row)
     return out
+
+
+@dataclass(frozen=True)
+class _VerdictContext:
+    """What every mechanism's verdict of one variant reads: the tables' errors, the exact tables' row (None: not
+    evaluated) and whether it is beyond the best guess, the attack's strength, the units available and the
+    tolerance in words."""
+
+    u: pd.DataFrame
+    e: object
+    decidable: bool
+    strength: dict | None
+    available: int | None
+    tol_words: str
+
+
+def _mechanism_verdict(mech: str, rows: pd.DataFrame, ctx: _VerdictContext) -> tuple[dict, str, str]:
+    """One mechanism's verdict row, its paragraph and its note (not DP), from its rows of the best attack."""
+    u, e, decidable, strength, available, tol_words = (ctx.u, ctx.e, ctx.decidable, ctx.strength, ctx.available,
+                                                       ctx.tol_words)
+    swap = not registry.is_dp(mech)  # a larger swap rate or ptable variance protects more
+    rows = rows.sort_values("setting", ascending=not swap)  # most protective first
+    note = (f" {registry.mechanism(mech).title} is not differentially private: no ε bounds what other attacks "
+            "could learn." if swap else "")
+    shown = rows["excess_upper"] < rows["tolerance"]
+    first_fail = int(np.argmin(shown.to_numpy())) if not shown.all() else len(rows)
+    safe = rows.iloc[:first_fail]
+    row = {"mechanism": mech, "status": None, "setting": None, "x": None, "plan": ""}
+    seq = ("Settings are tested from the most protective, each at " f"{CONFIDENCE:.0%}, stopping at the first not "
+           "shown safe, so the chance of calling any unsafe setting of the grid safe is at most "
+           f"{1 - CONFIDENCE:.0%}.")
+    if not decidable:
+        row.update(status="cannot_decide", x=rows.iloc[0])
+        row["plan"] = decision_plan("cannot_decide", rows.iloc[0], e, strength, mech, available) if e is not None else (
+            "To decide: evaluate the exact tables too (they are the yardstick of the attack's power).")
+        text = (f"**{mech}**: this evaluation cannot tell a protected release from an unprotected one: even on the "
+                "exact tables the best attack is not beyond the best guess without the release (too few units, "
+                "too weak an attack, or tables that protect by themselves), so no setting is called safe. "
+                + row["plan"])
+    elif len(safe):
+        x = safe.iloc[-1]
+        row.update(status="safe", setting=float(x["setting"]), x=x)
+        err = u[(u["mechanism"] == mech) & (u["setting"] == x["setting"])] if len(u) else u
+        err_text = (f"; there, each published cell is off by {err['mae_per_cell'].iloc[0]:.2f} persons on "
+                    f"average and {100 * err['share_off_10pct'].iloc[0]:.0f}% of cells are off by more than "
+                    "10%" if len(err) else "")
+        later = rows.iloc[first_fail:]
+        row["next"] = later.iloc[0] if len(later) else None  # the first setting not shown safe
+        after = ("Every setting evaluated is shown safe: the grid stops before protection ends; evaluate "
+                 f"{less_protective(mech)} to find where it does." if not len(later) else
+                 f"At {setting_label(mech, later['setting'].iloc[0])} it is not shown safe ("
+                 + limit_words(later.iloc[0], tol_words) + ").")
+        text = (f"**{mech}**: shown safe up to **{setting_label(mech, x['setting'])}** at the tolerance of "
+                f"{tol_words}: there the best attack ({x['best_attacks']}) reconstructs {persons_words(x)}, the "
+                f"best guess ({x['best_baselines']}) {int(x['baseline_persons'])}; difference "
+                f"{difference_words(x)}, {limit_words(x, tol_words)}{err_text}. {after} {seq}")
+    else:
+        x = rows.iloc[0]
+        where = setting_label(mech, x["setting"])
+        if x["excess_lower"] > x["tolerance"]:
+            row.update(status="none_safe", x=x)
+            text = (f"**{mech}**: not safe at any setting evaluated: even at the most protective, {where}, the best "
+                    f"attack reconstructs {persons_words(x)} against {int(x['baseline_persons'])} by the best guess, "
+                    f"{difference_words(x)}; lower {CONFIDENCE:.0%} limit {excess_words(x, x['excess_lower'])}, "
+                    f"above the {excess_words(x, x['tolerance'], signed=False)} tolerated ({tol_words}).")
+        else:
+            row.update(status="not_shown_safe", x=x)
+            row["plan"] = decision_plan("not_shown_safe", x, e, strength, mech, available)
+            text = (f"**{mech}**: no setting is shown safe at the tolerance of {tol_words}: at the most protective, "
+                    f"{where}, the best attack reconstructs {persons_words(x)} against "
+                    f"{int(x['baseline_persons'])} by the best guess, {difference_words(x)}, "
+                    f"{limit_words(x, tol_words)}. Not shown safe is not shown unsafe: the evaluation cannot "
+                    f"exclude an excess above the tolerance. {row['plan']} {seq}")
+    if row["x"] is not None and len(u):  # the cost at the setting the figures are from, whatever the verdict
+        err = u[(u["mechanism"] == mech) & (u["setting"] == row["x"]["setting"])]
+        if len(err):
+            row["table_error"] = float(err["mae_per_cell"].iloc[0])
+    return row, text, note
 
 
 def release_strength(run_dir: Path, variant) -> dict:
