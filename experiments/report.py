@@ -475,38 +475,7 @@ def _exact_section(doc: Doc, run_dir: Path, units: list[dict], ref: BureauRefere
           "measures it, zero variability is on its 38 age bins (single years 0-21, then P12's groups): a block "
           "qualifies when its total is fixed and every consistent dataset has its counts on {sex, 38-bin age, race, "
           "ethnicity}; it is decided before the single-year certificates, which take what time is left.")
-    rows, proven = [], []
-    for u in units:
-        for label, f in u.get("exact", {}).items():
-            if f["status"] != "solved":
-                rows.append([u["unit"], label, f["status"], f["variables"], "", "", "", "", "", f"{f['seconds_solve']:.1f}",
-                             ""])
-                continue
-            if "coarse_blocks" in f:
-                und = f.get("coarse_blocks_undecided", 0)
-                zv38 = (f"{f['coarse_blocks_zero_variability']} of {f['coarse_blocks']}"
-                        + (f" ({und} undecided at the time limit)" if und else ""))
-                if "solvar_blocks" in f:
-                    zv38 += (f"; solvar 0: {f['solvar_blocks_zero']} of {f['solvar_blocks']}, cumulative solvar "
-                             f"{f['cumsolvar']:.1f}%" + ("" if f.get("solvar_complete") else " (cut by the time limit)"))
-            else:
-                zv38 = "not measured"
-            rows.append([u["unit"], label, "solved" + ("" if f.get("certification_complete") else
-                                                      " (certification cut by the time limit)"),
-                         f"{f['variables']} of {f['variables_before_zeros']}",
-                         zv38, f.get("coarse_persons_in_zero_variability_blocks", ""),
-                         (f"{f.get('blocks_zero_variability', 0)} of {f.get('blocks_solved', 0)}"
-                          if f.get("certification_complete") else "not known (certification cut)"),
-                         f"{f.get('certified_rows', 0)} rows, {f.get('certified_persons', 0)} persons",
-                         f["persons"], f"{f['seconds_solve']:.2f}",
-                         f"{f.get('seconds_coarse', 0) + f['seconds_certify']:.1f}"])
-            for name, c in f.get("rap_rank_certified", {}).items():
-                complete = c.get("top_u_certification_complete", True)
-                proven.append([u["unit"], name, c["top_u"],
-                               f"{c['top_u_certified']}" + ("" if complete else
-                                                            f" (at least: {c.get('top_u_undecided')} undecided at the "
-                                                            "time limit)"),
-                               c["certified_rows"], c["certified_rows_ranked_below_u"]])
+    rows, proven = _exact_rows(units)
     doc.table(["unit", "tables", "status", "variables (left of all)", "zero-variability blocks (38-bin age)",
                "persons in them", "zero-variability blocks (single-year age)", "certified", "persons solved",
                "solve s", "certify s"], rows, numeric={5, 8, 9, 10})
@@ -544,6 +513,43 @@ def _exact_section(doc: Doc, run_dir: Path, units: list[dict], ref: BureauRefere
               "Tables 5-6, the 2010 population, its attack's reconstruction) are beside ours; its guessers are the "
               "modal and proportional rows.")
         doc.table(*reid_table(pd.read_parquet(reid_path)), numeric={3, 4, 5, 6})
+
+
+def _exact_rows(units: list[dict]) -> tuple[list, list]:
+    """Per unit and workload the exact attack's solve and certificates, and RAP-Rank's rows certified."""
+    rows, proven = [], []
+    for u in units:
+        for label, f in u.get("exact", {}).items():
+            if f["status"] != "solved":
+                rows.append([u["unit"], label, f["status"], f["variables"], "", "", "", "", "", f"{f['seconds_solve']:.1f}",
+                             ""])
+                continue
+            if "coarse_blocks" in f:
+                und = f.get("coarse_blocks_undecided", 0)
+                zv38 = (f"{f['coarse_blocks_zero_variability']} of {f['coarse_blocks']}"
+                        + (f" ({und} undecided at the time limit)" if und else ""))
+                if "solvar_blocks" in f:
+                    zv38 += (f"; solvar 0: {f['solvar_blocks_zero']} of {f['solvar_blocks']}, cumulative solvar "
+                             f"{f['cumsolvar']:.1f}%" + ("" if f.get("solvar_complete") else " (cut by the time limit)"))
+            else:
+                zv38 = "not measured"
+            rows.append([u["unit"], label, "solved" + ("" if f.get("certification_complete") else
+                                                      " (certification cut by the time limit)"),
+                         f"{f['variables']} of {f['variables_before_zeros']}",
+                         zv38, f.get("coarse_persons_in_zero_variability_blocks", ""),
+                         (f"{f.get('blocks_zero_variability', 0)} of {f.get('blocks_solved', 0)}"
+                          if f.get("certification_complete") else "not known (certification cut)"),
+                         f"{f.get('certified_rows', 0)} rows, {f.get('certified_persons', 0)} persons",
+                         f["persons"], f"{f['seconds_solve']:.2f}",
+                         f"{f.get('seconds_coarse', 0) + f['seconds_certify']:.1f}"])
+            for name, c in f.get("rap_rank_certified", {}).items():
+                complete = c.get("top_u_certification_complete", True)
+                proven.append([u["unit"], name, c["top_u"],
+                               f"{c['top_u_certified']}" + ("" if complete else
+                                                            f" (at least: {c.get('top_u_undecided')} undecided at the "
+                                                            "time limit)"),
+                               c["certified_rows"], c["certified_rows_ranked_below_u"]])
+    return rows, proven
 
 
 def write_sweep_report(run_dir: str | Path) -> Path:
