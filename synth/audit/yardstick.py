@@ -139,64 +139,90 @@ def _product_sensitivity(workload, persons, rel: str, limit: int) -> Sensitivity
     blocks, the unit's). Queries are grouped by their product over the other attributes (g) and their block
     set (k): ``C[g, k]`` counts them, so a type's cells in block b number ``Σ_g hit[t, g] Σ_k C[g, k] [b ∈ k]``
     and two persons' shared cells ``Σ_g hit[x, g] hit[y, g] Σ_k C[g, k] [bx, by ∈ k]``: every count is exact."""
-    dom = workload.domain
-    names = list(dom.names)
-    jb = names.index("BLOCK") if "BLOCK" in names else None
-    q = np.array(workload.queries, dtype=np.int64).reshape(len(workload.queries), len(names))
-    member = [workload.membership(j).astype(bool) for j in range(len(names))]
-    free = [j for j in range(len(names)) if j != jb]
-    n_types = int(np.prod([dom.sizes[j] for j in free])) if free else 1
-    exhaustive = n_types <= limit
-    types = person_types(dom, 0 if jb is not None else None, limit)[:, free]
-    products, g_of = np.unique(q[:, free], axis=0, return_inverse=True)
-    g_of = g_of.ravel()
-    block_sets = member[jb] if jb is not None else np.ones((1, 1), dtype=bool)  # (blocks × block sets)
-    k_of = q[:, jb] if jb is not None else np.zeros(len(q), dtype=np.int64)
-    C = np.zeros((len(products), block_sets.shape[1]), dtype=np.int64)
-    np.add.at(C, (g_of, k_of), 1)
-    universal = np.ones(len(products), dtype=bool)  # products every person type is counted in
-    for col, j in enumerate(free):
-        universal &= member[j][:, products[:, col]].all(axis=0)
+    pr = _Products(workload, limit)
+    t_add, b_add = np.unravel_index(int(np.argmax(pr.count)), pr.count.shape)
+    found = (f"brute force over {len(pr.types):,} person types"
+             f"{'' if pr.exhaustive else f' of {pr.n_types:,} (a sample)'} "
+             f"in each of {pr.block_sets.shape[0]} blocks, {len(pr.q):,} cells")
+    if rel == "add_remove":
+        return Sensitivity(int(pr.count.max()), rel, found, f"a person of the type in most cells "
+                           f"({int(pr.count.max())}) added in block {int(b_add)}", pr.exhaustive,
+                           (None, pr.row(int(t_add), int(b_add))))
+    xs_t, xs_b = pr.replaced(persons)
+    best, worst, pair = _worst_replacement(pr, xs_t, xs_b)
+    return Sensitivity(int(best), rel, found + ", every person of the unit replaced", worst, pr.exhaustive, pair)
 
-    def hits(t: np.ndarray) -> np.ndarray:  # (types × products): the type lies in each product's value sets
-        out = np.ones((len(t), len(products)), dtype=bool)
+
+class _Products:
+    """A census workload's queries grouped by their product over the attributes other than BLOCK (``products``) and
+    their block set: ``C[g, k]`` queries of product g over block set k; the person types (every one, or a sample of
+    ``limit``) and each type's cells in each block (``count``)."""
+
+    def __init__(self, workload, limit: int):
+        dom = workload.domain
+        self.names = names = list(dom.names)
+        self.jb = jb = names.index("BLOCK") if "BLOCK" in names else None
+        self.q = q = np.array(workload.queries, dtype=np.int64).reshape(len(workload.queries), len(names))
+        self.member = member = [workload.membership(j).astype(bool) for j in range(len(names))]
+        self.free = free = [j for j in range(len(names)) if j != jb]
+        self.n_types = int(np.prod([dom.sizes[j] for j in free])) if free else 1
+        self.exhaustive = self.n_types <= limit
+        self.types = person_types(dom, 0 if jb is not None else None, limit)[:, free]
+        self.products, g_of = np.unique(q[:, free], axis=0, return_inverse=True)
+        g_of = g_of.ravel()
+        self.block_sets = member[jb] if jb is not None else np.ones((1, 1), dtype=bool)  # (blocks × block sets)
+        k_of = q[:, jb] if jb is not None else np.zeros(len(q), dtype=np.int64)
+        self.C = np.zeros((len(self.products), self.block_sets.shape[1]), dtype=np.int64)
+        np.add.at(self.C, (g_of, k_of), 1)
+        self.universal = np.ones(len(self.products), dtype=bool)  # products every person type is counted in
         for col, j in enumerate(free):
-            out &= member[j][t[:, col]][:, products[:, col]]
+            self.universal &= member[j][:, self.products[:, col]].all(axis=0)
+        # (products × blocks): cells in each block
+        self.per_block = (self.C @ self.block_sets.T.astype(np.int64)).astype(np.float32)
+        self.count = np.concatenate([self.hits(self.types[i:i + CHUNK]).astype(np.float32) @ self.per_block
+                                     for i in range(0, len(self.types), CHUNK)]).round().astype(np.int64)
+
+    def hits(self, t: np.ndarray) -> np.ndarray:
+        """(types × products): whether each type lies in each product's value sets."""
+        out = np.ones((len(t), len(self.products)), dtype=bool)
+        for col, j in enumerate(self.free):
+            out &= self.member[j][t[:, col]][:, self.products[:, col]]
         return out
 
-    per_block = (C @ block_sets.T.astype(np.int64)).astype(np.float32)  # (products × blocks): cells in each block
-    count = np.concatenate([hits(types[i:i + CHUNK]).astype(np.float32) @ per_block
-                            for i in range(0, len(types), CHUNK)]).round().astype(np.int64)
-    t_add, b_add = np.unravel_index(int(np.argmax(count)), count.shape)
-
-    def row(t: int, b: int) -> np.ndarray:  # a person of type ``t`` in block ``b``, as a row of the domain
-        r = np.zeros(len(names), dtype=np.int64)
-        r[free] = types[t]
-        if jb is not None:
-            r[jb] = b
+    def row(self, t: int, b: int) -> np.ndarray:
+        """A person of type ``t`` in block ``b``, as a row of the domain."""
+        r = np.zeros(len(self.names), dtype=np.int64)
+        r[self.free] = self.types[t]
+        if self.jb is not None:
+            r[self.jb] = b
         return r
 
-    found = (f"brute force over {len(types):,} person types{'' if exhaustive else f' of {n_types:,} (a sample)'} "
-             f"in each of {block_sets.shape[0]} blocks, {len(q):,} cells")
-    if rel == "add_remove":
-        return Sensitivity(int(count.max()), rel, found, f"a person of the type in most cells ({int(count.max())}) "
-                           f"added in block {int(b_add)}", exhaustive, (None, row(int(t_add), int(b_add))))
-    # replace-one: x = (type, block) of a person of the unit (any type when ``persons`` is None), y any
-    if persons is None:
-        blocks = block_sets.shape[0]
-        xs_t, xs_b = np.tile(np.arange(len(types)), blocks), np.repeat(np.arange(blocks), len(types))
-    else:
+    def replaced(self, persons) -> tuple[np.ndarray, np.ndarray]:
+        """The persons replace-one may replace, as (type, block): the unit's own (their types joining a sampled
+        domain), or any type in any block when ``persons`` is None."""
+        if persons is None:
+            blocks = self.block_sets.shape[0]
+            return np.tile(np.arange(len(self.types)), blocks), np.repeat(np.arange(blocks), len(self.types))
+        free, jb = self.free, self.jb
         rows = np.unique(np.asarray(persons, dtype=np.int64), axis=0)
-        key = {tuple(t): i for i, t in enumerate(types.tolist())}
+        key = {tuple(t): i for i, t in enumerate(self.types.tolist())}
         extra = [r[free] for r in rows if tuple(r[free].tolist()) not in key]
         if extra:  # a sampled domain: the unit's own types join the sample
             extra = np.unique(np.array(extra), axis=0)
-            types = np.vstack([types, extra])
-            count = np.vstack([count, (hits(extra).astype(np.float32) @ per_block).round().astype(np.int64)])
-            key = {tuple(t): i for i, t in enumerate(types.tolist())}
+            self.types = np.vstack([self.types, extra])
+            self.count = np.vstack([self.count, (self.hits(extra).astype(np.float32) @ self.per_block).round()
+                                    .astype(np.int64)])
+            key = {tuple(t): i for i, t in enumerate(self.types.tolist())}
         xs_t = np.array([key[tuple(r[free].tolist())] for r in rows])
         xs_b = rows[:, jb] if jb is not None else np.zeros(len(rows), dtype=np.int64)
-    # which block sets hold both blocks decides the overlap: group the (x's block, y's block) pairs by them
+        return xs_t, xs_b
+
+
+def _worst_replacement(pr: _Products, xs_t: np.ndarray, xs_b: np.ndarray) -> tuple[int, str, tuple]:
+    """The replacement that moves the most cells, x of (``xs_t``, ``xs_b``) by any type in any block: the
+    (x's block, y's block) pairs grouped by the block sets holding both (which decides their overlap), searched
+    from the largest upper bound down, stopping where no bound can beat the best found."""
+    count, block_sets, C, types, types_hits = pr.count, pr.block_sets, pr.C, pr.types, pr.hits
     patterns: dict = {}
     for bx in np.unique(xs_b):
         both = block_sets[bx][None, :] & block_sets  # (y's block × block sets)
@@ -205,7 +231,7 @@ def _product_sensitivity(workload, persons, rel: str, limit: int) -> Sensitivity
     candidates = []  # (upper bound, shared cells per product, block of x, its y blocks, the x rows, y's counts)
     for shared_sets, by_bx in patterns.values():
         m = C @ shared_sets.astype(np.int64)  # shared cells per product when both persons lie in it
-        floor = 2 * int(m[universal].sum())  # every pair shares at least these
+        floor = 2 * int(m[pr.universal].sum())  # every pair shares at least these
         for bx, bys in by_bx.items():
             cy = count[:, bys].max(axis=1)
             sel = np.flatnonzero(xs_b == bx)
@@ -224,19 +250,19 @@ def _product_sensitivity(workload, persons, rel: str, limit: int) -> Sensitivity
             if own[part[0]] <= best:
                 break
             xt = xt_all[part]
-            hx = hits(types[xt]).astype(np.float32) * weight[None, :]
+            hx = types_hits(types[xt]).astype(np.float32) * weight[None, :]
             for i in range(0, len(types), CHUNK):
-                overlap = (hx @ hits(types[i:i + CHUNK]).T.astype(np.float32)).round().astype(np.int64)
+                overlap = (hx @ types_hits(types[i:i + CHUNK]).T.astype(np.float32)).round().astype(np.int64)
                 delta = count[xt, bx][:, None] + cy[None, i:i + CHUNK] - 2 * overlap
                 k = int(delta.max())
                 if k > best:
                     a, c = np.unravel_index(int(np.argmax(delta)), delta.shape)
                     by = next(b for b in bys if count[i + c, b] == cy[i + c])
                     best = k
-                    pair = (row(int(xt[a]), int(bx)), row(i + int(c), int(by)))
+                    pair = (pr.row(int(xt[a]), int(bx)), pr.row(i + int(c), int(by)))
                     worst = (f"a person in block {int(bx)} replaced by a type in block {int(by)} "
                              f"({'the same block' if by == bx else f'the two blocks have {int(m.sum())} cells in common'})")
-    return Sensitivity(int(best), rel, found + ", every person of the unit replaced", worst, exhaustive, pair)
+    return best, worst, pair
 
 
 def node_table_sensitivity(workload, present: np.ndarray, relation, nodes: int) -> Sensitivity:
