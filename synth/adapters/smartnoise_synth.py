@@ -21,6 +21,8 @@ accept): ``command: [.venv-smartnoise/bin/python, synth/adapters/smartnoise_synt
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pandas as pd
 
@@ -129,21 +131,37 @@ def _spending(synth, data: pd.DataFrame, tt, relation: str) -> list[float]:
     module = importlib.import_module(type(synth).__module__)
     if not hasattr(module.cdp_rho, "cache_info"):
         module.cdp_rho = functools.lru_cache(module.cdp_rho)
-    factor = 2.0 if relation == "replace_one" else 1.0
-    state = {"data": None, "quiet": False, "measures": 0}
-    seen: list = []  # (ρ, Σ((y − x)/σ)², cells)
-    picks: list = []  # (ρ, hit, π)
-    made = module.LinearMeasurement
+    ledger = _Recorder(module, 2.0 if relation == "replace_one" else 1.0)
+    with ledger.patched(type(synth)):
+        try:
+            synth.fit(data, transformer=tt, preprocessor_eps=0.0)
+        except _Spent:
+            pass
+    return ledger.row(float(module.cdp_rho(synth.epsilon, synth.delta)), float(synth.epsilon), len(data.columns))
 
-    def measurement(y, clique, stddev=1.0, *args, **kwargs):
-        if not state["quiet"]:
+
+class _Recorder:
+    """Every privacy expenditure of one fit as the library makes it (:func:`_spending`): the library's measurement
+    class and exponential mechanism wrapped while :meth:`patched` holds, each call recorded, then restored."""
+
+    def __init__(self, module, factor: float):
+        self.module, self.factor = module, factor
+        self.state = {"data": None, "quiet": False, "measures": 0}
+        self.seen: list = []  # (ρ, Σ((y − x)/σ)², cells)
+        self.picks: list = []  # (ρ, hit, π)
+        self.made = module.LinearMeasurement
+
+    def measurement(self, y, clique, stddev=1.0, *args, **kwargs):
+        """The library's measurement, its noise recorded against the data's true marginal (counted here)."""
+        if not self.state["quiet"]:
             clique = tuple(clique)
-            x = _counts(state["data"], clique)
+            x = _counts(self.state["data"], clique)
             z = (np.asarray(y, dtype=np.float64) - x) / float(stddev)
-            seen.append((factor / (2.0 * float(stddev) ** 2), float(z @ z), int(z.size)))
-        return made(y, clique, stddev, *args, **kwargs)
+            self.seen.append((self.factor / (2.0 * float(stddev) ** 2), float(z @ z), int(z.size)))
+        return self.made(y, clique, stddev, *args, **kwargs)
 
-    def chosen(q, eps, sensitivity, choice, coef=0.5):
+    def chosen(self, q, eps, sensitivity, choice, coef=0.5):
+        """A selection: its ρ, whether it picked a best-scored candidate, and that chance under the declared law."""
         keys = list(q) if isinstance(q, dict) else list(range(len(q)))
         scores = np.array([q[k] for k in keys] if isinstance(q, dict) else q, dtype=np.float64)
         logits = coef * float(eps) / float(sensitivity) * (scores - scores.max())
@@ -151,67 +169,71 @@ def _spending(synth, data: pd.DataFrame, tt, relation: str) -> list[float]:
         best = scores >= scores.max() - 1e-12
         hit = bool(best[keys.index(choice)]) if choice in keys else bool(best[int(choice)])
         used = 2.0 * coef * float(eps)  # the mechanism's ε for its scale (coef 0.5: the usual ε; 1: monotone)
-        picks.append(((factor * used) ** 2 / 8.0, hit, float(p[best].sum())))
+        self.picks.append(((self.factor * used) ** 2 / 8.0, hit, float(p[best].sum())))
 
-    saved = {}
-    try:
-        module.LinearMeasurement = measurement
-        if hasattr(module, "exponential_mechanism"):  # AIM: the library's function, imported by name
-            select = saved["fn"] = module.exponential_mechanism
-
-            def fn(qualities, epsilon, sensitivity=1.0, *args, **kwargs):
-                out = select(qualities, epsilon, sensitivity, *args, **kwargs)
-                chosen(qualities, epsilon, sensitivity, out)
-                return out
-            module.exponential_mechanism = fn
-        cls = type(synth)
-        for name in ("exponential_mechanism", "measure", "compress_domain", "AIM"):
-            if name in vars(cls):
-                saved[name] = vars(cls)[name]
-        if "exponential_mechanism" in saved:  # MST: a method
-            def method(self, q, eps, sensitivity, prng=np.random, monotonic=False):
-                out = saved["exponential_mechanism"](self, q, eps, sensitivity, prng=prng, monotonic=monotonic)
-                chosen(np.asarray(q), eps, sensitivity, int(out), 1.0 if monotonic else 0.5)
-                return out
-            cls.exponential_mechanism = method
-        if "measure" in saved:
-            def measure(self, data, cliques, sigma, weights=None):
-                state["data"] = data
-                out = saved["measure"](self, data, cliques, sigma, weights)
-                state["measures"] += 1
-                if state["measures"] == 2:
-                    raise _Spent
-                return out
-            cls.measure = measure
-        if "compress_domain" in saved:  # re-expresses measurements already recorded: post-processing
-            def compress(self, data, measurements):
-                state["quiet"] = True
-                try:
-                    return saved["compress_domain"](self, data, measurements)
-                finally:
-                    state["quiet"] = False
-            cls.compress_domain = compress
-        if "AIM" in saved:
-            def aim(self, data, workload):
-                state["data"] = data
-                return saved["AIM"](self, data, workload)
-            cls.AIM = aim
+    @contextlib.contextmanager
+    def patched(self, cls):
+        """The library's measurement, selections, measure step (stopped after MST's last measurement), domain
+        compression (quiet: it re-expresses measurements already recorded) and AIM's entry wrapped, then restored."""
+        module, state, chosen = self.module, self.state, self.chosen
+        saved = {}
         try:
-            synth.fit(data, transformer=tt, preprocessor_eps=0.0)
-        except _Spent:
-            pass
-    finally:
-        module.LinearMeasurement = made
-        if "fn" in saved:
-            module.exponential_mechanism = saved["fn"]
-        for name in ("exponential_mechanism", "measure", "compress_domain", "AIM"):
-            if name in saved:
-                setattr(type(synth), name, saved[name])
-    rho_declared = float(module.cdp_rho(synth.epsilon, synth.delta))
-    return [sum(r for r, *_ in seen), sum(r for r, *_ in picks), len(seen), len(data.columns), len(picks),
-            sum(ss for _, ss, _ in seen), sum(n for _, _, n in seen), sum(h for _, h, _ in picks),
-            sum(p for *_, p in picks), sum(p * (1 - p) for *_, p in picks), rho_declared, float(synth.epsilon)] + (
-        [p for *_, p in picks] + [0.0] * SELECTIONS_KEPT)[:SELECTIONS_KEPT]
+            module.LinearMeasurement = self.measurement
+            if hasattr(module, "exponential_mechanism"):  # AIM: the library's function, imported by name
+                select = saved["fn"] = module.exponential_mechanism
+
+                def fn(qualities, epsilon, sensitivity=1.0, *args, **kwargs):
+                    out = select(qualities, epsilon, sensitivity, *args, **kwargs)
+                    chosen(qualities, epsilon, sensitivity, out)
+                    return out
+                module.exponential_mechanism = fn
+            for name in ("exponential_mechanism", "measure", "compress_domain", "AIM"):
+                if name in vars(cls):
+                    saved[name] = vars(cls)[name]
+            if "exponential_mechanism" in saved:  # MST: a method
+                def method(self, q, eps, sensitivity, prng=np.random, monotonic=False):
+                    out = saved["exponential_mechanism"](self, q, eps, sensitivity, prng=prng, monotonic=monotonic)
+                    chosen(np.asarray(q), eps, sensitivity, int(out), 1.0 if monotonic else 0.5)
+                    return out
+                cls.exponential_mechanism = method
+            if "measure" in saved:
+                def measure(self, data, cliques, sigma, weights=None):
+                    state["data"] = data
+                    out = saved["measure"](self, data, cliques, sigma, weights)
+                    state["measures"] += 1
+                    if state["measures"] == 2:
+                        raise _Spent
+                    return out
+                cls.measure = measure
+            if "compress_domain" in saved:  # re-expresses measurements already recorded: post-processing
+                def compress(self, data, measurements):
+                    state["quiet"] = True
+                    try:
+                        return saved["compress_domain"](self, data, measurements)
+                    finally:
+                        state["quiet"] = False
+                cls.compress_domain = compress
+            if "AIM" in saved:
+                def aim(self, data, workload):
+                    state["data"] = data
+                    return saved["AIM"](self, data, workload)
+                cls.AIM = aim
+            yield self
+        finally:
+            module.LinearMeasurement = self.made
+            if "fn" in saved:
+                module.exponential_mechanism = saved["fn"]
+            for name in ("exponential_mechanism", "measure", "compress_domain", "AIM"):
+                if name in saved:
+                    setattr(cls, name, saved[name])
+
+    def row(self, rho_declared: float, epsilon: float, columns: int) -> list[float]:
+        """The fit's SPENDING row, then each selection's chance (SELECTIONS_KEPT of them, 0 after)."""
+        seen, picks = self.seen, self.picks
+        return [sum(r for r, *_ in seen), sum(r for r, *_ in picks), len(seen), columns, len(picks),
+                sum(ss for _, ss, _ in seen), sum(n for _, _, n in seen), sum(h for _, h, _ in picks),
+                sum(p for *_, p in picks), sum(p * (1 - p) for *_, p in picks), rho_declared, epsilon] + (
+            [p for *_, p in picks] + [0.0] * SELECTIONS_KEPT)[:SELECTIONS_KEPT]
 
 
 def _one_way_positions(cells: pd.DataFrame, tt, names: list[str]) -> list[tuple[int, int]]:
