@@ -20,7 +20,7 @@ _ELEMENT_COST = 48
 
 
 #: a side's big level of at most this many groups is formed group by group as broadcasts, one of
-#: more by gathers (see ``ProductPlan._dense_fn``'s ``broadcast``; the SF1 tables' sides have 1-6)
+#: more by gathers (see ``_broadcast``; the SF1 tables' sides have 1-6)
 BROADCAST_MAX_GROUPS = 12
 
 
@@ -346,194 +346,199 @@ class ProductPlan(DenseAnswers):
 
     @functools.lru_cache(maxsize=64)  # per (plan, dtype); bounded: a sweep builds many plans
     def _dense_fn(self, dtype: str):
+        """The dense answers of P and of logits, each a jax.custom_vjp function whose gradient is :meth:`_backward`
+        (the forward pass keeps the set sums and each side's rows it reuses)."""
         dt = DTYPES[dtype]
-        set_rows = self._set_rows
-        # each set's row in its attribute's set sums (the padding attribute d has one, of ones)
-        rows_of_set = [r for _, _, r in set_rows] + [np.zeros(1, np.int64)]
+        parts = self._sides()
+        @jax.custom_vjp
+        def dense(P):
+            return self._forward(P, dt, parts)[0]
+
+        def fwd(P):
+            return self._forward(P, dt, parts)
+
+        def bwd(res, g):
+            return (self._backward(res, g, dt, parts),)
+
+        dense.defvjp(fwd, bwd)
+
+        @jax.custom_vjp
+        def of_logits(L):
+            return self._forward(softmax_forward(L, self.layout, centred=True), dt, parts)[0]
+
+        def fwd_l(L):
+            P = softmax_forward(L, self.layout, centred=True)
+            out, res = self._forward(P, dt, parts)
+            return out, (P, res)
+
+        def bwd_l(res, g):
+            P, inner = res
+            return (softmax_backward(P, self._backward(inner, g, dt, parts), self.layout),)
+
+        of_logits.defvjp(fwd_l, bwd_l)
+        return dense, of_logits
+
+    def _sides(self) -> list:
+        """Each part's (left, right) side layouts (:func:`_side_layout`), with set indices turned into rows of the set
+        sums (the padding attribute's one row of ones last)."""
+        rows_of_set = [r for _, _, r in self._set_rows] + [np.zeros(1, np.int64)]
 
         def side(attrs, combos):
-            """:func:`_side_layout` with set indices turned into rows of the set sums."""
             factors, last, groups = _side_layout(attrs, combos)
             factors = tuple((a, rows_of_set[a][val]) for a, val in factors)
             if groups is not None:
                 groups = tuple((first, count, rows_of_set[last][sets]) for first, count, sets in groups)
             return factors, last, groups
 
-        parts = [(side(p.left, p.left_combos), side(p.right, p.right_combos)) for p in self.parts]
-        bases = self._bases
+        return [(side(p.left, p.left_combos), side(p.right, p.right_combos)) for p in self.parts]
 
-        def set_sums(P):
-            """Per attribute, the (sets × n') summed probabilities, float32, rows in ``rows_of_set``
-            order: the single values as they are, then the other sets by one small exact matmul."""
-            out = []
-            for j, (direct, other, _) in enumerate(set_rows):
-                Pj = P[self.layout.rows_of(j)]
-                pieces = [gather(Pj, direct)] if len(direct) else []
-                if other.shape[1]:
-                    pieces.append(jnp.asarray(other.T) @ Pj)
-                out.append(pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=0))
-            return out + [jnp.ones((1, P.shape[1]), jnp.float32)]
+    def _set_sums(self, P):
+        """Per attribute, the (sets × n') summed probabilities, float32, rows in ``rows_of_set``
+        order: the single values as they are, then the other sets by one small exact matmul."""
+        out = []
+        for j, (direct, other, _) in enumerate(self._set_rows):
+            Pj = P[self.layout.rows_of(j)]
+            pieces = [_gather(Pj, direct)] if len(direct) else []
+            if other.shape[1]:
+                pieces.append(jnp.asarray(other.T) @ Pj)
+            out.append(pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=0))
+        return out + [jnp.ones((1, P.shape[1]), jnp.float32)]
 
-        def set_sums_cotangent(dS, n):
-            """The transpose of :func:`set_sums`: the (W × n') cotangent of P."""
-            out = []
-            for j, (direct, other, _) in enumerate(set_rows):
-                if dS[j] is None:  # an attribute no query restricts
-                    out.append(jnp.zeros((self.layout.sizes[j], n), jnp.float32))
-                    continue
-                k = len(direct)
-                dP = scatter(dS[j][:k], direct, self.layout.sizes[j]) if k else None
-                if other.shape[1]:
-                    more = jnp.asarray(other) @ dS[j][k:]
-                    dP = more if dP is None else dP + more
-                out.append(dP)
-            return jnp.concatenate(out, axis=0)
+    def _set_sums_cotangent(self, dS, n):
+        """The transpose of :func:`set_sums`: the (W × n') cotangent of P."""
+        out = []
+        for j, (direct, other, _) in enumerate(self._set_rows):
+            if dS[j] is None:  # an attribute no query restricts
+                out.append(jnp.zeros((self.layout.sizes[j], n), jnp.float32))
+                continue
+            k = len(direct)
+            dP = _scatter(dS[j][:k], direct, self.layout.sizes[j]) if k else None
+            if other.shape[1]:
+                more = jnp.asarray(other) @ dS[j][k:]
+                dP = more if dP is None else dP + more
+            out.append(dP)
+        return jnp.concatenate(out, axis=0)
 
-        def consecutive(idx) -> int | None:
-            """The first of static rows ``idx`` when they are consecutive (a slice), else None."""
-            return int(idx[0]) if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))) else None
+    def _side_cotangent(self, S, layout, kept, dX, dS):
+        """The side's cotangent dX (rows × n'): each row's share summed into its parent's row and
+        its set's row (per group, two reductions of its block; or scatter-adds of the gathered
+        shares); then each parent attribute's share (the parents' cotangent times the other
+        attributes' set rows) summed into its set rows."""
+        factors, last, groups = layout
+        parents, _ = kept
+        if groups is not None and not _broadcast(groups):
+            par, own = _of_rows(groups)
+            _accumulate(dS, last, _scatter(dX * _gather(parents, par, True), own, self._n_sets(last)))
+            dX = _scatter(dX * _gather(S[last], own, True), par, parents.shape[0])
+        elif groups is not None:
+            d_parents, d_sets, row = [], [], 0
+            for first, count, sets in groups:
+                c, own = len(sets), _gather(S[last], sets, True)
+                # each term its own slice of dX (strided over a group's parents, or one parent's
+                # sets), fused into the sum: a slice of the group's block read by both sums was
+                # copied out first
+                d_parents.append(_pairwise_sum([dX[row + j:row + count * c:c] * own[j] for j in range(c)]))
+                d_sets.append(_pairwise_sum([dX[row + i * c:row + (i + 1) * c] * parents[first + i]
+                                             for i in range(count)]))
+                row += count * c
+            all_sets = np.concatenate([sets for _, _, sets in groups])
+            _accumulate(dS, last, _scatter(d_sets[0] if len(d_sets) == 1 else jnp.concatenate(d_sets), all_sets,
+                                         self._n_sets(last)))
+            dX = d_parents[0] if len(d_parents) == 1 else jnp.concatenate(d_parents)
+        rows = [_gather(S[a], val, True) for a, val in factors]
+        for i, (a, val) in enumerate(factors):
+            _accumulate(dS, a, _scatter(_product([dX] + rows[:i] + rows[i + 1:]), val, self._n_sets(a)))
 
-        def gather(S, idx, again=False):
-            """S[idx] for static rows ``idx``, as a slice when they are consecutive. ``again``: the
-            backward's gather of rows the forward gathered too, written so that it is not merged
-            with the forward's (each is then fused into its one consumer, instead of materialised
-            once and read twice: measured faster)."""
-            start = consecutive(idx)
-            if start is not None:
-                return S[start:start + len(idx)]
-            rows = jnp.asarray(idx, jnp.int32)
-            return jnp.take(S, rows, axis=0, mode="clip") if again else S[rows]
+    def _forward(self, P, dt, parts):
+        """The dense answers of P, with what the gradient reads (the set sums, each side's rows)."""
+        S = self._set_sums(P)
+        outs, kept = [], []
+        for left_tree, right_tree in parts:
+            left, right = _side_product(S, left_tree), _side_product(S, right_tree)
+            L, R = left[-1], right[-1]
+            outs.append(block_answers(L, R, dt).reshape(-1))
+            kept.append((left, right))
+        out = outs[0] if len(outs) == 1 else jnp.concatenate(outs)
+        return out / P.shape[1], (S, kept)
 
-        def scatter(x, idx, segments):
-            """The transpose of :func:`gather`: rows of x summed into ``segments`` rows at ``idx``."""
-            start = consecutive(idx)
-            if start is not None:
-                return jnp.pad(x, ((start, segments - start - len(idx)), (0, 0)))
-            return _segment_sum(x, idx, segments)
+    def _backward(self, res, g, dt, parts):
+        """The (W × n') cotangent of P from the answers' cotangent ``g``."""
+        S, kept = res
+        n = S[-1].shape[1]
+        g = g / n
+        dS = [None] * len(S)
+        for i, ((left_tree, right_tree), (left, right)) in enumerate(zip(parts, kept)):
+            G = g[self._bases[i]:self._bases[i + 1]].reshape(left[-1].shape[0], right[-1].shape[0])
+            self._side_cotangent(S, left_tree, left, plan_dot(G, right[-1], dt), dS)
+            self._side_cotangent(S, right_tree, right, plan_dot(G.T, left[-1], dt), dS)
+        return self._set_sums_cotangent(dS, n)
 
-        def accumulate(dS, a, x):
-            """dS[a] += x, where None is zero (no zero buffers to fill and add to)."""
-            dS[a] = x if dS[a] is None else dS[a] + x
 
-        def product(rows):
-            return functools.reduce(jnp.multiply, rows)
+def _consecutive(idx) -> int | None:
+    """The first of static rows ``idx`` when they are consecutive (a slice), else None."""
+    return int(idx[0]) if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))) else None
 
-        def broadcast(groups) -> bool:
-            """Whether a side's big level is formed group by group as broadcasts (see
-            :func:`_side_layout`) rather than by gathering each row's parent and set: the broadcasts
-            read and write less, but each group costs a few kernels, so sides of many small groups
-            are gathered, and each group's sums are unrolled, so sides of groups of over
-            ``BROADCAST_MAX_TERMS`` parents or sets are gathered too (a unit of hundreds of blocks on
-            a side would otherwise compile a sum of hundreds of terms). Measured on the SF1 tables
-            (the minimum of 40-60 alternating trials of the step's gradient, one device per core):
-            the 85-block tract's 823 × 1,000 right side (6 groups) 15% faster broadcast, the
-            24-block tract's sides (551 × 300 in 6 groups, 72 × 300 in 1) 9% faster."""
-            return len(groups) <= BROADCAST_MAX_GROUPS and all(max(count, len(sets)) <= BROADCAST_MAX_TERMS
-                                                              for _, count, sets in groups)
+def _gather(S, idx, again=False):
+    """S[idx] for static rows ``idx``, as a slice when they are consecutive. ``again``: the
+    backward's gather of rows the forward gathered too, written so that it is not merged
+    with the forward's (each is then fused into its one consumer, instead of materialised
+    once and read twice: measured faster)."""
+    start = _consecutive(idx)
+    if start is not None:
+        return S[start:start + len(idx)]
+    rows = jnp.asarray(idx, jnp.int32)
+    return jnp.take(S, rows, axis=0, mode="clip") if again else S[rows]
 
-        def of_rows(groups):
-            """Each row's parent and last-attribute set row (the gathered form of the groups)."""
-            par = np.concatenate([np.repeat(np.arange(first, first + count), len(sets))
-                                  for first, count, sets in groups])
-            own = np.concatenate([np.tile(sets, count) for _, count, sets in groups])
-            return par, own
+def _scatter(x, idx, segments):
+    """The transpose of :func:`gather`: rows of x summed into ``segments`` rows at ``idx``."""
+    start = _consecutive(idx)
+    if start is not None:
+        return jnp.pad(x, ((start, segments - start - len(idx)), (0, 0)))
+    return _segment_sum(x, idx, segments)
 
-        def side_product(S, layout):
-            """The side's rows (see :func:`_side_layout`): its parents' (or, with one attribute, its
-            only) rows, a row-wise product of gathered set rows, then each row as its parent's row
-            times its set's (per group a broadcast, or gathered). Returns (parents, rows) (the
-            backward reads both)."""
-            factors, last, groups = layout
-            parents = product([gather(S[a], val) for a, val in factors])
-            if groups is None:
-                return parents, parents
-            if not broadcast(groups):
-                par, own = of_rows(groups)
-                return parents, gather(parents, par) * gather(S[last], own)
-            n = parents.shape[1]
-            blocks = [(parents[first:first + count, None, :] * gather(S[last], sets)[None]).reshape(-1, n)
-                      for first, count, sets in groups]
-            return parents, blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=0)
+def _accumulate(dS, a, x):
+    """dS[a] += x, where None is zero (no zero buffers to fill and add to)."""
+    dS[a] = x if dS[a] is None else dS[a] + x
 
-        def side_cotangent(S, layout, kept, dX, dS):
-            """The side's cotangent dX (rows × n'): each row's share summed into its parent's row and
-            its set's row (per group, two reductions of its block; or scatter-adds of the gathered
-            shares); then each parent attribute's share (the parents' cotangent times the other
-            attributes' set rows) summed into its set rows."""
-            factors, last, groups = layout
-            parents, _ = kept
-            if groups is not None and not broadcast(groups):
-                par, own = of_rows(groups)
-                accumulate(dS, last, scatter(dX * gather(parents, par, True), own, self._n_sets(last)))
-                dX = scatter(dX * gather(S[last], own, True), par, parents.shape[0])
-            elif groups is not None:
-                d_parents, d_sets, row = [], [], 0
-                for first, count, sets in groups:
-                    c, own = len(sets), gather(S[last], sets, True)
-                    # each term its own slice of dX (strided over a group's parents, or one parent's
-                    # sets), fused into the sum: a slice of the group's block read by both sums was
-                    # copied out first
-                    d_parents.append(_pairwise_sum([dX[row + j:row + count * c:c] * own[j] for j in range(c)]))
-                    d_sets.append(_pairwise_sum([dX[row + i * c:row + (i + 1) * c] * parents[first + i]
-                                                 for i in range(count)]))
-                    row += count * c
-                all_sets = np.concatenate([sets for _, _, sets in groups])
-                accumulate(dS, last, scatter(d_sets[0] if len(d_sets) == 1 else jnp.concatenate(d_sets), all_sets,
-                                             self._n_sets(last)))
-                dX = d_parents[0] if len(d_parents) == 1 else jnp.concatenate(d_parents)
-            rows = [gather(S[a], val, True) for a, val in factors]
-            for i, (a, val) in enumerate(factors):
-                accumulate(dS, a, scatter(product([dX] + rows[:i] + rows[i + 1:]), val, self._n_sets(a)))
+def _product(rows):
+    return functools.reduce(jnp.multiply, rows)
 
-        def forward(P):
-            S = set_sums(P)
-            outs, kept = [], []
-            for left_tree, right_tree in parts:
-                left, right = side_product(S, left_tree), side_product(S, right_tree)
-                L, R = left[-1], right[-1]
-                outs.append(block_answers(L, R, dt).reshape(-1))
-                kept.append((left, right))
-            out = outs[0] if len(outs) == 1 else jnp.concatenate(outs)
-            return out / P.shape[1], (S, kept)
+def _broadcast(groups) -> bool:
+    """Whether a side's big level is formed group by group as broadcasts (see
+    :func:`_side_layout`) rather than by gathering each row's parent and set: the broadcasts
+    read and write less, but each group costs a few kernels, so sides of many small groups
+    are gathered, and each group's sums are unrolled, so sides of groups of over
+    ``BROADCAST_MAX_TERMS`` parents or sets are gathered too (a unit of hundreds of blocks on
+    a side would otherwise compile a sum of hundreds of terms). Measured on the SF1 tables
+    (the minimum of 40-60 alternating trials of the step's gradient, one device per core):
+    the 85-block tract's 823 × 1,000 right side (6 groups) 15% faster broadcast, the
+    24-block tract's sides (551 × 300 in 6 groups, 72 × 300 in 1) 9% faster."""
+    return len(groups) <= BROADCAST_MAX_GROUPS and all(max(count, len(sets)) <= BROADCAST_MAX_TERMS
+                                                      for _, count, sets in groups)
 
-        def backward(res, g):
-            S, kept = res
-            n = S[-1].shape[1]
-            g = g / n
-            dS = [None] * len(S)
-            for i, ((left_tree, right_tree), (left, right)) in enumerate(zip(parts, kept)):
-                G = g[bases[i]:bases[i + 1]].reshape(left[-1].shape[0], right[-1].shape[0])
-                side_cotangent(S, left_tree, left, plan_dot(G, right[-1], dt), dS)
-                side_cotangent(S, right_tree, right, plan_dot(G.T, left[-1], dt), dS)
-            return set_sums_cotangent(dS, n)
+def _of_rows(groups):
+    """Each row's parent and last-attribute set row (the gathered form of the groups)."""
+    par = np.concatenate([np.repeat(np.arange(first, first + count), len(sets))
+                          for first, count, sets in groups])
+    own = np.concatenate([np.tile(sets, count) for _, count, sets in groups])
+    return par, own
 
-        @jax.custom_vjp
-        def dense(P):
-            return forward(P)[0]
-
-        def fwd(P):
-            return forward(P)
-
-        def bwd(res, g):
-            return (backward(res, g),)
-
-        dense.defvjp(fwd, bwd)
-
-        @jax.custom_vjp
-        def of_logits(L):
-            return forward(softmax_forward(L, self.layout, centred=True))[0]
-
-        def fwd_l(L):
-            P = softmax_forward(L, self.layout, centred=True)
-            out, res = forward(P)
-            return out, (P, res)
-
-        def bwd_l(res, g):
-            P, inner = res
-            return (softmax_backward(P, backward(inner, g), self.layout),)
-
-        of_logits.defvjp(fwd_l, bwd_l)
-        return dense, of_logits
+def _side_product(S, layout):
+    """The side's rows (see :func:`_side_layout`): its parents' (or, with one attribute, its
+    only) rows, a row-wise product of gathered set rows, then each row as its parent's row
+    times its set's (per group a broadcast, or gathered). Returns (parents, rows) (the
+    backward reads both)."""
+    factors, last, groups = layout
+    parents = _product([_gather(S[a], val) for a, val in factors])
+    if groups is None:
+        return parents, parents
+    if not _broadcast(groups):
+        par, own = _of_rows(groups)
+        return parents, _gather(parents, par) * _gather(S[last], own)
+    n = parents.shape[1]
+    blocks = [(parents[first:first + count, None, :] * _gather(S[last], sets)[None]).reshape(-1, n)
+              for first, count, sets in groups]
+    return parents, blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=0)
 
 
 def reference_product_answers(workload, P: jax.Array) -> jax.Array:

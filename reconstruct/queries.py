@@ -288,111 +288,23 @@ class MarginalPlan(DenseAnswers):
 
     @functools.lru_cache(maxsize=64)  # per (plan, dtype); bounded: a sweep builds many plans
     def _dense_fn(self, dtype: str):
+        """The dense answers of P and of logits, each a jax.custom_vjp function whose gradient is
+        :meth:`_backward`, the forward pass keeping the row-wise products it reuses."""
         dt = DTYPES[dtype]
-        off = self.layout.offsets
-        ss = self.layout.stacked_sizes
-
-        def operands(P, Pd, mid):
-            """A middle's two float32 factors (for the product rule) and its other side (already
-            in the operand dtype)."""
-            return (_rows(P, _runs(mid.first, off)), _rows(P, _runs(mid.second, off)),
-                    _rows(Pd, _runs(mid.other, off)))
-
-        def high(P, hp):
-            n = P.shape[1]
-            left = P[off[hp[0]]:off[hp[0] + 1]]
-            for p in hp[1:-1]:
-                left = (left[:, None, :] * P[off[p]:off[p + 1]][None, :, :]).reshape(-1, n)
-            return dot_t(left, P[off[hp[-1]]:off[hp[-1] + 1]], dt).reshape(-1)
-
-        def forward(P, Pd, keep=False):
-            """Pd: P cast once to the operand dtype (P itself in float32)."""
-            n = Pd.shape[1]
-            parts, lefts = [], []
-            if self.one_way:
-                parts.append(jnp.sum(P, axis=1))
-            for lo, hi in self.gram:
-                parts.append(dot_t(Pd[lo:hi], Pd[lo:], dt).reshape(-1))
-            for mid in self.middles:
-                pa, pb, right = operands(P, Pd, mid)
-                # products formed in float32 and stored in the operand dtype (half the bytes in
-                # bfloat16: these products, not the matmuls, are a 3-way step's memory traffic)
-                left = (pa[:, None, :] * pb[None, :, :]).reshape(-1, n).astype(dt)
-                lefts.append(left)
-                if _swap_forward(dtype, left.shape[0], right.shape[0]):
-                    # the same block as other · productsᵀ, transposed back (a small copy the
-                    # answers' concatenation makes anyway): XLA:CPU's float32 matmul runs a tall
-                    # products-by-short-other product 15-30% faster this way round
-                    parts.append(dot_t(right, left, dt).T.reshape(-1))
-                else:
-                    parts.append(dot_t(left, right, dt).reshape(-1))
-            for hp in self.highers:
-                parts.append(high(P, hp))
-            out = jnp.concatenate(parts) / n
-            return (out, Pd, lefts) if keep else out
-
-        def backward(P, Pd, lefts, g):
-            """The gradient with respect to P (float32) of <g, dense answers>."""
-            W, n = Pd.shape
-            g = g / n
-            d = len(ss)
-            contrib: list[list] = [[] for _ in range(d)]
-            full: list = []  # (W, n') contributions
-            pos = 0
-            if self.one_way:
-                full.append(jnp.broadcast_to(g[:W, None], (W, n)))
-                pos += W
-            if self.two_way:
-                rows = []
-                for lo, hi in self.gram:  # the bands back into the upper part of a W x W matrix
-                    band = g[pos:pos + (hi - lo) * (W - lo)].reshape(hi - lo, W - lo)
-                    rows.append(jnp.pad(band, ((0, 0), (lo, 0))) if lo else band)
-                    pos += (hi - lo) * (W - lo)
-                R = jnp.concatenate(rows, axis=0) if len(rows) > 1 else rows[0]
-                full.append(plan_dot(R + R.T, Pd, dt))
-            for mid, left in zip(self.middles, lefts):
-                pa, pb, right = operands(P, Pd, mid)
-                m, p = left.shape[0], right.shape[0]
-                R = g[pos:pos + m * p].reshape(m, p)
-                pos += m * p
-                d_left = plan_dot(R, right, dt).reshape(pa.shape[0], pb.shape[0], n)
-                d_right = plan_dot(R.T, left, dt)
-                # the product rule, unrolled: XLA fuses these slice-multiply-adds into one pass,
-                # while a reduce over a non-minor axis runs several times slower on a CPU
-                d_pa = functools.reduce(jnp.add, [d_left[:, j, :] * pb[j][None, :] for j in range(pb.shape[0])])
-                d_pb = functools.reduce(jnp.add, [d_left[i] * pa[i][None, :] for i in range(pa.shape[0])])
-                for side, grad in ((mid.first, d_pa), (mid.second, d_pb), (mid.other, d_right)):
-                    r = 0
-                    for a in side:
-                        contrib[a].append(grad[r:r + ss[a]])
-                        r += ss[a]
-            for hp in self.highers:
-                size = int(np.prod([ss[q] for q in hp]))
-                _, vjp = jax.vjp(lambda Q: high(Q, hp), P)
-                full.append(vjp(g[pos:pos + size])[0])
-                pos += size
-            if any(contrib):
-                blocks = [functools.reduce(jnp.add, parts) if parts else jnp.zeros((ss[q], n), jnp.float32)
-                          for q, parts in enumerate(contrib)]
-                full.insert(0, jnp.concatenate(blocks, axis=0))
-            # no zero array when only full-width terms exist: XLA keeps an added zero array as a
-            # loop-invariant operand that every gradient pass reads (a 2-way step's hot loop)
-            return functools.reduce(jnp.add, full)
-
         # 1-way and 2-way gradients need only the cast operands; 3-way and higher also need P itself
         needs_p = bool(self.middles or self.highers)
 
         @jax.custom_vjp
         def dense(P):
-            return forward(P, P.astype(dt))
+            return self._forward(P, P.astype(dt), dtype)
 
         def fwd(P):
             Pd = P.astype(dt)  # matmul operands, cast once (a no-op in float32)
-            out, Pd, lefts = forward(P, Pd, keep=True)  # the row-wise products are reused, not rebuilt
+            out, Pd, lefts = self._forward(P, Pd, dtype, keep=True)  # the row-wise products are reused, not rebuilt
             return out, (P if needs_p else None, Pd, lefts)
 
         def bwd(res, g):
-            return (backward(*res, g),)
+            return (self._backward(*res, g, dtype),)
 
         dense.defvjp(fwd, bwd)
 
@@ -403,19 +315,110 @@ class MarginalPlan(DenseAnswers):
         @jax.custom_vjp
         def of_logits(L):
             P = softmax_forward(L, self.layout, centred=True)
-            return forward(P, P.astype(dt))
+            return self._forward(P, P.astype(dt), dtype)
 
         def fwd_l(L):
             P = softmax_forward(L, self.layout, centred=True)
-            out, Pd, lefts = forward(P, P.astype(dt), keep=True)
+            out, Pd, lefts = self._forward(P, P.astype(dt), dtype, keep=True)
             return out, (P if needs_p else None, Pd, lefts)
 
         def bwd_l(res, g):
             P, Pd, lefts = res
-            return (softmax_backward(Pd if P is None else P, backward(P, Pd, lefts, g), self.layout),)
+            return (softmax_backward(Pd if P is None else P, self._backward(P, Pd, lefts, g, dtype), self.layout),)
 
         of_logits.defvjp(fwd_l, bwd_l)
         return dense, of_logits
+
+    def _forward(self, P, Pd, dtype: str, keep=False):
+        """The dense answers of P; Pd: P cast once to the operand dtype (P itself in float32); ``keep``: with
+        the row-wise products the gradient reuses."""
+        off, dt = self.layout.offsets, DTYPES[dtype]
+        n = Pd.shape[1]
+        parts, lefts = [], []
+        if self.one_way:
+            parts.append(jnp.sum(P, axis=1))
+        for lo, hi in self.gram:
+            parts.append(dot_t(Pd[lo:hi], Pd[lo:], dt).reshape(-1))
+        for mid in self.middles:
+            pa, pb, right = _operands(P, Pd, mid, off)
+            # products formed in float32 and stored in the operand dtype (half the bytes in
+            # bfloat16: these products, not the matmuls, are a 3-way step's memory traffic)
+            left = (pa[:, None, :] * pb[None, :, :]).reshape(-1, n).astype(dt)
+            lefts.append(left)
+            if _swap_forward(dtype, left.shape[0], right.shape[0]):
+                # the same block as other · productsᵀ, transposed back (a small copy the
+                # answers' concatenation makes anyway): XLA:CPU's float32 matmul runs a tall
+                # products-by-short-other product 15-30% faster this way round
+                parts.append(dot_t(right, left, dt).T.reshape(-1))
+            else:
+                parts.append(dot_t(left, right, dt).reshape(-1))
+        for hp in self.highers:
+            parts.append(_high(P, hp, off, dt))
+        out = jnp.concatenate(parts) / n
+        return (out, Pd, lefts) if keep else out
+
+    def _backward(self, P, Pd, lefts, g, dtype: str):
+        """The gradient with respect to P (float32) of <g, dense answers>."""
+        off, ss, dt = self.layout.offsets, self.layout.stacked_sizes, DTYPES[dtype]
+        W, n = Pd.shape
+        g = g / n
+        d = len(ss)
+        contrib: list[list] = [[] for _ in range(d)]
+        full: list = []  # (W, n') contributions
+        pos = 0
+        if self.one_way:
+            full.append(jnp.broadcast_to(g[:W, None], (W, n)))
+            pos += W
+        if self.two_way:
+            rows = []
+            for lo, hi in self.gram:  # the bands back into the upper part of a W x W matrix
+                band = g[pos:pos + (hi - lo) * (W - lo)].reshape(hi - lo, W - lo)
+                rows.append(jnp.pad(band, ((0, 0), (lo, 0))) if lo else band)
+                pos += (hi - lo) * (W - lo)
+            R = jnp.concatenate(rows, axis=0) if len(rows) > 1 else rows[0]
+            full.append(plan_dot(R + R.T, Pd, dt))
+        for mid, left in zip(self.middles, lefts):
+            pa, pb, right = _operands(P, Pd, mid, off)
+            m, p = left.shape[0], right.shape[0]
+            R = g[pos:pos + m * p].reshape(m, p)
+            pos += m * p
+            d_left = plan_dot(R, right, dt).reshape(pa.shape[0], pb.shape[0], n)
+            d_right = plan_dot(R.T, left, dt)
+            # the product rule, unrolled: XLA fuses these slice-multiply-adds into one pass,
+            # while a reduce over a non-minor axis runs several times slower on a CPU
+            d_pa = functools.reduce(jnp.add, [d_left[:, j, :] * pb[j][None, :] for j in range(pb.shape[0])])
+            d_pb = functools.reduce(jnp.add, [d_left[i] * pa[i][None, :] for i in range(pa.shape[0])])
+            for side, grad in ((mid.first, d_pa), (mid.second, d_pb), (mid.other, d_right)):
+                r = 0
+                for a in side:
+                    contrib[a].append(grad[r:r + ss[a]])
+                    r += ss[a]
+        for hp in self.highers:
+            size = int(np.prod([ss[q] for q in hp]))
+            _, vjp = jax.vjp(lambda Q: _high(Q, hp, off, dt), P)
+            full.append(vjp(g[pos:pos + size])[0])
+            pos += size
+        if any(contrib):
+            blocks = [functools.reduce(jnp.add, parts) if parts else jnp.zeros((ss[q], n), jnp.float32)
+                      for q, parts in enumerate(contrib)]
+            full.insert(0, jnp.concatenate(blocks, axis=0))
+        # no zero array when only full-width terms exist: XLA keeps an added zero array as a
+        # loop-invariant operand that every gradient pass reads (a 2-way step's hot loop)
+        return functools.reduce(jnp.add, full)
+
+
+def _operands(P, Pd, mid, off):
+    """A middle's two float32 factors (for the product rule) and its other side (already in the operand dtype)."""
+    return (_rows(P, _runs(mid.first, off)), _rows(P, _runs(mid.second, off)), _rows(Pd, _runs(mid.other, off)))
+
+
+def _high(P, hp, off, dt):
+    """A marginal of four or more attributes: its cells' relaxed counts, products formed left to right."""
+    n = P.shape[1]
+    left = P[off[hp[0]]:off[hp[0] + 1]]
+    for p in hp[1:-1]:
+        left = (left[:, None, :] * P[off[p]:off[p + 1]][None, :, :]).reshape(-1, n)
+    return dot_t(left, P[off[hp[-1]]:off[hp[-1] + 1]], dt).reshape(-1)
 
 
 def reference_answers(workload: Workload, probs: Sequence[jnp.ndarray]) -> jnp.ndarray:
