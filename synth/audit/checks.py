@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -52,55 +53,68 @@ def bound_noise(seed: int, *parts):
     return KeyedNoise(stable_seed("audit-noise", seed, *parts))
 
 
-def structure_check(src: AuditSource, mech, eps, workload, D, D2, batch: bool = False, **kw) -> str:
+@dataclass(frozen=True)
+class Release:
+    """One mechanism at one ε on one unit's D and published workload: what the structure and replay checks publish
+    through the audit's door, with D or a neighbour in its place."""
+
+    mech: str
+    eps: float
+    workload: object
+    D: Dataset
+
+    def publish(self, src: AuditSource, draw: Draw, data: Dataset | None = None):
+        """A release of D (or of ``data``, a neighbour) through the mechanism's own publishing function."""
+        return src.publish(self.mech, self.eps, self.D if data is None else data, self.workload, draw)
+
+
+def structure_check(src: AuditSource, rel: Release, D2, batch: bool = False, key=None) -> str:
     """The shape of what is published must be the same for neighbours (``batch``: a release of one run through
-    the mechanism's batch branch, for a fitted file: its tables)."""
+    the mechanism's batch branch, for a fitted file: its tables; ``key``: a fit's key)."""
     spec = src.spec
     rng = np.random.default_rng(0)
-    if batch:
-        kw = dict(kw, runs=[0])
+    runs = [0] if batch else None
     try:
-        s1 = src.publish(mech, eps, D, workload, Draw(publication_noise(spec, 0, "structure", 1), rng, **kw)).structure
-        s2 = src.publish(mech, eps, D2, workload, Draw(publication_noise(spec, 0, "structure", 2), rng, **kw)).structure
+        s1 = rel.publish(src, Draw(publication_noise(spec, 0, "structure", 1), rng, key=key, runs=runs)).structure
+        s2 = rel.publish(src, Draw(publication_noise(spec, 0, "structure", 2), rng, key=key, runs=runs), D2).structure
     except PrivacyError as e:
         return f"fail: {e}"
     return "pass" if s1 == s2 else "fail: the shape of the release differs between neighbours"
 
 
-def replay_check(src: AuditSource, mech, eps, workload, D, D2, **kw) -> str:
+def replay_check(src: AuditSource, rel: Release, D2) -> str:
     """Release D; replay the same noisy counts for D and D′: what follows the noise must agree (a small
     domain's pair, over ``release.audit.replay_draws`` recorded releases)."""
     spec = src.spec
-    source = registry.mechanism(mech).fitted_to or mech  # the synthetic rows are fitted to these counts
-    tables_kw = {k: v for k, v in kw.items() if k != "key"}
+    source = registry.mechanism(rel.mech).fitted_to or rel.mech  # the synthetic rows are fitted to these counts
     values = []
     for i in range(spec.audit.replay_draws):
-        first = src.publish(source, eps, D, workload, Draw(publication_noise(spec, i, "replay"), np.random.default_rng(0), **tables_kw))
+        first = src.publish(source, rel.eps, rel.D, rel.workload, Draw(publication_noise(spec, i, "replay"),
+                                                                         np.random.default_rng(0)))
         if isinstance(first.output, SparseHistogram):
             v = np.zeros(first.output.domain_size, dtype=np.int64)
             v[first.output.keys] = first.output.counts
         else:
             v = first.output.counts
         values.append(v)
-    far = far_datasets(D, spec.audit.replay_far, np.random.default_rng(stable_seed("audit-far", len(D), mech)))
-    return replay_pairs(src, mech, eps, workload, D, [("the audit's pair", D2)] + far, values, **kw)
+    far = far_datasets(rel.D, spec.audit.replay_far, np.random.default_rng(stable_seed("audit-far", len(rel.D), rel.mech)))
+    return replay_pairs(src, rel, [("the audit's pair", D2)] + far, values)
 
 
-def replay_pairs(src: AuditSource, mech, eps, workload, D, pairs: list, values: list, batch: bool = False, **kw) -> str:
+def replay_pairs(src: AuditSource, rel: Release, pairs: list, values: list, batch: bool = False, key=None) -> str:
     """For each recorded release ``values`` (noisy counts), publish D and every neighbour of ``pairs``
     replaying them: answers, rows and totals must be identical (the release reads the data only through
     its noisy counts). ``batch``: through the mechanism's batch branch, a release of one run (a fitted file's
-    tables, without fitting them: the fit's own replay is separate)."""
-    if batch:
-        kw = dict(kw, runs=[0])
+    tables, without fitting them: the fit's own replay is separate); ``key``: a fit's key."""
+    runs = [0] if batch else None
     for v in values:
         try:
-            p1 = src.publish(mech, eps, D, workload, Draw(ReplayNoise(v), np.random.default_rng(1), **kw))
+            p1 = rel.publish(src, Draw(ReplayNoise(v), np.random.default_rng(1), key=key, runs=runs))
         except PrivacyError as e:
             return f"fail: {e}"
         for what, D2 in pairs:
             try:
-                p2 = src.publish(mech, eps, D2, workload, Draw(ReplayNoise(v), np.random.default_rng(1), **kw))
+                p2 = rel.publish(src, Draw(ReplayNoise(v), np.random.default_rng(1), key=key, runs=runs), D2)
             except PrivacyError as e:
                 return f"fail: {e} ({what})"
             same = np.array_equal(p1.answers, p2.answers) and (
@@ -171,15 +185,28 @@ def band_groups(exact: np.ndarray) -> dict:
     return {"band 0": x == 0, **{f"band ≥ {b}": x >= b for b in BANDS}}
 
 
-def whole_checks(spec, eps: float, groups: dict, shape_sample: np.ndarray, tail_draws: list,
-                  indep: np.ndarray, sensitivity: dict, gaussian: bool, budget: float,
-                  tail_stats: list | None = None) -> tuple[dict, dict]:
-    """The checks over whole releases. ``groups``: (measurement, group) -> (n, Σ|x|, Σx²) of the noise;
-    ``sensitivity``: measurement -> the most one person moves its cells (L1; for 0/1 cells also the squared
-    L2), found by the audit. Each measurement's noise is bounded above by its least-noised group (a node,
-    a table, a band of true counts), so ε (ρ) from noise = Σ Δ / t (Δ / 2σ²) must not exceed ``budget``.
-    ``tail_stats``: more draws of the same noise (:func:`release_tail_stats` of the pairs' releases, far more
-    than whole releases hold), for a far-tail test that reaches deeper (a clip at 10 scales shows)."""
+@dataclass(frozen=True)
+class WholeNoise:
+    """The noise of whole releases as the checks read it: ``groups``, (measurement, group) -> (n, Σ|x|, Σx²);
+    ``shape_sample``, draws for the shape test; ``tail_draws``, sets of draws for the far-tail test; ``indep``, one
+    row per release of the cells followed for independence; ``tail_stats``, more draws of the same noise
+    (:func:`release_tail_stats` of the pairs' releases, far more than whole releases hold), for a far-tail test that
+    reaches deeper (a clip at 10 scales shows)."""
+
+    groups: dict
+    shape_sample: np.ndarray
+    tail_draws: list
+    indep: np.ndarray
+    tail_stats: list | None = None
+
+
+def whole_checks(spec, noise: WholeNoise, sensitivity: dict, gaussian: bool, budget: float) -> tuple[dict, dict]:
+    """The checks over whole releases (``noise``, :class:`WholeNoise`). ``sensitivity``: measurement -> the most one
+    person moves its cells (L1; for 0/1 cells also the squared L2), found by the audit. Each measurement's noise is
+    bounded above by its least-noised group (a node, a table, a band of true counts), so ε (ρ) from noise = Σ Δ / t
+    (Δ / 2σ²) must not exceed ``budget``."""
+    groups, shape_sample, tail_draws, indep, tail_stats = (noise.groups, noise.shape_sample, noise.tail_draws,
+                                                           noise.indep, noise.tail_stats)
     a = spec.audit
     level = 1 - (1 - a.confidence) / max(len(groups), 1)
     per_meas: dict = {}

@@ -12,6 +12,7 @@ from censusrecon.microdata.marginals import Workload
 from censusrecon.microdata.seeds import stable_seed
 from censusrecon.synth.audit.checks import (
     BANDS,
+    Release,
     MIN_GROUP_DRAWS,
     bound_noise,
     broken_contract,
@@ -89,8 +90,8 @@ def _audit_perturbed(src: AuditSource, mech: str, eps: float, small, seed: int) 
     with np.errstate(divide="ignore"):
         eps_noise = float(sum(diff[j] / scales[j] if scales[j] > 0 else np.inf for j in cells))
     p_shape = min((geometric_shape_pvalue(excess[j]) for j in cells), default=1.0)
-    checks = {"structure": structure_check(src, mech, eps, w, D, D2),
-              "post_processing": replay_check(src, mech, eps, w, D, D2),
+    checks = {"structure": structure_check(src, Release(mech, eps, w, D), D2),
+              "post_processing": replay_check(src, Release(mech, eps, w, D), D2),
               "noise_scale": "pass" if eps_noise <= eps else
               f"fail: the noise added gives ε ≥ {eps_noise:.4g} for this pair (each differing cell's distance over an "
               "upper bound on its noise scale, from the draws above the clip at zero; assumes discrete Laplace noise, "
@@ -122,7 +123,7 @@ def _audit_smoothed(src: AuditSource, mech: str, eps: float, small, seed: int) -
         ys.append(np.stack([(draws == ka).sum(axis=1), (draws == kb).sum(axis=1)], axis=1))
     res = audit_outputs(ys[0], ys[1], np.zeros(2, np.int64), np.array([-1, 1]), eps, mech,
                         a.confidence)
-    checks = {"structure": structure_check(src, mech, eps, w, D, D2)}
+    checks = {"structure": structure_check(src, Release(mech, eps, w, D), D2)}
     return AuditResult(mech, eps, res.epsilon_lower_bound, a.runs, a.confidence, res.event, checks,
                        {"histogram_cells": D.domain.total_size, "draws": len(D)})
 

@@ -12,6 +12,8 @@ from censusrecon.microdata.marginals import Workload
 from censusrecon.microdata.seeds import stable_seed
 from censusrecon.synth import registry
 from censusrecon.synth.audit.checks import (
+    Release,
+    WholeNoise,
     band_groups,
     bound_noise,
     combine_units,
@@ -61,28 +63,27 @@ def _audit_tables_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: fl
     noise = whole - t.exact[None, :]
     rng = np.random.default_rng(stable_seed("audit-sample", seed, unit))
     groups, cols = _noise_groups(t, noise, rng)
-    checks, info = whole_checks(spec, eps, groups.sums, np.concatenate(groups.sample), [noise], noise[:, cols],
-                                 {"tables": t.sens.l1}, False, eps, pair_tail)
+    checks, info = whole_checks(spec, WholeNoise(groups.sums, np.concatenate(groups.sample), [noise], noise[:, cols],
+                                                 pair_tail), {"tables": t.sens.l1}, False, eps)
     info["sensitivity"] = t.sens.as_dict()
     # the replay: recorded whole releases, many neighbours of the real data (a fitted file's tables: its batch branch)
     far = far_datasets(t.D, a.replay_far, rng)
     neighbours = replay_neighbours(t.D, parse_relation(spec.relation), t.areas, a.replay_pairs, rng) + far
     values = [whole[i] for i in range(min(a.replay_draws, len(whole)))]
-    checks["post_processing"] = replay_pairs(src, mech, eps, t.workload, t.D, neighbours, values, batch=t.fitted)
+    checks["post_processing"] = replay_pairs(src, t.case, neighbours, values, batch=t.fitted)
     record = (t.publish(src, Draw(backend, t.rng0, runs=[start])) if t.fitted else
               t.publish(src, Draw(keyed_release(backend, start), t.rng0))).record
     checks["accounting"], acc = _tables_accounting(record, eps, t.sens.l1)
     info.update(acc)
-    checks["structure"] = (structure_check(src, mech, eps, t.workload, t.D, t.pairs[0][1], batch=t.fitted)
-                           if t.pairs else "not run")
+    checks["structure"] = structure_check(src, t.case, t.pairs[0][1], batch=t.fitted) if t.pairs else "not run"
     details = {}
     if t.fitted:
         key = src.fit_key("fit", unit, eps)  # the key the published fit uses (public: unit and ε)
         fits = far[:1] + neighbours[:SYNTHETIC_REPLAY_FITS - min(len(far), 1)]
         checks["single_release"] = _single_release_check(src, t, (backend, start), whole[0], key, pair_conf)
-        checks["synthetic_structure"] = (structure_check(src, mech, eps, t.workload, t.D, t.pairs[0][1], key=key)
-                                         if t.pairs else "not run")
-        checks["synthetic_post_processing"] = replay_pairs(src, mech, eps, t.workload, t.D, fits, values[:1], key=key)
+        checks["synthetic_structure"] = (structure_check(src, t.case, t.pairs[0][1], key=key) if t.pairs
+                                         else "not run")
+        checks["synthetic_post_processing"] = replay_pairs(src, t.case, fits, values[:1], key=key)
         details = {"synthetic_replay_fits": len(fits),
                    "audited_as": "the noisy tables it fits, drawn through its own publishing function; the fit is "
                                  "post-processing of them"}
@@ -112,9 +113,14 @@ class _Tables:
     pair_counts: list
     sens: object
 
+    @property
+    def case(self) -> Release:
+        """The mechanism at this ε on D, as the structure and replay checks publish it."""
+        return Release(self.mech, self.eps, self.workload, self.D)
+
     def publish(self, src: AuditSource, draw: Draw):
         """A release of D (or a batch of them) through the mechanism's own publishing function."""
-        return src.publish(self.mech, self.eps, self.D, self.workload, draw)
+        return self.case.publish(src, draw)
 
     def release(self, src: AuditSource, backend, r: int) -> np.ndarray:
         """Whole release ``r`` of D's noisy counts under ``backend``'s key: the very call that publishes one (a fitted

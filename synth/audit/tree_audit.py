@@ -12,6 +12,7 @@ from censusrecon.microdata.geography import Geography
 from censusrecon.microdata.seeds import stable_seed
 from censusrecon.synth import registry
 from censusrecon.synth.audit.checks import (
+    WholeNoise,
     band_groups,
     bound_noise,
     combine_units,
@@ -195,8 +196,8 @@ def _audit_topdown_root(src: AuditSource, mech: str, units: list[str], wb: bool,
     sens, level_sens = _tree_sensitivities(src, inst)
     delta = spec.topdown.delta
     budget = zcdp_rho(eps, delta) if gaussian else eps
-    checks, info = whole_checks(spec, eps, whole.groups.sums, np.zeros(0, np.int64), [], np.array(whole.indep), sens,
-                                gaussian, budget)
+    checks, info = whole_checks(spec, WholeNoise(whole.groups.sums, np.zeros(0, np.int64), [], np.array(whole.indep)),
+                                sens, gaussian, budget)
     _tree_law_checks(a.confidence, gaussian, td, whole, checks, info)
     # accounting by the library
     meas = whole.recorded[0]
