@@ -29,8 +29,7 @@ from censusrecon.synth.registry import PROGRAM_PREFIX
 from censusrecon.synth.release import workload_counts
 
 
-def audit_program(src: AuditSource, spec, unit: str, wb: bool, eps: float, seed: int,
-                  cache: dict, *, index: int = 0):
+def audit_program(call: FamilyCall, spec, unit: str, *, index: int = 0):
     """The black-box audit of a program at ``eps`` on ``unit``'s own D: ``runs`` whole releases of D and
     of each real neighbour of it (:func:`synth.audit.neighbours.real_pairs`: a person moved between
     blocks of different areas, changed to the rarest and the commonest type, the type in most cells;
@@ -44,6 +43,7 @@ def audit_program(src: AuditSource, spec, unit: str, wb: bool, eps: float, seed:
     whole releases (D and its canary neighbour, the worst case for a synthesizer: each is a fit) drawn only on the first
     ``spending.whole_units``; a program called in batches has its releases one per call (the call shape) drawn
     on the first ``single_units`` (default every unit)."""
+    src, wb, eps, seed, cache = call.src, call.with_block, call.epsilon, call.seed, call.cache
     a = src.spec.audit
     if spec.spending is not None and index >= spec.spending.whole_units:
         return _audit_ledger_only(src, spec, unit, wb, eps, seed, cache)
@@ -230,7 +230,7 @@ def _stage_checks(src: AuditSource, spec, d: _ProgramDraws, checks: dict, info: 
         info.update(spending_info, whole_releases=f"of D and of its worst-case neighbour ({d.whole[0][0]})")
     if spec.measurements is not None:
         stage_bounds, checks["measurements_scale"], stage_info = _audit_first_measurements(
-            src, spec, d.inputs, d.pair_inputs, d.pairs, at.eps, (at.seed, at.unit, at.wb), d.pair_conf, d.mech)
+            src, spec, (d.inputs, d.pair_inputs, d.pairs), at.eps, (at.seed, at.unit, at.wb), d.pair_conf)
         d.bounds += stage_bounds
         info.update(stage_info)
         checks["post_processing"] = ("not applicable: the steps after its first measurements (selecting marginals, "
@@ -406,13 +406,15 @@ def _program_instance(src: AuditSource, unit: str, wb: bool, cache: dict) -> tup
     return layout, inputs, pair_inputs
 
 
-def _audit_first_measurements(src: AuditSource, spec, inputs: tuple, pair_inputs: list,
-                              pairs: list, eps: float, where: tuple, confidence: float, mech: str
+def _audit_first_measurements(src: AuditSource, spec, instance: tuple, eps: float, where: tuple, confidence: float
                               ) -> tuple[list, str, dict]:
     """A program's first measurements (``spec.measurements``: a synthesizer's Gaussian one-way marginals),
     ``runs`` per neighbour: the statistical bound over the one-way cells each pair moves, and the zCDP ρ
     their noise spends per pair (each moved cell's σ bounded above from its own draws, so ρ below)
-    against the share of the declared ρ the program's design gives them."""
+    against the share of the declared ρ the program's design gives them. ``instance``: the unit's program
+    inputs, its neighbours' and the neighbours (:func:`_program_instance`, :func:`checks.unit_instance`)."""
+    inputs, pair_inputs, pairs = instance
+    mech = PROGRAM_PREFIX + spec.name
     m = spec.measurements
     stage = spec.model_copy(update={"params": {**spec.params, **m.params}})
     base, truth = src.one_way_inputs(inputs)
@@ -466,7 +468,7 @@ def audit_programs(call: FamilyCall) -> AuditResult:
     name = call.mechanism.removeprefix(PROGRAM_PREFIX)
     spec = next(p for p in call.src.spec.programs if p.name == name)
     return combine_units(call.mechanism, call.epsilon, [
-        audit_program(call.src, spec, u, call.with_block, call.epsilon, call.seed, call.cache, index=k)
+        audit_program(call, spec, u, index=k)
         for k, u in enumerate(call.units)])
 
 

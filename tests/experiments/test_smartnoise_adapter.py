@@ -72,8 +72,8 @@ def _first_measurements_audit(cfg, eps=2.0):
     src = StudySource(resolve(cfg, pop))
     pairs = unit_instance(src, unit, True, cache)[4]
     _, inputs, pair_inputs = _program_instance(src, unit, True, cache)
-    return _audit_first_measurements(src, cfg.release.programs[0], inputs, pair_inputs, pairs, eps, (4, unit, True),
-                                     0.99, "program:mst")
+    return _audit_first_measurements(src, cfg.release.programs[0], (inputs, pair_inputs, pairs), eps, (4, unit, True),
+                                     0.99)
 
 
 def _measured(over, adapter, share=1 / 3):
