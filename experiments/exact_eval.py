@@ -14,6 +14,7 @@ from censusrecon.microdata.agreement import agreement_by_size
 from censusrecon.microdata.census import AGE_BIN38_OF_AGE as AGE_GROUP
 from censusrecon.microdata.census import P12_GROUP_OF_AGE
 from censusrecon.microdata.describe import SIZE_BINS, SIZE_LABELS, block_groups
+from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.domain import Domain
 from censusrecon.microdata.errors import CensusReconError
 from censusrecon.microdata.ranking import Ranking, rank_by_score
@@ -143,9 +144,8 @@ def _race_eth(domain: Domain, codes: np.ndarray) -> np.ndarray:
     return np.ravel_multi_index(tuple(codes[:, c] for c in cols), tuple(domain.sizes[c] for c in cols))
 
 
-def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.ndarray], rng: np.random.Generator,
-                     rc=None, zero_variability_blocks: set | None = None,
-                     tabulated: np.ndarray | None = None,
+def reidentification(D: Dataset, methods: dict[str, np.ndarray], rng: np.random.Generator, rc=None, *,
+                     zero_variability_blocks: set | None = None, tabulated: np.ndarray | None = None,
                      group_of_block: np.ndarray | None = None) -> pd.DataFrame | None:
     """The Bureau's reidentification simulation on one unit (:mod:`experiments.reid`): the perfect
     and the commercial-like attacker files linked one to one to each method's reconstructed persons
@@ -156,6 +156,7 @@ def reidentification(domain: Domain, truth: np.ndarray, methods: dict[str, np.nd
     tables were computed from when they are not D's (a swapped file, the Bureau's HDF), from which the
     guessers take their block shares; ``group_of_block``: each BLOCK code's block group, where the
     modal rule falls back to (the whole unit without it). None without single-year AGE and SEX."""
+    domain, truth = D.domain, D.codes
     if not {"AGE", "SEX"} <= set(domain.names) or domain.size("AGE") != len(AGE_GROUP):
         return None
     rc = rc or ReidentificationConfig()
@@ -309,5 +310,6 @@ def _reid_rows(cfg, prob, methods: dict, blocks: tuple, hdf_codes, rng: np.rando
     if group_of_block is not None and D.domain.size("BLOCK") > len(group_of_block):  # padded BLOCK codes
         group_of_block = np.concatenate([group_of_block, np.zeros(D.domain.size("BLOCK") - len(group_of_block),
                                                                   np.int64)])
-    df = reidentification(D.domain, D.codes, methods, rng, cfg.reidentification, zero, hdf_codes, group_of_block)
+    df = reidentification(D, methods, rng, cfg.reidentification, zero_variability_blocks=zero, tabulated=hdf_codes,
+                          group_of_block=group_of_block)
     return [] if df is None else df.to_dict("records")

@@ -377,11 +377,12 @@ def workload_facts(q, w) -> dict:
             "cells_per_table": dict(w.cells_per_table)}
 
 
-def baseline_curves(cfg: ExperimentConfig, priors: dict, unit: str, truth, ks, u, rng_of, outside=None,
-                    block_class=None):
+def baseline_curves(cfg: ExperimentConfig, priors: dict, unit: str, scored, rng_of):
     """(name, match-rate curve, seconds) of each configured baseline this unit has data for, in
-    config order; a baseline without data is named in a warning and skipped. ``rng_of(name)``
-    gives the generator that breaks that baseline's ties."""
+    config order; a baseline without data is named in a warning and skipped. ``scored``: what a ranking is
+    scored against (``truth``, ``ks``, ``u``, and ``outside`` and ``block_class``, None where not measured: a
+    :class:`experiments.runner.UnitWork`); ``rng_of(name)`` gives the generator that breaks that baseline's ties."""
+    truth, ks, u, outside, block_class = scored.truth, scored.ks, scored.u, scored.outside, scored.block_class
     out = []
     for b in cfg.baselines.methods:
         if b not in priors:

@@ -161,8 +161,7 @@ def _unit_result(cfg: ExperimentConfig, w: UnitWork, only: set[str] | None, on_t
     """A unit's curves and facts: its attacks' so far, its baselines', then the attacks on its tables."""
     D, H = w.prob.private, w.prob.holdout
     if only is None or "baselines" in only:
-        for b, curve, seconds in baseline_curves(cfg, w.priors, w.prob.unit, w.truth, w.ks, w.u,
-                                                 lambda b: _ties(cfg, w, b), w.outside, w.block_class):
+        for b, curve, seconds in baseline_curves(cfg, w.priors, w.prob.unit, w, lambda b: _ties(cfg, w, b)):
             w.timings[b] = seconds
             w.frames.append(curve.assign(method=b, num_queries=0))
     tables_facts: dict = {}

@@ -387,6 +387,9 @@ class _UnitRun:
     topdown_cache: dict
     run_dir: Path | None = None
     files: dict | None = None
+    #: a release evaluation's curves are not split by persons outside the unit or by block size
+    outside = None
+    block_class = None
 
     def __post_init__(self):
         cfg, unit, wb = self.study.cfg, self.unit, self.wb
@@ -501,8 +504,7 @@ class _UnitRun:
 
     def baselines(self) -> None:
         priors = self.study.priors(self.prob)
-        for b, curve, _ in baseline_curves(self.cfg, priors, self.unit, self.truth, self.ks, self.u,
-                                           lambda b: self.tie_rng):
+        for b, curve, _ in baseline_curves(self.cfg, priors, self.unit, self, lambda b: self.tie_rng):
             self.curves.append(curve.assign(epsilon=np.nan, setting=np.nan, mechanism=BASELINE, method=b,
                                             utility_error=np.nan, **self.common))
 
@@ -669,8 +671,7 @@ def bureau_measures(cfg: ExperimentConfig, D: Dataset, reconstruction: np.ndarra
                 out["agreement"].append({"of": of, **a, "persons": len(D)})
     if reconstruction is not None:
         rc = cfg.reidentification or ReidentificationConfig()
-        df = reidentification(D.domain, D.codes, {"reconstruction": D.domain.decode(reconstruction)},
-                              np.random.default_rng(seed), rc)
+        df = reidentification(D, {"reconstruction": D.domain.decode(reconstruction)}, np.random.default_rng(seed), rc)
         if df is not None:
             out["reidentification"] = df.to_dict("records")
     return out

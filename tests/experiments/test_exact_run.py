@@ -10,6 +10,7 @@ import pytest
 from censusrecon.experiments.config import ConfigError, load_config, parse_config
 from censusrecon.experiments.exact_eval import agreement, reidentification
 from censusrecon.experiments.runner import run_experiment
+from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.domain import Attribute, Domain
 from censusrecon.microdata.errors import CensusReconError
 
@@ -113,12 +114,12 @@ def test_reidentification_confirms_only_the_persons_own_race_and_beats_guessing_
     truth = np.array([[0, 40, 0, 0, 0], [0, 41, 1, 0, 0], [0, 60, 0, 0, 0], [0, 8, 1, 0, 1]])
     perfect = {"exact": truth.copy()}
     rc = ReidentificationConfig(attacker_files=["perfect"])
-    r = reidentification(dom, truth, perfect, np.random.default_rng(0), rc).set_index(["method", "group"])
+    r = reidentification(Dataset(dom, truth), perfect, np.random.default_rng(0), rc).set_index(["method", "group"])
     assert r.loc[("exact", "all"), "precision"] == 1.0 and r.loc[("exact", "vulnerable"), "putative"] == 1
     assert r.loc[("modal", "vulnerable"), "confirmed"] == 0  # the modal guess says white for the Black child
     assert r.loc[("modal", "all"), "precision"] == 0.75
     # the vulnerable group needs a zero-variability block when that is known
-    r = reidentification(dom, truth, perfect, np.random.default_rng(0), rc, zero_variability_blocks={1})
+    r = reidentification(Dataset(dom, truth), perfect, np.random.default_rng(0), rc, zero_variability_blocks={1})
     assert r.set_index(["method", "group"]).loc[("exact", "vulnerable"), "attacker_records"] == 0
 
 
@@ -159,14 +160,14 @@ def test_a_commercial_file_without_errors_reproduces_the_perfect_files_results()
     rec[rng.random(n) < 0.2, 1] += 1  # and off by a year on age for some
     zero = CommercialFileConfig(coverage=1.0, wrong_block=0.0, wrong_sex=0.0, age_error=0.0, extra=0.0)
     cols = ["method", "group", "attacker_records", "putative", "confirmed"]
-    perfect = reidentification(dom, truth, {"exact": rec}, np.random.default_rng(0),
+    perfect = reidentification(Dataset(dom, truth), {"exact": rec}, np.random.default_rng(0),
                                ReidentificationConfig(attacker_files=["perfect"]))
-    commercial = reidentification(dom, truth, {"exact": rec}, np.random.default_rng(0),
+    commercial = reidentification(Dataset(dom, truth), {"exact": rec}, np.random.default_rng(0),
                                   ReidentificationConfig(attacker_files=["commercial"], commercial=zero))
     assert (commercial["attacker_file"] == "commercial").all()
     assert perfect[cols].equals(commercial[cols])
     # with errors, fewer records are right and precision falls
-    noisy = reidentification(dom, truth, {"exact": rec}, np.random.default_rng(0), ReidentificationConfig())
+    noisy = reidentification(Dataset(dom, truth), {"exact": rec}, np.random.default_rng(0), ReidentificationConfig())
     x = noisy.set_index(["method", "attacker_file", "group"])
     assert x.loc[("exact", "commercial", "all"), "precision"] < x.loc[("exact", "perfect", "all"), "precision"]
     # the default error rates leave about 37% of records right on person, block, sex and 38-bin age
