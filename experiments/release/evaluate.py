@@ -31,7 +31,8 @@ from censusrecon.synth.release_path import (ReleaseSpec, release_backend, check_
                                          own_invariants, publish, swap_pool)
 from censusrecon.experiments.release.release_plots import plot_release
 from censusrecon.experiments.release.release_privacy import unit_selection
-from censusrecon.experiments.release.release_report import release_persons, release_strength, setting_label, write_report
+from censusrecon.experiments.release.release_report import (Evaluated, release_persons, release_strength, setting_label,
+                                                             write_report)
 from censusrecon.synth.topdown_release import publish_topdown, topdown_mdf, topdown_root, topdown_unit
 from censusrecon.experiments.results import (Hooks, RayTasks, UnitStore, UnitTask, check_backend, code_fingerprint, finish, ray_session, jax_info, run_seconds, versions, write_json, write_parquet,
                                  write_yaml)
@@ -187,7 +188,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
         units_in_file=study.units_in_file, released=tuple(study.units), code_fingerprint=fingerprint, inputs=inputs,
         audit_when=None if got.recorded is None else got.recorded[0].details["recorded_by_audit_command"]))
     decision.save(run_dir)
-    write_report(cfg, run_dir, got.df, got.util, got.audits, got.ledger, facts, decision)
+    write_report(cfg, run_dir, Evaluated(got.df, got.util, got.audits, got.ledger, facts), decision)
     return run_dir
 
 

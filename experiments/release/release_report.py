@@ -396,14 +396,26 @@ def _data_words(cfg, facts: dict) -> str:
             + f"; attributes {', '.join(facts['attributes'])}.")
 
 
-def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audits, ledger, facts: dict,
-                 decision) -> Path:
+@dataclass(frozen=True)
+class Evaluated:
+    """What a release evaluation measured, as its report reads it: the persons-reconstructed curves (``df``), the
+    tables' errors (``util``), the audit's results, the ledger (its value or its JSON) and the run's facts."""
+
+    df: pd.DataFrame
+    util: pd.DataFrame
+    audits: list
+    ledger: object
+    facts: dict
+
+
+def write_report(cfg, run_dir: Path, ev: Evaluated, decision) -> Path:
     """report.md and report.html of a release evaluation: the decision first (rendered from ``decision``,
     the value the terminal and the exit status render too, never recomputed here), what ran (generated
     from the config and the data, never hard-coded), who is reconstructed per mechanism and ε against the
     best baseline, the table errors, the verdicts, the audit and the ledger."""
     r = cfg.release
     run_dir = Path(run_dir)
+    df, util, audits, ledger, facts = ev.df, ev.util, ev.audits, ev.ledger, ev.facts
     entries = ledger["entries"] if isinstance(ledger, dict) else ledger.entries
     persons = summarise_release_persons(release_persons(df), r.tolerance)
     variants = list(dict.fromkeys(df["variant"].tolist()))
@@ -411,7 +423,7 @@ def write_report(cfg, run_dir: Path, df: pd.DataFrame, util: pd.DataFrame, audit
     _decision_section(doc, cfg, decision, audits, variants, run_dir)
     _what_ran_section(doc, cfg, facts, run_dir)
     for v in variants:
-        _variant_section(doc, cfg, run_dir, persons, util, decision, v, variants)
+        _variant_section(doc, cfg, run_dir, (persons, util, decision), v, variants)
     doc.img(run_dir / "persons_error.png", "persons reconstructed against table error")
     doc.img(run_dir / "release_match_rate.png", "match rate per release")
     _risk_section(doc, run_dir, variants)
@@ -543,10 +555,11 @@ def _errors_section(doc: Doc, util: pd.DataFrame, v) -> None:
                     f"{100 * x['off5']:.0f}%"] for _, x in bt.iterrows()], numeric={2, 3})
 
 
-def _variant_section(doc: Doc, cfg, run_dir: Path, persons: pd.DataFrame, util: pd.DataFrame, decision, v,
-                     variants: list) -> None:
+def _variant_section(doc: Doc, cfg, run_dir: Path, read: tuple, v, variants: list) -> None:
     """One variant (with or without BLOCK): who is reconstructed, the exact attack, the Bureau's measures, the
-    verdicts, the attack's strength and the tables' errors."""
+    verdicts, the attack's strength and the tables' errors (``read``: the persons summarised, the tables' errors and
+    the decision)."""
+    persons, util, decision = read
     _persons_section(doc, cfg, persons, v, variants)
     if (run_dir / "exact_attack.parquet").exists():
         _exact_status_section(doc, run_dir, v)
@@ -714,6 +727,6 @@ def write_release_report_from_dir(run_dir: Path) -> Path:
     ledger = json.loads((run_dir / "ledger.json").read_text())
     audits = load_audits(run_dir)
     facts = json.loads((run_dir / "manifest.json").read_text()).get("facts", {})
-    return write_report(cfg, run_dir, df, util, audits, ledger, facts, load_decision(run_dir))
+    return write_report(cfg, run_dir, Evaluated(df, util, audits, ledger, facts), load_decision(run_dir))
 
 
