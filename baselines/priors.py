@@ -79,16 +79,15 @@ class BlockStrengthenedPrior:
 
 
 def geographic_priors(population: Dataset, level: str, unit: str, attributes: list[str],
-                      block_domain: Domain | None = None, block_weights: np.ndarray | None = None,
-                      levels: list[str] | None = None,
+                      blocks: tuple[Domain, np.ndarray] | None = None, levels: list[str] | None = None,
                       include_target: bool = False) -> dict[str, EmpiricalPrior | BlockStrengthenedPrior]:
     """Priors from the units enclosing ``unit`` (a tract or block), one per coarser level.
 
     By default the target unit's own rows are excluded from every pool, so a baseline never
     sees a row of D (nor of D_holdout, which has its own baseline). ``include_target=True``
     keeps them, as the paper's pools did: a baseline then guesses partly from D itself, which
-    flatters it. With ``block_domain`` and ``block_weights`` given (tract targets that keep
-    BLOCK), each prior is strengthened: BLOCK is drawn from ``block_weights``.
+    flatters it. With ``blocks`` given, (the domain with BLOCK, one weight per BLOCK code: tract targets that
+    keep BLOCK), each prior is strengthened: BLOCK is drawn from the weights.
     """
     if population.geography is None:
         raise CensusReconError("geographic baselines need a population with geography")
@@ -106,8 +105,8 @@ def geographic_priors(population: Dataset, level: str, unit: str, attributes: li
         if not rows.any():
             continue  # e.g. a county with a single tract: no data outside the target
         pool = EmpiricalPrior(sub.domain, sub.codes[rows])
-        if block_domain is not None:
-            out[lv] = BlockStrengthenedPrior(block_domain, block_weights, pool)
+        if blocks is not None:
+            out[lv] = BlockStrengthenedPrior(*blocks, pool)
         else:
             out[lv] = pool
     return out
@@ -141,11 +140,11 @@ class ChancePrior:
 
 
 def outside_chance(population: Dataset, level: str, unit: str, attributes: list[str],
-                   block_domain: Domain | None = None, block_weights: np.ndarray | None = None) -> ChancePrior | None:
+                   blocks: tuple[Domain, np.ndarray] | None = None) -> ChancePrior | None:
     """The chance baseline an outsider can build: one-way margins of the persons outside the
     target ``unit`` in the smallest enclosing unit that has any (the county for a tract, else
-    the state, else the whole population less the unit). With ``block_domain`` (tract targets
-    that keep BLOCK, BLOCK first) the BLOCK margin is ``block_weights``, which the caller takes
+    the state, else the whole population less the unit). With ``blocks`` (the domain, BLOCK first, and one weight
+    per BLOCK code: tract targets that keep BLOCK) the BLOCK margin is the weights, which the caller takes
     from public inputs or the holdout, never from D. None when nobody lives outside the unit.
     """
     if population.geography is None:
@@ -163,7 +162,8 @@ def outside_chance(population: Dataset, level: str, unit: str, attributes: list[
     pool = population.project(attributes)
     pool = Dataset(pool.domain, pool.codes[rows])
     prior = ChancePrior.from_data(pool)
-    if block_domain is None:
+    if blocks is None:
         return prior
+    block_domain, block_weights = blocks
     w = np.asarray(block_weights, dtype=np.float64)
     return ChancePrior(block_domain, (w / w.sum(), *prior.margins))

@@ -284,7 +284,7 @@ class Study:
         dom = prob.private.domain
         priors: dict = {"holdout": EmpiricalPrior(dom, prob.holdout.codes)} if len(prob.holdout) else {}
         chance = outside_chance(self.pop, self.level, prob.unit, list(self.attributes),
-                                block_domain=dom if prob.with_block else None, block_weights=prob.block_weights)
+                                (dom, prob.block_weights) if prob.with_block else None)
         if chance is not None:
             priors["chance"] = chance
         geo_levels = [b for b in {*cfg.baselines.methods, *cfg.attack.init} if b not in ("holdout", "random", "chance")]
@@ -292,8 +292,7 @@ class Study:
             priors.update(
                 geographic_priors(
                     self.pop, self.level, prob.unit, list(self.attributes),
-                    block_domain=dom if prob.with_block else None,
-                    block_weights=prob.block_weights,
+                    blocks=(dom, prob.block_weights) if prob.with_block else None,
                     levels=sorted(geo_levels),
                     include_target=cfg.baselines.include_target,
                 )

@@ -20,7 +20,7 @@ from censusrecon.synth.histogram import DENSE_LIMIT, SparseHistogram, perturbed_
 from censusrecon.synth.mechanism import Mechanism, Relation, parse_relation
 from censusrecon.synth.release import TOTAL_PUBLIC_BY_RELATION, estimate_total, fit_synthetic, laplace_tables, workload_counts
 from censusrecon.synth.swapping import NOT_DP as SWAPPING_NOT_DP
-from censusrecon.synth.swapping import TARGETED_NOT_DP, swap_records, targeted_swap
+from censusrecon.synth.swapping import TARGETED_NOT_DP, SwapRule, swap_records, targeted_swap
 
 
 class ReleaseError(CensusReconError):
@@ -224,7 +224,7 @@ def publish_targeted_swapping(x: ReleaseInputs) -> Published:
     if x.pool is None:
         raise ReleaseError("targeted swapping swaps with persons of another area and was given none (pool)")
     risk = t.risk or [a for a in x.data.domain.names if a != "BLOCK"]
-    swapped, facts = targeted_swap(x.data, x.pool(), x.setting, x.rng, risk, list(t.match), t.threshold)
+    swapped, facts = targeted_swap(x.data, x.pool(), x.setting, x.rng, SwapRule(tuple(risk), tuple(t.match), t.threshold))
     return rows_published("targeted_swapping", swapped, x.workload, TARGETED_NOT_DP, facts)
 
 

@@ -3,6 +3,8 @@ records unique in their block first; the swapped file's exact tables are publish
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from censusrecon.microdata.census import P12_GROUP_OF_AGE as _AGE_GROUP
@@ -77,8 +79,18 @@ TARGETED_NOT_DP = ("targeted record swapping is not differentially private: the 
                    "data, and no ε bounds what the swapped tables reveal")
 
 
-def targeted_swap(data: Dataset, pool: Dataset, rate: float, rng: np.random.Generator, risk: list[str],
-                  match: list[str] = ("SEX", "AGE"), threshold: int = 1, block: str = "BLOCK"
+@dataclass(frozen=True)
+class SwapRule:
+    """Which records targeted swapping puts at risk and whom it swaps them with: a record is at risk when at most
+    ``threshold`` persons of its ``block`` share its values of ``risk``; its partner matches it on ``match``."""
+
+    risk: tuple[str, ...]
+    match: tuple[str, ...] = ("SEX", "AGE")
+    threshold: int = 1
+    block: str = "BLOCK"
+
+
+def targeted_swap(data: Dataset, pool: Dataset, rate: float, rng: np.random.Generator, rule: SwapRule
                   ) -> tuple[Dataset, dict]:
     """Targeted record swapping in the manner of the ONS's 2021 Census: records at risk of
     identification (at most ``threshold`` persons of their block share their values of ``risk``)
@@ -87,7 +99,9 @@ def targeted_swap(data: Dataset, pool: Dataset, rate: float, rng: np.random.Gene
     area outside this unit, over the same attributes without BLOCK) that matches it on ``match``
     (AGE by P12 age group): the outside record takes the block and the unit's record leaves it.
     Records without a partner stay. Persons, not households: the data here has no household ids.
-    Returns the swapped unit and facts (records swapped, at risk, at risk swapped, unpaired)."""
+    Returns the swapped unit and facts (records swapped, at risk, at risk swapped, unpaired); ``rule``: the
+    :class:`SwapRule` (``risk``, ``match``, ``threshold``, ``block``)."""
+    risk, match, threshold, block = list(rule.risk), list(rule.match), rule.threshold, rule.block
     if not 0 <= rate <= 1:
         raise PrivacyError(f"swap rate must lie in [0, 1], got {rate}")
     if block not in data.domain:

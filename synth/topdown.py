@@ -377,12 +377,14 @@ def round_keeping_sums(z: np.ndarray, total: np.ndarray) -> np.ndarray:
 SOLVERS = ("clarabel", "highs", "osqp")
 
 
-def solve_children(yd: np.ndarray, wd: float, yt: np.ndarray, wt: float, a: sp.csr_matrix,
+def solve_children(detailed: tuple[np.ndarray, float], tables: tuple[np.ndarray, float], a: sp.csr_matrix,
                    parent: np.ndarray | None, total: float | None = None, solver: str = "clarabel") -> np.ndarray:
-    """min Σ_c wd‖x_c − yd_c‖² + wt‖A x_c − yt_c‖² over x ≥ 0 (children × types), with
+    """min Σ_c wd‖x_c − yd_c‖² + wt‖A x_c − yt_c‖² over x ≥ 0 (children × types), ``detailed`` = (yd, wd) the
+    children's noisy detailed histograms and their weight, ``tables`` = (yt, wt) their noisy tables and theirs, with
     Σ_c x_c = ``parent`` cell by cell when a parent is given, and Σ x = ``total`` when given (the
     root's invariant). The residuals r_c = A x_c − yt_c are variables, so the problem stays sparse
     (A's columns are the person types, most tables count many of them)."""
+    (yd, wd), (yt, wt) = detailed, tables
     m, s = yd.shape
     k = a.shape[0]
     nx, nr = m * s, m * k
@@ -467,7 +469,7 @@ def estimate(shape: TreeShape, meas: Measurements, strategy: Strategy, solver: s
     if meas.detailed[0].ndim != 2:
         raise PrivacyError("estimation takes one release, not a batch of runs")
     wd, wt = _weights(meas, shape.levels[0])
-    x = solve_children(meas.detailed[0].astype(np.float64), wd, meas.tables[0].astype(np.float64), wt,
+    x = solve_children((meas.detailed[0].astype(np.float64), wd), (meas.tables[0].astype(np.float64), wt),
                        strategy.tables, None, meas.root_total, solver)[0]
     total = meas.root_total if meas.root_total is not None else int(round(x.sum()))
     est = [_total_rounding(x, max(total, 0))[None, :]]
@@ -482,8 +484,8 @@ def estimate(shape: TreeShape, meas: Measurements, strategy: Strategy, solver: s
             parent = est[lv - 1][p, support]
             a = strategy.tables[:, support]
             used = np.flatnonzero(a.getnnz(axis=1) > 0)  # cells no type of the support lies in stay 0
-            x = solve_children(meas.detailed[lv][kids][:, support].astype(np.float64), wd,
-                               meas.tables[lv][kids][:, used].astype(np.float64), wt, a[used], parent, None, solver)
+            x = solve_children((meas.detailed[lv][kids][:, support].astype(np.float64), wd),
+                               (meas.tables[lv][kids][:, used].astype(np.float64), wt), a[used], parent, None, solver)
             z = project_simplex(x, parent.astype(np.float64))  # exact column sums whatever the solver's tolerance
             out[np.ix_(kids, support)] = round_keeping_sums(z, parent)
         est.append(out)

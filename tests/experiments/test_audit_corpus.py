@@ -135,7 +135,7 @@ def _leaky_rounding(what):
         """:func:`synth.topdown.estimate`, its children's rounding given their true totals."""
         truth, T = _TRUE["hist"], synth.topdown
         wd, wt = T._weights(meas, shape.levels[0])
-        x = T.solve_children(meas.detailed[0].astype(np.float64), wd, meas.tables[0].astype(np.float64), wt,
+        x = T.solve_children((meas.detailed[0].astype(np.float64), wd), (meas.tables[0].astype(np.float64), wt),
                              strategy.tables, None, meas.root_total, solver)[0]
         total = meas.root_total if meas.root_total is not None else int(round(x.sum()))
         est = [T._total_rounding(x, max(total, 0))[None, :]]
@@ -149,8 +149,8 @@ def _leaky_rounding(what):
                     continue
                 a = strategy.tables[:, support]
                 used = np.flatnonzero(a.getnnz(axis=1) > 0)
-                x = T.solve_children(meas.detailed[lv][kids][:, support].astype(np.float64), wd,
-                                     meas.tables[lv][kids][:, used].astype(np.float64), wt, a[used],
+                x = T.solve_children((meas.detailed[lv][kids][:, support].astype(np.float64), wd),
+                                     (meas.tables[lv][kids][:, used].astype(np.float64), wt), a[used],
                                      est[lv - 1][p, support], None, solver)
                 z = T.project_simplex(x, est[lv - 1][p, support].astype(np.float64))
                 out[np.ix_(kids, support)] = rounding(z, est[lv - 1][p, support], truth[lv][kids].sum(axis=1))

@@ -173,7 +173,7 @@ def test_zcdp_topdown_is_consistent_and_records_rho_and_its_epsilon_delta():
 
 
 def test_targeted_swapping_takes_the_records_at_risk_first_and_swaps_them_with_another_areas():
-    from censusrecon.synth.swapping import targeted_swap
+    from censusrecon.synth.swapping import SwapRule, targeted_swap
 
     _D, _Dom = Dataset, Domain
     dom = Domain((Attribute("BLOCK", ("b1", "b2")), Attribute("SEX", ("M", "F")), Attribute("RACE", ("W", "B", "A"))))
@@ -181,11 +181,11 @@ def test_targeted_swapping_takes_the_records_at_risk_first_and_swaps_them_with_a
     unit = _D(dom, np.array([[0, 0, 0], [0, 0, 0], [0, 1, 1], [1, 1, 0], [1, 1, 0]]))
     pool_dom = _Dom(dom.attributes[1:])
     pool = _D(pool_dom, np.array([[1, 2], [0, 0]]))  # another tract: an Asian woman, a white man
-    out, facts = targeted_swap(unit, pool, 0.2, np.random.default_rng(0), ["SEX", "RACE"], ["SEX"])
+    out, facts = targeted_swap(unit, pool, 0.2, np.random.default_rng(0), SwapRule(("SEX", "RACE"), ("SEX",)))
     # 20% of 5 records: one swap, the record at risk, with the woman from the other area, in her block
     assert facts["records_at_risk"] == 1 and facts["records_swapped"] == 1 and facts["at_risk_swapped"] == 1
     assert out.codes[2].tolist() == [0, 1, 2] and np.array_equal(np.delete(out.codes, 2, 0), np.delete(unit.codes, 2, 0))
     none, facts = targeted_swap(unit, _D(pool_dom, np.array([[0, 0]])), 0.2, np.random.default_rng(0),
-                                ["SEX", "RACE"], ["SEX"])
+                                SwapRule(("SEX", "RACE"), ("SEX",)))
     assert facts["at_risk_swapped"] == 0 and facts["unpaired_targets"] >= 1  # no woman outside: she stays
     assert none.codes[2].tolist() == [0, 1, 1]
