@@ -166,7 +166,7 @@ def _unit_result(cfg: ExperimentConfig, w: UnitWork, only: set[str] | None, on_t
             w.frames.append(curve.assign(method=b, num_queries=0))
     tables_facts: dict = {}
     for kind in on_tables:  # after the baselines: the exact attack compares the best one's ranking with its rows
-        tables_facts.update(kind.on_tables(cfg, w, w.frames, w.rankings, lambda w_, m: _ties(cfg, w_, m), w.timings))
+        tables_facts.update(kind.on_tables(cfg, w))
     df = pd.concat(w.frames, ignore_index=True)
     df = df.assign(variant=w.prob.with_block, unit=w.prob.unit, u=w.u, n_rows=len(D), n_unique=unique_persons(D))
     facts = {
@@ -180,9 +180,12 @@ def _unit_result(cfg: ExperimentConfig, w: UnitWork, only: set[str] | None, on_t
     return df, facts
 
 
-def exact_attack(cfg: ExperimentConfig, w: UnitWork, frames: list, rankings: dict, ties, timings: dict) -> dict:
-    """The exact attack on each tables workload of one unit (the registry's ``exact``, its ``on_tables``): its
-    curves join ``frames``; returns the unit's facts of it (per workload, agreement, reidentification rows)."""
+def exact_attack(cfg: ExperimentConfig, w: UnitWork) -> dict:
+    """The exact attack on each tables workload of one unit (the registry's ``exact``, its ``on_tables``), after its
+    other attacks and baselines (``w.frames``, whose best baseline it compares with, and ``w.rankings``, RAP-Rank's,
+    whose rows it certifies): its curves join ``w.frames``, its seconds ``w.timings``; returns the unit's facts of it
+    (per workload, agreement, reidentification rows)."""
+    frames, rankings, timings = w.frames, w.rankings, w.timings
     from censusrecon.experiments.exact_eval import evaluate_exact
 
     facts, agree, reid = {}, [], []
@@ -193,7 +196,7 @@ def exact_attack(cfg: ExperimentConfig, w: UnitWork, frames: list, rankings: dic
         best = best_baselines(top, ~top["method"].map(is_attack), ["unit"])
         if len(best):
             b = best["method"].iloc[0]
-            base_rankings[b] = w.priors[b].ranking(rng=ties(w, b), limit=len(w.prob.private))
+            base_rankings[b] = w.priors[b].ranking(rng=_ties(cfg, w, b), limit=len(w.prob.private))
     for q in cfg.queries:
         if not q.is_tables:
             continue

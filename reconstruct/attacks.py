@@ -86,8 +86,8 @@ class AttackKind:
             its certificates), after the unit's other attacks and baselines, whose rankings it may compare with.
         runs_when: for an attack on the tables, whether a config runs it (the exact attack: ``attack.exact``).
         facts: the unit facts it adds (a sweep task of it keeps them for the pooled summary).
-        on_tables: its run on one unit: ``(cfg, unit work, curves so far, rankings by (workload, method),
-            tie-breaking, timings) -> facts``, its curves added to the unit's.
+        on_tables: its run on one unit: ``(cfg, unit work) -> facts``, the unit's work holding its curves so far,
+            its rankings by (workload, method) and its timings, to which the attack adds its own.
         pool: ``(run directory, the tasks' markers) -> summary``: what a sweep pools of its tasks (its summary's
             entry under the attack's name).
     """
