@@ -394,7 +394,8 @@ class Evidence:
 @dataclass(frozen=True)
 class Standing:
     """Where one mechanism stands before its action is chosen: its verdicts and their combined status at its
-    setting, its audit's state and coverage, whether its ledger says it is fit for publication, its risks."""
+    setting, its audit's state and coverage, whether its ledger says it is fit for publication (and, where not, why),
+    its risks."""
 
     status: str
     setting: float | None
@@ -403,7 +404,12 @@ class Standing:
     coverage: Coverage | None
     fit: bool | None
     risk: str
-    simulated: bool = False
+    unfit_why: str = ""
+
+    @property
+    def simulated(self) -> bool:
+        """Not fit for publication because its noise came from the simulation backend."""
+        return self.fit is False and "simulation" in self.unfit_why
 
 
 def decide(cfg, ev: Evidence) -> Decision:
@@ -437,9 +443,10 @@ def _standing(cfg, mech: str, ev: Evidence, measured: set) -> Standing | None:
                                   [v.variant for v in verdicts], ev.audits, list(ev.released), r.audit.units != "all")
     entry = next((e for e in ev.entries if e["mechanism"] == mech), None)
     fit = None if entry is None or entry.get("for_publication") is None else bool(entry["for_publication"])
-    simulated = fit is False and "simulation" in (entry.get("not_dp") or entry.get("publication_note") or "")
+    unfit_why = ((entry.get("not_dp") or entry.get("publication_note") or "not fit for publication")
+                 if fit is False else "")
     return Standing(status, setting, verdicts, _audit_state(mech, ev.audits), coverage, fit,
-                    _risk_state(mech, ev.row_mechanisms, measured, ev.risk_note), simulated)
+                    _risk_state(mech, ev.row_mechanisms, measured, ev.risk_note), unfit_why)
 
 
 def _closing(cfg, mech: str, st: Standing, ev: Evidence) -> tuple[list[str], list[str]]:
@@ -450,9 +457,8 @@ def _closing(cfg, mech: str, st: Standing, ev: Evidence) -> tuple[list[str], lis
                    if a.mechanism == mech and a.outcome == "failed"]
         closed_no.append("the audit of the code that publishes it failed (" + "; ".join(failing) + ")")
     if st.fit is False:
-        entry = next(e for e in ev.entries if e["mechanism"] == mech)
         closed_no.append("noise from the simulation backend: seeded, for studies, not for publication" if st.simulated
-                         else entry.get("not_dp") or entry.get("publication_note") or "not fit for publication")
+                         else st.unfit_why)
     if st.status == "none_safe":
         closed_no.append("shown above the tolerance even at its most protective setting")
     if st.coverage is not None and not st.coverage.covered and st.audit != "failed":
