@@ -60,6 +60,13 @@ from censusrecon.synth.publishing import Draw
 log = logging.getLogger(__name__)
 
 
+#: the rows a unit's evaluation gathers beside its curves, each kind written to its own Parquet file of the results:
+#: the exact attack's status per release, the Bureau's agreement and reidentification, RAP-Rank's strength, and the
+#: published rows' agreement by block size
+EXACT_FILES = {"status": "exact_attack", "agreement": "agreement", "reidentification": "reidentification",
+               "strength": "strength", "agreement_by_size": "agreement_by_size"}
+
+
 def release_dir(out_root: str | Path, cfg: ExperimentConfig) -> Path:
     """results/<name>/<config-hash>/release/: beside the attack run of the same config, never in it."""
     return Path(out_root) / cfg.name / cfg.digest() / "release"
@@ -258,7 +265,7 @@ def _evaluate_units(study: Study, files: dict, store: UnitStore, progress: bool,
         units_bar.close()
     ledger = Ledger()
     curves, utility, micro, resumed = [], [], [], []
-    exact_statuses: dict = {"status": [], "agreement": [], "reidentification": [], "strength": [], "agreement_by_size": []}
+    exact_statuses: dict = {kind: [] for kind in EXACT_FILES}
     for task in tasks:  # every unit's result: this process's, or its files (an earlier call's, a Ray worker's)
         facts = results[task]
         curves.append(facts["curves"])
@@ -303,8 +310,7 @@ def _write_results(study: Study, store: UnitStore, got: _Gathered, seconds: floa
         earlier_failures = failed_audits(run_dir / "audit_history.jsonl", fingerprint,
                                          besides=audits[0].details["recorded_by_audit_command"])
     write_parquet(run_dir / "persons.parquet", release_persons(df))
-    for kind, name in (("status", "exact_attack"), ("agreement", "agreement"), ("reidentification", "reidentification"),
-                       ("strength", "strength"), ("agreement_by_size", "agreement_by_size")):
+    for kind, name in EXACT_FILES.items():
         if got.exact_statuses[kind]:
             write_parquet(run_dir / f"{name}.parquet", pd.DataFrame(got.exact_statuses[kind]))
     facts = {"units": units, "empty_units": empty, "levels": list(study.pop.geography.levels[1:]),
@@ -410,8 +416,7 @@ class _UnitRun:
         self.exact_on = cfg.attack.exact and not isinstance(self.w, Workload)
         self.spec = ReleaseSpec.of(cfg)  # what the config says about publishing, resolved once for the unit
         self.cache: dict = {}
-        self.exact_status: dict = {"status": [], "agreement": [], "reidentification": [], "strength": [],
-                                   "agreement_by_size": []}
+        self.exact_status: dict = {kind: [] for kind in EXACT_FILES}
         self.curves: list[pd.DataFrame] = []
         self.utility: list[dict] = []
         self.micro = [_micro_rows(self.D, unit, wb, "D"), _micro_rows(self.H, unit, wb, "holdout")]
