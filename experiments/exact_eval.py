@@ -231,7 +231,9 @@ def evaluate_exact(cfg, work, workload, rankings: dict, baseline_rankings: dict,
         methods = {k: D.domain.decode(v) for k, v in recon.items() if k in (names[0], *rankings)}
         if swap_facts is not None:  # the swapped file itself as the attacker's reconstruction (HDSR's HDF row)
             methods["hdf"] = hdf.codes
-        reid = _reid_rows(cfg, prob, methods, (zv_blocks, facts), None if swap_facts is None else hdf.codes, rng)
+        reid, zero_rule = _reid_rows(cfg, prob, methods, zv_blocks, None if swap_facts is None else hdf.codes, rng)
+        if zero_rule is not None:
+            facts["vulnerable_zero_blocks"] = zero_rule
     return curves, facts, agree, reid
 
 
@@ -291,19 +293,19 @@ def _agreement_rows(D, truth: np.ndarray, recon: dict, swapped: tuple | None) ->
     return agree
 
 
-def _reid_rows(cfg, prob, methods: dict, blocks: tuple, hdf_codes, rng: np.random.Generator) -> list[dict]:
-    """The Bureau's reidentification simulation against each reconstruction (``methods``: name → decoded rows); the
-    vulnerable group's blocks those of zero solution variability (``blocks``: the solve's blocks and the facts the
-    rule chosen is recorded in); the modal rule's block groups from the blocks' GEOIDs."""
-    zv_blocks, facts = blocks
+def _reid_rows(cfg, prob, methods: dict, zv_blocks: dict, hdf_codes, rng: np.random.Generator
+               ) -> tuple[list[dict], str | None]:
+    """The Bureau's reidentification simulation against each reconstruction (``methods``: name → decoded rows), and
+    the rule that chose the vulnerable group's blocks among the solve's (``zv_blocks``): those of zero solution
+    variability (None: no block measured); the modal rule's block groups from the blocks' GEOIDs."""
     D = prob.private
-    zero = None
+    zero, rule = None, None
     if zv_blocks and all(f.get("solvar") is not None for f in zv_blocks.values()):
         zero = {b for b, f in zv_blocks.items() if f["solvar"] == 0}  # the Bureau's: solvar 0
-        facts["vulnerable_zero_blocks"] = "solvar 0 (the Bureau's block relaxation)"
+        rule = "solvar 0 (the Bureau's block relaxation)"
     elif zv_blocks:
         zero = {b for b, f in zv_blocks.items() if f["zero_variability"] is True}
-        facts["vulnerable_zero_blocks"] = "zero variability on all the tables"
+        rule = "zero variability on all the tables"
     # the Bureau's modal rule falls back to the block group (block GEOIDs' first 12 characters)
     groups = block_groups(np.asarray(prob.blocks)) if prob.blocks and "BLOCK" in D.domain else None
     group_of_block = None if groups is None else np.unique(groups, return_inverse=True)[1]
@@ -312,4 +314,4 @@ def _reid_rows(cfg, prob, methods: dict, blocks: tuple, hdf_codes, rng: np.rando
                                                                   np.int64)])
     df = reidentification(D, methods, rng, cfg.reidentification, zero_variability_blocks=zero, tabulated=hdf_codes,
                           group_of_block=group_of_block)
-    return [] if df is None else df.to_dict("records")
+    return ([] if df is None else df.to_dict("records")), rule

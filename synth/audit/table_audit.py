@@ -144,7 +144,7 @@ def _table_bounds(src: AuditSource, t: _Tables, bound, backend, pair_conf: float
         r1 = range(2 * i * a.runs, (2 * i + 1) * a.runs)
         r2 = range((2 * i + 1) * a.runs, (2 * i + 2) * a.runs)
         y1 = t.publish(src, Draw(bound, rng0, runs=r1, cells=idx)).output.counts
-        y2 = src.publish(t.mech, t.eps, D2, t.workload, Draw(bound, rng0, runs=r2, cells=idx)).output.counts
+        y2 = t.case.publish(src, Draw(bound, rng0, runs=r2, cells=idx), D2).output.counts
         res = audit_outputs(y1, y2, t.exact[idx], (c2 - t.exact)[idx], t.eps, t.mech, pair_conf)
         bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
         if bound is backend or not backend.for_publication:  # the far tail over publication noise only
