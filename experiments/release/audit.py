@@ -26,7 +26,6 @@ from censusrecon.synth.audit.jobs import AuditPlan, audit_job, audit_level, unit
 from censusrecon.synth.audit.source import AuditSpec
 from censusrecon.synth.audit.statistics import AuditResult
 from censusrecon.synth.audit.timing import task_order, timing_key, expected_finish, expected_time, last_timing, shipped_timing
-from censusrecon.synth.registry import PROGRAM_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -68,18 +67,16 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
         seed, seed_source = (r.audit.seed, "given") if r.audit.seed is not None else (secrets.randbits(31), "fresh")
     else:
         seed_source = "given"
+    spec = AuditSpec.of(cfg)  # the DP mechanisms (swapping is not DP: no ε to audit) and programs (black boxes)
     if units is None:
-        roles = unit_roles(StudySource(study), study.units, seed)
+        roles = unit_roles(StudySource(study, spec), study.units, seed)
         units = list(roles)
     else:
         roles = {u: "given" for u in units}
-    eps_list = r.audited_epsilons()
-    mechanisms = r.dp_mechanisms  # swapping is not DP: there is no ε to audit
-    programs = list(r.programs)  # run by the tool, audited as black boxes
     shipped = shipped_timing(cfg)  # the config as given: the digest a record names
-    spec = audit_level(AuditSpec.of(cfg), len(units))  # the audit's settings, its tests at the audit's level
-    per_job = len(mechanisms) + len(programs)
-    jobs = [(wb, eps) for wb in cfg.target.with_block for eps in eps_list]
+    spec = audit_level(spec, len(units))  # the audit's settings, its tests at the audit's level
+    per_job = len(spec.names)
+    jobs = [(wb, eps) for wb in spec.with_block for eps in spec.audited_epsilons]
     cpus = (cfg.sweep.num_cpus or os.cpu_count() or 1) if backend == "ray" and address is None else 1
     timed = last_timing(history, task_order(spec, jobs), units, shipped)
     tasks = task_order(spec, jobs, timed)
@@ -125,15 +122,13 @@ def _audit_on_ray(study: Study, spec: AuditSpec, plan: AuditPlan, jobs: list, ta
     """Each (BLOCK variant, ε, mechanism or program) a Ray task (through the loop the long commands share),
     submitted in the order of ``tasks`` (:func:`task_order`); results in :func:`audit_job`'s order."""
     cfg = study.cfg
-    r = cfg.release
     got = {}
     ray = RayTasks(audit_task, (cfg.model_dump(mode="json"), cfg.base_dir, spec, plan), address, cfg.sweep.num_cpus)
     for task, results in on_ray(ray, tasks, with_item=True):
         got[task] = results
         for res in results:
             bar.update(1, f"{res.mechanism} at ε = {task[1]:g}")
-    order = list(r.dp_mechanisms) + [PROGRAM_PREFIX + p.name for p in r.programs]
-    return [res for wb, eps in jobs for name in order for res in got[(wb, eps, name)]]
+    return [res for wb, eps in jobs for name in spec.names for res in got[(wb, eps, name)]]
 
 
 

@@ -108,8 +108,7 @@ def audit_level(spec: AuditSpec, units: int) -> AuditSpec:
     over every audited ε, variant, mechanism and program)."""
     programs = spec.programs
     return spec.at_confidence(family_level(
-        spec.audit, len(spec.audited_epsilons) * len(spec.with_block),
-        list(spec.mechanisms) + [PROGRAM_PREFIX + p.name for p in programs], units,
+        spec.audit, len(spec.audited_epsilons) * len(spec.with_block), list(spec.names), units,
         sum(p.measurements is not None for p in programs)
         + sum(STAGE_TESTS["spending"]) * sum(p.spending is not None for p in programs)))
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol
 
+from censusrecon.synth.registry import PROGRAM_PREFIX
+
 
 @dataclasses.dataclass(frozen=True)
 class AuditSpec:
@@ -49,6 +51,12 @@ class AuditSpec:
         return cls(r.audit, r.relation, r.backend, tuple(r.invariants), r.topdown, tuple(r.epsilons),
                    tuple(r.audited_epsilons()), tuple(r.dp_mechanisms), tuple(r.programs), cfg.target.level,
                    tuple(cfg.target.with_block), cfg.published)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """What the audit audits, in the order its results come: the DP mechanisms, then each release program as
+        ``program:<name>``."""
+        return self.mechanisms + tuple(PROGRAM_PREFIX + p.name for p in self.programs)
 
     def at_confidence(self, level: float) -> AuditSpec:
         """The same spec with every test at ``level``."""
