@@ -16,7 +16,6 @@ from censusrecon.synth.audit.neighbours import SMOOTHED_CELLS, audit_frame, hist
 from censusrecon.synth.audit.source import AuditSource, AuditSpec
 from censusrecon.synth.audit.statistics import AuditResult
 from censusrecon.synth.mechanism import parse_relation
-from censusrecon.synth.registry import PROGRAM_PREFIX
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,21 +43,21 @@ def audit_job(src: AuditSource, plan: AuditPlan, wb: bool, eps: float, cache: di
     alone, as a Ray task audits it."""
     spec = src.spec
     seed, units = plan.seed, plan.units
-    mechanisms = [m for m in spec.mechanisms if only in (None, m)]
-    programs = [p for p in spec.programs if only in (None, PROGRAM_PREFIX + p.name)]
+    names = [n for n in spec.names if only in (None, n)]
     common = {"audit_seed": seed, "audit_seed_source": plan.seed_source, "audited_units": list(units),
               "unit_roles": plan.roles, "with_block": wb}
     if spec.backend == "opendp":
         common["noise_drawn"] = ("whole releases, the structure and the replay through OpenDP, as published; the "
                                  "bound's releases per neighbour through the same code with the audit's keyed noise")
-    if "audit_frame" not in cache and mechanisms:  # programs use neither the frame nor the block list
+    mechanisms = [n for n in names if not registry.is_program(n)]  # programs use neither the frame nor the block list
+    if "audit_frame" not in cache and mechanisms:
         frame, _ = audit_frame(src, plan.anchor, wb)
         relation = parse_relation(spec.relation)
         cache["audit_frame"] = (_block_list_check(src, plan.anchor) if wb else None,
                                 histogram_pair(frame, relation), histogram_pair(frame, relation, cells=SMOOTHED_CELLS))
     blocks_check, small, smallest = cache.get("audit_frame", (None, None, None))
     out = []
-    for name in mechanisms + [PROGRAM_PREFIX + p.name for p in programs]:
+    for name in names:
         t0 = time.perf_counter()
         res = family_of(name).audit(FamilyCall(src, name, eps, wb, seed, tuple(units), cache, small, smallest))
         if blocks_check is not None and not registry.is_program(name):  # programs read no block list of ours
