@@ -45,9 +45,10 @@ def audit_program(call: FamilyCall, spec, unit: str, *, index: int = 0):
     on the first ``single_units`` (default every unit)."""
     src, wb, eps, seed, cache = call.src, call.with_block, call.epsilon, call.seed, call.cache
     a = src.spec.audit
+    at = _Where(unit, wb, eps, seed)
     if spec.spending is not None and index >= spec.spending.whole_units:
-        return _audit_ledger_only(src, spec, unit, wb, eps, seed, cache)
-    d = _draw_program(src, spec, _Where(unit, wb, eps, seed), cache, index)
+        return _audit_ledger_only(src, spec, at, cache)
+    d = _draw_program(src, spec, at, cache, index)
     checks: dict = {}
     info: dict = {"program_calls": (f"{d.runs} releases per call (a batch), and {spec.single_runs} of D one per call"
                                     if d.single is not None else f"one release per call, {d.runs} calls per input")}
@@ -281,9 +282,9 @@ def _ledger_checks(src: AuditSource, spec, inputs: tuple, eps: float,
     return checks, {"spending_" + k: v for k, v in info.items()}
 
 
-def _audit_ledger_only(src: AuditSource, spec, unit: str, wb: bool, eps: float, seed: int,
-                       cache: dict) -> AuditResult:
+def _audit_ledger_only(src: AuditSource, spec, at: _Where, cache: dict) -> AuditResult:
     """A unit past ``spending.whole_units``: the synthesizer's ledger on the unit's own D, no whole release."""
+    unit, wb, eps, seed = at.unit, at.wb, at.eps, at.seed
     _, inputs, _ = _program_instance(src, unit, wb, cache)
     checks, info = _ledger_checks(src, spec, inputs, eps, (seed, unit, wb, eps))
     checks["post_processing"] = LEDGER_POST_PROCESSING
