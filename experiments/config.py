@@ -13,21 +13,18 @@ import yaml
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from censusrecon.baselines.baseline_settings import BaselinesConfig
-from censusrecon.microdata.data_settings import DataConfig, QueryConfig, TargetConfig
+from censusrecon.microdata.data_settings import DataConfig, QueryConfig, Strict, TargetConfig
 from censusrecon.microdata.errors import ConfigError  # the schema's error, defined with the others (the audit raises it too)
 from censusrecon.reconstruct import attacks
 from censusrecon.reconstruct.attack_settings import AttackConfig
 from censusrecon.synth import registry
 from censusrecon.synth.release_settings import (AuditConfig, CellKeyConfig, ProgramMeasurementsConfig,  # noqa: F401
                                                 ProgramSpendingConfig, ReleaseConfig, ReleaseFileConfig,
-                                                ReleaseProgramConfig, Strict, TargetedSwapConfig, ToleranceConfig,
+                                                ReleaseProgramConfig, TargetedSwapConfig, ToleranceConfig,
                                                 TopDownConfig)
 
 
-_Strict = Strict  # every section: unknown keys are errors, values frozen
-
-
-class CommercialFileConfig(_Strict):
+class CommercialFileConfig(Strict):
     """Error rates of the simulated commercial attacker file (:mod:`experiments.reid`). The defaults
     give the Bureau's commercial file's structure (HDSR Table 4 and its notes): about 104 records per
     100 persons, 37% of them right on person, block, sex and 38-bin age, the errors mostly of block
@@ -46,7 +43,7 @@ class CommercialFileConfig(_Strict):
                          "of D's persons: with coverage, about 104 records per 100 persons")
 
 
-class ReidentificationConfig(_Strict):
+class ReidentificationConfig(Strict):
     """The Bureau's reidentification simulation: attacker files linked one to one to the
     reconstruction (and to the modal and proportional guessers), confirmed against D."""
 
@@ -57,7 +54,7 @@ class ReidentificationConfig(_Strict):
     commercial: CommercialFileConfig = CommercialFileConfig()
 
 
-class SweepConfig(_Strict):
+class SweepConfig(Strict):
     """Fan-out of an experiment over seeds (and its units and methods): see `censusrecon sweep`."""
 
     seeds: list[int] = Field([0], description="each seed runs the whole config again (units, methods)")
@@ -67,7 +64,7 @@ class SweepConfig(_Strict):
         "baselines: every baseline); default every method of the config and the baselines")
 
 
-class ExperimentConfig(_Strict):
+class ExperimentConfig(Strict):
     """One experiment: what data, which units, which queries, which attack and baselines.
 
     Relative file paths of ``data`` (path, units_file, dictionary) are read from the config's
