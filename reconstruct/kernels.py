@@ -68,6 +68,11 @@ class DenseAnswers:
         m[self.dense_index] = 1.0
         return m
 
+    def state_of(self, logits):
+        """The form a RAP fit keeps its (W × n') logits in for this plan: as they are (a plan may split them, see
+        :meth:`reconstruct.product_plan.ProductPlan.state_of`)."""
+        return logits
+
     def dense_targets(self, targets) -> np.ndarray:
         t = np.zeros(self.dense_size, np.float32)
         t[self.dense_index] = np.asarray(targets, dtype=np.float32)

@@ -12,7 +12,7 @@ import numpy as np
 
 from censusrecon.microdata.census import membership_matrix
 from censusrecon.reconstruct.kernels import DTYPES, DenseAnswers, block_answers, plan_dot
-from censusrecon.reconstruct.relaxed import Layout, softmax_backward, softmax_forward
+from censusrecon.reconstruct.relaxed import Layout, softmax_parts, softmax_parts_backward, split
 
 #: the cost of one element of a row-wise product pass relative to one matmul flop: the products
 #: are memory traffic, the matmuls compute-bound (used only to choose a plan's sides and parts)
@@ -339,10 +339,18 @@ class ProductPlan(DenseAnswers):
         hand-written gradient."""
         return self._dense_fn(dtype)[0](P)
 
-    def dense_answers_of_logits(self, logits: jax.Array, dtype: str = "float32") -> jax.Array:
+    def dense_answers_of_logits(self, logits, dtype: str = "float32") -> jax.Array:
         """``dense_answers`` of the softmax of recentred logits, one hand-written gradient for both:
-        the RAP step's entry point."""
+        the RAP step's entry point. ``logits`` is the per-attribute state (:meth:`state_of`) the step
+        keeps, or the stacked (W × n') array (split first)."""
+        if not isinstance(logits, tuple):
+            logits = split(logits, self.layout)
         return self._dense_fn(dtype)[1](logits)
+
+    def state_of(self, logits: jax.Array) -> tuple[jax.Array, ...]:
+        """The form a RAP fit keeps its logits in for this plan: one array per attribute, so that no op of the
+        step reads a slice of the whole (W × n') array (see :func:`reconstruct.relaxed.split`)."""
+        return split(logits, self.layout)
 
     @functools.lru_cache(maxsize=64)  # per (plan, dtype); bounded: a sweep builds many plans
     def _dense_fn(self, dtype: str):
@@ -352,28 +360,28 @@ class ProductPlan(DenseAnswers):
         parts = self._sides()
         @jax.custom_vjp
         def dense(P):
-            return self._forward(P, dt, parts)[0]
+            return self._forward(split(P, self.layout), dt, parts)[0]
 
         def fwd(P):
-            return self._forward(P, dt, parts)
+            return self._forward(split(P, self.layout), dt, parts)
 
         def bwd(res, g):
-            return (self._backward(res, g, dt, parts),)
+            return (jnp.concatenate(self._backward(res, g, dt, parts), axis=0),)
 
         dense.defvjp(fwd, bwd)
 
         @jax.custom_vjp
         def of_logits(L):
-            return self._forward(softmax_forward(L, self.layout, centred=True), dt, parts)[0]
+            return self._forward(softmax_parts(L), dt, parts)[0]
 
         def fwd_l(L):
-            P = softmax_forward(L, self.layout, centred=True)
+            P = softmax_parts(L)
             out, res = self._forward(P, dt, parts)
             return out, (P, res)
 
         def bwd_l(res, g):
             P, inner = res
-            return (softmax_backward(P, self._backward(inner, g, dt, parts), self.layout),)
+            return (softmax_parts_backward(P, self._backward(inner, g, dt, parts)),)
 
         of_logits.defvjp(fwd_l, bwd_l)
         return dense, of_logits
@@ -394,18 +402,20 @@ class ProductPlan(DenseAnswers):
 
     def _set_sums(self, P):
         """Per attribute, the (sets × n') summed probabilities, float32, rows in ``rows_of_set``
-        order: the single values as they are, then the other sets by one small exact matmul."""
+        order: the single values as they are, then the other sets by one small exact matmul. ``P``
+        holds each attribute's (size × n') probabilities (domain order: the plan's layout stacks
+        attributes in it)."""
         out = []
         for j, (direct, other, _) in enumerate(self._set_rows):
-            Pj = P[self.layout.rows_of(j)]
+            Pj = P[j]
             pieces = [_gather(Pj, direct)] if len(direct) else []
             if other.shape[1]:
                 pieces.append(jnp.asarray(other.T) @ Pj)
             out.append(pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=0))
-        return out + [jnp.ones((1, P.shape[1]), jnp.float32)]
+        return out + [jnp.ones((1, P[0].shape[1]), jnp.float32)]
 
     def _set_sums_cotangent(self, dS, n):
-        """The transpose of :func:`set_sums`: the (W × n') cotangent of P."""
+        """The transpose of :func:`set_sums`: the cotangent of each attribute's (size × n') probabilities."""
         out = []
         for j, (direct, other, _) in enumerate(self._set_rows):
             if dS[j] is None:  # an attribute no query restricts
@@ -417,7 +427,7 @@ class ProductPlan(DenseAnswers):
                 more = jnp.asarray(other) @ dS[j][k:]
                 dP = more if dP is None else dP + more
             out.append(dP)
-        return jnp.concatenate(out, axis=0)
+        return out
 
     def _side_cotangent(self, S, layout, kept, dX, dS):
         """The side's cotangent dX (rows × n'): each row's share summed into its parent's row and
@@ -459,10 +469,10 @@ class ProductPlan(DenseAnswers):
             outs.append(block_answers(L, R, dt).reshape(-1))
             kept.append((left, right))
         out = outs[0] if len(outs) == 1 else jnp.concatenate(outs)
-        return out / P.shape[1], (S, kept)
+        return out / P[0].shape[1], (S, kept)
 
     def _backward(self, res, g, dt, parts):
-        """The (W × n') cotangent of P from the answers' cotangent ``g``."""
+        """The cotangent of each attribute's (size × n') probabilities from the answers' cotangent ``g``."""
         S, kept = res
         n = S[-1].shape[1]
         g = g / n

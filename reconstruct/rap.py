@@ -21,7 +21,7 @@ from censusrecon.microdata.ranking import Ranking, rank_by_frequency
 from censusrecon.reconstruct.product_plan import ProductPlan
 from censusrecon.reconstruct.kernels import usable_dtype
 from censusrecon.reconstruct.queries import MarginalPlan
-from censusrecon.reconstruct.relaxed import logits_from_codes, random_logits, recentre, round_relaxed
+from censusrecon.reconstruct.relaxed import logits_from_codes, random_logits, recentre, round_relaxed, stacked
 from censusrecon.reconstruct.relaxed import probabilities as probs_of
 from censusrecon.reconstruct.settings import RAPSettings  # noqa: F401  (defined there, light; the attack's callers import it here)
 
@@ -127,29 +127,57 @@ def _loss(logits, targets, key, plan, settings: RAPSettings, mask, dtype):
     return jnp.sum(err[idx] ** 2)
 
 
-def _build_program(plan, settings: RAPSettings, with_pool: bool):
-    layout = plan.layout
+def _step_fn(plan, settings: RAPSettings):
+    """One Adam step of one run, ``step((logits, opt_state), key, targets) -> (logits, opt_state)``: the
+    work every step of a fit does (a block is a scan of it, recentred every :func:`recentre_every` steps)."""
     dtype = matmul_dtype(settings)
     opt = optax.adam(settings.learning_rate)
     mask_np = plan.dense_mask
 
-    def grad(logits, targets, key):
+    def step(carry, key, targets):
+        logits, opt_state = carry
         # the gradient only: the loss's value, a reduction per step, is computed once per block
-        return jax.grad(_loss)(logits, targets, key, plan, settings, jnp.asarray(mask_np), dtype)
+        g = jax.grad(_loss)(logits, targets, key, plan, settings, jnp.asarray(mask_np), dtype)
+        updates, opt_state = opt.update(g, opt_state, logits)
+        return optax.apply_updates(logits, updates), opt_state
+
+    return step, opt
+
+
+def step_cost(plan, settings: RAPSettings, batch: int = 1) -> dict:
+    """XLA's own cost analysis of one step (:func:`_step_fn`) vmapped over ``batch`` (unit, run) pairs, compiled
+    for this backend, per run-step: ``{"flops", "bytes_accessed", "transcendentals"}``. Bytes accessed is the
+    compiler's count of what every op of the compiled step reads and writes (each fusion's operands and
+    outputs): the memory traffic a change of the step is judged on, on a CPU as on a GPU (which fuses
+    differently, so the two counts differ)."""
+    step, opt = _step_fn(plan, settings)
+    logits = jax.vmap(plan.state_of)(jnp.zeros((batch, plan.layout.width, settings.rows), jnp.float32))
+    state = jax.vmap(opt.init)(logits)
+    keys = jax.random.split(jax.random.key(0), batch)
+    targets = jnp.zeros((batch, plan.dense_size), jnp.float32)
+    batched = jax.jit(jax.vmap(lambda lg, st, k, t: step((lg, st), k, t)))
+    cost = batched.lower(logits, state, keys, targets).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    names = {"flops": "flops", "bytes_accessed": "bytes accessed", "transcendentals": "transcendentals"}
+    return {name: float(cost.get(key, 0.0)) / batch for name, key in names.items()}
+
+
+def _build_program(plan, settings: RAPSettings, with_pool: bool):
+    layout = plan.layout
+    mask_np = plan.dense_mask
+    dtype = matmul_dtype(settings)
+    one_step, opt = _step_fn(plan, settings)
 
     def init_one(run_key, pool, pool_size):
-        logits = _initial_logits(jax.random.fold_in(run_key, 0), settings, layout,
-                                 (pool, pool_size) if with_pool else None)
+        logits = plan.state_of(_initial_logits(jax.random.fold_in(run_key, 0), settings, layout,
+                                               (pool, pool_size) if with_pool else None))
         return logits, opt.init(logits)
 
     def block_one(state, targets, run_key, block_index, n_steps):
         step_keys = jax.random.split(jax.random.fold_in(jax.random.fold_in(run_key, 1), block_index), n_steps)
 
         def step(carry, k):
-            logits, opt_state = carry
-            g = grad(logits, targets, k)
-            updates, opt_state = opt.update(g, opt_state, logits)
-            return (optax.apply_updates(logits, updates), opt_state), None
+            return one_step(carry, k, targets), None
 
         def steps_then_recentre(carry, keys):
             (logits, opt_state), _ = jax.lax.scan(step, carry, keys)
@@ -167,10 +195,10 @@ def _build_program(plan, settings: RAPSettings, with_pool: bool):
         return state, loss
 
     def round_one(state, run_key, draws):
-        return round_relaxed(jax.random.fold_in(run_key, 2), state[0], layout, draws)
+        return round_relaxed(jax.random.fold_in(run_key, 2), stacked(state[0]), layout, draws)
 
     def max_error_one(state, targets):
-        err = (plan.dense_answers(probs_of(state[0], layout), dtype) - targets) * jnp.asarray(mask_np)
+        err = (plan.dense_answers(probs_of(stacked(state[0]), layout), dtype) - targets) * jnp.asarray(mask_np)
         return jnp.max(jnp.abs(err))
 
     # one flat batch of (unit, run) pairs: each pair carries its unit's targets (and pool), so a

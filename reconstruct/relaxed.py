@@ -97,11 +97,46 @@ def probabilities(logits: jax.Array, layout: Layout, centred: bool = False) -> j
     return _softmax(layout, centred)(logits)
 
 
-def recentre(logits: jax.Array, layout: Layout) -> jax.Array:
+def recentre(logits, layout: Layout):
     """Shift each attribute's logits so its maximum is 0 (the softmax, hence every answer and
-    gradient, is unchanged: a softmax does not see a per-attribute shift)."""
+    gradient, is unchanged: a softmax does not see a per-attribute shift). ``logits`` is the stacked
+    (W, n') array or a per-attribute state (:func:`split`), returned in the same form."""
+    if isinstance(logits, tuple):
+        return tuple(x - jnp.max(x, axis=0, keepdims=True) for x in logits)
     seg = jnp.asarray(_segments(layout)[0])
     return logits - _segment_max(logits, layout)[seg]
+
+
+def split(logits: jax.Array, layout: Layout) -> tuple[jax.Array, ...]:
+    """The stacked (W, n') array as a per-attribute state: one (size × n') array per stacked attribute. A step
+    that reads each attribute apart (the census plan's) then never reads a slice of the whole array: XLA counts,
+    and on some backends moves, the whole operand of every op that slices it."""
+    off = layout.offsets
+    return tuple(logits[off[p]:off[p + 1]] for p in range(len(layout.sizes)))
+
+
+def stacked(state) -> jax.Array:
+    """The stacked (W, n') array of a state in either form (see :func:`split`)."""
+    return jnp.concatenate(state, axis=0) if isinstance(state, tuple) else state
+
+
+def softmax_parts(logits: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+    """The softmax of each attribute's recentred (size × n') logits (see :func:`recentre`: no maxima needed)."""
+    out = []
+    for x in logits:
+        e = jnp.exp(x)
+        out.append(e * (1.0 / jnp.sum(e, axis=0, keepdims=True)))
+    return tuple(out)
+
+
+def softmax_parts_backward(p: Sequence[jax.Array], g: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
+    """The per-attribute softmax's vector-Jacobian product, P ⊙ (dP − column sums of P ⊙ dP), float32."""
+    out = []
+    for pa, ga in zip(p, g):
+        pa = pa.astype(jnp.float32)
+        pg = pa * ga
+        out.append(pg - pa * jnp.sum(pg, axis=0, keepdims=True))
+    return tuple(out)
 
 
 def softmax_forward(logits: jax.Array, layout: Layout, centred: bool = False) -> jax.Array:
