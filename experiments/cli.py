@@ -199,9 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    from censusrecon.reconstruct.compile_cache import use_compilation_cache
     from censusrecon.reconstruct.rap import use_cpu_cores_as_devices
 
     use_cpu_cores_as_devices()  # before any JAX computation: every core runs RAP runs at once
+    use_compilation_cache()  # and compiled programs kept for the next run (CENSUSRECON_JAX_CACHE=off: not)
     try:
         if getattr(args, "out", None) is not None and args.command in ("run", "evaluate-release", "sweep"):
             _check_out(args.out)

@@ -250,9 +250,13 @@ def code_fingerprint() -> str:
 
 
 def jax_info() -> dict:
+    """The backend, its devices, and this process's compiles so far (seconds, programs, persistent-cache hits:
+    a run's compile time apart from its fitting time; see :mod:`reconstruct.compile_cache`)."""
     import jax
 
-    return {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]}
+    from censusrecon.reconstruct.compile_cache import compile_facts
+
+    return {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()], "compile": compile_facts()}
 
 
 def results_dir(arg: str | Path, out: str | Path = "results", overrides: list[str] | None = None) -> Path:
