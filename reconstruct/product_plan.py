@@ -230,7 +230,10 @@ class ProductPlan(DenseAnswers):
     their (left, right) places; L̄ = Ḡ · R and R̄ = Ḡᵀ · L; each factor's share is the side's
     cotangent times the level's other factors (never a division), summed into its attribute's
     set rows or its parents' rows (reduced over a group's block); and P̄_a is the transpose of
-    forming S_a. Operands are cast to the matmul dtype, every product and accumulation stays
+    forming S_a. Parents of three attributes or more are one attribute's set rows times a few rows
+    of the others' combinations (:func:`_parent_factors`), and the logits a fit keeps are one array
+    per attribute (:meth:`state_of`): both so that the step's ops read fewer and smaller arrays
+    (XLA's count of the 85-block step's bytes: 102.9 MB a run-step before, bench/run.py prints it). Operands are cast to the matmul dtype, every product and accumulation stays
     float32. Tested against autodiff of the plain definition (:func:`reference_product_answers`).
     """
 
@@ -396,7 +399,7 @@ class ProductPlan(DenseAnswers):
             factors = tuple((a, rows_of_set[a][val]) for a, val in factors)
             if groups is not None:
                 groups = tuple((first, count, rows_of_set[last][sets]) for first, count, sets in groups)
-            return factors, last, groups
+            return _parent_factors(factors), last, groups
 
         return [(side(p.left, p.left_combos), side(p.right, p.right_combos)) for p in self.parts]
 
@@ -455,9 +458,20 @@ class ProductPlan(DenseAnswers):
             _accumulate(dS, last, _scatter(d_sets[0] if len(d_sets) == 1 else jnp.concatenate(d_sets), all_sets,
                                          self._n_sets(last)))
             dX = d_parents[0] if len(d_parents) == 1 else jnp.concatenate(d_parents)
-        rows = [_gather(S[a], val, True) for a, val in factors]
-        for i, (a, val) in enumerate(factors):
-            _accumulate(dS, a, _scatter(_product([dX] + rows[:i] + rows[i + 1:]), val, self._n_sets(a)))
+        big, rest = factors
+        sources = [(S[a], val, a) for a, val in big]
+        if rest is not None:
+            sources.append((_rest_rows(S, rest[0]), rest[1], None))
+        rows = [_gather(src, val, True) for src, val, _ in sources]
+        for i, (src, val, a) in enumerate(sources):
+            share = _scatter(_product([dX] + rows[:i] + rows[i + 1:]), val, src.shape[0])
+            if a is not None:
+                _accumulate(dS, a, share)
+                continue
+            # the rest's combinations' cotangent (a few rows) into each of their attributes' set rows
+            each = [_gather(S[b], v) for b, v in rest[0]]
+            for k, (b, v) in enumerate(rest[0]):
+                _accumulate(dS, b, _scatter(_product([share] + each[:k] + each[k + 1:]), v, self._n_sets(b)))
 
     def _forward(self, P, dt, parts):
         """The dense answers of P, with what the gradient reads (the set sums, each side's rows)."""
@@ -492,12 +506,14 @@ def _gather(S, idx, again=False):
     """S[idx] for static rows ``idx``, as a slice when they are consecutive. ``again``: the
     backward's gather of rows the forward gathered too, written so that it is not merged
     with the forward's (each is then fused into its one consumer, instead of materialised
-    once and read twice: measured faster)."""
+    once and read twice: measured faster); behind an optimization barrier, which XLA's
+    simplifier cannot see through (a clamp of in-range constant indices it folded away, and
+    merged the two), so the backward's products read the small set rows, not a gathered copy."""
     start = _consecutive(idx)
     if start is not None:
         return S[start:start + len(idx)]
     rows = jnp.asarray(idx, jnp.int32)
-    return jnp.take(S, rows, axis=0, mode="clip") if again else S[rows]
+    return jnp.take(jax.lax.optimization_barrier(S), rows, axis=0, mode="clip") if again else S[rows]
 
 def _scatter(x, idx, segments):
     """The transpose of :func:`gather`: rows of x summed into ``segments`` rows at ``idx``."""
@@ -533,13 +549,48 @@ def _of_rows(groups):
     own = np.concatenate([np.tile(sets, count) for _, count, sets in groups])
     return par, own
 
+#: a side's parents are formed as one factor times the other factors' combinations when there are at most this
+#: many combinations per parent (see :func:`_parent_factors`)
+REST_MAX_SHARE = 0.5
+
+
+def _parent_factors(factors):
+    """A side's parent factors ((attribute, set row of each parent), ...) as (big, rest): with three or more, the
+    factor of most distinct sets stays a factor (``big``) and the others' distinct combinations become a few rows of
+    their own (``rest``: (their factors at each combination, each parent's combination)), formed once per step, so
+    that each parent is two gathered rows, not one per attribute, and its cotangent two shares, not one per
+    attribute (the 2010-sized tract's 193 parents of age × sex × Hispanic origin sets: 9 combinations of sex and
+    origin). ``rest`` is None where that does not pay (fewer than three factors, or combinations barely shared).
+
+    >>> big, rest = _parent_factors(((1, np.array([0, 1, 2, 3])), (2, np.array([0, 1, 0, 1])), (3, np.array([0, 0, 0, 0]))))
+    >>> big[0][0], rest[1].tolist(), [(a, v.tolist()) for a, v in rest[0]]
+    (1, [0, 1, 0, 1], [(2, [0, 1]), (3, [0, 0])])
+    """
+    if len(factors) < 3:
+        return tuple(factors), None
+    first = max(range(len(factors)), key=lambda k: (len(np.unique(factors[k][1])), -k))
+    others = [f for k, f in enumerate(factors) if k != first]
+    combos, which = np.unique(np.stack([v for _, v in others], axis=1), axis=0, return_inverse=True)
+    if len(combos) > REST_MAX_SHARE * len(factors[0][1]):  # combinations barely shared: the flat product reads less
+        return tuple(factors), None
+    return (factors[first],), (tuple((a, combos[:, k]) for k, (a, _) in enumerate(others)), np.asarray(which).reshape(-1))
+
+
+def _rest_rows(S, rest_factors):
+    """The rows of the rest's combinations (see :func:`_parent_factors`): a product of a few gathered set rows."""
+    return _product([_gather(S[a], v) for a, v in rest_factors])
+
+
 def _side_product(S, layout):
     """The side's rows (see :func:`_side_layout`): its parents' (or, with one attribute, its
     only) rows, a row-wise product of gathered set rows, then each row as its parent's row
     times its set's (per group a broadcast, or gathered). Returns (parents, rows) (the
     backward reads both)."""
-    factors, last, groups = layout
-    parents = _product([_gather(S[a], val) for a, val in factors])
+    (big, rest), last, groups = layout
+    rows = [_gather(S[a], val) for a, val in big]
+    if rest is not None:
+        rows.append(_gather(_rest_rows(S, rest[0]), rest[1]))
+    parents = _product(rows)
     if groups is None:
         return parents, parents
     if not _broadcast(groups):

@@ -19,6 +19,8 @@ def _random_workload(seed: int, blocks: int = 5, pad: int = 2):
     random value sets, per block or for the whole unit."""
     rng = np.random.default_rng(seed)
     sizes = {"A": int(rng.integers(2, 9)), "B": int(rng.integers(2, 4)), "C": int(rng.integers(3, 12))}
+    if seed == 2:  # a fourth: sides of four attributes, whose parents are three factors (see _parent_factors)
+        sizes["D"] = 2
     dom = Domain((Attribute("BLOCK", tuple(f"b{i}" for i in range(blocks)) + tuple(f"pad{i}" for i in range(pad))),)
                  + tuple(Attribute.range(k, v) for k, v in sizes.items()))
     cells = []
@@ -33,7 +35,7 @@ def _random_workload(seed: int, blocks: int = 5, pad: int = 2):
 
 
 @pytest.mark.parametrize("broadcast", [False, True])
-@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("seed", range(3))
 def test_answers_and_gradient_equal_the_plain_definition_and_autodiff(seed, broadcast, monkeypatch):
     """Both ways a side's big level is formed (gathered, or group by group as broadcasts), on sides
     of several groups (up to 7 parents × 4 sets)."""
@@ -42,6 +44,7 @@ def test_answers_and_gradient_equal_the_plain_definition_and_autodiff(seed, broa
 
     monkeypatch.setattr(queries, "BROADCAST_MAX_GROUPS", 1 << 30 if broadcast else -1)
     monkeypatch.setattr(queries, "BROADCAST_MAX_TERMS", 1 << 30)
+    monkeypatch.setattr(queries, "REST_MAX_SHARE", 1.0)  # every parent of three factors or more: one times the rest
     w = _random_workload(seed)
     first = ProductPlan.build(w)  # the cheapest split and parts
     d = len(w.domain)
@@ -57,8 +60,10 @@ def test_answers_and_gradient_equal_the_plain_definition_and_autodiff(seed, broa
 
     want, want_p, want_l = reference(P, logits)
     plans = [ProductPlan.build(w, split=split, by_level=by_level) for by_level in (False, True)
-             for split in [((0,), tuple(range(1, d))), ((0, 2), (1, 3))]] + [first]
+             for split in [((0,), tuple(range(1, d))), ((0, 2), tuple([1] + list(range(3, d))))]] + [first]
     assert {len(p.parts) for p in plans} == {1, 2}  # one part, and one per level (block cells, the unit's)
+    if seed == 2:  # parents of three factors, formed as one factor times the others' few combinations
+        assert any(side[0][1] is not None for plan in plans for sides in plan._sides() for side in sides)
     # every plan in float32; the chosen one in bfloat16 too (the dtype only casts the matmuls' operands)
     for dtype, chosen in (("float32", plans), (usable_dtype("bfloat16"), [first])):
         tol = 1e-5 if dtype == "float32" else 2e-2
