@@ -39,7 +39,8 @@ from censusrecon.microdata.marginals import Workload, answer, marginal_counts
 from censusrecon.reconstruct.product_plan import ProductPlan
 from censusrecon.reconstruct.kernels import usable_dtype
 from censusrecon.reconstruct.queries import MarginalPlan, exact_counts, plan_for
-from censusrecon.reconstruct.rap import RAPSettings, default_batch, rap_rank, use_cpu_cores_as_devices, rap_rank_units
+from censusrecon.reconstruct.rap import (RAPSettings, default_batch, min_bytes_per_step, rap_rank, rap_rank_units,
+                                         step_cost, use_cpu_cores_as_devices)
 
 #: the goals for RAP-Rank K = 100 x T = 1000 on 2 CPU cores, seconds (2-way, 3-way)
 MARGINAL_GOALS_S = {2: 15.0, 3: 300.0}
@@ -79,6 +80,40 @@ def _matmul_gflops(dtype, a, matmuls: int, reps: int) -> float:
     n = a.shape[-1]
     f = jax.jit(lambda x: jnp.matmul(x.astype(dtype), x.astype(dtype), preferred_element_type=jnp.float32))
     return _best_gflops(f, (a,), matmuls * 2 * n**3, reps)
+
+
+def stream_gbps(mib: int, reps: int = 10) -> float:
+    """GB/s of one device reading and writing an array of ``mib`` MiB (y = 2x + 1, float32; best of three): the
+    memory traffic a step's bytes are measured against, as the matmul peak is for its FLOPs."""
+    x = jnp.ones((mib << 18,), jnp.float32)
+    f = jax.jit(lambda a: a * 2.0 + 1.0)
+    jax.block_until_ready(f(x))
+    best = 0.0
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(reps):
+            jax.block_until_ready(f(x))
+        best = max(best, 2 * x.nbytes * reps / (time.perf_counter() - t) / 1e9)
+    return best
+
+
+def step_costs(name: str, plan, rows: int, out) -> None:
+    """XLA's own count of one compiled run-step (``reconstruct.rap.step_cost``: bytes accessed and FLOPs, per
+    dtype, one (unit, run) pair a call as RAP's CPU calls are per device) beside the hand counts: the FLOPs the
+    step must do and the least memory traffic it can have (``min_bytes_per_step``). Compiles, runs nothing."""
+    floor = min_bytes_per_step(plan, rows)
+    out[f"step_{name}_min_bytes"] = floor
+    out[f"step_{name}_useful_flops"] = plan.useful_flops_per_step(rows)
+    for precision in ("float32", "bfloat16"):
+        if usable_dtype(precision) != precision:
+            continue
+        tag = "" if precision == "float32" else "_bf16"
+        c = step_cost(plan, RAPSettings(rows=rows, precision=precision))
+        out[f"step_{name}{tag}_bytes_accessed"] = round(c["bytes_accessed"])
+        out[f"step_{name}{tag}_xla_flops"] = round(c["flops"])
+        print(f"{name} {precision}: XLA counts {c['bytes_accessed'] / 1e6:.1f} MB accessed a run-step "
+              f"({c['bytes_accessed'] / floor:.1f}x the {floor / 1e6:.1f} MB floor counted by hand) and "
+              f"{c['flops'] / 1e9:.3f} GFLOP ({plan.useful_flops_per_step(rows) / 1e9:.3f} needed)")
 
 
 def peak_gflops(dtype, n: int = 2048, reps: int = 10) -> float:
@@ -174,6 +209,11 @@ def step_rates(name, plan, targets, dom, rows, steps, peaks, out):
         out[f"step_{name}{tag}_frac_peak"] = round(frac, 3)
         out[f"step_{name}{tag}_useful_frac_peak"] = round(useful, 3)
         out[f"step_{name}{tag}_error_sampled_per_s"] = round(err, 2)
+        if "stream_gbps" in out:  # the share of the memory floor: the least traffic the step can have, at its rate
+            mem = min_bytes_per_step(plan, rows) * dense / 1e9 / out["stream_gbps"]
+            out[f"step_{name}{tag}_frac_memory_floor"] = round(mem, 3)
+            print(f"{name} {precision}: {mem:.1%} of its memory floor ({min_bytes_per_step(plan, rows) / 1e6:.1f} MB "
+                  f"a run-step at {out['stream_gbps']:.0f} GB/s)")
         of32 = ""
         if precision != "float32":
             f32 = needed / peaks["float32"]
@@ -340,10 +380,10 @@ class Figures(dict):
 
 
 #: every part of the bench, in the order a plain run does them
-PARTS = ("2way-steps", "2way-fit", "3way-steps", "3way-fit", "census", "census85", "exact", "exact2010",
+PARTS = ("cost", "2way-steps", "2way-fit", "3way-steps", "3way-fit", "census", "census85", "exact", "exact2010",
          "answers", "units", "topdown")
 #: the parts ``--steps-only`` keeps
-STEP_PARTS = ("2way-steps", "3way-steps", "census", "census85")
+STEP_PARTS = ("cost", "2way-steps", "3way-steps", "census", "census85")
 
 
 def marginal_problem(k: int):
@@ -385,6 +425,15 @@ def marginal_fit(k: int, args, peaks: dict, out: Figures) -> None:
     if k == 3:
         out["rap_rank_3way_peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2)
         print(f"peak RSS so far: {out['rap_rank_3way_peak_rss_gb']} GB")
+
+
+def census_costs(args, out: Figures) -> None:
+    """Both census steps' bytes and FLOPs as XLA counts them (compiled, not run): what a change of the step is
+    judged on before a GPU is lent."""
+    tract, cw = census_problem()
+    step_costs("census", ProductPlan.build(cw), 64 if args.quick else 300, out)
+    big, bw = census_problem(blocks=85)
+    step_costs("census85", ProductPlan.build(bw), 64 if args.quick else 1000, out)
 
 
 def census24(args, peaks: dict, out: Figures) -> None:
@@ -525,9 +574,12 @@ def main(argv=None) -> None:
             peaks["bfloat16"] = peak_gflops(jnp.bfloat16, _peak_size(args))
             print(f", bfloat16 operands {peaks['bfloat16']:.0f} GFLOP/s", end="")
         print()
+        out["stream_gbps"] = round(stream_gbps(16 if args.quick else (1024 if jax.default_backend() == "gpu" else 64)), 1)
+        print(f"memory: {out['stream_gbps']:.0f} GB/s read + written by one device")
         out["peak_gflops"] = round(peaks["float32"], 1)
         out["peak_gflops_bf16"] = round(peaks.get("bfloat16", 0.0), 1)
-    run = {"2way-steps": lambda: marginal_steps(2, args, peaks, out),
+    run = {"cost": lambda: census_costs(args, out),
+           "2way-steps": lambda: marginal_steps(2, args, peaks, out),
            "2way-fit": lambda: marginal_fit(2, args, peaks, out),
            "3way-steps": lambda: marginal_steps(3, args, peaks, out),
            "3way-fit": lambda: marginal_fit(3, args, peaks, out),

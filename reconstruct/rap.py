@@ -55,6 +55,15 @@ def pair_bytes(plan, rows: int) -> int:
     return 4 * (6 * W * rows + 4 * plan.dense_size + 2 * plan.activation_rows * rows)
 
 
+def min_bytes_per_step(plan, rows: int) -> int:
+    """The least memory traffic one run-step can have, counted by hand, bytes: Adam's logits and moments and the
+    gradient (W × n' floats, 7 passes: the gradient written, the logits and both moments read and written), every
+    row of n' floats the plan forms written once and read once (``activation_rows``), and the dense answers,
+    targets and mask read (float32). The floor a step's memory traffic is measured against (``bench/run.py``)."""
+    W = plan.layout.width
+    return 4 * (7 * W * rows + 2 * plan.activation_rows * rows + 3 * plan.dense_size)
+
+
 #: bytes of per-pair working set a CPU batch aims to stay under (cache-sized: past it the
 #: step leaves cache and a larger batch is slower per run; bench/rap.py measures it)
 CPU_WORKING_SET = 48 << 20
