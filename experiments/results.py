@@ -137,6 +137,20 @@ class RayTasks:
     args: tuple = ()
     address: str | None = None
     num_cpus: int | None = None
+    gpu: bool = False  # each task takes one GPU where the cluster has GPUs (tasks that fit RAP-Rank)
+
+
+def task_resources(gpu: bool, cluster: dict) -> dict:
+    """What one Ray task asks for: a CPU, and one GPU when it wants one (``gpu``) and the cluster (``cluster``, as
+    ``ray.cluster_resources()`` gives it) has any, so that every GPU of a node fits its own task's units and
+    Ray sets each task's CUDA_VISIBLE_DEVICES to its own GPU.
+
+    >>> task_resources(True, {"CPU": 32.0, "GPU": 4.0}), task_resources(True, {"CPU": 2.0})
+    ({'num_cpus': 1, 'num_gpus': 1}, {'num_cpus': 1, 'num_gpus': 0})
+    >>> task_resources(False, {"CPU": 32.0, "GPU": 4.0})
+    {'num_cpus': 1, 'num_gpus': 0}
+    """
+    return {"num_cpus": 1, "num_gpus": 1 if gpu and float(cluster.get("GPU", 0)) >= 1 else 0}
 
 
 @dataclass(frozen=True)
@@ -210,7 +224,7 @@ def on_ray(tasks: RayTasks, items: list, hooks: Hooks = Hooks(), with_item: bool
     with ray_session("ray", tasks.address, tasks.num_cpus):
         import ray
 
-        remote = ray.remote(num_cpus=1)(tasks.fn)
+        remote = ray.remote(**task_resources(tasks.gpu, ray.cluster_resources()))(tasks.fn)
         refs = {remote.remote(*tasks.args, item): item for item in items}
         pending = list(refs)
         while pending:

@@ -173,7 +173,7 @@ def sweep(cfg: ExperimentConfig, out_root: str | Path = "results", backend: str 
     args = (cfg_json, cfg.base_dir, str(run_dir), fingerprint)
     results, computed = finish(
         store, tasks, lambda chunk: [task_result(*args, t, say=bar.say) for t in chunk],
-        ray=RayTasks(run_task, args, address, cfg.sweep.num_cpus) if backend == "ray" else None,
+        ray=RayTasks(run_task, args, address, cfg.sweep.num_cpus, gpu=True) if backend == "ray" else None,
         hooks=Hooks(on_found=lambda n: bar.found(n, run_dir), on_done=lambda t: bar.update(1, t.id), on_idle=idle,
                     idle_s=PROGRESS_EVERY_S))
     bar.close()

@@ -72,8 +72,9 @@ CPU_WORKING_SET = 48 << 20
 def default_batch(settings: RAPSettings, n_pairs: int, plan=None) -> int:
     """(unit, run) pairs per compiled call. On a CPU split into several devices (the CLI splits
     it, one per core): one pair per device. On a single CPU device: as many as fit a
-    cache-sized working set, at most 8. On an accelerator: as many as fit 40% of its memory
-    (thousands for 2-way on a large GPU), because a big batch is what fills the device.
+    cache-sized working set, at most 8. On accelerators: as many as fit 40% of one's memory
+    (thousands for 2-way on a large GPU), because a big batch is what fills the device, times
+    the host's accelerators (the batch is split over all of them).
     ``settings.batch`` overrides all three (bench/run.py measures them)."""
     if settings.batch is not None:
         return max(1, min(settings.batch, n_pairs))
@@ -85,9 +86,22 @@ def default_batch(settings: RAPSettings, n_pairs: int, plan=None) -> int:
         want = devices if devices > 1 else max(1, min(8, CPU_WORKING_SET // per))
     else:
         stats = jax.local_devices()[0].memory_stats() or {}
-        budget = 0.4 * stats.get("bytes_limit", 16 << 30)
-        want = int(max(1, min(8192, budget // per)))
+        return accelerator_batch(per, stats.get("bytes_limit", 16 << 30), len(jax.local_devices()), n_pairs)
     return max(1, min(want, n_pairs))
+
+
+def accelerator_batch(per_pair: int, bytes_limit: int, devices: int, n_pairs: int) -> int:
+    """Pairs per call on ``devices`` accelerators of ``bytes_limit`` bytes each: as many as fit 40% of one's memory
+    (at most 8,192), on every one of them (the batch is split over all, see :func:`_pairs_sharding`); a stream
+    shorter than that is padded up to a multiple of the devices (the extra runs are dropped) so it is still split.
+
+    >>> accelerator_batch(20 << 20, 80 << 30, 1, 10**6), accelerator_batch(20 << 20, 80 << 30, 4, 10**6)
+    (1638, 6552)
+    >>> accelerator_batch(20 << 20, 80 << 30, 4, 10)  # 10 pairs over 4 GPUs: 3 each
+    12
+    """
+    each = int(max(1, min(8192, 0.4 * bytes_limit // per_pair)))
+    return max(1, min(each * devices, -(-n_pairs // devices) * devices))
 
 
 # ---- one run, pure functions over explicit state ------------------------------------------------

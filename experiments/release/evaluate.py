@@ -175,7 +175,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     store = UnitStore(run_dir, fingerprint, inputs)
     with ray_session(backend, address, cfg.sweep.num_cpus):  # one Ray start for the units and the audit
         ray = RayTasks(unit_task, (cfg.model_dump(mode="json"), cfg.base_dir, str(run_dir), fingerprint, inputs),
-                       address, cfg.sweep.num_cpus) if backend == "ray" else None
+                       address, cfg.sweep.num_cpus, gpu=True) if backend == "ray" else None
         got = _evaluate_units(study, files, store, progress, ray)
         got.recorded = None if reaudit else recorded_audit(run_dir, cfg, fingerprint)
         if got.recorded is not None:  # `censusrecon audit` audited this very code and config: its audit stands
