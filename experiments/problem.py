@@ -199,7 +199,8 @@ class Study:
         unit nobody lives in). With BLOCK, the attribute's values are the unit's blocks from the public
         block list (:meth:`blocks`), never from the persons, so the domain, every table's shape and
         every histogram's size are the same for any two neighbouring datasets. For the attack they are
-        padded (``pad_blocks``) up to a multiple of ``target.block_bucket`` with more empty blocks:
+        padded (``pad_blocks``) up to a multiple of ``target.block_bucket`` (or the next size of its
+        ``block_ladder``) with more empty blocks:
         their published cells are all 0 (as an agency's tables for an empty block are), nobody lives
         or is guessed there, and every unit of a bucket then has the same domain, hence one plan and
         one compiled program. A release publishes the listed blocks only (``pad_blocks=False``)."""
@@ -211,7 +212,7 @@ class Study:
             code = np.array([position[b] for b in data.geography.units("block")], dtype=np.int64)
             names = block_names(blocks)
             if pad_blocks:
-                names += tuple(f"pad{i}" for i in range(-len(names) % self.cfg.target.block_bucket))
+                names += tuple(f"pad{i}" for i in range(self.cfg.target.padded_blocks(len(names)) - len(names)))
             data = data.with_column(Attribute("BLOCK", names), code, 0)
         return data
 

@@ -264,6 +264,18 @@ def test_tracts_with_block_are_padded_to_a_bucket_and_share_one_program(root, mo
     assert all(len(df) for df, _ in out)
 
 
+def test_a_block_ladder_pads_each_tract_to_its_rung_so_tracts_of_near_sizes_share_a_program(root):
+    cfg = load_config(root / "configs" / "census" / "tracts.yaml", ["target.units=6", "target.block_ladder=1.5"])
+    study = resolve(cfg)
+    real = [len(study.blocks(u)[0]) for u in study.units]
+    padded = [study.prepare(u, True).private.domain.size("BLOCK") for u in study.units]
+    rungs = [8]
+    while rungs[-1] < max(padded):
+        rungs.append(-(-int(np.ceil(rungs[-1] * 1.5)) // 8) * 8)  # 8, 16, 24, 40, 64, ...
+    for n, p in zip(real, padded):  # the least rung that holds the tract's listed blocks
+        assert p == min(r for r in rungs if r >= n) == cfg.target.padded_blocks(n), (n, p)
+
+
 def test_the_docs_list_every_command_and_notebook_and_every_command_explains_its_arguments(root, capsys):
     from censusrecon.experiments.cli import build_parser
 
