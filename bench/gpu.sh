@@ -9,11 +9,13 @@
 #      floor, RAP-Rank K = 100 x T = 1000 end to end (2-way, 3-way), 50 tracts x K = 100 x T = 1000 in
 #      shared calls (goal under 60 s on one H200), the 85-block and 24-block census steps with their fractions
 #      of the measured peak, the 2-way and 3-way step rates;
-#   5. as much of the paper's census experiment on 8 tracts of the 2010-shaped population
+#   5. a state streamed through the GPU (bench/run.py --parts state: 48 tracts of configs/census/state_2010.yaml at
+#      the paper's strength, GPU_STATE_TRACTS others): tracts/s, compiles apart, the nation projected;
+#   6. as much of the paper's census experiment on 8 tracts of the 2010-shaped population
 #      (configs/census/tracts_2010.yaml) as the time left allows.
 # Every figure is a JSON line appended to $OUT/gpu.jsonl the moment it is measured, so a run cut short keeps
 # what it measured; logs beside it. Each step has its own time limit inside the whole run's.
-# GPU_STAGES (default tests,bench,tracts) runs fewer steps, GPU_BENCH_PARTS other bench parts, GPU_TESTS_S
+# GPU_STAGES (default tests,bench,state,tracts) runs fewer steps, GPU_BENCH_PARTS other bench parts, GPU_TESTS_S
 # another limit for the tests (170 s: 159 took 115 s there), GPU_BUDGET_S another limit for the whole run: a rerun inside a lease's last minutes measures only what is missing.
 #
 #   make gpu-wheels                 here, once (the wheels, pinned in bench/gpu_wheels.txt, into .whl)
@@ -34,7 +36,7 @@ else
   wheels=${GPU_WHEELS:-.whl}
   budget=${GPU_BUDGET_S:-470}
 fi
-stages=",${GPU_STAGES:-tests,bench,tracts},"
+stages=",${GPU_STAGES:-tests,bench,state,tracts},"
 out=${OUT:-results-gpu}
 mkdir -p "$out"
 figures=$out/gpu.jsonl
@@ -138,7 +140,22 @@ grep -E "MET|peak:|units in|FAILED" "$out/bench.log"
 line "{\"bench_rc\": $rc, \"bench_s\": $(since "$t")}"
 fi
 
-# 5. the paper's census experiment on 8 tracts of the 2010-shaped population, as much as fits (its progress
+# 5. a state streamed through the GPU: the first tracts of the 2010-shaped state of configs/census/state_2010.yaml
+# at the paper's strength, tracts/s with the compiles apart and the projection for the nation
+if [ "$dry" = 1 ]; then
+  state=(--quick)
+else
+  state=(--state-tracts "${GPU_STATE_TRACTS:-48}")
+fi
+if [[ $stages == *,state,* ]]; then
+t=$(date +%s)
+timeout "$(limit 150)" "$py" bench/run.py --parts state "${state[@]}" --jsonl "$figures" > "$out/state.log" 2>&1
+rc=$?
+grep -E "^state|FAILED" "$out/state.log"
+line "{\"state_rc\": $rc, \"state_s\": $(since "$t")}"
+fi
+
+# 6. the paper's census experiment on 8 tracts of the 2010-shaped population, as much as fits (its progress
 # bars in the log say how far it got)
 if [ "$dry" = 1 ]; then
   tracts=(--no-progress --set attack.strength=config --set attack.runs=2 --set attack.steps=10 --set attack.rows=50

@@ -381,7 +381,7 @@ class Figures(dict):
 
 #: every part of the bench, in the order a plain run does them
 PARTS = ("cost", "2way-steps", "2way-fit", "3way-steps", "3way-fit", "census", "census85", "exact", "exact2010",
-         "answers", "units", "topdown")
+         "answers", "units", "state", "topdown")
 #: the parts ``--steps-only`` keeps
 STEP_PARTS = ("cost", "2way-steps", "3way-steps", "census", "census85")
 
@@ -529,6 +529,70 @@ def units_bench(args, out: Figures) -> None:
     print(f"  one at a time: {len(tracts) / alone:.2f} units/s (8 units timed)")
 
 
+#: census tracts of the 2010 nation (docs/pages/calibration.md): what a state's rate is projected to
+NATION_TRACTS_2010 = 73_057
+
+
+def state_bench(args, out: Figures) -> None:
+    """A state in one call: RAP-Rank with BLOCK on every SF1 table over the tracts of a 2010-shaped state
+    (configs/census/state_2010.yaml's population and padding: ``--state-tracts`` of them, 25 a county), streamed as
+    the run streams them: chunks of at most 64 tracts, each chunk's tracts of one padded size in shared calls over
+    every device. Tracts per second (with and without compiling), compile seconds apart (from this process's
+    compile clock), programs, peak host memory and device memory, and the projection for the nation."""
+    from censusrecon.experiments.config import load_config
+    from censusrecon.experiments.problem import exact_answers, resolve, unit_key
+    from censusrecon.reconstruct.compile_cache import compile_facts, listen
+    from censusrecon.reconstruct.queries import plan_for
+
+    listen()
+    n = 4 if args.quick else args.state_tracts
+    K, T, rows = (2, 10, 50) if args.quick else (args.state_runs, args.state_steps, args.state_rows)
+    cfg = load_config("configs/census/state_2010.yaml", [
+        f"data.population.counties_per_state={-(-n // 25)}", f"data.population.tracts_per_county={min(n, 25)}",
+        f"attack.strength=config", f"attack.runs={K}", f"attack.steps={T}", f"attack.rows={rows}"])
+    t0 = time.perf_counter()
+    study = resolve(cfg)
+    units = study.units[:n]
+    q = cfg.queries[0]
+    settings = RAPSettings(rows=rows, steps=T, steps_per_call=min(T, RAPSettings.steps_per_call))
+    plans: dict = {}
+    prepared = []
+    for u in units:
+        D = study.prepare(u, True).private
+        w = study.workload(q, D.domain)
+        key = (D.domain.sizes, w.num_queries)
+        plan = plans.setdefault(key, plan_for(w))
+        prepared.append((u, plan, exact_answers(D, w, plan), D.domain))
+    prep_s = time.perf_counter() - t0
+    before = compile_facts()
+    t0 = time.perf_counter()
+    chunk = 64
+    for start in range(0, len(prepared), chunk):
+        groups: dict = {}
+        for u, plan, answers, dom in prepared[start:start + chunk]:
+            groups.setdefault(plan, []).append((u, answers, dom))
+        for plan, members in groups.items():
+            rap_rank_units(plan, [a for _, a, _ in members], members[0][2],
+                           [unit_key(cfg, "rap", u, True, "random", q.label) for u, _, _ in members], K, settings,
+                           limit=1000)
+    fit_s = time.perf_counter() - t0
+    after = compile_facts()
+    compile_s = after["compile_seconds"] - before["compile_seconds"]
+    device_peak = (jax.local_devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
+    rate = len(units) / max(fit_s - compile_s, 1e-9)
+    out.update(state_tracts=len(units), state_setting=f"K={K}, T={T}, n'={rows}, block_ladder "
+               f"{cfg.target.block_ladder}", state_programs=len({p for _, p, _, _ in prepared}),
+               state_prep_s=round(prep_s, 1), state_fit_s=round(fit_s, 1), state_compile_s=round(compile_s, 1),
+               state_tracts_per_s=round(rate, 3), state_tracts_per_s_with_compile=round(len(units) / fit_s, 3),
+               state_nation_hours=round(NATION_TRACTS_2010 / rate / 3600, 2),
+               state_host_peak_rss_gb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2),
+               state_device_peak_gb=None if device_peak is None else round(device_peak / 1e9, 2))
+    print(f"state: {len(units)} 2010-shaped tracts with BLOCK, every SF1 table, {out['state_setting']}: "
+          f"{out['state_programs']} programs; prepared in {prep_s:.0f} s, fitted in {fit_s:.0f} s of which compiling "
+          f"{compile_s:.0f} s: {rate:.2f} tracts/s ({len(units) / fit_s:.2f} with compiling); the nation's "
+          f"{NATION_TRACTS_2010:,} tracts in {out['state_nation_hours']:.1f} hours at this rate")
+
+
 def _peak_size(args) -> int:
     """The peak's matmul size: large enough to fill the device (a GPU finishes 2048^3 in microseconds,
     where launch and sync would dominate)."""
@@ -543,6 +607,10 @@ def main(argv=None) -> None:
     ap.add_argument("--units", type=int, default=16, help="tracts in the many-units figure")
     ap.add_argument("--units-runs", type=int, default=10, help="K in the many-units figure")
     ap.add_argument("--units-steps", type=int, default=100, help="T in the many-units figure")
+    ap.add_argument("--state-tracts", type=int, default=1000, help="tracts in the state figure")
+    ap.add_argument("--state-runs", type=int, default=100, help="K in the state figure")
+    ap.add_argument("--state-steps", type=int, default=1000, help="T in the state figure")
+    ap.add_argument("--state-rows", type=int, default=1000, help="n' in the state figure")
     ap.add_argument("--topdown", action="store_true", help="only TopDown's estimation for one county")
     ap.add_argument("--steps-only", action="store_true",
                     help="only the steps' rates (2-way, 3-way, census; no end-to-end fits, exact attack or TopDown)")
@@ -589,6 +657,7 @@ def main(argv=None) -> None:
            "exact2010": lambda: exact_2010_bench(out),
            "answers": lambda: answers_bench(args, out),
            "units": lambda: units_bench(args, out),
+           "state": lambda: state_bench(args, out),
            "topdown": lambda: topdown_bench(out, tuple(args.topdown_solvers.split(",")))}
     failed = []
     for part in parts:

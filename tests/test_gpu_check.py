@@ -46,8 +46,10 @@ def test_the_gpu_check_runs_dry_as_it_will_on_the_gpu_machine(tmp_path):
     assert env["versions"]["censusrecon"] is not None  # the project installed, offline, without its dependencies
     assert figures["tests_rc"] == 0 and figures["tests"] > 0 and figures["failures"] == figures["errors"] == 0
     assert figures["bench_rc"] == 0
-    for name in ("peak_gflops", "rap_rank_2way_s", "units_seconds", "step_census_per_s"):
+    for name in ("peak_gflops", "rap_rank_2way_s", "units_seconds", "step_census_per_s", "step_census85_bytes_accessed",
+                 "step_census_frac_memory_floor", "state_tracts_per_s"):
         assert figures[name] > 0, name
+    assert figures["state_rc"] == 0 and figures["state_tracts"] == 4
     # each figure was appended as it was measured: the bench's lie between its start and its end
     order = [next(iter(line)) for line in lines]
     assert order.index("install_s") < order.index("peak_gflops") < order.index("units_seconds") < order.index("bench_rc")
