@@ -346,13 +346,27 @@ def run_seconds(this_call: float, resumed: list[dict]) -> dict:
 
 
 def time_words(manifest: dict) -> str:
-    """'504 s' or '504 s in all (3 s in this call; 6 units finished by earlier calls)'."""
+    """'504 s' or '504 s in all (3 s in this call; 6 units finished by earlier calls)', and the seconds this call
+    spent compiling where it counted them.
+
+    >>> time_words({"seconds_total": 504.2, "jax": {"compile": {"compiles": 9, "compile_seconds": 71.4}}})
+    '504 s (71 s of it compiling 9 programs)'
+    >>> time_words({"seconds_total": 504.2, "seconds_this_call": 3.1, "units_resumed": 6,
+    ...             "jax": {"compile": {"compiles": 9, "compile_seconds": 0.6, "cache_hits": 9}}})
+    '504 s in all (3 s in this call; 6 units finished by earlier calls; 1 s compiling 9 programs, 9 loaded from the compilation cache)'
+    """
     total = float(manifest.get("seconds_total", float("nan")))
     resumed = int(manifest.get("units_resumed", 0))
+    compiled = (manifest.get("jax") or {}).get("compile") or {}
+    compiling = ""
+    if compiled.get("compiles"):  # apart: a second run of the same shapes loads the programs instead
+        hits = compiled.get("cache_hits", 0)
+        compiling = (f"{compiled['compile_seconds']:.0f} s compiling {compiled['compiles']} programs"
+                     + (f", {hits} loaded from the compilation cache" if hits else ""))
     if not resumed:
-        return f"{total:.0f} s"
+        return f"{total:.0f} s" + (f" ({compiling.replace(' s compiling', ' s of it compiling', 1)})" if compiling else "")
     untimed = int(manifest.get("units_without_time", 0))
     return (f"{total:.0f} s in all ({manifest['seconds_this_call']:.0f} s in this call; {resumed} unit"
             f"{'s' if resumed > 1 else ''} finished by earlier calls"
-            + (f", {untimed} of them without a recorded time" if untimed else "") + ")")
-
+            + (f", {untimed} of them without a recorded time" if untimed else "")
+            + (f"; {compiling}" if compiling else "") + ")")
