@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -9,7 +10,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from censusrecon.microdata.dataset import Dataset
-from censusrecon.microdata.domain import Domain
+from censusrecon.microdata.domain import Attribute, Domain
 from censusrecon.microdata.errors import CensusReconError
 
 #: The six OMB races, in SF1 order.
@@ -262,6 +263,36 @@ def placed_cells(domain: Domain, cells: Sequence[Cell], block_attr: str | None =
             yield c, place, level, tuple(full)
 
 
+@dataclass(frozen=True)
+class _Template:
+    """What a census workload is for every unit of one domain shape: its queries, with each label as its cell's
+    name and the block it is placed in (-1: none; an area's name is in the cell name)."""
+
+    value_sets: tuple
+    queries: tuple
+    cells_per_table: tuple
+    query_levels: tuple
+    label_names: tuple
+    label_blocks: tuple
+
+
+@functools.lru_cache(maxsize=64)  # per domain shape, cells and areas: a state's padded sizes, bounded
+def _workload_template(names: tuple, shape: tuple, cells: tuple, block_attr: str | None, areas_key) -> _Template:
+    """The workload of a domain of ``names`` whose attributes have the values ``shape`` (the block attribute only
+    its size), built once with placeholder block names that are then read back out of the labels."""
+    attrs = tuple(Attribute(n, tuple(f"\x00{i}" for i in range(v)) if n == block_attr else v)
+                  for n, v in zip(names, shape))
+    areas = None if areas_key is None else {lv: [(nm, list(m)) for nm, m in v] for lv, v in areas_key}
+    w = CensusWorkload._build(Domain(attrs), list(cells), block_attr or "BLOCK", areas)
+    label_names, label_blocks = [], []
+    for label in w.labels:
+        name, at, place = label.partition("@\x00")
+        label_names.append(name)
+        label_blocks.append(int(place) if at else -1)
+    return _Template(w.value_sets, w.queries, w.cells_per_table, w.query_levels, tuple(label_names),
+                     tuple(label_blocks))
+
+
 def _binned_ages(cell: "Cell", ages: frozenset[int]) -> frozenset[int]:
     """A cell's single-year AGE set as the 38 bins it covers, when it is a union of whole bins; a table
     keyed on single years inside a bin (PCT12 from 22 on) cannot be tabulated from binned ages."""
@@ -303,7 +334,24 @@ class CensusWorkload:
         """Block-level cells become one query per block when ``block_attr`` is in the domain;
         cells of a level in ``areas`` (per level, each area's name and its blocks' codes: the
         tracts of a county) one query per area; other cells stay single queries over the whole
-        unit. Without ``block_attr`` every cell is summed to the unit."""
+        unit. Without ``block_attr`` every cell is summed to the unit.
+
+        Units whose domains differ only in their blocks' names (the tracts of a state padded to one size) share
+        everything but the labels: that is built once (:func:`_workload_template`) and relabelled per unit."""
+        has_block = block_attr is not None and block_attr in domain
+        names = tuple(a.name for a in domain.attributes)
+        shape = tuple(a.values if a.name != block_attr else len(a.values) for a in domain.attributes)
+        areas_key = None if not areas else tuple((lv, tuple((nm, tuple(int(i) for i in m)) for nm, m in v))
+                                                 for lv, v in sorted(areas.items()))
+        t = _workload_template(names, shape, tuple(cells), block_attr if has_block else None, areas_key)
+        block_names = domain.attribute(block_attr).values if has_block else ()
+        labels = tuple(name if b < 0 else f"{name}@{block_names[b]}" for name, b in zip(t.label_names, t.label_blocks))
+        return cls(domain, t.value_sets, t.queries, labels, t.cells_per_table, t.query_levels)
+
+    @classmethod
+    def _build(cls, domain: Domain, cells: Sequence[Cell], block_attr: str | None = "BLOCK",
+               areas: dict[str, Sequence[tuple[str, Sequence[int]]]] | None = None) -> "CensusWorkload":
+        """:meth:`build` without the template: every cell placed and deduplicated."""
         seen: dict[tuple, int] = {}
         labels: list[str] = []
         levels: list[str] = []

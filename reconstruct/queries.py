@@ -16,6 +16,7 @@ Both plans answer on the feature-major relaxed dataset of :mod:`reconstruct.rela
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -439,11 +440,26 @@ def per_attribute(P: jax.Array, layout: Layout) -> list[jax.Array]:
     return [P[layout.rows_of(i)].T for i in range(len(layout.sizes))]
 
 
+#: census plans a process keeps, the least recently used dropped first: the units of one padded size share one
+_CENSUS_PLANS: "OrderedDict[tuple, ProductPlan]" = OrderedDict()
+CENSUS_PLANS_KEPT = 32
+
+
 def plan_for(workload):
-    """The evaluation plan of a marginal workload or a census workload."""
+    """The evaluation plan of a marginal workload or a census workload. A census workload's plan depends on its
+    queries, value sets, levels and attribute sizes only, so units of one shape (the tracts of a state padded to one
+    size: their blocks named otherwise) share the plan built for the first of them."""
     if isinstance(workload, Workload):
         return MarginalPlan.build(workload)
-    return ProductPlan.build(workload)
+    levels = tuple(workload.levels().tolist()) if hasattr(workload, "levels") else ()
+    key = (workload.domain.sizes, tuple(workload.value_sets), tuple(workload.queries), levels)
+    plan = _CENSUS_PLANS.pop(key, None)
+    if plan is None:
+        plan = ProductPlan.build(workload)
+    _CENSUS_PLANS[key] = plan
+    while len(_CENSUS_PLANS) > CENSUS_PLANS_KEPT:
+        _CENSUS_PLANS.popitem(last=False)
+    return plan
 
 
 def one_hot(codes_t: jax.Array, layout: Layout, dtype=jnp.float32) -> jax.Array:

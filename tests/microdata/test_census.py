@@ -190,3 +190,38 @@ def test_cells_per_person_takes_the_block_whose_person_lies_in_the_most_queries(
     # blocks 0 and 2 lie in queries of the same person parts (0 and 1), block 1 in another multiset
     assert CensusWorkload._block_classes(np.array([[1, 0, 1], [0, 1, 0], [0, 1, 1]], dtype=bool),
                                          np.array([[0], [0], [1]])) == [0, 1]
+
+
+def test_units_of_one_shape_share_the_workloads_template_and_get_their_own_labels(tract):
+    """The tables' workload of a unit is the one every cell placed and deduplicated gives (CensusWorkload._build),
+    whether it was built for the first time or relabelled from another unit of the same shape (blocks named
+    otherwise): with BLOCK, with areas, and without BLOCK."""
+    from censusrecon.microdata.census import _workload_template
+
+    cells = [c for name in TABLE_SETS["sf1"] for c in sf1_tables()[name]]
+    n = tract.domain.size("BLOCK")
+    from censusrecon.microdata.domain import Domain
+
+    other = Domain((Attribute("BLOCK", tuple(f"b{n - i}" for i in range(n))),) + tuple(tract.domain.attributes[1:]))
+    _workload_template.cache_clear()
+    first = CensusWorkload.build(tract.domain, cells)
+    second = CensusWorkload.build(other, cells)  # from the first's template
+    assert _workload_template.cache_info().hits == 1
+    assert first == CensusWorkload._build(tract.domain, cells)
+    assert second == CensusWorkload._build(other, cells)
+    assert second.labels != first.labels and second.queries is first.queries
+    assert f"P1_001@b{n}" in second.labels and "P1_001@b" not in "".join(first.labels[:3])
+    w, domain = _area_workload()  # areas: their names stay as they are, the blocks' are the domain's
+    assert w == CensusWorkload._build(domain, w_cells := _area_cells(domain), areas={"tract": [("T1", [0, 1]), ("T2", [2])]})
+    assert CensusWorkload.build(domain, w_cells, areas={"tract": [("T1", [0]), ("T2", [1, 2])]}) == CensusWorkload._build(
+        domain, w_cells, areas={"tract": [("T1", [0]), ("T2", [1, 2])]})  # other areas: another template
+    persons = tract.project(["AGE", "SEX", "HISP", "CENRACE"]).domain
+    assert CensusWorkload.build(persons, cells) == CensusWorkload._build(persons, cells)
+
+
+def _area_cells(domain):
+    from censusrecon.microdata.tables import build_table_cells
+
+    specs = [{"name": "BT", "level": "block", "by": []}, {"name": "TT", "level": "tract", "by": []},
+             {"name": "TS", "level": "tract", "by": ["SEX"]}, {"name": "UT", "level": "county", "by": []}]
+    return build_table_cells(specs, domain, "county", coarser=["state"], finer=["tract"])
