@@ -343,7 +343,10 @@ class CensusWorkload:
         shape = tuple(a.values if a.name != block_attr else len(a.values) for a in domain.attributes)
         areas_key = None if not areas else tuple((lv, tuple((nm, tuple(int(i) for i in m)) for nm, m in v))
                                                  for lv, v in sorted(areas.items()))
-        t = _workload_template(names, shape, tuple(cells), block_attr if has_block else None, areas_key)
+        cells = tuple(c if all(isinstance(v, frozenset) for _, v in c.sets)  # a cell made with plain sets: hashable
+                      else Cell(c.table, c.number, c.label, tuple((a, frozenset(v)) for a, v in c.sets), c.level)
+                      for c in cells)
+        t = _workload_template(names, shape, cells, block_attr if has_block else None, areas_key)
         block_names = domain.attribute(block_attr).values if has_block else ()
         labels = tuple(name if b < 0 else f"{name}@{block_names[b]}" for name, b in zip(t.label_names, t.label_blocks))
         return cls(domain, t.value_sets, t.queries, labels, t.cells_per_table, t.query_levels)
