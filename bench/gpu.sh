@@ -5,8 +5,9 @@
 #      beside the machine's own JAX (no venv hides it), and the project with --no-deps;
 #   2. reports the environment and imports every module of the project; refuses if JAX sees no GPU;
 #   3. the JAX tests on the GPU backend (reconstruct/, the census step, the release path's JAX parts);
-#   4. bench/run.py: XLA's count of the census steps' bytes, the 85-block step's rate and share of its memory
-#      floor, RAP-Rank K = 100 x T = 1000 end to end (2-way, 3-way), 50 tracts x K = 100 x T = 1000 in
+#   4. bench/run.py: XLA's count of the census steps' bytes, the 85-block step's rate, share of its memory floor
+#      and profile (its longest kernels),
+#      RAP-Rank K = 100 x T = 1000 end to end (2-way, 3-way), 50 tracts x K = 100 x T = 1000 in
 #      shared calls (goal under 60 s on one H200), the 85-block and 24-block census steps with their fractions
 #      of the measured peak, the 2-way and 3-way step rates;
 #   5. a state streamed through the GPU (bench/run.py --parts state: 48 tracts of configs/census/state_2010.yaml at
@@ -127,9 +128,9 @@ fi
 
 # 4. the bench, each figure a JSON line as it is measured
 if [ "$dry" = 1 ]; then
-  bench=(--quick --parts cost,2way-fit,units,census)
+  bench=(--quick --parts cost,profile,2way-fit,units,census)
 else
-  bench=(--full --parts "${GPU_BENCH_PARTS:-cost,census85,2way-fit,3way-fit,units,census,2way-steps,3way-steps}"
+  bench=(--full --parts "${GPU_BENCH_PARTS:-cost,census85,profile,2way-fit,3way-fit,units,census,2way-steps,3way-steps}"
          --units 50 --units-runs 100 --units-steps 1000)
 fi
 if [[ $stages == *,bench,* ]]; then

@@ -380,10 +380,10 @@ class Figures(dict):
 
 
 #: every part of the bench, in the order a plain run does them
-PARTS = ("cost", "2way-steps", "2way-fit", "3way-steps", "3way-fit", "census", "census85", "exact", "exact2010",
+PARTS = ("cost", "profile", "2way-steps", "2way-fit", "3way-steps", "3way-fit", "census", "census85", "exact", "exact2010",
          "answers", "units", "state", "topdown")
 #: the parts ``--steps-only`` keeps
-STEP_PARTS = ("cost", "2way-steps", "3way-steps", "census", "census85")
+STEP_PARTS = ("cost", "profile", "2way-steps", "3way-steps", "census", "census85")
 
 
 def marginal_problem(k: int):
@@ -434,6 +434,50 @@ def census_costs(args, out: Figures) -> None:
     step_costs("census", ProductPlan.build(cw), 64 if args.quick else 300, out)
     big, bw = census_problem(blocks=85)
     step_costs("census85", ProductPlan.build(bw), 64 if args.quick else 1000, out)
+
+
+def step_profile(args, out: Figures, top: int = 12) -> None:
+    """Where the 85-block census step's time goes, by the profiler (``jax.profiler``): a fit of T steps of one run
+    per device traced, and the ops XLA ran (a GPU's kernels on its device plane; on a CPU the XLA threads' ops)
+    summed over the trace, the longest first, per run-step. Their names are the compiled step's (the HLO of
+    ``reconstruct.rap.step_cost``'s program names the same fusions)."""
+    import collections
+    import glob
+    import tempfile
+
+    big, bw = census_problem(blocks=85)
+    plan = ProductPlan.build(bw)
+    rows, T = (64, 4) if args.quick else (1000, 30)
+    s = RAPSettings(rows=rows, steps=T, steps_per_call=T)
+    runs = default_batch(s, 1 << 20, plan) if jax.default_backend() == "cpu" else len(jax.devices())
+    targets = bw.answer(big)
+    rap_rank(plan, targets, big.domain, jax.random.key(0), runs, s)  # compiled before the trace
+    folder = tempfile.mkdtemp(prefix="censusrecon-profile-")
+    with jax.profiler.trace(folder):
+        rap_rank(plan, targets, big.domain, jax.random.key(1), runs, s)
+    data = jax.profiler.ProfileData.from_file(sorted(glob.glob(f"{folder}/**/*.xplane.pb", recursive=True))[-1])
+    device = [p for p in data.planes if p.name.startswith("/device:")]
+    total: collections.Counter = collections.Counter()
+    for plane in device or [p for p in data.planes if p.name == "/host:CPU"]:
+        lines = list(plane.lines)
+        if device:  # a GPU plane has its modules, its ops and its streams' kernels: one of them, not all
+            ops = [ln for ln in lines if ln.name == "XLA Ops"] or [ln for ln in lines if ln.name.startswith("Stream")]
+            lines = ops or lines
+        else:  # the CPU's XLA threads, not Python's
+            lines = [ln for ln in lines if ln.name.startswith("tf_XLA")]
+        for line in lines:
+            for ev in line.events:
+                if not ev.name.startswith(("ThunkExecutor", "$")):
+                    total[ev.name] += ev.duration_ns
+    run_steps = runs * T
+    busy = max(sum(total.values()), 1)
+    out["profile_where"] = "device kernels" if device else "XLA CPU threads' ops"
+    out["profile_us_per_run_step"] = round(busy / 1e3 / run_steps, 2)
+    out["profile_top"] = [[name, round(ns / 1e3 / run_steps, 2), round(ns / busy, 3)] for name, ns in total.most_common(top)]
+    print(f"census85 profile ({out['profile_where']}, {runs} runs x {T} steps): {busy / 1e3 / run_steps:.1f} us of ops "
+          "a run-step; the longest:")
+    for name, us, share in out["profile_top"]:
+        print(f"  {us:8.2f} us  {share:6.1%}  {name}")
 
 
 def census24(args, peaks: dict, out: Figures) -> None:
@@ -647,6 +691,7 @@ def main(argv=None) -> None:
         out["peak_gflops"] = round(peaks["float32"], 1)
         out["peak_gflops_bf16"] = round(peaks.get("bfloat16", 0.0), 1)
     run = {"cost": lambda: census_costs(args, out),
+           "profile": lambda: step_profile(args, out),
            "2way-steps": lambda: marginal_steps(2, args, peaks, out),
            "2way-fit": lambda: marginal_fit(2, args, peaks, out),
            "3way-steps": lambda: marginal_steps(3, args, peaks, out),

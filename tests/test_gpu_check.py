@@ -50,6 +50,7 @@ def test_the_gpu_check_runs_dry_as_it_will_on_the_gpu_machine(tmp_path):
                  "step_census_frac_memory_floor", "state_tracts_per_s"):
         assert figures[name] > 0, name
     assert figures["state_rc"] == 0 and figures["state_tracts"] == 4
+    assert figures["profile_where"] == "XLA CPU threads' ops" and len(figures["profile_top"]) > 3  # a GPU: its kernels
     # each figure was appended as it was measured: the bench's lie between its start and its end
     order = [next(iter(line)) for line in lines]
     assert order.index("install_s") < order.index("peak_gflops") < order.index("units_seconds") < order.index("bench_rc")
