@@ -4,6 +4,7 @@ read from (tests/test_figures.py checks every marked figure against its record).
     python bench/record.py run configs/demo.yaml --seconds 231 --as demo_2026-12-05
     python bench/record.py evaluate-release configs/release_demo.yaml --seconds 812 --as release_demo_2026-12-05
     python bench/record.py make-test --seconds 700 --tests 570 --as make_test_2026-12-05
+    python bench/record.py gpu results-gpu --as gpu_h100_2026-12-07   # bench/gpu.sh's $OUT, every figure it gave
 
 For ``run`` the figures are the persons each method reconstructs over all units (unique in D, among its top u),
 the best guess's and the persons unique in D, per variant, as ``censusrecon run`` prints them; for
@@ -66,12 +67,29 @@ def release_figures(config: str, out: str, overrides: list[str]) -> dict:
             "actions": {m.mechanism: m.action for m in d.mechanisms}}
 
 
+def gpu_record(path: str) -> tuple[dict, dict, str]:
+    """A GPU check's figures (``bench/gpu.sh``'s ``$OUT/gpu.jsonl``, or the folder holding it): every JSON line
+    merged, later lines winning; with its machine (the device, its driver line, JAX and Python as the check found
+    them) and the commit it ran at. Returns (figures, machine, commit)."""
+    p = Path(path)
+    p = p / "gpu.jsonl" if p.is_dir() else p
+    figures: dict = {}
+    for line in p.read_text().splitlines():
+        if line.strip():
+            figures.update(json.loads(line))
+    env = figures.pop("environment", {})
+    machine = {"device": env.get("device_kind"), "nvidia_smi": env.get("nvidia_smi"), "devices": len(env.get("devices", [])),
+               "jax": env.get("jax"), "python": env.get("python"), "backend": env.get("backend")}
+    return figures, machine, str(figures.get("commit", "unknown"))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["run", "evaluate-release", "make-test"])
-    ap.add_argument("config", nargs="?")
-    ap.add_argument("--seconds", type=float, required=True, help="the wall time measured")
+    ap.add_argument("what", choices=["run", "evaluate-release", "make-test", "gpu"])
+    ap.add_argument("config", nargs="?", help="the config the run ran; for gpu: the check's $OUT (or its gpu.jsonl)")
+    ap.add_argument("--seconds", type=float, help="the wall time measured (gpu: the check's own)")
     ap.add_argument("--as", dest="name", required=True, help="the record's file name in bench/results/, no .json")
+    ap.add_argument("--dir", default=str(ROOT / "bench" / "results"), help="where the record goes (default bench/results)")
     ap.add_argument("--out", default="results")
     ap.add_argument("--set", action="append", default=[], dest="overrides")
     ap.add_argument("--tests", type=int, help="make-test: the tests that passed")
@@ -80,7 +98,21 @@ def main(argv=None) -> int:
     ap.add_argument("--commit", help="the commit the run was made at (default: this checkout's)")
     a = ap.parse_args(argv)
     if a.what != "make-test" and not a.config:
-        ap.error(f"{a.what} needs the config it ran")
+        ap.error(f"{a.what} needs the config it ran" if a.what != "gpu" else "gpu needs the check's $OUT")
+    if a.what == "gpu":  # every figure the device gave, as it gave them: nothing measured here
+        figures, machine, commit = gpu_record(a.config)
+        day = str(figures.get("started", date.today().isoformat()))[:10]
+        record = {"record": f"bash bench/gpu.sh on {machine['device']} ({machine['devices']} device(s)), JAX "
+                            f"{machine['jax']}, {day}",
+                  "provenance": f"measured on {day} at commit {commit} by bench/gpu.sh on the lent GPU machine; every "
+                                f"JSON line of its gpu.jsonl, merged (written by bench/record.py gpu){'; ' + a.note if a.note else ''}",
+                  "machine": machine, "figures": figures}
+        path = Path(a.dir) / f"{a.name}.json"
+        path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+        print(path)
+        return 0
+    if a.seconds is None:
+        ap.error(f"{a.what} needs --seconds")
     if a.what == "run":
         figures = run_figures(a.config, a.out, a.overrides)
         command = f"censusrecon run {a.config}"
@@ -98,9 +130,9 @@ def main(argv=None) -> int:
                             f"bench/record.py from the run's own files{'; ' + a.note if a.note else ''}",
               "machine": {"cpu": a.machine, "python": platform.python_version()},
               "figures": figures}
-    path = ROOT / "bench" / "results" / f"{a.name}.json"
+    path = Path(a.dir) / f"{a.name}.json"
     path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
-    print(path.relative_to(ROOT))
+    print(path)
     return 0
 
 

@@ -5,6 +5,7 @@ CPU at small sizes. Sessions lent the GPU are rare: the script must not rot betw
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,16 @@ def test_the_gpu_check_runs_dry_as_it_will_on_the_gpu_machine(tmp_path):
         assert figures[name] > 0, name
     assert figures["state_rc"] == 0 and figures["state_tracts"] == 4
     assert figures["profile_where"] == "XLA CPU threads' ops" and len(figures["profile_top"]) > 3  # a GPU: its kernels
+    # the record a session commits from it: every figure, the machine as the check found it
+    records = tmp_path / "records"
+    records.mkdir()
+    made = subprocess.run([sys.executable, "bench/record.py", "gpu", str(tmp_path), "--as", "gpu_dry", "--dir",
+                           str(records)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    record = json.loads((records / "gpu_dry.json").read_text())
+    assert record["machine"]["jax"] == env["jax"] and record["machine"]["devices"] == len(env["devices"])
+    assert record["figures"]["step_census85_bytes_accessed"] == figures["step_census85_bytes_accessed"]
+    assert record["figures"]["commit"] in record["provenance"] and "environment" not in record["figures"]
     # each figure was appended as it was measured: the bench's lie between its start and its end
     order = [next(iter(line)) for line in lines]
     assert order.index("install_s") < order.index("peak_gflops") < order.index("units_seconds") < order.index("bench_rc")
