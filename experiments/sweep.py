@@ -108,7 +108,12 @@ def running_line(p: dict) -> str:
 
 
 def run_task(cfg_json: dict, base_dir: str | None, run_dir: str, fingerprint: str, task: Task) -> Task:
-    """Run one task where the config is all there is (a Ray worker) and save it (:func:`task_result`)."""
+    """Run one task where the config is all there is (a Ray worker) and save it (:func:`task_result`); the worker
+    keeps its compiled programs in the compilation cache as the command line does, so the tasks after the first
+    of a shape load them."""
+    from censusrecon.reconstruct.compile_cache import use_compilation_cache
+
+    use_compilation_cache()
     task_result(cfg_json, base_dir, run_dir, fingerprint, task)
     return task
 

@@ -347,7 +347,10 @@ def unit_task(cfg_json: dict, base_dir: str | None, run_dir: str, fingerprint: s
               task: UnitTask) -> UnitTask:
     """One unit evaluated where the config is all there is (a Ray worker): the config resolved again against
     its data (the same units: the choice is seeded), the unit's release files read (the driver checked them against
-    every unit), :func:`evaluate_unit`."""
+    every unit), :func:`evaluate_unit`; its compiled programs kept in the compilation cache as the command line's."""
+    from censusrecon.reconstruct.compile_cache import use_compilation_cache
+
+    use_compilation_cache()
     study = resolve(parse_config(cfg_json).with_base_dir(base_dir))
     evaluate_unit(study, task, UnitStore(Path(run_dir), fingerprint, inputs), read_release_files(study, [task.unit]))
     return task
