@@ -22,7 +22,7 @@ from pathlib import Path
 #: never a result
 VOLATILE = {"code_fingerprint", "code", "when", "seconds", "audit_seconds", "elapsed", "elapsed_seconds", "started", "finished", "wall_seconds",
             "created", "written", "time", "duration", "seconds_by_audit", "timing", "run_seconds", "fit_seconds",
-            "unit_seconds"}
+            "unit_seconds", "compile"}
 
 
 def _volatile(key, ignore: set[str]) -> bool:

@@ -156,11 +156,13 @@ def task_resources(gpu: bool, cluster: dict) -> dict:
 @dataclass(frozen=True)
 class Hooks:
     """What a long command hears from its resume loop: ``on_found(n)`` how many tasks were done already,
-    ``on_start(chunk)`` before a local call, ``on_done(task)`` as each finishes, ``on_idle()`` every ``idle_s``
+    ``on_start(chunk)`` before a local call, ``on_next(chunk)`` with the chunk after it (to prepare it meanwhile),
+    ``on_done(task)`` as each finishes, ``on_idle()`` every ``idle_s``
     seconds without one (Ray)."""
 
     on_found: Callable | None = None
     on_start: Callable | None = None
+    on_next: Callable | None = None
     on_done: Callable | None = None
     on_idle: Callable | None = None
     idle_s: float | None = None
@@ -182,6 +184,9 @@ def finish(store: UnitStore, tasks: list[UnitTask], compute: Callable[[list[Unit
             chunk = todo[start:start + group]
             if hooks.on_start is not None:
                 hooks.on_start(chunk)
+            after = todo[start + group:start + 2 * group]
+            if hooks.on_next is not None and after:
+                hooks.on_next(after)
             for t, result in zip(chunk, compute(chunk)):
                 fresh[t] = result
                 if hooks.on_done is not None:

@@ -63,12 +63,14 @@ class UnitWork:
 
 
 def run_units(study: Study, tasks: list[tuple[str, bool]],
-              runs_bar: tqdm | None = None, only: set[str] | None = None) -> list[tuple[pd.DataFrame, dict]]:
+              runs_bar: tqdm | None = None, only: set[str] | None = None,
+              prepared: "Prefetch | None" = None) -> list[tuple[pd.DataFrame, dict]]:
     """Attack several units at once: for each RAP method, the units whose workloads share one
     evaluation plan (same domain and queries) are fitted by :func:`rap_rank_units` in shared
-    compiled calls. Each unit's result is what :func:`run_unit` gives it alone."""
+    compiled calls. Each unit's result is what :func:`run_unit` gives it alone. ``prepared``: units
+    prepared ahead (:class:`Prefetch`), the others here."""
     cfg = study.cfg
-    work = [_unit_work(study, unit, wb) for unit, wb in tasks]
+    work = [_unit_work(study, unit, wb) if prepared is None else prepared.take(unit, wb) for unit, wb in tasks]
     on_tables = attacks.on_tables(cfg, only)  # the exact attack: it compares RAP-Rank's rankings to its rows
     for q, init in itertools.product(cfg.queries, cfg.attack.init):
         name = cfg.rap_method(q, init)
@@ -80,6 +82,30 @@ def run_units(study: Study, tasks: list[tuple[str, bool]],
             if only is None or name in only:
                 _unit_attack(cfg, work, method, q, name)
     return [_unit_result(cfg, w, only, on_tables) for w in work]
+
+
+class Prefetch:
+    """Units prepared in a thread while the attacks of the units before them run: a unit's preparation (its data,
+    its tables' workload, their exact answers, its priors) is host work, and on a GPU as long as its fits. Each unit
+    is prepared as :func:`_unit_work` prepares it; what was not asked ahead is prepared when taken, and an error of
+    a preparation is raised where the unit is taken."""
+
+    def __init__(self, study: Study):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.study, self.pool, self.ahead = study, ThreadPoolExecutor(1, thread_name_prefix="prepare"), {}
+
+    def start(self, tasks) -> None:
+        for t in tasks:
+            if (t.unit, t.with_block) not in self.ahead:
+                self.ahead[(t.unit, t.with_block)] = self.pool.submit(_unit_work, self.study, t.unit, t.with_block)
+
+    def take(self, unit: str, wb: bool) -> UnitWork:
+        ahead = self.ahead.pop((unit, wb), None)
+        return _unit_work(self.study, unit, wb) if ahead is None else ahead.result()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _unit_work(study: Study, unit: str, wb: bool) -> UnitWork:
@@ -279,10 +305,12 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
     unit_bar = UnitProgress(len(tasks), "units", progress)
     runs_bar = tqdm(total=cfg.attack.runs, desc="K runs", disable=not unit_bar.tty, leave=False, unit="run")
     store = UnitStore(run_dir, fingerprint)
+    prefetch = Prefetch(study)  # the next chunk's units prepared while a chunk's attacks run
 
     def compute(chunk: list[UnitTask]) -> list[dict]:  # units of a chunk share compiled calls, and its time
         t_chunk = time.perf_counter()
-        results = run_units(study, [(t.unit, t.with_block) for t in chunk], runs_bar=runs_bar if unit_bar.tty else None)
+        results = run_units(study, [(t.unit, t.with_block) for t in chunk], runs_bar=runs_bar if unit_bar.tty else None,
+                            prepared=prefetch)
         each = round((time.perf_counter() - t_chunk) / max(len(chunk), 1), 2)
         return [store.save(t, df.reindex(columns=COLUMNS), {**f, "seconds_unit": each})
                 for t, (df, f) in zip(chunk, results)]
@@ -293,10 +321,11 @@ def run_experiment(cfg: ExperimentConfig, out_root: str | Path = "results", prog
     try:
         results, computed = finish(store, tasks, compute, group=units_per_call(study),
                                    hooks=Hooks(on_found=lambda n: unit_bar.found(n, run_dir), on_start=start,
-                                               on_done=lambda t: unit_bar.update(1, t.label)))
+                                               on_next=prefetch.start, on_done=lambda t: unit_bar.update(1, t.label)))
     except KeyboardInterrupt:
         raise unit_bar.interrupted() from None
     finally:
+        prefetch.close()
         runs_bar.close()
         unit_bar.close()
     frames = [results[t]["curves"] for t in tasks]
