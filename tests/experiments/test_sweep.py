@@ -192,3 +192,36 @@ def test_the_spread_between_seeds_is_the_lowest_and_highest_figure_of_each_row()
     assert rows[0] == ["solvar 0, % of blocks", "all blocks", "70.0%", "65.5%", "72.5%", "65.5–72.5%", "69.4%"]
     assert rows[1] == ["agreement", "all blocks", "n/a", "40.0%", "44.0%", "40.0–44.0%", "48.5%"]  # n/a: no figure
     assert rows[2] == ["only here", "x", "5.0%", "—", "—", "—", "—"]  # one figure: no spread
+
+
+def test_units_prepared_ahead_are_the_units_prepared_in_place_and_a_failed_one_fails_where_taken(root, monkeypatch):
+    """run's Prefetch prepares the next chunk's units in a thread: each as _unit_work prepares it in place; a unit
+    whose preparation fails raises where it is taken, and a unit not asked ahead is prepared when taken."""
+    import numpy as np
+
+    from censusrecon.experiments import runner
+    from censusrecon.experiments.problem import resolve
+    from censusrecon.experiments.results import UnitTask
+
+    study = resolve(load_config(root / "configs" / "tiny.yaml", OVERRIDES))
+    first, second = study.units[:2]
+    real = runner._unit_work
+
+    def failing(study, unit, wb):
+        if unit == second:
+            raise ValueError(f"no data for {unit}")
+        return real(study, unit, wb)
+
+    monkeypatch.setattr(runner, "_unit_work", failing)
+    ahead = runner.Prefetch(study)
+    try:
+        ahead.start([UnitTask(first, False), UnitTask(second, False)])
+        got, here = ahead.take(first, False), real(study, first, False)
+        assert np.array_equal(got.truth, here.truth) and got.u == here.u and np.array_equal(got.ks, here.ks)
+        for label, (_, _, _, answers) in here.workloads.items():
+            assert np.array_equal(got.workloads[label][3], answers)
+        with pytest.raises(ValueError, match=f"no data for {second}"):
+            ahead.take(second, False)
+        assert ahead.take(first, False).u == here.u  # taken again: not ahead any more, prepared now
+    finally:
+        ahead.close()
