@@ -116,11 +116,19 @@ def _pairwise_sum(terms: Sequence[jax.Array]) -> jax.Array:
     return terms[0]
 
 
-def _set_rows(size: int, sets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _set_rows(size: int, sets) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """How an attribute's set sums are formed without a matmul by a mostly-identity 0/1 matrix:
     the values that are a set by themselves are read as they are (``direct``, ascending), the
-    other sets are one small matmul by their membership matrix (``other``: values × sets); ``row``
-    gives each set's row among [direct values, other sets]."""
+    other sets are one small matmul by their membership matrix (``other``: values × sets), and the
+    set of every value (``full``), whose sum is 1 for every relaxed row, is a row of ones that
+    depends on nothing (its cotangent, the same for every value, is cancelled by the softmax's
+    backward: it is not formed); ``row`` gives each set's row among [direct values, other sets,
+    the full set].
+
+    >>> direct, other, row, full = _set_rows(3, [(0,), (0, 1, 2), (1, 2), (2,)])
+    >>> direct.tolist(), other.T.tolist(), row.tolist(), full
+    ([0, 2], [[0.0, 1.0, 1.0]], [0, 3, 2, 1], True)
+    """
     row = np.full(len(sets), -1, np.int64)
     seen: dict[int, int] = {}
     for i, vals in enumerate(sets):
@@ -129,9 +137,12 @@ def _set_rows(size: int, sets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     direct = np.array(sorted(seen), np.int64)
     for pos, v in enumerate(direct):
         row[seen[int(v)]] = pos
-    rest = [i for i in range(len(sets)) if row[i] < 0]
+    whole = [i for i in range(len(sets)) if row[i] < 0 and len(set(sets[i])) == size]
+    rest = [i for i in range(len(sets)) if row[i] < 0 and i not in whole[:1]]
     row[rest] = len(direct) + np.arange(len(rest))
-    return direct, membership_matrix(size, [sets[i] for i in rest]), row
+    if whole:
+        row[whole[0]] = len(direct) + len(rest)
+    return direct, membership_matrix(size, [sets[i] for i in rest]), row, bool(whole)
 
 
 def _parent_runs(combos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -330,7 +341,7 @@ class ProductPlan(DenseAnswers):
     def _step_flops(self, rows: int, cells: int) -> float:
         """2n' per multiply-add: three matmul cells (the answer and both sides' cotangents) per cell
         computed, and the other sets' sums with their cotangents."""
-        sets = 2 * sum(other.size for _, other, _ in self._set_rows)
+        sets = 2 * sum(other.size for _, other, _, _ in self._set_rows)
         return 2.0 * rows * (3 * cells + sets)
 
     def answers(self, P: jax.Array, dtype: str = "float32") -> jax.Array:
@@ -375,16 +386,16 @@ class ProductPlan(DenseAnswers):
 
         @jax.custom_vjp
         def of_logits(L):
-            return self._forward(softmax_parts(L), dt, parts)[0]
+            return self._forward(softmax_parts(L), dt, parts, True)[0]
 
         def fwd_l(L):
             P = softmax_parts(L)
-            out, res = self._forward(P, dt, parts)
+            out, res = self._forward(P, dt, parts, True)
             return out, (P, res)
 
         def bwd_l(res, g):
             P, inner = res
-            return (softmax_parts_backward(P, self._backward(inner, g, dt, parts)),)
+            return (softmax_parts_backward(P, self._backward(inner, g, dt, parts, True)),)
 
         of_logits.defvjp(fwd_l, bwd_l)
         return dense, of_logits
@@ -392,7 +403,7 @@ class ProductPlan(DenseAnswers):
     def _sides(self) -> list:
         """Each part's (left, right) side layouts (:func:`_side_layout`), with set indices turned into rows of the set
         sums (the padding attribute's one row of ones last)."""
-        rows_of_set = [r for _, _, r in self._set_rows] + [np.zeros(1, np.int64)]
+        rows_of_set = [r for _, _, r, _ in self._set_rows] + [np.zeros(1, np.int64)]
 
         def side(attrs, combos):
             factors, last, groups = _side_layout(attrs, combos)
@@ -403,33 +414,40 @@ class ProductPlan(DenseAnswers):
 
         return [(side(p.left, p.left_combos), side(p.right, p.right_combos)) for p in self.parts]
 
-    def _set_sums(self, P):
+    def _set_sums(self, P, normalised: bool = False):
         """Per attribute, the (sets × n') summed probabilities, float32, rows in ``rows_of_set``
         order: the single values as they are, then the other sets by one small exact matmul. ``P``
         holds each attribute's (size × n') probabilities (domain order: the plan's layout stacks
         attributes in it)."""
         out = []
-        for j, (direct, other, _) in enumerate(self._set_rows):
+        n = P[0].shape[1]
+        for j, (direct, other, _, full) in enumerate(self._set_rows):
             Pj = P[j]
             pieces = [_gather(Pj, direct)] if len(direct) else []
             if other.shape[1]:
                 pieces.append(jnp.asarray(other.T) @ Pj)
+            if full:  # every value's sum: 1 where P is a softmax's (``normalised``)
+                pieces.append(jnp.ones((1, n), jnp.float32) if normalised else jnp.sum(Pj, axis=0, keepdims=True))
             out.append(pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=0))
-        return out + [jnp.ones((1, P[0].shape[1]), jnp.float32)]
+        return out + [jnp.ones((1, n), jnp.float32)]
 
-    def _set_sums_cotangent(self, dS, n):
-        """The transpose of :func:`set_sums`: the cotangent of each attribute's (size × n') probabilities."""
+    def _set_sums_cotangent(self, dS, n, normalised: bool = False):
+        """The transpose of :func:`set_sums`: the cotangent of each attribute's (size × n') probabilities (where
+        P is a softmax's, ``normalised``, the full set's row is constant and its cotangent is not formed: it is the
+        same for every value, which the softmax's backward cancels)."""
         out = []
-        for j, (direct, other, _) in enumerate(self._set_rows):
-            if dS[j] is None:  # an attribute no query restricts
-                out.append(jnp.zeros((self.layout.sizes[j], n), jnp.float32))
-                continue
-            k = len(direct)
-            dP = _scatter(dS[j][:k], direct, self.layout.sizes[j]) if k else None
-            if other.shape[1]:
-                more = jnp.asarray(other) @ dS[j][k:]
-                dP = more if dP is None else dP + more
-            out.append(dP)
+        for j, (direct, other, _, full) in enumerate(self._set_rows):
+            k, m = len(direct), other.shape[1]
+            dP = None
+            if dS[j] is not None:  # None: an attribute no query restricts
+                dP = _scatter(dS[j][:k], direct, self.layout.sizes[j]) if k else None
+                if m:
+                    more = jnp.asarray(other) @ dS[j][k:k + m]
+                    dP = more if dP is None else dP + more
+                if full and not normalised:  # every value gets the full set's cotangent
+                    every = jnp.broadcast_to(dS[j][k + m:k + m + 1], (self.layout.sizes[j], n))
+                    dP = every if dP is None else dP + every
+            out.append(jnp.zeros((self.layout.sizes[j], n), jnp.float32) if dP is None else dP)
         return out
 
     def _side_cotangent(self, S, layout, kept, dX, dS):
@@ -473,9 +491,9 @@ class ProductPlan(DenseAnswers):
             for k, (b, v) in enumerate(rest[0]):
                 _accumulate(dS, b, _scatter(_product([share] + each[:k] + each[k + 1:]), v, self._n_sets(b)))
 
-    def _forward(self, P, dt, parts):
+    def _forward(self, P, dt, parts, normalised: bool = False):
         """The dense answers of P, with what the gradient reads (the set sums, each side's rows)."""
-        S = self._set_sums(P)
+        S = self._set_sums(P, normalised)
         outs, kept = [], []
         for left_tree, right_tree in parts:
             left, right = _side_product(S, left_tree), _side_product(S, right_tree)
@@ -485,7 +503,7 @@ class ProductPlan(DenseAnswers):
         out = outs[0] if len(outs) == 1 else jnp.concatenate(outs)
         return out / P[0].shape[1], (S, kept)
 
-    def _backward(self, res, g, dt, parts):
+    def _backward(self, res, g, dt, parts, normalised: bool = False):
         """The cotangent of each attribute's (size × n') probabilities from the answers' cotangent ``g``."""
         S, kept = res
         n = S[-1].shape[1]
@@ -495,7 +513,7 @@ class ProductPlan(DenseAnswers):
             G = g[self._bases[i]:self._bases[i + 1]].reshape(left[-1].shape[0], right[-1].shape[0])
             self._side_cotangent(S, left_tree, left, plan_dot(G, right[-1], dt), dS)
             self._side_cotangent(S, right_tree, right, plan_dot(G.T, left[-1], dt), dS)
-        return self._set_sums_cotangent(dS, n)
+        return self._set_sums_cotangent(dS, n, normalised)
 
 
 def _consecutive(idx) -> int | None:
