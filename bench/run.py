@@ -86,15 +86,7 @@ def stream_gbps(mib: int, reps: int = 10) -> float:
     """GB/s of one device reading and writing an array of ``mib`` MiB (y = 2x + 1, float32; best of three): the
     memory traffic a step's bytes are measured against, as the matmul peak is for its FLOPs."""
     x = jnp.ones((mib << 18,), jnp.float32)
-    f = jax.jit(lambda a: a * 2.0 + 1.0)
-    jax.block_until_ready(f(x))
-    best = 0.0
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(reps):
-            jax.block_until_ready(f(x))
-        best = max(best, 2 * x.nbytes * reps / (time.perf_counter() - t) / 1e9)
-    return best
+    return _best_gflops(jax.jit(lambda a: a * 2.0 + 1.0), (x,), 2 * x.nbytes, reps)  # "flops" counted in bytes
 
 
 def step_costs(name: str, plan, rows: int, out) -> None:
@@ -599,13 +591,11 @@ def state_bench(args, out: Figures) -> None:
     units = study.units[:n]
     q = cfg.queries[0]
     settings = RAPSettings(rows=rows, steps=T, steps_per_call=min(T, RAPSettings.steps_per_call))
-    plans: dict = {}
     prepared = []
-    for u in units:
+    for u in units:  # plan_for keeps the plan of each padded size: tracts of one size share it
         D = study.prepare(u, True).private
         w = study.workload(q, D.domain)
-        key = (D.domain.sizes, w.num_queries)
-        plan = plans.setdefault(key, plan_for(w))
+        plan = plan_for(w)
         prepared.append((u, plan, exact_answers(D, w, plan), D.domain))
     prep_s = time.perf_counter() - t0
     before = compile_facts()
