@@ -44,8 +44,13 @@ GPU_DRY_PYTHON ?= $(firstword $(foreach p,$(shell command -v python3.12 2>/dev/n
 JAX_TESTS := tests/reconstruct reconstruct tests/microdata/test_census.py tests/synth synth
 JAX_NEWEST_VENV := .venv-jax-newest
 
+# `make gpu-count-env`: JAX's CUDA plugin (for this JAX) and the CUDA compiler in .gpucount (0.8 GB), so that
+# `python bench/step_cost_at.py --gpu h100` compiles the RAP step for an H100 on a machine with no GPU and counts
+# its bytes (.venv is not changed: the script puts .gpucount on its path)
+GPU_COUNT := .gpucount
+
 .PHONY: demo test test-slow bench risk-env tumult-env smartnoise-env java browser clean gpu-wheels gpu-dry-env \
-  test-jax-newest
+  test-jax-newest gpu-count-env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -107,6 +112,12 @@ $(GPU_DRY_STAMP): bench/gpu_machine.txt bench/gpu_wheels.txt $(GPU_WHEELS_STAMP)
 	touch $(GPU_DRY_STAMP)
 
 gpu-dry-env: $(GPU_DRY_STAMP)
+
+gpu-count-env: $(STAMP)
+	jax=$$($(BIN)/python -c 'import jax; print(jax.__version__)') && \
+	  $(BIN)/python -m pip install --quiet --no-compile --no-deps --target $(GPU_COUNT) --upgrade \
+	    "jax-cuda13-plugin==$$jax" "jax-cuda13-pjrt==$$jax" nvidia-cuda-nvcc nvidia-nvvm nvidia-cuda-runtime \
+	    nvidia-cuda-crt
 
 test-jax-newest:
 	test -x $(JAX_NEWEST_VENV)/bin/python || $(GPU_DRY_PYTHON) -m venv $(JAX_NEWEST_VENV)

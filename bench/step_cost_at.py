@@ -1,22 +1,34 @@
 """XLA's count of the census steps' bytes and FLOPs a run-step, for any checkout of the project: the "before" of a
 change to the step is measured by the same count as its "after", on the same machine and JAX.
 
-    python bench/step_cost_at.py                 # this checkout
+    python bench/step_cost_at.py                 # this checkout, compiled for this machine (its CPU)
     python bench/step_cost_at.py /path/to/other  # another checkout (e.g. git worktree add /tmp/before 5a152b0)
+    python bench/step_cost_at.py --gpu h100 --batch 256 [PATH]  # compiled for an H100, on a machine with no GPU
 
 Prints one JSON object: per step (``census``: the 24-block tract, n' = 300; ``census85``: the 2010-sized tract,
-n' = 1,000), per dtype, ``step_<name>[_bf16]_bytes_accessed`` and ``_xla_flops`` for one (unit, run) pair a call
-(as RAP's CPU calls are per device), with the commit, backend and JAX version. Checkouts from before the step
-was one function (``reconstruct.rap._step_fn``) are lowered as they ran it: the gradient of their ``_loss`` and
-optax's Adam."""
+n' = 1,000), per dtype, ``step_<name>[_bf16]_bytes_accessed`` and ``_xla_flops`` per run-step of a call of
+``--batch`` (unit, run) pairs (default 1, as RAP's CPU calls are per device; a GPU's calls hold thousands), with
+the commit, target and JAX version. Checkouts from before the step was one function (``reconstruct.rap._step_fn``)
+are lowered as they ran it: the gradient of their ``_loss`` and optax's Adam.
+
+``--gpu h100`` compiles for the GPU that ``bench/gpu_targets/h100.txtpb`` describes, without one (JAX's deviceless
+ahead-of-time compilation: ``jax.experimental.topologies``), and counts the compiled program with XLA's cost
+analysis: the GPU's own fusions, so the bytes a GPU step moves are judged before a GPU is lent. It needs JAX's CUDA
+plugin and the CUDA compiler, in ``.gpucount`` (``make gpu-count-env``: 0.8 GB, nothing else changed). One
+difference from a compile on the card: with no device XLA cannot time its matmul configurations (autotuning), so it
+takes its default ones (a split of the contraction, for instance, where a card might pick another)."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
 
 
 def _import_from(root: Path) -> None:
@@ -27,51 +39,111 @@ def _import_from(root: Path) -> None:
     sys.path.insert(0, str(root / "bench"))
 
 
-def costs() -> dict:
+def analyse_hlo(text: str) -> dict:
+    """XLA's cost analysis (``{"flops", "bytes accessed", ...}``) of a compiled module given as its text: the
+    deviceless compile has no analysis of its own, so the GPU's compiled module is parsed and analysed by the CPU
+    client's cost model, which counts each op's (each fusion's) operands and outputs as it does for the CPU's
+    (a test checks it gives the CPU's own count of a CPU program)."""
+    from jax._src import xla_bridge
+    from jax._src.lib import xla_client
+
+    module = xla_client.hlo.hlo_module_from_text(text)
+    return xla_client._xla.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"), module)
+
+
+def _gpu_target(name: str):
+    """A sharding on one GPU of the kind ``bench/gpu_targets/<name>.txtpb`` describes, with no GPU here."""
+    from jax.experimental import topologies
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    spec = (HERE / "gpu_targets" / f"{name}.txtpb").read_text()
+    topology = topologies.get_topology_desc(platform="cuda", target_config=spec, topology="1x1x1")
+    return NamedSharding(topologies.make_mesh(topology, (1,), ("x",)), PartitionSpec())
+
+
+def _prepare_gpu() -> None:
+    """Before JAX is imported: its CUDA plugin on the path, and no device looked for (the plugin's checks of a
+    driver would fail with none; the CPU stays the default backend, the GPU only a compile target)."""
+    plugin = HERE.parent / ".gpucount"
+    if not plugin.is_dir():
+        raise SystemExit("--gpu needs JAX's CUDA plugin and compiler in .gpucount: run `make gpu-count-env`")
+    sys.path.insert(0, str(plugin))
+    os.environ["CUDA_VISIBLE_DEVICES"] = "-1"
+    os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = "1"
+    os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+def _step(plan, s):
+    """One run's step ``f(logits, opt_state, key, targets)`` and its state's shapes, as this checkout runs it."""
     import jax
     import jax.numpy as jnp
     import optax
 
     from censusrecon.reconstruct import rap
+
+    if hasattr(rap, "_step_fn"):
+        step, opt = rap._step_fn(plan, s)
+        f = lambda lg, st, k, t: step((lg, st), k, t)  # noqa: E731
+    else:  # the step as it was: one jitted gradient of the loss and optax's update
+        opt, mask = optax.adam(s.learning_rate), jnp.asarray(plan.dense_mask)
+
+        def f(lg, st, k, t):
+            g = jax.grad(rap._loss)(lg, t, k, plan, s, mask, s.precision)
+            u, st = opt.update(g, st, lg)
+            return optax.apply_updates(lg, u), st
+    state_of = getattr(plan, "state_of", lambda x: x)
+    logits = jax.eval_shape(lambda: state_of(jnp.zeros((plan.layout.width, s.rows), jnp.float32)))
+    return f, (logits, jax.eval_shape(opt.init, logits))
+
+
+def costs(gpu: str | None = None, batch: int = 1) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    from censusrecon.reconstruct import rap
     from censusrecon.reconstruct.product_plan import ProductPlan
     from run import census_problem  # the bench's own problems, from the checkout measured
 
+    sharding = _gpu_target(gpu) if gpu else None
     out = {}
     for name, blocks, rows in (("census", None, 300), ("census85", 85, 1000)):
         tract, w = census_problem(blocks=blocks) if blocks else census_problem()
         plan = ProductPlan.build(w)
         for precision in ("float32", "bfloat16"):
             s = rap.RAPSettings(rows=rows, precision=precision)
+            f, (logits, state) = _step(plan, s)
+            shapes = (logits, state, jax.eval_shape(lambda: jax.random.key(0)),
+                      jax.ShapeDtypeStruct((plan.dense_size,), jnp.float32))
+            args = jax.tree.map(lambda a: jax.ShapeDtypeStruct((batch,) + a.shape, a.dtype, sharding=sharding), shapes)
+            compiled = jax.jit(jax.vmap(f)).lower(*args).compile()
+            c = analyse_hlo(compiled.as_text()) if gpu else compiled.cost_analysis()
+            c = c[0] if isinstance(c, (list, tuple)) else c
             tag = "" if precision == "float32" else "_bf16"
-            if hasattr(rap, "step_cost"):
-                c = rap.step_cost(plan, s)
-                nbytes, flops = c["bytes_accessed"], c["flops"]
-            else:  # the step as it was: one jitted gradient of the loss and optax's update, vmapped over one pair
-                opt, mask = optax.adam(s.learning_rate), jnp.asarray(plan.dense_mask)
-
-                def step(lg, st, k, t):
-                    g = jax.grad(rap._loss)(lg, t, k, plan, s, mask, precision)
-                    u, st = opt.update(g, st, lg)
-                    return optax.apply_updates(lg, u), st
-
-                L = jnp.zeros((1, plan.layout.width, rows), jnp.float32)
-                c = jax.jit(jax.vmap(step)).lower(L, jax.vmap(opt.init)(L), jax.random.split(jax.random.key(0), 1),
-                                                  jnp.zeros((1, plan.dense_size), jnp.float32)).compile().cost_analysis()
-                c = c[0] if isinstance(c, (list, tuple)) else c
-                nbytes, flops = c["bytes accessed"], c["flops"]
-            out[f"step_{name}{tag}_bytes_accessed"] = round(nbytes)
-            out[f"step_{name}{tag}_xla_flops"] = round(flops)
+            out[f"step_{name}{tag}_bytes_accessed"] = round(c["bytes accessed"] / batch)
+            out[f"step_{name}{tag}_xla_flops"] = round(c["flops"] / batch)
     return out
 
 
 def main(argv=None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    root = Path(argv[0] if argv else Path(__file__).resolve().parents[1]).resolve()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("root", nargs="?", default=str(HERE.parent), help="the checkout to count (default: this one)")
+    ap.add_argument("--gpu", choices=sorted(p.stem for p in (HERE / "gpu_targets").glob("*.txtpb")),
+                    help="compile for this GPU (no GPU needed; make gpu-count-env first)")
+    ap.add_argument("--batch", type=int, default=1, help="(unit, run) pairs a call (default 1); counts are per pair")
+    args = ap.parse_args(argv)
+    if args.batch < 1:
+        ap.error("--batch must be at least 1")
+    root = Path(args.root).resolve()
+    if args.gpu:
+        _prepare_gpu()
     _import_from(root)
+    figures = costs(args.gpu, args.batch)
     import jax
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True).stdout
-    print(json.dumps({"commit": commit.strip(), "backend": jax.default_backend(), "jax": jax.__version__, **costs()}))
+    target = f"{args.gpu} (compiled with no device)" if args.gpu else jax.default_backend()
+    print(json.dumps({"commit": commit.strip(), "target": target, "batch": args.batch, "jax": jax.__version__,
+                      **figures}))
 
 
 if __name__ == "__main__":
