@@ -6,7 +6,8 @@
 #   2. reports the environment and imports every module of the project; refuses if JAX sees no GPU;
 #   3. the JAX tests on the GPU backend (reconstruct/, the census step, the release path's JAX parts);
 #   4. bench/run.py: XLA's count of the census steps' bytes, the 85-block step's rate, share of its memory floor
-#      and profile (its longest kernels),
+#      and profile (its longest kernels), the same step on the fused kernels (census85-pallas: its rate and floor
+#      share, and how near its fit is to the XLA step's),
 #      RAP-Rank K = 100 x T = 1000 end to end (2-way, 3-way), 50 tracts x K = 100 x T = 1000 in
 #      shared calls (goal under 60 s on one H200), the 85-block and 24-block census steps with their fractions
 #      of the measured peak, the 2-way and 3-way step rates;
@@ -128,9 +129,9 @@ fi
 
 # 4. the bench, each figure a JSON line as it is measured
 if [ "$dry" = 1 ]; then
-  bench=(--quick --parts cost,profile,2way-fit,units,census)
+  bench=(--quick --parts cost,profile,2way-fit,units,census,census85-pallas)
 else
-  bench=(--full --parts "${GPU_BENCH_PARTS:-cost,census85,profile,2way-fit,3way-fit,units,census,2way-steps,3way-steps}"
+  bench=(--full --parts "${GPU_BENCH_PARTS:-cost,census85,census85-pallas,profile,2way-fit,3way-fit,units,census,2way-steps,3way-steps}"
          --units 50 --units-runs 100 --units-steps 1000)
 fi
 if [[ $stages == *,bench,* ]]; then

@@ -179,7 +179,7 @@ def step_rate(plan, targets, dom, runs, steps, settings, repeats: int = 3):
     return best
 
 
-def step_rates(name, plan, targets, dom, rows, steps, peaks, out):
+def step_rates(name, plan, targets, dom, rows, steps, peaks, out, kernel: str = "xla"):
     """Run-steps/s for dense and error-sampled steps, per dtype, and the dense step's FLOP rate as a
     fraction of the dtype's peak: of the FLOPs its matmuls do (``frac_peak``) and of the FLOPs it
     must do (``useful_frac_peak``: each queried cell once, no by-products; see the plans'
@@ -189,7 +189,7 @@ def step_rates(name, plan, targets, dom, rows, steps, peaks, out):
         if usable_dtype(precision) != precision:
             print(f"{name}: {precision} not usable on this backend; skipped")
             continue
-        s = RAPSettings(rows=rows, steps=steps, precision=precision, steps_per_call=steps)
+        s = RAPSettings(rows=rows, steps=steps, precision=precision, steps_per_call=steps, kernel=kernel)
         batch = default_batch(s, 1 << 20, plan)
         tag = "" if precision == "float32" else "_bf16"
         dense = step_rate(plan, targets, dom, batch, steps, s)
@@ -372,10 +372,11 @@ class Figures(dict):
 
 
 #: every part of the bench, in the order a plain run does them
-PARTS = ("cost", "profile", "2way-steps", "2way-fit", "3way-steps", "3way-fit", "census", "census85", "exact", "exact2010",
+PARTS = ("cost", "profile", "2way-steps", "2way-fit", "3way-steps", "3way-fit", "census", "census85", "census85-pallas",
+         "exact", "exact2010",
          "answers", "units", "state", "topdown")
 #: the parts ``--steps-only`` keeps
-STEP_PARTS = ("cost", "profile", "2way-steps", "3way-steps", "census", "census85")
+STEP_PARTS = ("cost", "profile", "2way-steps", "3way-steps", "census", "census85", "census85-pallas")
 
 
 def marginal_problem(k: int):
@@ -510,6 +511,33 @@ def census85(args, peaks: dict, out: Figures) -> None:
     print(f"  (the step's own matmuls alone, at its shapes, every device at once: {mm_rate:.0f} GFLOP/s, so a step "
           f"of nothing but them would reach {bound:.1%} of the float32 peak; the step reaches "
           f"{frac85 / bound:.0%} of that bound)")
+
+
+def census85_pallas(args, peaks: dict, out: Figures) -> None:
+    """The 85-block step on the fused kernels (``kernel="pallas"``, :mod:`reconstruct.fused`): run-steps/s and share
+    of the memory floor beside ``census85``'s, and how far its answers are from the XLA step's after the same fit
+    (float rounding: the kernels sum in another order). A GPU's part: on a CPU the kernels only run in Pallas's
+    interpreter (the tests' check), far too slowly to time."""
+    if jax.default_backend() != "gpu" and not args.quick:
+        print("census85-pallas: the fused kernels are Triton programs, timed on a GPU only (--quick runs them in "
+              "the interpreter at a small size: a check of this part, no timing); skipped")
+        return
+    big, bw = census_problem(blocks=85)
+    bplan = ProductPlan.build(bw)
+    targets = bw.answer(big)
+    rows, steps = (64, 2) if args.quick else (1000, 30)
+    step_rates("census85_pallas", bplan, targets, big.domain, rows, steps, peaks, out, kernel="pallas")
+    fits = {}
+    for kernel in ("xla", "pallas"):
+        s = RAPSettings(rows=rows, steps=steps, steps_per_call=steps, kernel=kernel)
+        fits[kernel] = rap_rank(bplan, targets, big.domain, jax.random.key(5), 4, s)
+    a, b = fits["xla"], fits["pallas"]
+    out["step_census85_pallas_codes_equal_share"] = round(float(np.mean(a.codes == b.codes)), 4)
+    out["step_census85_pallas_final_loss_rel_diff"] = round(float(np.max(np.abs(a.final_loss - b.final_loss)
+                                                                         / np.maximum(np.abs(a.final_loss), 1e-30))), 6)
+    print(f"census85-pallas against the XLA step, 4 runs of {steps} steps: {out['step_census85_pallas_codes_equal_share']:.2%} "
+          f"of the rounded codes equal, final losses within {out['step_census85_pallas_final_loss_rel_diff']:.2e} "
+          "(relative)")
 
 
 def answers_bench(args, out: Figures) -> None:
@@ -688,6 +716,7 @@ def main(argv=None) -> None:
            "3way-fit": lambda: marginal_fit(3, args, peaks, out),
            "census": lambda: census24(args, peaks, out),
            "census85": lambda: census85(args, peaks, out),
+           "census85-pallas": lambda: census85_pallas(args, peaks, out),
            "exact": lambda: exact_bench(out),
            "exact2010": lambda: exact_2010_bench(out),
            "answers": lambda: answers_bench(args, out),

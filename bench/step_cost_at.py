@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -39,16 +41,43 @@ def _import_from(root: Path) -> None:
     sys.path.insert(0, str(root / "bench"))
 
 
+_DTYPE_BYTES = {"f32": 4, "s32": 4, "u32": 4, "bf16": 2, "f16": 2, "s8": 1, "u8": 1, "pred": 1, "s64": 8, "f64": 8}
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%(\S+) = (\(.*?\)|\w+\[[\d,]*\]\S*) custom-call\((.*?)\)")
+_SHAPE = re.compile(r"^\s*(?:ROOT )?%(\S+) = (\(.*?\)|\w+\[[\d,]*\]\S*) ")
+
+
+def _shape_bytes(shape: str) -> int:
+    total = 0
+    for dtype, dims in re.findall(r"\b(\w+)\[([\d,]*)\]", shape):
+        total += _DTYPE_BYTES.get(dtype, 0) * math.prod(int(d) for d in dims.split(",") if d)
+    return total
+
+
+def custom_call_bytes(text: str) -> int:
+    """What XLA's cost analysis leaves out of a module's bytes: its custom calls' (a Pallas kernel's, a library
+    call's), which it counts as none. Each is counted as its operands read once and its outputs written once, the
+    least it can move (a kernel's repeated reads of a small operand come from cache)."""
+    entry = text[text.index("\nENTRY"):]
+    shapes = {m.group(1): _shape_bytes(m.group(2)) for m in map(_SHAPE.match, entry.splitlines()) if m}
+    total = 0
+    for m in map(_INSTRUCTION.match, entry.splitlines()):
+        if m:
+            total += _shape_bytes(m.group(2)) + sum(shapes.get(a, 0) for a in re.findall(r"%([\w.\-]+)", m.group(3)))
+    return total
+
+
 def analyse_hlo(text: str) -> dict:
     """XLA's cost analysis (``{"flops", "bytes accessed", ...}``) of a compiled module given as its text: the
     deviceless compile has no analysis of its own, so the GPU's compiled module is parsed and analysed by the CPU
-    client's cost model, which counts each op's (each fusion's) operands and outputs as it does for the CPU's
-    (a test checks it gives the CPU's own count of a CPU program)."""
+    client's cost model, which counts each op's (each fusion's) operands and outputs as it does for the CPU's (a
+    test checks it gives the CPU's own count of a CPU program); plus :func:`custom_call_bytes`."""
     from jax._src import xla_bridge
     from jax._src.lib import xla_client
 
     module = xla_client.hlo.hlo_module_from_text(text)
-    return xla_client._xla.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"), module)
+    cost = dict(xla_client._xla.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"), module))
+    cost["bytes accessed"] = cost.get("bytes accessed", 0.0) + custom_call_bytes(text)
+    return cost
 
 
 def _gpu_target(name: str):
@@ -96,7 +125,7 @@ def _step(plan, s):
     return f, (logits, jax.eval_shape(opt.init, logits))
 
 
-def costs(gpu: str | None = None, batch: int = 1) -> dict:
+def costs(gpu: str | None = None, batch: int = 1, kernel: str = "xla") -> dict:
     import jax
     import jax.numpy as jnp
 
@@ -105,12 +134,20 @@ def costs(gpu: str | None = None, batch: int = 1) -> dict:
     from run import census_problem  # the bench's own problems, from the checkout measured
 
     sharding = _gpu_target(gpu) if gpu else None
+    extra = {}
+    if kernel != "xla":
+        if "kernel" not in rap.RAPSettings.__dataclass_fields__:
+            raise SystemExit(f"this checkout has no kernel setting (--kernel {kernel})")
+        extra["kernel"] = kernel
+        if gpu:  # the fused kernels compiled for the GPU by Triton, not run by the CPU's Pallas interpreter
+            from censusrecon.reconstruct import fused
+            fused.INTERPRET = False
     out = {}
     for name, blocks, rows in (("census", None, 300), ("census85", 85, 1000)):
         tract, w = census_problem(blocks=blocks) if blocks else census_problem()
         plan = ProductPlan.build(w)
         for precision in ("float32", "bfloat16"):
-            s = rap.RAPSettings(rows=rows, precision=precision)
+            s = rap.RAPSettings(rows=rows, precision=precision, **extra)
             f, (logits, state) = _step(plan, s)
             shapes = (logits, state, jax.eval_shape(lambda: jax.random.key(0)),
                       jax.ShapeDtypeStruct((plan.dense_size,), jnp.float32))
@@ -130,6 +167,8 @@ def main(argv=None) -> None:
     ap.add_argument("--gpu", choices=sorted(p.stem for p in (HERE / "gpu_targets").glob("*.txtpb")),
                     help="compile for this GPU (no GPU needed; make gpu-count-env first)")
     ap.add_argument("--batch", type=int, default=1, help="(unit, run) pairs a call (default 1); counts are per pair")
+    ap.add_argument("--kernel", choices=("xla", "pallas"), default="xla",
+                    help="the census parts' kernels (RAPSettings.kernel; pallas: the fused GPU kernels, with --gpu)")
     args = ap.parse_args(argv)
     if args.batch < 1:
         ap.error("--batch must be at least 1")
@@ -137,12 +176,13 @@ def main(argv=None) -> None:
     if args.gpu:
         _prepare_gpu()
     _import_from(root)
-    figures = costs(args.gpu, args.batch)
+    figures = costs(args.gpu, args.batch, args.kernel)
     import jax
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True).stdout
     target = f"{args.gpu} (compiled with no device)" if args.gpu else jax.default_backend()
-    print(json.dumps({"commit": commit.strip(), "target": target, "batch": args.batch, "jax": jax.__version__,
+    print(json.dumps({"commit": commit.strip(), "target": target, "batch": args.batch, "kernel": args.kernel,
+                      "jax": jax.__version__,
                       **figures}))
 
 

@@ -36,6 +36,8 @@ class AttackConfig(Strict):
             "between blocks")
     precision: Literal["float32", "bfloat16"] = Field(
         rap_default("precision"), description="matmul operand dtype (float32 accumulation); bfloat16 only where a self-test passes")
+    kernel: Literal["xla", "pallas"] = Field(
+        rap_default("kernel"), description="census tables: XLA's ops, or fused GPU kernels (Pallas) that never write the product rows")
     draws_per_run: int | Literal["n"] | None = Field(
         None, description="rows drawn from each fitted relaxed dataset: null = one per relaxed row; an integer; "
         "or n = as many as D has persons (the paper code's census setting; the attacker reads n off the published "

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from censusrecon.microdata.census import membership_matrix
+from censusrecon.reconstruct import fused
 from censusrecon.reconstruct.kernels import DTYPES, DenseAnswers, block_answers, plan_dot
 from censusrecon.reconstruct.relaxed import Layout, softmax_parts, softmax_parts_backward, split
 
@@ -361,33 +362,38 @@ class ProductPlan(DenseAnswers):
         sets = 2 * sum(other.size for _, other, _, _ in self._set_rows)
         return 2.0 * rows * (3 * cells + sets)
 
-    def answers(self, P: jax.Array, dtype: str = "float32") -> jax.Array:
+    def answers(self, P: jax.Array, dtype: str = "float32", kernel: str = "xla") -> jax.Array:
         """Relaxed answers in workload order."""
-        return self.dense_answers(P, dtype)[jnp.asarray(self.dense_index)]
+        return self.dense_answers(P, dtype, kernel)[jnp.asarray(self.dense_index)]
 
-    def dense_answers(self, P: jax.Array, dtype: str = "float32") -> jax.Array:
+    def dense_answers(self, P: jax.Array, dtype: str = "float32", kernel: str = "xla") -> jax.Array:
         """The dense vector (see ``dense_index``) of the probabilities P (W × n'), with the
-        hand-written gradient."""
-        return self._dense_fn(dtype)[0](P)
+        hand-written gradient; ``kernel="pallas"``: each part by the fused kernels of :mod:`reconstruct.fused`."""
+        return self._dense_fn(dtype, kernel)[0](P)
 
-    def dense_answers_of_logits(self, logits, dtype: str = "float32") -> jax.Array:
+    def dense_answers_of_logits(self, logits, dtype: str = "float32", kernel: str = "xla") -> jax.Array:
         """``dense_answers`` of the softmax of recentred logits, one hand-written gradient for both:
         the RAP step's entry point. ``logits`` is the per-attribute state (:meth:`state_of`) the step
         keeps, or the stacked (W × n') array (split first)."""
         if not isinstance(logits, tuple):
             logits = split(logits, self.layout)
-        return self._dense_fn(dtype)[1](logits)
+        return self._dense_fn(dtype, kernel)[1](logits)
 
     def state_of(self, logits: jax.Array) -> tuple[jax.Array, ...]:
         """The form a RAP fit keeps its logits in for this plan: one array per attribute, so that no op of the
         step reads a slice of the whole (W × n') array (see :func:`reconstruct.relaxed.split`)."""
         return split(logits, self.layout)
 
-    @functools.lru_cache(maxsize=64)  # per (plan, dtype); bounded: a sweep builds many plans
-    def _dense_fn(self, dtype: str):
+    @functools.lru_cache(maxsize=64)  # per (plan, dtype, kernel); bounded: a sweep builds many plans
+    def _dense_fn(self, dtype: str, kernel: str = "xla"):
         """The dense answers of P and of logits, each a jax.custom_vjp function whose gradient is :meth:`_backward`
-        (the forward pass keeps the set sums and each side's rows it reuses)."""
+        (the forward pass keeps the set sums and each side's rows it reuses); with ``kernel="pallas"``, the fused
+        kernels' forward and backward (:meth:`_fused_forward`, :meth:`_fused_backward`: only the set sums kept)."""
+        if kernel not in ("xla", "pallas"):
+            raise ValueError(f"kernel must be 'xla' or 'pallas', got {kernel!r}")
         dt = DTYPES[dtype]
+        if kernel == "pallas":
+            return self._fused_fns(dt)
         parts = self._sides()
         @jax.custom_vjp
         def dense(P):
@@ -416,6 +422,70 @@ class ProductPlan(DenseAnswers):
 
         of_logits.defvjp(fwd_l, bwd_l)
         return dense, of_logits
+
+    def _fused_fns(self, dt):
+        """:meth:`_dense_fn`'s two functions on the fused kernels."""
+        @jax.custom_vjp
+        def dense(P):
+            return self._fused_forward(split(P, self.layout), dt)[0]
+
+        def fwd(P):
+            return self._fused_forward(split(P, self.layout), dt)
+
+        def bwd(S, g):
+            return (jnp.concatenate(self._fused_backward(S, g, dt), axis=0),)
+
+        dense.defvjp(fwd, bwd)
+
+        @jax.custom_vjp
+        def of_logits(L):
+            return self._fused_forward(softmax_parts(L), dt, True)[0]
+
+        def fwd_l(L):
+            P = softmax_parts(L)
+            out, S = self._fused_forward(P, dt, True)
+            return out, (P, S)
+
+        def bwd_l(res, g):
+            P, S = res
+            return (softmax_parts_backward(P, self._fused_backward(S, g, dt, True)),)
+
+        of_logits.defvjp(fwd_l, bwd_l)
+        return dense, of_logits
+
+    @functools.cached_property
+    def _fused_sides(self) -> tuple:
+        """Per part, for the fused kernels: (left attributes, each left row's set-sum row of each of them, the same
+        for the right); the padding attribute's one row of ones last among the set sums."""
+        rows_of_set = [r for _, _, r, _ in self._set_rows] + [np.zeros(1, np.int64)]
+
+        def rows(attrs, combos):
+            combos = np.asarray(combos, np.int64).reshape(len(combos), len(attrs))
+            return np.stack([rows_of_set[a][combos[:, k]] for k, a in enumerate(attrs)], axis=1)
+
+        return tuple((p.left, rows(p.left, p.left_combos), p.right, rows(p.right, p.right_combos)) for p in self.parts)
+
+    def _fused_forward(self, P, dt, normalised: bool = False):
+        """The dense answers of P by :func:`reconstruct.fused.answers`, part by part, and the set sums (all the
+        gradient reads: the kernels form the product rows again)."""
+        S = self._set_sums(P, normalised)
+        outs = [fused.answers(([S[a] for a in left], li), ([S[a] for a in right], ri), dt).reshape(-1)
+                for left, li, right, ri in self._fused_sides]
+        out = outs[0] if len(outs) == 1 else jnp.concatenate(outs)
+        return out / P[0].shape[1], S
+
+    def _fused_backward(self, S, g, dt, normalised: bool = False):
+        """:meth:`_backward` by :func:`reconstruct.fused.cotangents`."""
+        n = S[-1].shape[1]
+        g = g / n
+        dS = [None] * len(S)
+        for i, (left, li, right, ri) in enumerate(self._fused_sides):
+            G = g[self._bases[i]:self._bases[i + 1]].reshape(len(li), len(ri))
+            d_left, d_right = fused.cotangents(G, ([S[a] for a in left], li), ([S[a] for a in right], ri), dt,
+                                               ([dS[a] for a in left], [dS[a] for a in right]))
+            for a, x in zip(left + right, list(d_left) + list(d_right)):
+                dS[a] = x  # the earlier parts' cotangent of a, added to in place
+        return self._set_sums_cotangent(dS, n, normalised)
 
     def _sides(self) -> list:
         """Each part's (left, right) side layouts (:func:`_side_layout`), with set indices turned into rows of the set

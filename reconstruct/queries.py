@@ -278,13 +278,14 @@ class MarginalPlan(DenseAnswers):
         """Relaxed answers in workload order."""
         return self.dense_answers(P, dtype)[jnp.asarray(self.dense_index)]
 
-    def dense_answers(self, P: jax.Array, dtype: str = "float32") -> jax.Array:
+    def dense_answers(self, P: jax.Array, dtype: str = "float32", kernel: str = "xla") -> jax.Array:
         return self._dense_fn(dtype)[0](P)
 
-    def dense_answers_of_logits(self, logits: jax.Array, dtype: str = "float32") -> jax.Array:
+    def dense_answers_of_logits(self, logits: jax.Array, dtype: str = "float32", kernel: str = "xla") -> jax.Array:
         """``dense_answers`` of the softmax of recentred logits (see
         :func:`reconstruct.relaxed.probabilities` with ``centred=True``), with one hand-written
-        gradient for both: the RAP step's entry point."""
+        gradient for both: the RAP step's entry point. ``kernel`` is the census plan's choice (a marginal plan
+        has no product rows to fuse: its matmuls are XLA's whatever it says)."""
         return self._dense_fn(dtype)[1](logits)
 
     @functools.lru_cache(maxsize=64)  # per (plan, dtype); bounded: a sweep builds many plans

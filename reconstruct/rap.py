@@ -140,7 +140,7 @@ def recentre_every(settings: RAPSettings) -> int:
 
 
 def _loss(logits, targets, key, plan, settings: RAPSettings, mask, dtype):
-    err = (plan.dense_answers_of_logits(logits, dtype) - targets) * mask
+    err = (plan.dense_answers_of_logits(logits, dtype, settings.kernel) - targets) * mask
     if settings.sampling == "dense":
         return jnp.sum(err**2)
     # Paper code's step: a fresh sample of queries each step, in proportion to |error|.
@@ -221,7 +221,7 @@ def _build_program(plan, settings: RAPSettings, with_pool: bool):
         return round_relaxed(jax.random.fold_in(run_key, 2), stacked(state[0]), layout, draws)
 
     def max_error_one(state, targets):
-        err = (plan.dense_answers(probs_of(stacked(state[0]), layout), dtype) - targets) * jnp.asarray(mask_np)
+        err = (plan.dense_answers(probs_of(stacked(state[0]), layout), dtype, settings.kernel) - targets) * jnp.asarray(mask_np)
         return jnp.max(jnp.abs(err))
 
     # one flat batch of (unit, run) pairs: each pair carries its unit's targets (and pool), so a

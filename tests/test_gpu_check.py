@@ -48,8 +48,11 @@ def test_the_gpu_check_runs_dry_as_it_will_on_the_gpu_machine(tmp_path):
     assert figures["tests_rc"] == 0 and figures["tests"] > 0 and figures["failures"] == figures["errors"] == 0
     assert figures["bench_rc"] == 0
     for name in ("peak_gflops", "rap_rank_2way_s", "units_seconds", "step_census_per_s", "step_census85_bytes_accessed",
-                 "step_census_frac_memory_floor", "state_tracts_per_s"):
+                 "step_census_frac_memory_floor", "state_tracts_per_s", "step_census85_pallas_per_s"):
         assert figures[name] > 0, name
+    # the fused kernels' part (in Pallas's interpreter here) against the XLA step: the same fit to float rounding
+    assert figures["step_census85_pallas_codes_equal_share"] > 0.9
+    assert figures["step_census85_pallas_final_loss_rel_diff"] < 1e-3
     assert figures["state_rc"] == 0 and figures["state_tracts"] == 4
     assert figures["profile_where"] == "XLA CPU threads' ops" and len(figures["profile_top"]) > 3  # a GPU: its kernels
     # the record a session commits from it: every figure, the machine as the check found it

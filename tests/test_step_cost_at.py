@@ -36,3 +36,18 @@ def test_a_gpu_count_without_the_plugin_says_what_to_run(tmp_path):
     (script.parent / "gpu_targets" / "h100.txtpb").write_text((ROOT / "bench" / "gpu_targets" / "h100.txtpb").read_text())
     out = subprocess.run([sys.executable, str(script), "--gpu", "h100", str(ROOT)], capture_output=True, text=True)
     assert out.returncode != 0 and "make gpu-count-env" in out.stderr
+
+
+def test_a_custom_call_is_counted_as_its_operands_and_outputs():
+    """XLA's analysis counts a custom call (here LAPACK's Cholesky factorisation, on the CPU; a Pallas kernel on a
+    GPU) as moving no bytes: the count adds its operands and outputs, once each."""
+    from step_cost_at import custom_call_bytes
+
+    compiled = jax.jit(jnp.linalg.cholesky).lower(jnp.eye(64)).compile()
+    text = compiled.as_text()
+    assert "custom-call(" in text
+    assert custom_call_bytes(text) >= 2 * 64 * 64 * 4
+    own = compiled.cost_analysis()
+    own = own[0] if isinstance(own, (list, tuple)) else own
+    assert analyse_hlo(text)["bytes accessed"] == pytest.approx(own["bytes accessed"] + custom_call_bytes(text))
+    assert custom_call_bytes(jax.jit(lambda a: a * 2).lower(jnp.ones(8)).compile().as_text()) == 0

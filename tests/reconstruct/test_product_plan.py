@@ -83,6 +83,42 @@ def test_answers_and_gradient_equal_the_plain_definition_and_autodiff(seed, broa
                 np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * float(jnp.abs(ref).max()))
 
 
+@pytest.mark.parametrize("seed,tiles", [(0, (4, 16)), (1, (4, 16)), (2, (4, 16)), (2, (32, 64))])
+def test_the_fused_kernels_give_the_plain_definition_and_autodiff(seed, tiles, monkeypatch):
+    """kernel="pallas" (reconstruct.fused, in Pallas's interpreter here): answers and both gradients equal the plain
+    definition's and autodiff's, for one part and for one per level, in float32 and bfloat16; with the kernels'
+    tiles, and with tiles so small that every side spans several (the loops over tiles, the grid's programs). On a
+    GPU (bench/gpu.sh runs these tests there) the same, compiled by Triton."""
+    from censusrecon.reconstruct import fused
+    from censusrecon.reconstruct.relaxed import recentre
+
+    if not fused._interpret():  # on a GPU, Triton's: its matmul needs tiles of 16 rows at least
+        tiles = tuple(max(16, t) for t in tiles)
+    monkeypatch.setattr(fused, "TILE", tiles[0])
+    monkeypatch.setattr(fused, "TILE_K", tiles[1])
+    ProductPlan._dense_fn.cache_clear()
+
+    w = _random_workload(seed)
+    first = ProductPlan.build(w)
+    logits = recentre(random_logits(jax.random.key(seed), 40, first.layout) * 3, first.layout)
+    g = jax.random.normal(jax.random.key(100 + seed), (w.num_queries,))
+    P = probabilities(logits, first.layout)
+    want = reference_product_answers(w, P)
+    want_p = jax.grad(lambda Q: jnp.vdot(reference_product_answers(w, Q), g))(P)
+    want_l = jax.grad(lambda M: jnp.vdot(reference_product_answers(w, probabilities(M, first.layout, centred=True)), g))(logits)
+    plans = {len(p.parts): p for p in (first, ProductPlan.build(w, by_level=False), ProductPlan.build(w, by_level=True))}
+    assert set(plans) == {1, 2}
+    for dtype in ("float32", usable_dtype("bfloat16")):
+        tol = 1e-5 if dtype == "float32" else 2e-2
+        for plan in plans.values():
+            dense_g = jnp.zeros(plan.dense_size).at[plan.dense_index].set(g)
+            got = (plan.answers(P, dtype, "pallas"),
+                   jax.grad(lambda Q: jnp.vdot(plan.dense_answers(Q, dtype, "pallas"), dense_g))(P),
+                   jax.grad(lambda M: jnp.vdot(plan.dense_answers_of_logits(M, dtype, "pallas"), dense_g))(logits))
+            for x, ref in zip(got, (want, want_p, want_l)):
+                np.testing.assert_allclose(x, ref, rtol=tol, atol=tol * float(jnp.abs(ref).max()))
+
+
 def test_a_wrong_split_is_refused():
     w = _random_workload(0)
     with pytest.raises(ValueError, match="no split"):
