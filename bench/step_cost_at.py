@@ -90,6 +90,44 @@ def _gpu_target(name: str):
     return NamedSharding(topologies.make_mesh(topology, (1,), ("x",)), PartitionSpec())
 
 
+class TritonKernels:
+    """The Triton modules of the Pallas kernels lowered while it is open (``--kernel pallas``), compiled to PTX for
+    the target's architecture with the CUDA plugin's own compiler, no GPU needed (JAX 0.10's plugin has it; later
+    XLA compiles them itself in the program's compile, so ``compiled`` stays None): a kernel Triton cannot compile
+    fails here, not on a lent GPU."""
+
+    def __init__(self, arch: str):
+        self.arch, self.modules, self.compiled = arch, [], None
+
+    def __enter__(self):
+        import io
+
+        from jax._src.pallas.triton import lowering
+
+        self._lowering, self._original = lowering, lowering.lower_jaxpr_to_triton_module
+
+        def capture(*args, **kwargs):
+            result = self._original(*args, **kwargs)
+            buf = io.BytesIO()
+            result.module.operation.write_bytecode(buf)
+            self.modules.append(buf.getvalue())
+            return result
+
+        lowering.lower_jaxpr_to_triton_module = capture
+        return self
+
+    def __exit__(self, *exc):
+        self._lowering.lower_jaxpr_to_triton_module = self._original
+        from jax._src.lib import triton
+
+        handler = getattr(triton, "_compilation_handlers", {}).get("CUDA")
+        if handler is not None and self.modules and exc[0] is None:
+            from censusrecon.reconstruct import fused
+
+            self.compiled = [handler(m, self.arch, fused.NUM_WARPS, 1, fused.NUM_STAGES) for m in self.modules]
+        return False
+
+
 def _prepare_gpu() -> None:
     """Before JAX is imported: its CUDA plugin on the path, and no device looked for (the plugin's checks of a
     driver would fail with none; the CPU stays the default backend, the GPU only a compile target)."""
@@ -152,10 +190,15 @@ def costs(gpu: str | None = None, batch: int = 1, kernel: str = "xla") -> dict:
             shapes = (logits, state, jax.eval_shape(lambda: jax.random.key(0)),
                       jax.ShapeDtypeStruct((plan.dense_size,), jnp.float32))
             args = jax.tree.map(lambda a: jax.ShapeDtypeStruct((batch,) + a.shape, a.dtype, sharding=sharding), shapes)
-            compiled = jax.jit(jax.vmap(f)).lower(*args).compile()
+            tag = "" if precision == "float32" else "_bf16"
+            with TritonKernels("9.0") as kernels:  # the targets are all sm_90
+                compiled = jax.jit(jax.vmap(f)).lower(*args).compile()
+            if gpu and kernel != "xla":
+                out[f"step_{name}{tag}_triton_kernels"] = len(kernels.modules)
+                out[f"step_{name}{tag}_triton_ptx"] = (None if kernels.compiled is None else
+                                                       [len(k.asm) for k in kernels.compiled])
             c = analyse_hlo(compiled.as_text()) if gpu else compiled.cost_analysis()
             c = c[0] if isinstance(c, (list, tuple)) else c
-            tag = "" if precision == "float32" else "_bf16"
             out[f"step_{name}{tag}_bytes_accessed"] = round(c["bytes accessed"] / batch)
             out[f"step_{name}{tag}_xla_flops"] = round(c["flops"] / batch)
     return out

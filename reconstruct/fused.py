@@ -20,8 +20,6 @@ cotangent's rows past a side's end, and columns past n', are masked (read as zer
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,6 +28,8 @@ import numpy as np
 TILE = 32
 #: columns (of the n' relaxed rows) of a tile
 TILE_K = 64
+#: Triton's launch settings of every kernel here
+NUM_WARPS, NUM_STAGES = 4, 2
 #: None: Pallas's interpreter where JAX's default backend is not a GPU (tests), Triton on a GPU; True or False
 #: forces one (bench/step_cost_at.py compiles for a GPU from a machine whose default backend is its CPU)
 INTERPRET: bool | None = None
@@ -79,7 +79,7 @@ def _whole(x):
 def _params():
     from jax.experimental.pallas import triton as plt
 
-    return None if _interpret() else plt.CompilerParams(num_warps=4, num_stages=2)
+    return None if _interpret() else plt.CompilerParams(num_warps=NUM_WARPS, num_stages=NUM_STAGES)
 
 
 Side = tuple  # (the side's attributes' set sums, each (sets × n'), (side rows × attributes) set-row indices)
