@@ -86,7 +86,8 @@ def default_batch(settings: RAPSettings, n_pairs: int, plan=None) -> int:
         want = devices if devices > 1 else max(1, min(8, CPU_WORKING_SET // per))
     else:
         stats = jax.local_devices()[0].memory_stats() or {}
-        return accelerator_batch(per, stats.get("bytes_limit", 16 << 30), len(jax.local_devices()), n_pairs)
+        gpus = 1 if settings.kernel != "xla" else len(jax.local_devices())  # see _pairs_sharding
+        return accelerator_batch(per, stats.get("bytes_limit", 16 << 30), gpus, n_pairs)
     return max(1, min(want, n_pairs))
 
 
@@ -319,13 +320,15 @@ def _pool_capacity(rows: int) -> int:
     return 1 << max(0, int(rows - 1).bit_length())
 
 
-def _pairs_sharding(n: int):
+def _pairs_sharding(n: int, kernel: str = "xla"):
     """The batch axis of ``n`` pairs split over this host's devices, or None (one device, or
     ``n`` not a multiple of their count). On a CPU started with several host devices each is a
     thread running its share of the runs: small 2-way steps are bound by per-op overhead, which
-    threads inside one op do not hide."""
+    threads inside one op do not hide. Not on GPUs with the fused kernels (``kernel="pallas"``): XLA cannot
+    split a kernel of ours over devices (it would gather the whole batch onto each), so they run on one GPU
+    a process (Ray's unit tasks take one GPU each: a node's GPUs are used by its tasks)."""
     devs = jax.local_devices()
-    if len(devs) < 2 or n % len(devs):
+    if len(devs) < 2 or n % len(devs) or (kernel != "xla" and jax.default_backend() == "gpu"):
         return None
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -349,7 +352,7 @@ def _fit_pairs(plan, settings: RAPSettings, targets: np.ndarray, run_keys: jax.A
         for i, p in enumerate(pools):
             pool[i, : len(p)] = p
         sizes = np.array([len(p) for p in pools], np.int32)
-    sharding = _pairs_sharding(len(targets))
+    sharding = _pairs_sharding(len(targets), settings.kernel)
     t, run_keys, pool, sizes = _spread((jnp.asarray(targets), run_keys, pool, sizes), sharding)
     state = init_b(run_keys, pool, sizes)
     if sharding is not None:

@@ -78,3 +78,21 @@ def test_a_census_batch_sharded_over_four_host_devices_matches_it_unsharded():
     assert abs(four["max_err"] - one["max_err"]) < 1e-5 and one["max_err"] > 1e-3  # the same fits, not yet converged
     assert four["codes"] == one["codes"]
     assert four["compiles"] == [] and one["compiles"] == []
+
+
+def test_the_fused_kernels_keep_a_batch_on_one_gpu(monkeypatch):
+    """XLA cannot split a Pallas kernel's batch over GPUs (it would gather the whole batch onto each): with
+    kernel="pallas" on GPUs the batch is one GPU's worth, not split; with XLA's ops it is split over all four."""
+    import jax
+
+    from censusrecon.reconstruct import rap
+
+    class Gpu:
+        def memory_stats(self):
+            return {"bytes_limit": 80 << 30}
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "local_devices", lambda: [Gpu() for _ in range(4)])
+    xla, fused = (rap.default_batch(rap.RAPSettings(rows=100, kernel=k), 10**6) for k in ("xla", "pallas"))
+    assert xla == 4 * fused > 0
+    assert rap._pairs_sharding(8, "pallas") is None
