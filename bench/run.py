@@ -92,20 +92,27 @@ def stream_gbps(mib: int, reps: int = 10) -> float:
 def step_costs(name: str, plan, rows: int, out) -> None:
     """XLA's own count of one compiled run-step (``reconstruct.rap.step_cost``: bytes accessed and FLOPs, per
     dtype, one (unit, run) pair a call as RAP's CPU calls are per device) beside the hand counts: the FLOPs the
-    step must do and the least memory traffic it can have (``min_bytes_per_step``). Compiles, runs nothing."""
+    step must do and the least memory traffic it can have (``min_bytes_per_step``); on a GPU the same for the
+    fused kernels (``kernel="pallas"``, counted as their operands and outputs, which XLA's analysis leaves out:
+    bench/step_cost_at.py's ``analyse_compiled``). Compiles, runs nothing."""
+    from step_cost_at import analyse_compiled
+
     floor = min_bytes_per_step(plan, rows)
     out[f"step_{name}_min_bytes"] = floor
     out[f"step_{name}_useful_flops"] = plan.useful_flops_per_step(rows)
-    for precision in ("float32", "bfloat16"):
+    kernels = ("xla", "pallas") if jax.default_backend() == "gpu" else ("xla",)
+    for kernel, precision in ((k, p) for k in kernels for p in ("float32", "bfloat16")):
         if usable_dtype(precision) != precision:
             continue
-        tag = "" if precision == "float32" else "_bf16"
-        c = step_cost(plan, RAPSettings(rows=rows, precision=precision))
+        tag = ("" if precision == "float32" else "_bf16") + ("" if kernel == "xla" else "_pallas")
+        c = step_cost(plan, RAPSettings(rows=rows, precision=precision, kernel=kernel),
+                      analyse=analyse_compiled)
         out[f"step_{name}{tag}_bytes_accessed"] = round(c["bytes_accessed"])
         out[f"step_{name}{tag}_xla_flops"] = round(c["flops"])
-        print(f"{name} {precision}: XLA counts {c['bytes_accessed'] / 1e6:.1f} MB accessed a run-step "
+        print(f"{name} {precision} ({kernel}): XLA counts {c['bytes_accessed'] / 1e6:.1f} MB accessed a run-step "
               f"({c['bytes_accessed'] / floor:.1f}x the {floor / 1e6:.1f} MB floor counted by hand) and "
-              f"{c['flops'] / 1e9:.3f} GFLOP ({plan.useful_flops_per_step(rows) / 1e9:.3f} needed)")
+              f"{c['flops'] / 1e9:.3f} GFLOP ({plan.useful_flops_per_step(rows) / 1e9:.3f} needed"
+              f"{'; the kernels not counted in it' if kernel != 'xla' else ''})")
 
 
 def peak_gflops(dtype, n: int = 2048, reps: int = 10) -> float:

@@ -4,6 +4,7 @@ change to the step is measured by the same count as its "after", on the same mac
     python bench/step_cost_at.py                 # this checkout, compiled for this machine (its CPU)
     python bench/step_cost_at.py /path/to/other  # another checkout (e.g. git worktree add /tmp/before 5a152b0)
     python bench/step_cost_at.py --gpu h100 --batch 256 [PATH]  # compiled for an H100, on a machine with no GPU
+    python bench/step_cost_at.py --gpu h100 --batch 256 --kernel pallas --before 5a152b0  # and after over before
 
 Prints one JSON object: per step (``census``: the 24-block tract, n' = 300; ``census85``: the 2010-sized tract,
 n' = 1,000), per dtype, ``step_<name>[_bf16]_bytes_accessed`` and ``_xla_flops`` per run-step of a call of
@@ -77,6 +78,19 @@ def analyse_hlo(text: str) -> dict:
     module = xla_client.hlo.hlo_module_from_text(text)
     cost = dict(xla_client._xla.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"), module))
     cost["bytes accessed"] = cost.get("bytes accessed", 0.0) + custom_call_bytes(text)
+    return cost
+
+
+def analyse_compiled(compiled) -> dict:
+    """XLA's cost analysis of a compiled program, with its custom calls counted (:func:`custom_call_bytes`): the
+    program's own analysis where its backend has one (a CPU's, a GPU's on the card), else its text's
+    (:func:`analyse_hlo`: a program compiled for a GPU with none here)."""
+    own = compiled.cost_analysis()
+    own = own[0] if isinstance(own, (list, tuple)) else own
+    if not own:
+        return analyse_hlo(compiled.as_text())
+    cost = dict(own)
+    cost["bytes accessed"] = cost.get("bytes accessed", 0.0) + custom_call_bytes(compiled.as_text())
     return cost
 
 
@@ -197,11 +211,28 @@ def costs(gpu: str | None = None, batch: int = 1, kernel: str = "xla") -> dict:
                 out[f"step_{name}{tag}_triton_kernels"] = len(kernels.modules)
                 out[f"step_{name}{tag}_triton_ptx"] = (None if kernels.compiled is None else
                                                        [len(k.asm) for k in kernels.compiled])
-            c = analyse_hlo(compiled.as_text()) if gpu else compiled.cost_analysis()
-            c = c[0] if isinstance(c, (list, tuple)) else c
+            c = analyse_compiled(compiled)
             out[f"step_{name}{tag}_bytes_accessed"] = round(c["bytes accessed"] / batch)
             out[f"step_{name}{tag}_xla_flops"] = round(c["flops"] / batch)
     return out
+
+
+def _count_before(commit: str, root: Path, args) -> dict:
+    """This script's count of ``commit``'s step (XLA's ops: a checkout from before the kernel setting has no
+    other), in a git worktree made for it and removed after, in a process of its own (each checkout is imported
+    as the package)."""
+    with tempfile.TemporaryDirectory(prefix="censusrecon-before-") as folder:
+        tree = Path(folder) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=root, check=True,
+                       capture_output=True, text=True)
+        try:
+            cmd = [sys.executable, str(Path(__file__).resolve()), str(tree), "--batch", str(args.batch)]
+            run = subprocess.run(cmd + (["--gpu", args.gpu] if args.gpu else []), capture_output=True, text=True)
+            if run.returncode != 0:
+                raise SystemExit(f"counting {commit} failed:\n{run.stderr[-2000:]}")
+            return json.loads(run.stdout.strip().splitlines()[-1])
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root, capture_output=True)
 
 
 def main(argv=None) -> None:
@@ -212,10 +243,13 @@ def main(argv=None) -> None:
     ap.add_argument("--batch", type=int, default=1, help="(unit, run) pairs a call (default 1); counts are per pair")
     ap.add_argument("--kernel", choices=("xla", "pallas"), default="xla",
                     help="the census parts' kernels (RAPSettings.kernel; pallas: the fused GPU kernels, with --gpu)")
+    ap.add_argument("--before", metavar="COMMIT",
+                    help="count COMMIT's step too (XLA's ops, in a temporary git worktree) and print after over before")
     args = ap.parse_args(argv)
     if args.batch < 1:
         ap.error("--batch must be at least 1")
     root = Path(args.root).resolve()
+    before = _count_before(args.before, root, args) if args.before else None
     if args.gpu:
         _prepare_gpu()
     _import_from(root)
@@ -224,9 +258,19 @@ def main(argv=None) -> None:
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True).stdout
     target = f"{args.gpu} (compiled with no device)" if args.gpu else jax.default_backend()
-    print(json.dumps({"commit": commit.strip(), "target": target, "batch": args.batch, "kernel": args.kernel,
-                      "jax": jax.__version__,
-                      **figures}))
+    after = {"commit": commit.strip(), "target": target, "batch": args.batch, "kernel": args.kernel,
+             "jax": jax.__version__, **figures}
+    if before is None:
+        print(json.dumps(after))
+        return
+    ratios = {k.replace("_bytes_accessed", "_bytes_after_over_before"): round(v / before[k], 3)
+              for k, v in figures.items() if k.endswith("_bytes_accessed") and before.get(k)}
+    for k, r in ratios.items():
+        step = k.replace("_bytes_after_over_before", "").replace("step_", "")
+        print(f"{step}: {before[k.replace('_after_over_before', '_accessed')] / 1e6:.1f} MB a run-step at "
+              f"{before['commit']}, {figures[k.replace('_after_over_before', '_accessed')] / 1e6:.1f} MB now "
+              f"({args.kernel}): {r:.3f} of before", file=sys.stderr)
+    print(json.dumps({"before": before, "after": after, **ratios}))
 
 
 if __name__ == "__main__":

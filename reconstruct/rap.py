@@ -168,19 +168,21 @@ def _step_fn(plan, settings: RAPSettings):
     return step, opt
 
 
-def step_cost(plan, settings: RAPSettings, batch: int = 1) -> dict:
+def step_cost(plan, settings: RAPSettings, batch: int = 1, analyse=None) -> dict:
     """XLA's own cost analysis of one step (:func:`_step_fn`) vmapped over ``batch`` (unit, run) pairs, compiled
     for this backend, per run-step: ``{"flops", "bytes_accessed", "transcendentals"}``. Bytes accessed is the
     compiler's count of what every op of the compiled step reads and writes (each fusion's operands and
     outputs): the memory traffic a change of the step is judged on, on a CPU as on a GPU (which fuses
-    differently, so the two counts differ)."""
+    differently, so the two counts differ). ``analyse(compiled)`` replaces the compiled program's own
+    ``cost_analysis()`` (bench/step_cost_at.py's also counts kernels of ours, which XLA's leaves out)."""
     step, opt = _step_fn(plan, settings)
     logits = jax.vmap(plan.state_of)(jnp.zeros((batch, plan.layout.width, settings.rows), jnp.float32))
     state = jax.vmap(opt.init)(logits)
     keys = jax.random.split(jax.random.key(0), batch)
     targets = jnp.zeros((batch, plan.dense_size), jnp.float32)
     batched = jax.jit(jax.vmap(lambda lg, st, k, t: step((lg, st), k, t)))
-    cost = batched.lower(logits, state, keys, targets).compile().cost_analysis()
+    compiled = batched.lower(logits, state, keys, targets).compile()
+    cost = analyse(compiled) if analyse is not None else compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     names = {"flops": "flops", "bytes_accessed": "bytes accessed", "transcendentals": "transcendentals"}
     return {name: float(cost.get(key, 0.0)) / batch for name, key in names.items()}

@@ -51,3 +51,6 @@ def test_a_custom_call_is_counted_as_its_operands_and_outputs():
     own = own[0] if isinstance(own, (list, tuple)) else own
     assert analyse_hlo(text)["bytes accessed"] == pytest.approx(own["bytes accessed"] + custom_call_bytes(text))
     assert custom_call_bytes(jax.jit(lambda a: a * 2).lower(jnp.ones(8)).compile().as_text()) == 0
+    from step_cost_at import analyse_compiled  # a program with an analysis of its own: it, plus the custom calls
+
+    assert analyse_compiled(compiled)["bytes accessed"] == pytest.approx(own["bytes accessed"] + custom_call_bytes(text))
