@@ -27,7 +27,8 @@ from censusrecon.reconstruct.settings import RAPSettings  # noqa: F401  (defined
 
 log = logging.getLogger(__name__)
 
-#: Counts every trace of a RAP program; tests use it to prove a second fit does not recompile.
+#: Counts every trace of a RAP program ("n"; "split": of one split over devices by shard_map); tests use it to prove
+#: a second fit does not recompile.
 TRACE_COUNT = {"n": 0}
 
 
@@ -86,8 +87,7 @@ def default_batch(settings: RAPSettings, n_pairs: int, plan=None) -> int:
         want = devices if devices > 1 else max(1, min(8, CPU_WORKING_SET // per))
     else:
         stats = jax.local_devices()[0].memory_stats() or {}
-        gpus = 1 if settings.kernel != "xla" else len(jax.local_devices())  # see _pairs_sharding
-        return accelerator_batch(per, stats.get("bytes_limit", 16 << 30), gpus, n_pairs)
+        return accelerator_batch(per, stats.get("bytes_limit", 16 << 30), len(jax.local_devices()), n_pairs)
     return max(1, min(want, n_pairs))
 
 
@@ -188,7 +188,25 @@ def step_cost(plan, settings: RAPSettings, batch: int = 1, analyse=None) -> dict
     return {name: float(cost.get(key, 0.0)) / batch for name, key in names.items()}
 
 
-def _build_program(plan, settings: RAPSettings, with_pool: bool):
+def _split_over(mesh, fn, replicated: int = 0):
+    """``fn`` (a function of batched pairs, the batch its arguments' and results' leading axis; its last
+    ``replicated`` arguments not batched) run by each device of ``mesh`` on its share of the batch (``shard_map``):
+    how the fused kernels' batch is split over devices, as XLA cannot split a kernel of ours itself (it would
+    gather the whole batch onto each device)."""
+    from jax.sharding import PartitionSpec
+
+    def split(*args):
+        TRACE_COUNT["split"] = TRACE_COUNT.get("split", 0) + 1
+        batched = len(args) - replicated
+        specs = (PartitionSpec("pairs"),) * batched + (PartitionSpec(),) * replicated
+        return jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=PartitionSpec("pairs"), check_vma=False)(*args)
+
+    return split
+
+
+def _build_program(plan, settings: RAPSettings, with_pool: bool, mesh=None):
+    """The batched programs of a fit: init, a block of steps, rounding, the final error. ``mesh``: the devices a
+    batch is split over with ``shard_map`` (the fused kernels' programs; None: as XLA places them)."""
     layout = plan.layout
     mask_np = plan.dense_mask
     dtype = matmul_dtype(settings)
@@ -251,9 +269,15 @@ def _build_program(plan, settings: RAPSettings, with_pool: bool):
     def max_error_b(state, targets):
         return jax.vmap(max_error_one)(state, targets)
 
+    block_call = block_b
+    if mesh is not None:  # the two programs that run the plan's kernels, each device on its share
+        def block_call(state, targets, run_keys, block_index, n_steps):
+            return _split_over(mesh, lambda s, t, k, b: block_b(s, t, k, b, n_steps), 1)(state, targets, run_keys,
+                                                                                        block_index)
+        max_error_b = _split_over(mesh, max_error_b)
     return (
         jax.jit(init_b),
-        jax.jit(block_b, static_argnums=(4,)),
+        jax.jit(block_call, static_argnums=(4,)),
         jax.jit(round_b, static_argnums=(2,)),
         jax.jit(max_error_b),
     )
@@ -265,15 +289,15 @@ PROGRAM_CACHE_SIZE = 32
 
 
 @functools.lru_cache(maxsize=PROGRAM_CACHE_SIZE)
-def _cached_program(plan, settings: RAPSettings, with_pool: bool):
-    return _build_program(plan, settings, with_pool)
+def _cached_program(plan, settings: RAPSettings, with_pool: bool, mesh=None):
+    return _build_program(plan, settings, with_pool, mesh)
 
 
-def _program(plan, settings: RAPSettings, with_pool: bool):
+def _program(plan, settings: RAPSettings, with_pool: bool, mesh=None):
     # T and the batch size do not enter the compiled functions (T is a host loop over blocks,
     # batch a shape jit retraces on), nor do the draws (a static argument of the rounding only),
     # so they do not select a program
-    return _cached_program(plan, dataclasses.replace(settings, steps=1, batch=None, draws=None), with_pool)
+    return _cached_program(plan, dataclasses.replace(settings, steps=1, batch=None, draws=None), with_pool, mesh)
 
 
 def clear_programs() -> None:
@@ -322,15 +346,13 @@ def _pool_capacity(rows: int) -> int:
     return 1 << max(0, int(rows - 1).bit_length())
 
 
-def _pairs_sharding(n: int, kernel: str = "xla"):
+def _pairs_sharding(n: int):
     """The batch axis of ``n`` pairs split over this host's devices, or None (one device, or
     ``n`` not a multiple of their count). On a CPU started with several host devices each is a
     thread running its share of the runs: small 2-way steps are bound by per-op overhead, which
-    threads inside one op do not hide. Not on GPUs with the fused kernels (``kernel="pallas"``): XLA cannot
-    split a kernel of ours over devices (it would gather the whole batch onto each), so they run on one GPU
-    a process (Ray's unit tasks take one GPU each: a node's GPUs are used by its tasks)."""
+    threads inside one op do not hide."""
     devs = jax.local_devices()
-    if len(devs) < 2 or n % len(devs) or (kernel != "xla" and jax.default_backend() == "gpu"):
+    if len(devs) < 2 or n % len(devs):
         return None
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -345,7 +367,10 @@ def _fit_pairs(plan, settings: RAPSettings, targets: np.ndarray, run_keys: jax.A
                pools: list[np.ndarray] | None):
     """Fit and round one batch of (unit, run) pairs. ``targets`` (R, dense) per pair;
     ``pools`` per pair or None. Returns codes (R, n', d), final loss (R,), max abs error (R,)."""
-    init_b, block_b, round_b, max_error_b = _program(plan, settings, pools is not None)
+    sharding = _pairs_sharding(len(targets))
+    # the fused kernels' programs split the batch themselves (shard_map); XLA's ops are split by the layout
+    mesh = sharding.mesh if sharding is not None and settings.kernel != "xla" else None
+    init_b, block_b, round_b, max_error_b = _program(plan, settings, pools is not None, mesh)
     if pools is None:
         pool, sizes = None, None
     else:
@@ -354,7 +379,6 @@ def _fit_pairs(plan, settings: RAPSettings, targets: np.ndarray, run_keys: jax.A
         for i, p in enumerate(pools):
             pool[i, : len(p)] = p
         sizes = np.array([len(p) for p in pools], np.int32)
-    sharding = _pairs_sharding(len(targets), settings.kernel)
     t, run_keys, pool, sizes = _spread((jnp.asarray(targets), run_keys, pool, sizes), sharding)
     state = init_b(run_keys, pool, sizes)
     if sharding is not None:
