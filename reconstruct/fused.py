@@ -133,7 +133,7 @@ def _side_cotangent(G, this: Side, other: Side, dtype, transposed: bool, into):
 
     def kernel(*refs):
         g, st, it, so, io = refs[0], refs[1:1 + nt], refs[1 + nt], refs[2 + nt:2 + nt + no], refs[2 + nt + no]
-        outs = refs[len(refs) - nt:]  # aliased with the zero inputs before them
+        outs = refs[len(refs) - nt:]  # aliased with the starting arrays before them (zeros, or earlier parts')
         first_row = pl.program_id(0) * TILE
         a = first_row + jnp.arange(TILE)
         cols = pl.program_id(1) * TILE_K + jnp.arange(TILE_K)
