@@ -14,8 +14,10 @@ arrays, which stay in cache) inside the matmul's loop:
   rows' cotangent with atomic adds (so the order of a sum over rows varies from run to run: float rounding).
 
 The kernels are Triton programs: they run on NVIDIA GPUs (and are tested here in Pallas's interpreter, on the CPU,
-against the plan's XLA path and autodiff). Tiles are :data:`TILE` rows by :data:`TILE_K` columns; sides and the
-cotangent's rows past a side's end, and columns past n', are masked (read as zeros, never written).
+against the plan's XLA path and autodiff). A tile is a short side whole (up to :data:`TILE_MAX` rows) or
+:data:`TILE` rows of a long one, by :data:`TILE_K` columns; rows past a side's end (and the cotangent's), and
+columns past n', are masked (read as zeros, never written). The sizes are chosen by a model of the gathers
+(:func:`_rows_per_tile`), not yet by timing on a card.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import numpy as np
 
 #: rows of a tile of either side (a power of two, at least 16: Triton's matmul)
 TILE = 32
+#: a side of at most this many rows is one tile (see :func:`_rows_per_tile`)
+TILE_MAX = 128
 #: columns (of the n' relaxed rows) of a tile
 TILE_K = 64
 #: Triton's launch settings of every kernel here
@@ -39,19 +43,30 @@ def _interpret() -> bool:
     return jax.default_backend() != "gpu" if INTERPRET is None else INTERPRET
 
 
-def _padded(rows: int) -> int:
-    return -(-rows // TILE) * TILE
+def _rows_per_tile(rows: int, other: int = 1) -> int:
+    """Rows of a side's tile: a short side (at most :data:`TILE_MAX` rows) is one tile, so that the other side's
+    tiles, gathered once per tile of this one, are gathered once (the 85 blocks of a 2010-sized tract against its
+    823 right rows: 3 times fewer gathers of the long side); a long side is tiles of :data:`TILE` rows. A tile
+    of ``other`` rows beside it bounds the two to TILE_MAX² / 2 products (the accumulator is in registers).
+
+    >>> _rows_per_tile(85), _rows_per_tile(823), _rows_per_tile(85, 128), _rows_per_tile(10)
+    (128, 32, 64, 32)
+    """
+    size = TILE if rows > TILE_MAX else max(TILE, 1 << max(0, rows - 1).bit_length())
+    while size > TILE and size * other > TILE_MAX * TILE_MAX // 2:
+        size //= 2
+    return size
 
 
-def _index(rows_of_set: np.ndarray) -> jax.Array:
-    """A side's (rows × attributes) set-row indices, padded with zero rows to whole tiles."""
-    idx = np.zeros((_padded(len(rows_of_set)), rows_of_set.shape[1]), np.int32)
+def _index(rows_of_set: np.ndarray, tile: int) -> jax.Array:
+    """A side's (rows × attributes) set-row indices, padded with zero rows to whole tiles of ``tile`` rows."""
+    idx = np.zeros((-(-len(rows_of_set) // tile) * tile, rows_of_set.shape[1]), np.int32)
     idx[:len(rows_of_set)] = rows_of_set
     return jnp.asarray(idx)
 
 
 def _tile(s_refs, i_ref, rows, valid, cols, n, skip: int = -1):
-    """A (TILE × TILE_K) tile of a side's rows ``rows``: the product of each attribute's gathered set rows (but
+    """A (len(rows) × TILE_K) tile of a side's rows ``rows``: the product of each attribute's gathered set rows (but
     attribute ``skip``'s); rows not ``valid`` and columns past n' are zeros."""
     from jax.experimental.pallas import triton as plt
 
@@ -93,24 +108,26 @@ def answers(left: Side, right: Side, dtype=jnp.float32) -> jax.Array:
     (left, left_idx), (right, right_idx) = left, right
     n = left[0].shape[1]
     ml, mr = len(left_idx), len(right_idx)
-    il, ir = _index(left_idx), _index(right_idx)
+    tl = _rows_per_tile(ml)
+    tr = _rows_per_tile(mr, tl)
+    il, ir = _index(left_idx, tl), _index(right_idx, tr)
     nl = len(left)
 
     def kernel(*refs):
         sl, il_ref, sr, ir_ref, out = refs[:nl], refs[nl], refs[nl + 1:-2], refs[-2], refs[-1]
-        a = pl.program_id(0) * TILE + jnp.arange(TILE)
-        b = pl.program_id(1) * TILE + jnp.arange(TILE)
+        a = pl.program_id(0) * tl + jnp.arange(tl)
+        b = pl.program_id(1) * tr + jnp.arange(tr)
 
         def chunk(k, acc):
             cols = k * TILE_K + jnp.arange(TILE_K)
             return acc + _dot(_tile(sl, il_ref, a, a < ml, cols, n), _tile(sr, ir_ref, b, b < mr, cols, n), dtype)
 
-        out[...] = jax.lax.fori_loop(0, -(-n // TILE_K), chunk, jnp.zeros((TILE, TILE), jnp.float32))
+        out[...] = jax.lax.fori_loop(0, -(-n // TILE_K), chunk, jnp.zeros((tl, tr), jnp.float32))
 
     ins = [*left, il, *right, ir]
     out = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((len(il), len(ir)), jnp.float32),
-                         grid=(len(il) // TILE, len(ir) // TILE), in_specs=[_whole(x) for x in ins],
-                         out_specs=pl.BlockSpec((TILE, TILE), lambda i, j: (i, j)), interpret=_interpret(),
+                         grid=(len(il) // tl, len(ir) // tr), in_specs=[_whole(x) for x in ins],
+                         out_specs=pl.BlockSpec((tl, tr), lambda i, j: (i, j)), interpret=_interpret(),
                          compiler_params=_params(), name="census_part_answers")(*ins)
     return out[:ml, :mr]
 
@@ -126,7 +143,8 @@ def _side_cotangent(G, this: Side, other: Side, dtype, transposed: bool, into):
     (this, this_idx), (other, other_idx) = this, other
     n = this[0].shape[1]
     m, mo = len(this_idx), len(other_idx)
-    i_this, i_other = _index(this_idx), _index(other_idx)
+    tt = _rows_per_tile(m, TILE_K)  # this side's rows a tile (the other side is read TILE rows at a time)
+    i_this, i_other = _index(this_idx, tt), _index(other_idx, TILE)
     nt, no = len(this), len(other)
     contract = ((0,), (0,)) if transposed else ((1,), (0,))
     interpret = _interpret()
@@ -134,8 +152,8 @@ def _side_cotangent(G, this: Side, other: Side, dtype, transposed: bool, into):
     def kernel(*refs):
         g, st, it, so, io = refs[0], refs[1:1 + nt], refs[1 + nt], refs[2 + nt:2 + nt + no], refs[2 + nt + no]
         outs = refs[len(refs) - nt:]  # aliased with the starting arrays before them (zeros, or earlier parts')
-        first_row = pl.program_id(0) * TILE
-        a = first_row + jnp.arange(TILE)
+        first_row = pl.program_id(0) * tt
+        a = first_row + jnp.arange(tt)
         cols = pl.program_id(1) * TILE_K + jnp.arange(TILE_K)
         valid = a < m
 
@@ -149,7 +167,7 @@ def _side_cotangent(G, this: Side, other: Side, dtype, transposed: bool, into):
             gt = plt.load(g.at[at], mask=mask_g, other=0.0)
             return acc + _dot(gt, _tile(so, io, b, b < mo, cols, n), dtype, contract)
 
-        d_rows = jax.lax.fori_loop(0, len(i_other) // TILE, chunk, jnp.zeros((TILE, TILE_K), jnp.float32))
+        d_rows = jax.lax.fori_loop(0, len(i_other) // TILE, chunk, jnp.zeros((tt, TILE_K), jnp.float32))
         mask = valid[:, None] & (cols < n)[None, :]
         for t in range(nt):
             share = d_rows * _tile(st, it, a, valid, cols, n, skip=t)
@@ -164,7 +182,7 @@ def _side_cotangent(G, this: Side, other: Side, dtype, transposed: bool, into):
     ins = [G, *this, i_this, *other, i_other, *start]
     first = len(ins) - nt
     return pl.pallas_call(kernel, out_shape=[jax.ShapeDtypeStruct(s.shape, jnp.float32) for s in this],
-                          grid=(len(i_this) // TILE, -(-n // TILE_K)), in_specs=[_whole(x) for x in ins],
+                          grid=(len(i_this) // tt, -(-n // TILE_K)), in_specs=[_whole(x) for x in ins],
                           out_specs=[_whole(z) for z in start],
                           input_output_aliases={first + t: t for t in range(nt)}, interpret=interpret,
                           compiler_params=_params(), name="census_part_cotangent")(*ins)
