@@ -65,19 +65,39 @@ def _index(rows_of_set: np.ndarray, tile: int) -> jax.Array:
     return jnp.asarray(idx)
 
 
-def _tile(s_refs, i_ref, rows, valid, cols, n, skip: int = -1):
-    """A (len(rows) × TILE_K) tile of a side's rows ``rows``: the product of each attribute's gathered set rows (but
-    attribute ``skip``'s); rows not ``valid`` and columns past n' are zeros."""
+def _factors(s_refs, i_ref, rows, valid, cols, n) -> list:
+    """Each attribute's gathered set rows for a side's rows ``rows``, (len(rows) × TILE_K) tiles; rows not ``valid``
+    and columns past n' are zeros."""
     from jax.experimental.pallas import triton as plt
 
     mask = valid[:, None] & (cols < n)[None, :]
-    tile = None
-    for t, s_ref in enumerate(s_refs):
-        if t == skip:
-            continue
-        x = plt.load(s_ref.at[i_ref[rows, t][:, None], cols[None, :]], mask=mask, other=0.0)
-        tile = x if tile is None else tile * x
-    return jnp.where(mask, 1.0, 0.0) if tile is None else tile
+    return [plt.load(s_ref.at[i_ref[rows, t][:, None], cols[None, :]], mask=mask, other=0.0)
+            for t, s_ref in enumerate(s_refs)]
+
+
+def _tile(s_refs, i_ref, rows, valid, cols, n):
+    """A tile of a side's rows ``rows``: the product of its attributes' gathered set rows (:func:`_factors`)."""
+    tiles = _factors(s_refs, i_ref, rows, valid, cols, n)
+    out = tiles[0]
+    for x in tiles[1:]:
+        out = out * x
+    return out
+
+
+def _all_but_each(tiles: list) -> list:
+    """For each tile, the product of all the others (prefix and suffix products: each tile read once, no division;
+    None where there is no other).
+
+    >>> _all_but_each([2, 3, 5, 7]), _all_but_each([2])
+    ([105, 70, 42, 30], [None])
+    """
+    prefix, suffix = [None], [None]
+    for x in tiles[:-1]:
+        prefix.append(x if prefix[-1] is None else prefix[-1] * x)
+    for x in tiles[:0:-1]:
+        suffix.append(x if suffix[-1] is None else suffix[-1] * x)
+    suffix = suffix[::-1]
+    return [p if q is None else q if p is None else p * q for p, q in zip(prefix, suffix)]
 
 
 def _dot(a, b, dtype, contract=((1,), (1,))):
@@ -169,8 +189,10 @@ def _side_cotangent(G, this: Side, other: Side, dtype, transposed: bool, into):
 
         d_rows = jax.lax.fori_loop(0, len(i_other) // TILE, chunk, jnp.zeros((tt, TILE_K), jnp.float32))
         mask = valid[:, None] & (cols < n)[None, :]
+        # each attribute's share: the rows' cotangent times the side's other factors (each factor gathered once)
+        others = _all_but_each(_factors(st, it, a, valid, cols, n))
         for t in range(nt):
-            share = d_rows * _tile(st, it, a, valid, cols, n, skip=t)
+            share = d_rows if others[t] is None else d_rows * others[t]
             where = (it[a, t][:, None], cols[None, :])
             if interpret:  # the interpreter's atomic add keeps one of equal addresses: a whole-array add here
                 where = (where[0], jnp.minimum(where[1], n - 1))
