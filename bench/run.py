@@ -100,6 +100,10 @@ def step_costs(name: str, plan, rows: int, out) -> None:
     floor = min_bytes_per_step(plan, rows)
     out[f"step_{name}_min_bytes"] = floor
     out[f"step_{name}_useful_flops"] = plan.useful_flops_per_step(rows)
+    reads = plan.fused_cache_reads(rows)
+    out[f"step_{name}_pallas_cache_reads_model"] = reads
+    print(f"{name}: the fused kernels' gathers read {reads / 1e6:.1f} MB a run-step by the model of their tiles "
+          "(reconstruct.fused.cache_reads: from cache, mostly; their memory traffic is the count below)")
     kernels = ("xla", "pallas") if jax.default_backend() == "gpu" else ("xla",)
     for kernel, precision in ((k, p) for k in kernels for p in ("float32", "bfloat16")):
         if usable_dtype(precision) != precision:

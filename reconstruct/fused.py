@@ -218,3 +218,32 @@ def cotangents(G: jax.Array, left: Side, right: Side, dtype=jnp.float32, into=(N
     into_right = into[1] or [None] * len(right[0])
     return (_side_cotangent(G, left, right, dtype, False, into_left),
             _side_cotangent(G, right, left, dtype, True, into_right))
+
+
+def cache_reads(left: tuple[int, int], right: tuple[int, int], n: int) -> dict:
+    """A model of the bytes the three kernels of a part read (from cache, mostly: the set sums and G are small),
+    per run-step, with the tile sizes they use: ``left`` and ``right`` are (rows, attributes) of the two sides, n
+    the relaxed rows. Each kernel re-gathers the rows of the side it loops over once per tile of the other
+    (:func:`_rows_per_tile`), reads G once per column tile, and each factor of its own side once. What a lent GPU
+    compares with its cache's bandwidth when the kernels are slower than their memory count says.
+
+    By hand for the 2010-sized tract's block cells (85 blocks, one attribute; 823 right rows of four; n' = 1,000):
+    the 85 blocks are one tile of 128 rows, the 823 rows 26 tiles of 32. Answers: 26 × 85 × 1 + 1 × 823 × 4 = 5,502
+    rows of n' floats; the left cotangent: 823 × 4 right rows once, G (85 × 823) once per 16 column tiles, the
+    85 block rows once: 4,496,280 floats; the right: 85 left rows 26 times, G 16 times, 823 × 4 rows once.
+
+    >>> r = cache_reads((85, 1), (823, 4), 1000)
+    >>> r["answers"], r["left_cotangent"], r["right_cotangent"]
+    (22008000, 17985120, 26485120)
+    """
+    (ml, nl), (mr, nr) = left, right
+    tl = _rows_per_tile(ml)
+    tr = _rows_per_tile(mr, tl)
+    col_tiles = -(-n // TILE_K)
+
+    def cotangent(m, mine, mo, theirs):
+        tt = _rows_per_tile(m, TILE_K)
+        return 4 * (-(-m // tt) * mo * theirs * n + col_tiles * m * mo + m * mine * n)
+
+    return {"answers": 4 * n * (-(-mr // tr) * ml * nl + -(-ml // tl) * mr * nr),
+            "left_cotangent": cotangent(ml, nl, mr, nr), "right_cotangent": cotangent(mr, nr, ml, nl)}

@@ -465,6 +465,11 @@ class ProductPlan(DenseAnswers):
 
         return tuple((p.left, rows(p.left, p.left_combos), p.right, rows(p.right, p.right_combos)) for p in self.parts)
 
+    def fused_cache_reads(self, rows: int) -> int:
+        """The fused kernels' modelled reads a run-step, every part's (:func:`reconstruct.fused.cache_reads`)."""
+        return int(sum(sum(fused.cache_reads((len(li), len(left)), (len(ri), len(right)), rows).values())
+                       for left, li, right, ri in self._fused_sides))
+
     def _fused_forward(self, P, dt, normalised: bool = False):
         """The dense answers of P by :func:`reconstruct.fused.answers`, part by part, and the set sums (all the
         gradient reads: the kernels form the product rows again)."""

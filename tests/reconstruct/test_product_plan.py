@@ -123,6 +123,18 @@ def test_the_fused_kernels_give_the_plain_definition_and_autodiff(seed, tiles, m
                 np.testing.assert_allclose(x, ref, rtol=tol, atol=tol * float(jnp.abs(ref).max()))
 
 
+def test_the_fused_kernels_modelled_reads_are_every_parts():
+    """ProductPlan.fused_cache_reads sums reconstruct.fused.cache_reads (its by-hand doctest) over the parts, each
+    with its sides' rows and attributes."""
+    from censusrecon.reconstruct import fused
+
+    w = _random_workload(2)
+    for plan in (ProductPlan.build(w, by_level=False), ProductPlan.build(w, by_level=True)):
+        want = sum(sum(fused.cache_reads((len(p.left_combos), len(p.left)), (len(p.right_combos), len(p.right)),
+                                         50).values()) for p in plan.parts)
+        assert plan.fused_cache_reads(50) == want > 0
+
+
 def test_a_wrong_split_is_refused():
     w = _random_workload(0)
     with pytest.raises(ValueError, match="no split"):
