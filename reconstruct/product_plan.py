@@ -264,6 +264,9 @@ class ProductPlan(DenseAnswers):
     per attribute (:meth:`state_of`): both so that the step's ops read fewer and smaller arrays
     (XLA's count of the 85-block step's bytes: 102.9 MB a run-step before, bench/run.py prints it). Operands are cast to the matmul dtype, every product and accumulation stays
     float32. Tested against autodiff of the plain definition (:func:`reference_product_answers`).
+
+    ``kernel="pallas"`` runs each part on the fused GPU kernels of :mod:`reconstruct.fused` instead: no side's rows
+    are formed in memory (each kernel forms its tiles from the set sums), and only the set sums are kept.
     """
 
     layout: Layout

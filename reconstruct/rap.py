@@ -242,7 +242,8 @@ def _build_program(plan, settings: RAPSettings, with_pool: bool, mesh=None):
         return round_relaxed(jax.random.fold_in(run_key, 2), stacked(state[0]), layout, draws)
 
     def max_error_one(state, targets):
-        err = (plan.dense_answers(probs_of(stacked(state[0]), layout), dtype, settings.kernel) - targets) * jnp.asarray(mask_np)
+        answers = plan.dense_answers(probs_of(stacked(state[0]), layout), dtype, settings.kernel)
+        err = (answers - targets) * jnp.asarray(mask_np)
         return jnp.max(jnp.abs(err))
 
     # one flat batch of (unit, run) pairs: each pair carries its unit's targets (and pool), so a
