@@ -629,7 +629,8 @@ def state_bench(args, out: Figures) -> None:
     study = resolve(cfg)
     units = study.units[:n]
     q = cfg.queries[0]
-    settings = RAPSettings(rows=rows, steps=T, steps_per_call=min(T, RAPSettings.steps_per_call))
+    settings = RAPSettings(rows=rows, steps=T, steps_per_call=min(T, RAPSettings.steps_per_call),
+                           kernel=args.state_kernel)
     prepared = []
     for u in units:  # plan_for keeps the plan of each padded size: tracts of one size share it
         D = study.prepare(u, True).private
@@ -653,14 +654,15 @@ def state_bench(args, out: Figures) -> None:
     compile_s = after["compile_seconds"] - before["compile_seconds"]
     device_peak = (jax.local_devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
     rate = len(units) / max(fit_s - compile_s, 1e-9)
-    out.update(state_tracts=len(units), state_setting=f"K={K}, T={T}, n'={rows}, block_ladder "
+    out.update(state_tracts=len(units), state_kernel=args.state_kernel, state_setting=f"K={K}, T={T}, n'={rows}, block_ladder "
                f"{cfg.target.block_ladder}", state_programs=len({p for _, p, _, _ in prepared}),
                state_prep_s=round(prep_s, 1), state_fit_s=round(fit_s, 1), state_compile_s=round(compile_s, 1),
                state_tracts_per_s=round(rate, 3), state_tracts_per_s_with_compile=round(len(units) / fit_s, 3),
                state_nation_hours=round(NATION_TRACTS_2010 / rate / 3600, 2),
                state_host_peak_rss_gb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2),
                state_device_peak_gb=None if device_peak is None else round(device_peak / 1e9, 2))
-    print(f"state: {len(units)} 2010-shaped tracts with BLOCK, every SF1 table, {out['state_setting']}: "
+    print(f"state: {len(units)} 2010-shaped tracts with BLOCK, every SF1 table, {out['state_setting']}, kernel "
+          f"{args.state_kernel}: "
           f"{out['state_programs']} programs; prepared in {prep_s:.0f} s, fitted in {fit_s:.0f} s of which compiling "
           f"{compile_s:.0f} s: {rate:.2f} tracts/s ({len(units) / fit_s:.2f} with compiling); the nation's "
           f"{NATION_TRACTS_2010:,} tracts in {out['state_nation_hours']:.1f} hours at this rate")
@@ -684,6 +686,8 @@ def main(argv=None) -> None:
     ap.add_argument("--state-runs", type=int, default=100, help="K in the state figure")
     ap.add_argument("--state-steps", type=int, default=1000, help="T in the state figure")
     ap.add_argument("--state-rows", type=int, default=1000, help="n' in the state figure")
+    ap.add_argument("--state-kernel", choices=("xla", "pallas"), default="xla",
+                    help="the census plan's kernels in the state figure (RAPSettings.kernel)")
     ap.add_argument("--topdown", action="store_true", help="only TopDown's estimation for one county")
     ap.add_argument("--steps-only", action="store_true",
                     help="only the steps' rates (2-way, 3-way, census; no end-to-end fits, exact attack or TopDown)")

@@ -54,6 +54,7 @@ def test_the_gpu_check_runs_dry_as_it_will_on_the_gpu_machine(tmp_path):
     assert figures["step_census85_pallas_codes_equal_share"] > 0.9
     assert figures["step_census85_pallas_final_loss_rel_diff"] < 1e-3
     assert figures["state_rc"] == 0 and figures["state_tracts"] == 4
+    assert figures["state_kernel"] == "xla"  # the fused kernels only where the bench timed both (not in a dry run)
     assert figures["profile_where"] == "XLA CPU threads' ops" and len(figures["profile_top"]) > 3  # a GPU: its kernels
     # the record a session commits from it: every figure, the machine as the check found it
     records = tmp_path / "records"
