@@ -22,6 +22,8 @@ columns past n', are masked (read as zeros, never written). The sizes are chosen
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -77,11 +79,7 @@ def _factors(s_refs, i_ref, rows, valid, cols, n) -> list:
 
 def _tile(s_refs, i_ref, rows, valid, cols, n):
     """A tile of a side's rows ``rows``: the product of its attributes' gathered set rows (:func:`_factors`)."""
-    tiles = _factors(s_refs, i_ref, rows, valid, cols, n)
-    out = tiles[0]
-    for x in tiles[1:]:
-        out = out * x
-    return out
+    return functools.reduce(jnp.multiply, _factors(s_refs, i_ref, rows, valid, cols, n))
 
 
 def _all_but_each(tiles: list) -> list:

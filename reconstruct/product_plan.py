@@ -396,62 +396,39 @@ class ProductPlan(DenseAnswers):
             raise ValueError(f"kernel must be 'xla' or 'pallas', got {kernel!r}")
         dt = DTYPES[dtype]
         if kernel == "pallas":
-            return self._fused_fns(dt)
+            return self._vjp_pair(lambda P, norm: self._fused_forward(P, dt, norm),
+                                  lambda res, g, norm: self._fused_backward(res, g, dt, norm))
         parts = self._sides()
+        return self._vjp_pair(lambda P, norm: self._forward(P, dt, parts, norm),
+                              lambda res, g, norm: self._backward(res, g, dt, parts, norm))
+
+    def _vjp_pair(self, forward, backward):
+        """:meth:`_dense_fn`'s two jax.custom_vjp functions (of P, of logits) from a plan's ``forward(P, normalised)``
+        -> (dense answers, residuals) and ``backward(residuals, g, normalised)`` -> each attribute's dP."""
         @jax.custom_vjp
         def dense(P):
-            return self._forward(split(P, self.layout), dt, parts)[0]
+            return forward(split(P, self.layout), False)[0]
 
         def fwd(P):
-            return self._forward(split(P, self.layout), dt, parts)
+            return forward(split(P, self.layout), False)
 
         def bwd(res, g):
-            return (jnp.concatenate(self._backward(res, g, dt, parts), axis=0),)
+            return (jnp.concatenate(backward(res, g, False), axis=0),)
 
         dense.defvjp(fwd, bwd)
 
         @jax.custom_vjp
         def of_logits(L):
-            return self._forward(softmax_parts(L), dt, parts, True)[0]
+            return forward(softmax_parts(L), True)[0]
 
         def fwd_l(L):
             P = softmax_parts(L)
-            out, res = self._forward(P, dt, parts, True)
+            out, res = forward(P, True)
             return out, (P, res)
 
         def bwd_l(res, g):
             P, inner = res
-            return (softmax_parts_backward(P, self._backward(inner, g, dt, parts, True)),)
-
-        of_logits.defvjp(fwd_l, bwd_l)
-        return dense, of_logits
-
-    def _fused_fns(self, dt):
-        """:meth:`_dense_fn`'s two functions on the fused kernels."""
-        @jax.custom_vjp
-        def dense(P):
-            return self._fused_forward(split(P, self.layout), dt)[0]
-
-        def fwd(P):
-            return self._fused_forward(split(P, self.layout), dt)
-
-        def bwd(S, g):
-            return (jnp.concatenate(self._fused_backward(S, g, dt), axis=0),)
-
-        dense.defvjp(fwd, bwd)
-
-        @jax.custom_vjp
-        def of_logits(L):
-            return self._fused_forward(softmax_parts(L), dt, True)[0]
-
-        def fwd_l(L):
-            P = softmax_parts(L)
-            out, S = self._fused_forward(P, dt, True)
-            return out, (P, S)
-
-        def bwd_l(res, g):
-            P, S = res
-            return (softmax_parts_backward(P, self._fused_backward(S, g, dt, True)),)
+            return (softmax_parts_backward(P, backward(inner, g, True)),)
 
         of_logits.defvjp(fwd_l, bwd_l)
         return dense, of_logits
