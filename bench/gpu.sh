@@ -12,8 +12,8 @@
 #      shared calls (goal under 60 s on one H200), the 85-block and 24-block census steps with their fractions
 #      of the measured peak, the 2-way and 3-way step rates;
 #   5. a state streamed through the GPU (bench/run.py --parts state: 48 tracts of configs/census/state_2010.yaml at
-#      the paper's strength, GPU_STATE_TRACTS others): tracts/s, compiles apart, the nation projected; on the fused
-#      kernels where step 4 found them faster with the same fit (GPU_STATE_KERNEL=xla|pallas chooses);
+#      the paper's strength, GPU_STATE_TRACTS others): tracts/s, compiles apart, the nation projected; the census
+#      kernels chosen as a run chooses them (kernel auto: checked and timed on the card; GPU_STATE_KERNEL forces);
 #   6. as much of the paper's census experiment on 8 tracts of the 2010-shaped population
 #      (configs/census/tracts_2010.yaml) as the time left allows.
 # Every figure is a JSON line appended to $OUT/gpu.jsonl the moment it is measured, so a run cut short keeps
@@ -150,19 +150,9 @@ if [ "$dry" = 1 ]; then
 else
   state=(--state-tracts "${GPU_STATE_TRACTS:-48}")
 fi
-# on the fused kernels where the bench found them faster than XLA's ops with the same fit (GPU_STATE_KERNEL: either)
-kernel=${GPU_STATE_KERNEL:-$("$py" - "$figures" <<'PY'
-import json, sys
-f = {}
-for line in open(sys.argv[1]):
-    try:
-        f.update(json.loads(line))
-    except ValueError:
-        pass
-faster = f.get("step_census85_pallas_per_s", 0) > f.get("step_census85_per_s", float("inf"))
-print("pallas" if faster and f.get("step_census85_pallas_codes_equal_share", 0) > 0.9 else "xla")
-PY
-)}
+# the census kernels as a user's run picks them (kernel auto: on a GPU the fused kernels where they agree with XLA's
+# ops and run the first block faster; the figure says which and the timings); GPU_STATE_KERNEL=xla|pallas forces one
+kernel=${GPU_STATE_KERNEL:-auto}
 if [[ $stages == *,state,* ]]; then
 t=$(date +%s)
 timeout "$(limit 150)" "$py" bench/run.py --parts state "${state[@]}" --state-kernel "$kernel" --jsonl "$figures" \

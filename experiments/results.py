@@ -269,13 +269,16 @@ def code_fingerprint() -> str:
 
 
 def jax_info() -> dict:
-    """The backend, its devices, and this process's compiles so far (seconds, programs, persistent-cache hits:
-    a run's compile time apart from its fitting time; see :mod:`reconstruct.compile_cache`)."""
+    """The backend, its devices, this process's compiles so far (seconds, programs, persistent-cache hits:
+    a run's compile time apart from its fitting time; see :mod:`reconstruct.compile_cache`), and the census
+    kernels ``kernel: auto`` chose, with why (:mod:`reconstruct.kernel_choice`)."""
     import jax
 
     from censusrecon.reconstruct.compile_cache import compile_facts
+    from censusrecon.reconstruct.kernel_choice import choices
 
-    return {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()], "compile": compile_facts()}
+    return {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()], "compile": compile_facts(),
+            "kernel_choices": choices()}
 
 
 def results_dir(arg: str | Path, out: str | Path = "results", overrides: list[str] | None = None) -> Path:

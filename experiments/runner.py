@@ -161,7 +161,7 @@ def _rap_rank(study: Study, work: list[UnitWork], q, init: str, name: str, runs_
                                  "mean_max_abs_error": float(res.max_abs_error.mean()),
                                  "distinct_candidates": int(res.union_size),
                                  "rows_per_run": int(res.codes.shape[1]), "relaxed_rows": settings.rows,
-                                 "units_in_call": len(members)}
+                                 "units_in_call": len(members), "kernel": res.kernel}
             m.frames.append(match_rate_curve(got.ranking, m.truth, m.ks, m.u, got.candidates, m.outside,
                                              m.block_class).assign(method=name, num_queries=workload.num_queries))
             m.calib += calibration(*res.run_fractions(), m.truth, a.runs).assign(method=name).to_dict("records")

@@ -36,8 +36,10 @@ class AttackConfig(Strict):
             "between blocks")
     precision: Literal["float32", "bfloat16"] = Field(
         rap_default("precision"), description="matmul operand dtype (float32 accumulation); bfloat16 only where a self-test passes")
-    kernel: Literal["xla", "pallas"] = Field(
-        rap_default("kernel"), description="census tables: XLA's ops, or fused GPU kernels (Pallas) that never write the product rows")
+    kernel: Literal["auto", "xla", "pallas"] = Field(
+        rap_default("kernel"), description="census tables: XLA's ops (xla), fused GPU kernels (Pallas) that never write "
+        "the product rows (pallas), or auto: XLA's ops on a CPU, on a GPU the fused kernels where they agree with "
+        "XLA's and run the first block faster on that card")
     draws_per_run: int | Literal["n"] | None = Field(
         None, description="rows drawn from each fitted relaxed dataset: null = one per relaxed row; an integer; "
         "or n = as many as D has persons (the paper code's census setting; the attacker reads n off the published "

@@ -18,6 +18,7 @@ import optax
 from censusrecon.microdata.domain import Domain
 from censusrecon.microdata.errors import CensusReconError
 from censusrecon.microdata.ranking import Ranking, rank_by_frequency
+from censusrecon.reconstruct import kernel_choice
 from censusrecon.reconstruct.product_plan import ProductPlan
 from censusrecon.reconstruct.kernels import usable_dtype
 from censusrecon.reconstruct.queries import MarginalPlan
@@ -174,7 +175,10 @@ def step_cost(plan, settings: RAPSettings, batch: int = 1, analyse=None) -> dict
     compiler's count of what every op of the compiled step reads and writes (each fusion's operands and
     outputs): the memory traffic a change of the step is judged on, on a CPU as on a GPU (which fuses
     differently, so the two counts differ). ``analyse(compiled)`` replaces the compiled program's own
-    ``cost_analysis()`` (bench/step_cost_at.py's also counts kernels of ours, which XLA's leaves out)."""
+    ``cost_analysis()`` (bench/step_cost_at.py's also counts kernels of ours, which XLA's leaves out).
+    ``kernel="auto"`` is counted on XLA's ops (its choice is made on a card, by time: name the kernels to count)."""
+    if settings.kernel == "auto":
+        settings = dataclasses.replace(settings, kernel="xla")
     step, opt = _step_fn(plan, settings)
     logits = jax.vmap(plan.state_of)(jnp.zeros((batch, plan.layout.width, settings.rows), jnp.float32))
     state = jax.vmap(opt.init)(logits)
@@ -298,6 +302,9 @@ def _program(plan, settings: RAPSettings, with_pool: bool, mesh=None):
     # T and the batch size do not enter the compiled functions (T is a host loop over blocks,
     # batch a shape jit retraces on), nor do the draws (a static argument of the rounding only),
     # so they do not select a program
+    if settings.kernel not in ("xla", "pallas"):
+        raise CensusReconError(f"a program runs XLA's ops or the fused kernels, not {settings.kernel!r}: "
+                               "kernel 'auto' is decided before a program is built (reconstruct.kernel_choice)")
     return _cached_program(plan, dataclasses.replace(settings, steps=1, batch=None, draws=None), with_pool, mesh)
 
 
@@ -321,6 +328,7 @@ class RAPRankResult:
     domain: Domain | None = None
     seconds: float = 0.0
     timings: dict = field(default_factory=dict)
+    kernel: str = ""  # the census plan's kernels the fits ran ("xla", "pallas"; what kernel="auto" chose)
 
     def run_fractions(self) -> tuple[np.ndarray, np.ndarray]:
         """Every distinct row of the union (sorted int64 keys) and the fraction of the K runs
@@ -367,11 +375,10 @@ def _spread(arrays, sharding):
 def _fit_pairs(plan, settings: RAPSettings, targets: np.ndarray, run_keys: jax.Array,
                pools: list[np.ndarray] | None):
     """Fit and round one batch of (unit, run) pairs. ``targets`` (R, dense) per pair;
-    ``pools`` per pair or None. Returns codes (R, n', d), final loss (R,), max abs error (R,)."""
+    ``pools`` per pair or None. Returns codes (R, n', d), final loss (R,), max abs error (R,), and the kernels
+    the fit ran (``settings.kernel``, or what ``auto`` chose: :mod:`reconstruct.kernel_choice`)."""
     sharding = _pairs_sharding(len(targets))
-    # the fused kernels' programs split the batch themselves (shard_map); XLA's ops are split by the layout
-    mesh = sharding.mesh if sharding is not None and settings.kernel != "xla" else None
-    init_b, block_b, round_b, max_error_b = _program(plan, settings, pools is not None, mesh)
+    with_pool = pools is not None
     if pools is None:
         pool, sizes = None, None
     else:
@@ -381,20 +388,59 @@ def _fit_pairs(plan, settings: RAPSettings, targets: np.ndarray, run_keys: jax.A
             pool[i, : len(p)] = p
         sizes = np.array([len(p) for p in pools], np.int32)
     t, run_keys, pool, sizes = _spread((jnp.asarray(targets), run_keys, pool, sizes), sharding)
-    state = init_b(run_keys, pool, sizes)
+    # the start is the same program whatever the kernels (it never answers a query)
+    state = _program(plan, dataclasses.replace(settings, kernel="xla"), with_pool)[0](run_keys, pool, sizes)
     if sharding is not None:
         # laid out as every block's output is (init leaves Adam's step count replicated), so the
         # second block reuses the first block's program instead of compiling another
         state = jax.device_put(state, sharding)
+    kernel, first = _kernel_of(plan, settings, with_pool, sharding, state, t, run_keys)
+    settings = dataclasses.replace(settings, kernel=kernel)
+    # the fused kernels' programs split the batch themselves (shard_map); XLA's ops are split by the layout
+    mesh = sharding.mesh if sharding is not None and kernel != "xla" else None
+    _, block_b, round_b, max_error_b = _program(plan, settings, with_pool, mesh)
     done, block = 0, 0
     loss = None
+    if first is not None:  # the first block, run while choosing the kernels
+        (state, loss), done, block = first, min(settings.steps_per_call, settings.steps), 1
     while done < settings.steps:
         n = min(settings.steps_per_call, settings.steps - done)
         state, loss = block_b(state, t, run_keys, block, n)
         done += n
         block += 1
     codes = round_b(state, run_keys, settings.draws)
-    return np.asarray(codes), np.asarray(loss), np.asarray(max_error_b(state, t))
+    return np.asarray(codes), np.asarray(loss), np.asarray(max_error_b(state, t)), kernel
+
+
+def _kernel_of(plan, settings: RAPSettings, with_pool: bool, sharding, state, t, run_keys):
+    """The kernels a batch's fit runs, and the first block's ``(state, loss)`` where choosing them ran it (else
+    None): ``settings.kernel``, or for ``auto`` what :func:`reconstruct.kernel_choice.choose` decides (once per
+    shape: checked on one pair and timed on this batch's first block, on the card)."""
+    kernel = kernel_choice.fixed(plan, settings)
+    if kernel is not None:
+        return kernel, None
+    key = kernel_choice.shape_key(plan, settings, t.shape[0])
+    kernel = kernel_choice.remembered(key)
+    if kernel is not None:
+        return kernel, None
+    dtype = matmul_dtype(settings)
+    mask = jnp.asarray(plan.dense_mask)
+    logits, target = jax.tree.map(lambda a: a[0], state[0]), t[0]
+
+    def probe(k):  # one pair's answers and its loss's gradient at the fit's first state
+        def loss(lg):
+            return jnp.sum(((plan.dense_answers_of_logits(lg, dtype, k) - target) * mask) ** 2)
+        answers = jax.jit(lambda lg: plan.dense_answers_of_logits(lg, dtype, k))(logits)
+        return [answers, *jax.tree.leaves(jax.jit(jax.grad(loss))(logits))]
+
+    def first_block(k):  # compiled first, then timed: the block's run alone
+        mesh = sharding.mesh if sharding is not None and k != "xla" else None
+        block = _program(plan, dataclasses.replace(settings, kernel=k), with_pool, mesh)[1]
+        n = min(settings.steps_per_call, settings.steps)
+        compiled = block.lower(state, t, run_keys, 0, n).compile()
+        return kernel_choice.timed(lambda: compiled(state, t, run_keys, 0))
+
+    return kernel_choice.choose(key, probe, first_block)
 
 
 def run_rap(plan, targets: np.ndarray, key: jax.Array, run_ids: np.ndarray,
@@ -406,7 +452,7 @@ def run_rap(plan, targets: np.ndarray, key: jax.Array, run_ids: np.ndarray,
     ids = jnp.asarray(run_ids, dtype=jnp.uint32)
     run_keys = jax.vmap(lambda k: jax.random.fold_in(key, k))(ids)
     pools = None if init_pool is None else [np.asarray(init_pool, np.int32)] * len(run_ids)
-    return _fit_pairs(plan, settings, np.broadcast_to(dense, (len(run_ids), dense.size)), run_keys, pools)
+    return _fit_pairs(plan, settings, np.broadcast_to(dense, (len(run_ids), dense.size)), run_keys, pools)[:3]
 
 
 def rap_rank(plan: MarginalPlan | ProductPlan, targets: np.ndarray, domain: Domain, key: jax.Array, runs: int,
@@ -478,13 +524,15 @@ def rap_rank_units(plan, targets: list[np.ndarray], domain: Domain, keys: list[j
     losses = [[] for _ in range(U)]
     errs = [[] for _ in range(U)]
     unit_keys = jnp.stack(keys)
+    kernels: set[str] = set()
     for start in range(0, len(pairs), batch):
         chunk = pairs[start:start + batch]
         units = np.array([u for u, _ in chunk])
         ids = np.array([k for _, k in chunk], dtype=np.uint32)
         run_keys = _fold_keys(unit_keys[units], jnp.asarray(ids))
         pools = None if init_pools is None else [init_pools[u] for u in units]
-        c, l, e = _fit_pairs(plan, settings, np.stack([dense[u] for u in units]), run_keys, pools)
+        c, l, e, kernel = _fit_pairs(plan, settings, np.stack([dense[u] for u in units]), run_keys, pools)
+        kernels.add(kernel)
         done = 0
         for i, (u, k) in enumerate(chunk):
             if start + i < n_real:
@@ -502,5 +550,6 @@ def rap_rank_units(plan, targets: list[np.ndarray], domain: Domain, keys: list[j
         ranking = rank_by_frequency(all_keys, rng=None if rngs is None else rngs[u],
                                     limit=limit[u] if isinstance(limit, (list, tuple)) else limit)
         out.append(RAPRankResult(cu, ranking, np.array(losses[u]), np.array(errs[u]),
-                                 union_size=int(np.unique(all_keys).size), domain=domain, seconds=seconds / U))
+                                 union_size=int(np.unique(all_keys).size), domain=domain, seconds=seconds / U,
+                                 kernel="+".join(sorted(kernels))))
     return out

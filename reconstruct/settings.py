@@ -31,8 +31,10 @@ class RAPSettings:
             ``"bfloat16"`` is opt-in and used only when a self-test on this backend passes.
         kernel: how a census plan's parts are computed. ``"xla"``: XLA's ops (every backend). ``"pallas"``: each
             part's answers and cotangents as fused GPU kernels (:mod:`reconstruct.fused`) that never write the
-            product rows to memory (on a CPU, Pallas's interpreter: for tests, slow). Marginal plans have no
-            product rows and run as they are.
+            product rows to memory (on a CPU, Pallas's interpreter: for tests, slow). ``"auto"`` (the default):
+            XLA's ops on a CPU; on a GPU, the fused kernels where they agree with XLA's ops on this card and run
+            the fit's first block faster, once per shape (:mod:`reconstruct.kernel_choice`). Marginal plans have
+            no product rows and run as they are.
         init_mode: how a run initialised from a dataset (``init_pool``) uses it. ``"resample"``:
             n' rows drawn with replacement from the pool, afresh per run. ``"each_once"`` (the
             paper code's ``--init_split``): the pool has exactly n' rows and relaxed row i starts
@@ -53,7 +55,7 @@ class RAPSettings:
     steps_per_call: int = 1000
     batch: int | None = None
     precision: Literal["float32", "bfloat16"] = "float32"
-    kernel: Literal["xla", "pallas"] = "xla"
+    kernel: Literal["auto", "xla", "pallas"] = "auto"
     init_mode: Literal["resample", "each_once"] = "resample"
     draws: int | None = None
 
@@ -74,8 +76,8 @@ class RAPSettings:
             raise CensusReconError(f"steps_per_call must be >= 1, got {self.steps_per_call}")
         if self.precision not in ("float32", "bfloat16"):
             raise CensusReconError(f"precision must be 'float32' or 'bfloat16', got {self.precision!r}")
-        if self.kernel not in ("xla", "pallas"):
-            raise CensusReconError(f"kernel must be 'xla' or 'pallas', got {self.kernel!r}")
+        if self.kernel not in ("auto", "xla", "pallas"):
+            raise CensusReconError(f"kernel must be 'auto', 'xla' or 'pallas', got {self.kernel!r}")
         if self.batch is not None and self.batch < 1:
             raise CensusReconError(f"batch must be >= 1 or None, got {self.batch}")
         if self.init_mode not in ("resample", "each_once"):

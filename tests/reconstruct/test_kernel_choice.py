@@ -1,0 +1,146 @@
+"""kernel: auto, the default: XLA's ops on a CPU; on a GPU the fused kernels only where they agree with XLA's ops on
+one pair and run the fit's first block faster, decided once per shape and remembered. The GPU's path is run here
+with the fused kernels in Pallas's interpreter (``on_gpu`` replaced) and the block's timings decided by the test."""
+
+import logging
+
+import jax
+import numpy as np
+import pytest
+
+from censusrecon.microdata.census import Cell, CensusWorkload
+from censusrecon.microdata.dataset import Dataset
+from censusrecon.microdata.domain import Attribute, Domain
+from censusrecon.microdata.errors import CensusReconError
+from censusrecon.microdata.marginals import Workload, answer
+from censusrecon.reconstruct import compile_cache, fused, kernel_choice
+from censusrecon.reconstruct import rap as rap_mod
+from censusrecon.reconstruct.product_plan import ProductPlan
+from censusrecon.reconstruct.queries import MarginalPlan
+from censusrecon.reconstruct.rap import RAPSettings, rap_rank
+
+
+@pytest.fixture(scope="module")
+def census():
+    dom = Domain((Attribute("BLOCK", ("b0", "b1", "b2")), Attribute.range("AGE", 6), Attribute.range("SEX", 2)))
+    cells = [Cell("T", 1, "c1", (("AGE", frozenset(range(0, 3))),), "block"),
+             Cell("T", 2, "c2", (("AGE", frozenset({4})), ("SEX", frozenset({1}))), "block"),
+             Cell("T", 3, "c3", (("SEX", frozenset({0})),), "tract")]
+    w = CensusWorkload.build(dom, cells)
+    rng = np.random.default_rng(3)
+    data = Dataset(dom, np.stack([rng.integers(0, s, 40) for s in dom.sizes], axis=1))
+    return ProductPlan.build(w), w.answer(data), dom
+
+
+SETTINGS = RAPSettings(rows=24, steps=6, steps_per_call=3, batch=2)
+
+
+@pytest.fixture
+def gpu(monkeypatch, tmp_path):
+    """The GPU's path: ``auto`` measures; choices forgotten before and after; none written to disk unless a test
+    turns the cache folder on."""
+    monkeypatch.setattr(kernel_choice, "on_gpu", lambda: True)
+    monkeypatch.setitem(compile_cache._FACTS, "cache_dir", None)
+    kernel_choice.forget()
+    yield monkeypatch
+    kernel_choice.forget()
+
+
+def _timings(monkeypatch, seconds: dict):
+    """The first block's seconds on each kernel, as the test says (the block still runs, in order xla, pallas)."""
+    order = iter(["xla", "pallas"])
+    timed = []
+
+    def fake(fn):
+        kernel = next(order)
+        timed.append(kernel)
+        return jax.block_until_ready(fn()), seconds[kernel]
+
+    monkeypatch.setattr(kernel_choice, "timed", fake)
+    return timed
+
+
+def fit(census, **kw):
+    plan, targets, dom = census
+    return rap_rank(plan, targets, dom, jax.random.key(4), 2, RAPSettings(**{**SETTINGS.__dict__, **kw}))
+
+
+def test_auto_is_the_default_and_runs_xla_on_a_cpu_and_for_marginal_plans(census, monkeypatch):
+    kernel_choice.forget()
+    monkeypatch.setattr(kernel_choice, "choose", lambda *a: pytest.fail("a CPU measures nothing"))
+    assert RAPSettings().kernel == "auto"
+    auto, xla = fit(census), fit(census, kernel="xla")
+    assert auto.kernel == "xla" and xla.kernel == "xla"
+    np.testing.assert_array_equal(auto.codes, xla.codes)
+    assert {c["reason"] for c in kernel_choice.choices().values()} == {"auto on a CPU"}
+    monkeypatch.setattr(kernel_choice, "on_gpu", lambda: True)  # marginals have no product rows: nothing to choose
+    dom = Domain.from_sizes({"A": 2, "B": 3})
+    w = Workload.all_kway(dom, 2)
+    data = Dataset(dom, np.array([[0, 1], [1, 2], [1, 0]]))
+    res = rap_rank(MarginalPlan.build(w), answer(data, w), dom, jax.random.key(0), 2, RAPSettings(rows=6, steps=3))
+    assert res.kernel == "xla" and kernel_choice.choices()["marginal"]["reason"] == "marginal plan"
+    with pytest.raises(CensusReconError, match="kernel"):
+        RAPSettings(kernel="triton")
+    with pytest.raises(CensusReconError, match="decided before a program is built"):
+        rap_mod._program(census[0], SETTINGS, False)
+
+
+def test_auto_on_a_gpu_keeps_the_fused_kernels_where_their_first_block_is_faster(census, gpu):
+    timed = _timings(gpu, {"xla": 1.0, "pallas": 0.5})
+    auto = fit(census)
+    assert timed == ["xla", "pallas"] and auto.kernel == "pallas"
+    (choice,) = kernel_choice.choices().values()
+    assert choice["reason"] == "measured" and choice["seconds"] == {"xla": 1.0, "pallas": 0.5}
+    assert choice["difference"] < 1e-4  # the interpreter's kernels against XLA's ops: float rounding
+    forced = fit(census, kernel="pallas")
+    # the fit went on from the fused kernels' first block: the same fit as one that named them
+    np.testing.assert_array_equal(auto.codes, forced.codes)
+    np.testing.assert_array_equal(auto.final_loss, forced.final_loss)
+    assert fit(census).kernel == "pallas" and timed == ["xla", "pallas"]  # decided once per shape
+
+
+def test_auto_on_a_gpu_keeps_xla_within_the_margin_and_goes_on_from_its_block(census, gpu):
+    _timings(gpu, {"xla": 1.0, "pallas": 0.97})
+    auto = fit(census)
+    assert auto.kernel == "xla"
+    np.testing.assert_array_equal(auto.codes, fit(census, kernel="xla").codes)
+
+
+@pytest.mark.parametrize("fault", ["wrong", "raises"])
+def test_auto_on_a_gpu_refuses_fused_kernels_that_disagree_or_fail_whatever_their_speed(census, gpu, caplog, fault):
+    _timings(gpu, {"xla": 1.0, "pallas": 0.1})
+    answers = fused.answers
+
+    def broken(*a, **k):
+        if fault == "raises":
+            raise RuntimeError("Triton: out of shared memory")
+        return answers(*a, **k) * 1.02  # every answer 2% off: a wrong tile, say
+
+    gpu.setattr(fused, "answers", broken)
+    with caplog.at_level(logging.WARNING, logger=kernel_choice.__name__):
+        auto = fit(census)
+    assert auto.kernel == "xla"
+    (choice,) = kernel_choice.choices().values()
+    assert choice["reason"] == ("fused kernels disagree" if fault == "wrong" else "fused kernels failed")
+    assert "kernel auto: xla" in caplog.text and ("relative difference" in caplog.text or "shared memory" in caplog.text)
+    np.testing.assert_array_equal(auto.codes, fit(census, kernel="xla").codes)
+
+
+def test_a_choice_is_remembered_beside_the_compiled_programs_and_keyed_by_shape(census, gpu, tmp_path):
+    gpu.setitem(compile_cache._FACTS, "cache_dir", str(tmp_path))
+    _timings(gpu, {"xla": 1.0, "pallas": 0.5})
+    assert fit(census).kernel == "pallas"
+    assert (tmp_path / kernel_choice.FILE).exists()
+    kernel_choice.forget()  # a later process: read from the file, nothing measured
+    gpu.setattr(kernel_choice, "timed", lambda fn: pytest.fail("remembered: nothing timed"))
+    assert fit(census).kernel == "pallas"
+    assert {c["reason"] for c in kernel_choice.choices().values()} == {"remembered"}
+    plan = census[0]
+    key = kernel_choice.shape_key(plan, SETTINGS, 2)
+    assert key == kernel_choice.shape_key(plan, RAPSettings(**{**SETTINGS.__dict__, "steps": 99}), 2)
+    assert key != kernel_choice.shape_key(plan, SETTINGS, 4)
+    assert key != kernel_choice.shape_key(plan, RAPSettings(**{**SETTINGS.__dict__, "rows": 25}), 2)
+    (tmp_path / kernel_choice.FILE).write_text("{not json")  # a damaged file: measured again, never fatal
+    kernel_choice.forget()
+    _timings(gpu, {"xla": 1.0, "pallas": 2.0})
+    assert fit(census).kernel == "xla"
