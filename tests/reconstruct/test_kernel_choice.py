@@ -65,8 +65,13 @@ def fit(census, **kw):
     return rap_rank(plan, targets, dom, jax.random.key(4), 2, RAPSettings(**{**SETTINGS.__dict__, **kw}))
 
 
+#: on a GPU (bench/gpu.sh runs these tests there) the fused kernels are Triton's: TF32 and atomic adds in any order
+REAL_GPU = jax.default_backend() == "gpu"
+
+
 def test_auto_is_the_default_and_runs_xla_on_a_cpu_and_for_marginal_plans(census, monkeypatch):
     kernel_choice.forget()
+    monkeypatch.setattr(kernel_choice, "on_gpu", lambda: False)
     monkeypatch.setattr(kernel_choice, "choose", lambda *a: pytest.fail("a CPU measures nothing"))
     assert RAPSettings().kernel == "auto"
     auto, xla = fit(census), fit(census, kernel="xla")
@@ -91,11 +96,14 @@ def test_auto_on_a_gpu_keeps_the_fused_kernels_where_their_first_block_is_faster
     assert timed == ["xla", "pallas"] and auto.kernel == "pallas"
     (choice,) = kernel_choice.choices().values()
     assert choice["reason"] == "measured" and choice["seconds"] == {"xla": 1.0, "pallas": 0.5}
-    assert choice["difference"] < 1e-4  # the interpreter's kernels against XLA's ops: float rounding
+    assert choice["difference"] < (kernel_choice.TOLERANCE if REAL_GPU else 1e-4)  # float rounding
     forced = fit(census, kernel="pallas")
     # the fit went on from the fused kernels' first block: the same fit as one that named them
-    np.testing.assert_array_equal(auto.codes, forced.codes)
-    np.testing.assert_array_equal(auto.final_loss, forced.final_loss)
+    if REAL_GPU:
+        np.testing.assert_allclose(auto.final_loss, forced.final_loss, rtol=1e-3)
+    else:
+        np.testing.assert_array_equal(auto.codes, forced.codes)
+        np.testing.assert_array_equal(auto.final_loss, forced.final_loss)
     assert fit(census).kernel == "pallas" and timed == ["xla", "pallas"]  # decided once per shape
 
 
