@@ -54,7 +54,9 @@ def test_the_gpu_check_runs_dry_as_it_will_on_the_gpu_machine(tmp_path):
     assert figures["step_census85_pallas_codes_equal_share"] > 0.9
     assert figures["step_census85_pallas_final_loss_rel_diff"] < 1e-3
     assert figures["state_rc"] == 0 and figures["state_tracts"] == 4
-    assert figures["state_kernel"] == "xla"  # the fused kernels only where the bench timed both (not in a dry run)
+    # the state's kernels as a run picks them (auto): XLA's ops on a CPU, decided without running anything
+    assert figures["state_kernel"] == "auto" and figures["state_kernel_ran"] == "xla"
+    assert {c["reason"] for c in figures["state_kernel_choices"]} == {"auto on a CPU"} and figures["state_choose_s"] == 0
     assert figures["profile_where"] == "XLA CPU threads' ops" and len(figures["profile_top"]) > 3  # a GPU: its kernels
     # the record a session commits from it: every figure, the machine as the check found it
     records = tmp_path / "records"

@@ -1,5 +1,6 @@
 """RAP runs spread over several host devices (one per CPU core, as the CLI asks for)."""
 
+import functools
 import json
 import subprocess
 import sys
@@ -33,6 +34,12 @@ else:
     plan, t = MarginalPlan.build(w), answer(data, w)
 T = int(sys.argv[4])  # steps a block
 kernel = sys.argv[5]
+if kernel == "auto-gpu":  # kernel auto on the GPU's path: checked, then timed (the fused kernels' block said faster)
+    from censusrecon.reconstruct import kernel_choice
+    kernel_choice.on_gpu = lambda: True
+    said = iter([1.0, 0.5])
+    kernel_choice.timed = lambda fn: (jax.block_until_ready(fn()), next(said))
+    kernel = "auto"
 s = RAPSettings(rows=48, steps=T, steps_per_call=T, batch=int(sys.argv[2]), kernel=kernel)
 run_rap(plan, t, jax.random.key(1), np.arange(4), s)  # compiles; one block
 compiles = []
@@ -45,11 +52,13 @@ with jax.log_compiles(True):  # three blocks of the same program: nothing new to
     codes, _, err = run_rap(plan, t, jax.random.key(0), np.arange(4), RAPSettings(
         rows=48, steps=3 * T, steps_per_call=T, batch=int(sys.argv[2]), kernel=kernel))
 from censusrecon.reconstruct.rap import TRACE_COUNT
-print(json.dumps({"devices": len(jax.devices()), "codes": codes.tolist(), "max_err": float(err.max()),
+from censusrecon.reconstruct.kernel_choice import choices
+print(json.dumps({"chosen": sorted({c["kernel"] + " " + c["reason"] for c in choices().values()}),"devices": len(jax.devices()), "codes": codes.tolist(), "max_err": float(err.max()),
                   "compiles": compiles, "split": TRACE_COUNT.get("split", 0)}))
 """
 
 
+@functools.lru_cache(maxsize=None)  # a run two tests compare against is run once (a module runs in one worker)
 def _run(devices: int, batch: int, plan: str = "marginal", steps: int = 500, kernel: str = "xla") -> dict:
     out = subprocess.run([sys.executable, "-c", SNIPPET, str(devices), str(batch), plan, str(steps), kernel], capture_output=True, text=True,
                          check=True, env={"PATH": "", "CENSUSRECON_CPU_DEVICES": "", "PYTHONPATH": ROOT,
@@ -95,3 +104,14 @@ def test_the_fused_kernels_split_a_batch_over_four_host_devices_as_it_runs_on_on
     assert abs(four["max_err"] - xla["max_err"]) < 1e-5
     assert four["compiles"] == [] and one["compiles"] == []
     assert four["split"] > 0 and one["split"] == xla["split"] == 0  # split by the program itself, on several devices
+
+
+def test_kernel_auto_decides_on_a_split_batch_and_the_fit_goes_on_without_compiling_again():
+    """kernel auto on the GPU's path, the batch split over 4 host devices: the fused kernels checked and their first
+    block timed (here said faster) on the split programs; the fit goes on from that block; a later fit of the same
+    shape (three blocks) reads the choice and compiles nothing: the timed block's program is the one the fit runs."""
+    four = _run(4, 4, "census", steps=10, kernel="auto-gpu")
+    xla = _run(1, 4, "census", steps=10)
+    assert four["devices"] == 4 and four["chosen"] == ["pallas measured"]
+    assert four["codes"] == xla["codes"] and abs(four["max_err"] - xla["max_err"]) < 1e-5
+    assert four["split"] > 0 and four["compiles"] == [], four["compiles"]
