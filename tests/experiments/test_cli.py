@@ -211,6 +211,7 @@ def test_metrics_files_and_report(tiny_run):
     for u in m["units"]:
         for name, facts in u["rap"].items():
             assert facts["distinct_candidates"] == union[(u["with_block"], u["unit"], name)]
+            assert facts["kernel"] == "xla"  # what kernel auto (the default) ran: XLA's ops on a CPU
     # lift is per variant: never pooled across with and without BLOCK
     lift = pd.read_parquet(run_dir / "lift.parquet")
     assert {"variant", "method", "baseline", "lift"} <= set(lift.columns)
