@@ -8,8 +8,10 @@ program, the batch, the devices), :func:`choose`:
 
 1. **checks** the fused kernels against XLA's ops on one pair: the answers and the loss's gradient at the fit's
    first state, each within :data:`TOLERANCE` of XLA's (relative, in norm: float rounding, TF32's included, is
-   ~1e-4; a wrong share or tile is of order one). A compile or run failure, or a disagreement: XLA's ops, and a
-   warning that says why;
+   ~1e-4; a wrong share or tile is of order one), in a process of its own (:func:`run_apart`): a kernel that
+   read or wrote out of bounds on a card could leave the GPU unusable to the process that ran it, and must not
+   end the run that asked. A compile or run failure, a process that dies or does not answer within
+   :data:`CHECK_TIMEOUT_S`, or a disagreement: XLA's ops, and a warning that says why;
 2. **times** the first block of steps of the fit on both, each compiled ahead of the timed call, and keeps the
    fused kernels only where their block runs in at most :data:`MARGIN` of XLA's time. The fit goes on from the
    kept block's state: nothing is fitted twice but the other kernel's first block.
@@ -48,6 +50,14 @@ TOLERANCE = 5e-3
 #: remembered choices on disk, at most (the oldest dropped first)
 MAX_REMEMBERED = 256
 FILE = "kernel_choices.json"
+#: the check runs in a process of its own (tests of the choice's logic run it in theirs, to inject faults)
+APART = True
+#: seconds the check's process has to answer (it starts JAX and compiles the check on both kernels)
+CHECK_TIMEOUT_S = 600.0
+
+
+class CheckFailed(RuntimeError):
+    """The check's process failed, died or did not answer in time."""
 
 
 @dataclass(frozen=True)
@@ -140,13 +150,13 @@ def relative_difference(a, b) -> float:
     return worst
 
 
-def choose(key: str, probe: Callable[[str], tuple], first_block: Callable[[str], Any]) -> tuple[str, Any]:
-    """Decide a shape's kernels (see the module's text). ``probe(kernel)``: the answers and gradient on one pair;
-    ``first_block(kernel)``: ``(output, seconds)`` of the fit's first block, compiled before it is timed.
-    Returns the kernel and the kept block's output (None where the fused kernels never ran a block)."""
-    reference = probe("xla")  # XLA's ops failing is the run's own error, raised as it would be without the choice
+def choose(key: str, check: Callable[[], float], first_block: Callable[[str], Any]) -> tuple[str, Any]:
+    """Decide a shape's kernels (see the module's text). ``check()``: the fused kernels' relative difference from
+    XLA's ops on one pair (:func:`check_kernels`); ``first_block(kernel)``: ``(output, seconds)`` of the fit's
+    first block, compiled before it is timed. Returns the kernel and the kept block's output (None where the fused
+    kernels never ran a block)."""
     try:
-        difference = relative_difference(reference, probe("pallas"))
+        difference = check()
     except Exception as exc:  # noqa: BLE001 - any failure of our kernels on this card: XLA's ops
         return _decided(key, Choice("xla", "fused kernels failed", detail=_brief(exc))), None
     if not difference <= TOLERANCE:
@@ -161,6 +171,78 @@ def choose(key: str, probe: Callable[[str], tuple], first_block: Callable[[str],
     seconds = {"xla": round(xla_s, 6), "pallas": round(fused_s, 6)}
     _decided(key, Choice(kernel, "measured", seconds, difference))
     return kernel, fused_out if kernel == "pallas" else xla_out
+
+
+def kernels_difference(plan, settings, logits, target) -> float:
+    """The fused kernels against XLA's ops on one pair: :func:`relative_difference` of the answers and of the
+    loss's gradient at ``logits`` (one pair's state, per attribute) against ``target`` (its dense targets)."""
+    import jax.numpy as jnp
+
+    from censusrecon.reconstruct.kernels import usable_dtype
+
+    dtype = usable_dtype(settings.precision)
+    mask = jnp.asarray(plan.dense_mask)
+
+    def on(kernel):
+        def answers(lg):
+            return plan.dense_answers_of_logits(lg, dtype, kernel)
+
+        def loss(lg):
+            return jnp.sum(((answers(lg) - target) * mask) ** 2)
+
+        grads = jax.tree.leaves(jax.jit(jax.grad(loss))(logits))
+        return [np.asarray(jax.jit(answers)(logits)), *map(np.asarray, grads)]
+
+    return relative_difference(on("xla"), on("pallas"))
+
+
+def check_kernels(plan, settings, logits, target) -> float:
+    """:func:`kernels_difference`, in a process of its own where :data:`APART` (see :func:`run_apart`)."""
+    if not APART:
+        return kernels_difference(plan, settings, logits, target)
+    return run_apart(kernels_difference, (plan, settings, logits, target), CHECK_TIMEOUT_S)
+
+
+def run_apart(fn: Callable, args: tuple, timeout: float):
+    """``fn(*args)`` computed in a new process (started afresh, so it holds no device of this one's; on a GPU it
+    takes memory as it needs it, beside what this process holds), its value returned here. A failure in it, its
+    death or no answer within ``timeout`` seconds (it is then killed) raise :class:`CheckFailed`, naming which.
+
+    >>> run_apart(divmod, (7, 2), 60)
+    (3, 1)
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_apart, args=(send, fn, args), daemon=True)
+    proc.start()
+    send.close()  # the child holds the only writer: its end closes when it ends, however it ends
+    try:
+        if not receive.poll(timeout):
+            raise CheckFailed(f"no answer within {timeout:g} s")
+        ok, value = receive.recv()
+    except EOFError:
+        proc.join(10)
+        raise CheckFailed(f"its process ended with exit code {proc.exitcode} before answering") from None
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(10)
+        receive.close()
+    if not ok:
+        raise CheckFailed(value)
+    return value
+
+
+def _apart(send, fn, args) -> None:
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # the asking process holds the card's memory
+    try:
+        send.send((True, fn(*args)))
+    except BaseException as exc:  # noqa: BLE001 - reported to the asking process, which decides
+        send.send((False, _brief(exc)))
+    finally:
+        send.close()
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:

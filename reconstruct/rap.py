@@ -423,15 +423,9 @@ def _kernel_of(plan, settings: RAPSettings, with_pool: bool, sharding, state, t,
     kernel = kernel_choice.remembered(key)
     if kernel is not None:
         return kernel, None
-    dtype = matmul_dtype(settings)
-    mask = jnp.asarray(plan.dense_mask)
-    logits, target = jax.tree.map(lambda a: a[0], state[0]), t[0]
-
-    def probe(k):  # one pair's answers and its loss's gradient at the fit's first state
-        def loss(lg):
-            return jnp.sum(((plan.dense_answers_of_logits(lg, dtype, k) - target) * mask) ** 2)
-        answers = jax.jit(lambda lg: plan.dense_answers_of_logits(lg, dtype, k))(logits)
-        return [answers, *jax.tree.leaves(jax.jit(jax.grad(loss))(logits))]
+    # one pair's first state and targets, checked on both kernels in a process of the check's own
+    logits, target = jax.tree.map(lambda a: np.asarray(a[0]), state[0]), np.asarray(t[0])
+    check = functools.partial(kernel_choice.check_kernels, plan, settings, logits, target)
 
     def first_block(k):  # compiled first, then timed: the block's run alone
         mesh = sharding.mesh if sharding is not None and k != "xla" else None
@@ -440,7 +434,7 @@ def _kernel_of(plan, settings: RAPSettings, with_pool: bool, sharding, state, t,
         compiled = block.lower(state, t, run_keys, 0, n).compile()
         return kernel_choice.timed(lambda: compiled(state, t, run_keys, 0))
 
-    return kernel_choice.choose(key, probe, first_block)
+    return kernel_choice.choose(key, check, first_block)
 
 
 def run_rap(plan, targets: np.ndarray, key: jax.Array, run_ids: np.ndarray,

@@ -3,6 +3,8 @@ one pair and run the fit's first block faster, decided once per shape and rememb
 with the fused kernels in Pallas's interpreter (``on_gpu`` replaced) and the block's timings decided by the test."""
 
 import logging
+import os
+import time
 
 import jax
 import numpy as np
@@ -41,6 +43,7 @@ def gpu(monkeypatch, tmp_path):
     turns the cache folder on."""
     monkeypatch.setattr(kernel_choice, "on_gpu", lambda: True)
     monkeypatch.setitem(compile_cache._FACTS, "cache_dir", None)
+    monkeypatch.setattr(kernel_choice, "APART", False)  # checked in this process, where a test can break a kernel
     kernel_choice.forget()
     yield monkeypatch
     kernel_choice.forget()
@@ -152,3 +155,29 @@ def test_a_choice_is_remembered_beside_the_compiled_programs_and_keyed_by_shape(
     kernel_choice.forget()
     _timings(gpu, {"xla": 1.0, "pallas": 2.0})
     assert fit(census).kernel == "xla"
+
+
+def test_the_check_runs_in_a_process_of_its_own_and_its_death_or_silence_is_a_failure(census, gpu):
+    """The fused kernels are checked in a new process: a kernel that ran out of bounds on a card could leave the GPU
+    unusable to its process, which must not be the run's. Here the real check runs apart (Pallas's interpreter in
+    it) and its difference comes back; a process that dies, fails or does not answer is a failure, named, and the
+    run goes on on XLA's ops."""
+    gpu.setattr(kernel_choice, "APART", True)
+    _timings(gpu, {"xla": 1.0, "pallas": 0.5})
+    answers = fused.answers  # broken in this process only: the check, apart, never sees it
+    gpu.setattr(fused, "answers", lambda *a, **k: answers(*a, **k) * 1.02)
+    assert fit(census).kernel == "pallas"
+    gpu.setattr(fused, "answers", answers)
+    (choice,) = kernel_choice.choices().values()
+    assert 0 < choice["difference"] < 1e-4  # computed in the check's process, returned here
+    with pytest.raises(kernel_choice.CheckFailed, match="exit code 7 before answering"):
+        kernel_choice.run_apart(os._exit, (7,), 60)
+    with pytest.raises(kernel_choice.CheckFailed, match="ValueError"):
+        kernel_choice.run_apart(int, ("seven",), 60)
+    with pytest.raises(kernel_choice.CheckFailed, match="no answer within 1 s"):
+        kernel_choice.run_apart(time.sleep, (30,), 1)
+    gpu.setattr(kernel_choice, "check_kernels", lambda *a: kernel_choice.run_apart(os._exit, (9,), 60))
+    kernel_choice.forget()
+    assert fit(census).kernel == "xla"  # the run goes on, on XLA's ops
+    (choice,) = kernel_choice.choices().values()
+    assert choice["reason"] == "fused kernels failed" and "exit code 9" in choice["detail"]
