@@ -10,28 +10,14 @@ import jax
 import numpy as np
 import pytest
 
-from censusrecon.microdata.census import Cell, CensusWorkload
 from censusrecon.microdata.dataset import Dataset
-from censusrecon.microdata.domain import Attribute, Domain
+from censusrecon.microdata.domain import Domain
 from censusrecon.microdata.errors import CensusReconError
 from censusrecon.microdata.marginals import Workload, answer
 from censusrecon.reconstruct import compile_cache, fused, kernel_choice
 from censusrecon.reconstruct import rap as rap_mod
-from censusrecon.reconstruct.product_plan import ProductPlan
 from censusrecon.reconstruct.queries import MarginalPlan
 from censusrecon.reconstruct.rap import RAPSettings, rap_rank
-
-
-@pytest.fixture(scope="module")
-def census():
-    dom = Domain((Attribute("BLOCK", ("b0", "b1", "b2")), Attribute.range("AGE", 6), Attribute.range("SEX", 2)))
-    cells = [Cell("T", 1, "c1", (("AGE", frozenset(range(0, 3))),), "block"),
-             Cell("T", 2, "c2", (("AGE", frozenset({4})), ("SEX", frozenset({1}))), "block"),
-             Cell("T", 3, "c3", (("SEX", frozenset({0})),), "tract")]
-    w = CensusWorkload.build(dom, cells)
-    rng = np.random.default_rng(3)
-    data = Dataset(dom, np.stack([rng.integers(0, s, 40) for s in dom.sizes], axis=1))
-    return ProductPlan.build(w), w.answer(data), dom
 
 
 SETTINGS = RAPSettings(rows=24, steps=6, steps_per_call=3, batch=2)
@@ -63,8 +49,8 @@ def _timings(monkeypatch, seconds: dict):
     return timed
 
 
-def fit(census, **kw):
-    plan, targets, dom = census
+def fit(small_census, **kw):
+    plan, targets, dom = small_census
     return rap_rank(plan, targets, dom, jax.random.key(4), 2, RAPSettings(**{**SETTINGS.__dict__, **kw}))
 
 
@@ -72,12 +58,12 @@ def fit(census, **kw):
 REAL_GPU = jax.default_backend() == "gpu"
 
 
-def test_auto_is_the_default_and_runs_xla_on_a_cpu_and_for_marginal_plans(census, monkeypatch):
+def test_auto_is_the_default_and_runs_xla_on_a_cpu_and_for_marginal_plans(small_census, monkeypatch):
     kernel_choice.forget()
     monkeypatch.setattr(kernel_choice, "on_gpu", lambda: False)
     monkeypatch.setattr(kernel_choice, "choose", lambda *a: pytest.fail("a CPU measures nothing"))
     assert RAPSettings().kernel == "auto"
-    auto, xla = fit(census), fit(census, kernel="xla")
+    auto, xla = fit(small_census), fit(small_census, kernel="xla")
     assert auto.kernel == "xla" and xla.kernel == "xla"
     np.testing.assert_array_equal(auto.codes, xla.codes)
     assert {c["reason"] for c in kernel_choice.choices().values()} == {"auto on a CPU"}
@@ -90,35 +76,36 @@ def test_auto_is_the_default_and_runs_xla_on_a_cpu_and_for_marginal_plans(census
     with pytest.raises(CensusReconError, match="kernel"):
         RAPSettings(kernel="triton")
     with pytest.raises(CensusReconError, match="decided before a program is built"):
-        rap_mod._program(census[0], SETTINGS, False)
+        rap_mod._program(small_census[0], SETTINGS, False)
 
 
-def test_auto_on_a_gpu_keeps_the_fused_kernels_where_their_first_block_is_faster(census, gpu):
+def test_auto_on_a_gpu_keeps_the_fused_kernels_where_their_first_block_is_faster(small_census, gpu):
     timed = _timings(gpu, {"xla": 1.0, "pallas": 0.5})
-    auto = fit(census)
+    auto = fit(small_census)
     assert timed == ["xla", "pallas"] and auto.kernel == "pallas"
     (choice,) = kernel_choice.choices().values()
     assert choice["reason"] == "measured" and choice["seconds"] == {"xla": 1.0, "pallas": 0.5}
     assert choice["difference"] < (kernel_choice.TOLERANCE if REAL_GPU else 1e-4)  # float rounding
-    forced = fit(census, kernel="pallas")
+    forced = fit(small_census, kernel="pallas")
     # the fit went on from the fused kernels' first block: the same fit as one that named them
     if REAL_GPU:
         np.testing.assert_allclose(auto.final_loss, forced.final_loss, rtol=1e-3)
     else:
         np.testing.assert_array_equal(auto.codes, forced.codes)
         np.testing.assert_array_equal(auto.final_loss, forced.final_loss)
-    assert fit(census).kernel == "pallas" and timed == ["xla", "pallas"]  # decided once per shape
+    assert fit(small_census).kernel == "pallas" and timed == ["xla", "pallas"]  # decided once per shape
 
 
-def test_auto_on_a_gpu_keeps_xla_within_the_margin_and_goes_on_from_its_block(census, gpu):
+def test_auto_on_a_gpu_keeps_xla_within_the_margin_and_goes_on_from_its_block(small_census, gpu):
     _timings(gpu, {"xla": 1.0, "pallas": 0.97})
-    auto = fit(census)
+    auto = fit(small_census)
     assert auto.kernel == "xla"
-    np.testing.assert_array_equal(auto.codes, fit(census, kernel="xla").codes)
+    np.testing.assert_array_equal(auto.codes, fit(small_census, kernel="xla").codes)
 
 
 @pytest.mark.parametrize("fault", ["wrong", "raises"])
-def test_auto_on_a_gpu_refuses_fused_kernels_that_disagree_or_fail_whatever_their_speed(census, gpu, caplog, fault):
+def test_auto_on_a_gpu_refuses_fused_kernels_that_disagree_or_fail_whatever_their_speed(small_census, gpu, caplog,
+                                                                                        fault):
     _timings(gpu, {"xla": 1.0, "pallas": 0.1})
     answers = fused.answers
 
@@ -129,24 +116,24 @@ def test_auto_on_a_gpu_refuses_fused_kernels_that_disagree_or_fail_whatever_thei
 
     gpu.setattr(fused, "answers", broken)
     with caplog.at_level(logging.WARNING, logger=kernel_choice.__name__):
-        auto = fit(census)
+        auto = fit(small_census)
     assert auto.kernel == "xla"
     (choice,) = kernel_choice.choices().values()
     assert choice["reason"] == ("fused kernels disagree" if fault == "wrong" else "fused kernels failed")
     assert "kernel auto: xla" in caplog.text and ("relative difference" in caplog.text or "shared memory" in caplog.text)
-    np.testing.assert_array_equal(auto.codes, fit(census, kernel="xla").codes)
+    np.testing.assert_array_equal(auto.codes, fit(small_census, kernel="xla").codes)
 
 
-def test_a_choice_is_remembered_beside_the_compiled_programs_and_keyed_by_shape(census, gpu, tmp_path):
+def test_a_choice_is_remembered_beside_the_compiled_programs_and_keyed_by_shape(small_census, gpu, tmp_path):
     gpu.setitem(compile_cache._FACTS, "cache_dir", str(tmp_path))
     _timings(gpu, {"xla": 1.0, "pallas": 0.5})
-    assert fit(census).kernel == "pallas"
+    assert fit(small_census).kernel == "pallas"
     assert (tmp_path / kernel_choice.FILE).exists()
     kernel_choice.forget()  # a later process: read from the file, nothing measured
     gpu.setattr(kernel_choice, "timed", lambda fn: pytest.fail("remembered: nothing timed"))
-    assert fit(census).kernel == "pallas"
+    assert fit(small_census).kernel == "pallas"
     assert {c["reason"] for c in kernel_choice.choices().values()} == {"remembered"}
-    plan = census[0]
+    plan = small_census[0]
     key = kernel_choice.shape_key(plan, SETTINGS, 2)
     assert key == kernel_choice.shape_key(plan, RAPSettings(**{**SETTINGS.__dict__, "steps": 99}), 2)
     assert key != kernel_choice.shape_key(plan, SETTINGS, 4)
@@ -154,10 +141,10 @@ def test_a_choice_is_remembered_beside_the_compiled_programs_and_keyed_by_shape(
     (tmp_path / kernel_choice.FILE).write_text("{not json")  # a damaged file: measured again, never fatal
     kernel_choice.forget()
     _timings(gpu, {"xla": 1.0, "pallas": 2.0})
-    assert fit(census).kernel == "xla"
+    assert fit(small_census).kernel == "xla"
 
 
-def test_the_check_runs_in_a_process_of_its_own_and_its_death_or_silence_is_a_failure(census, gpu):
+def test_the_check_runs_in_a_process_of_its_own_and_its_death_or_silence_is_a_failure(small_census, gpu):
     """The fused kernels are checked in a new process: a kernel that ran out of bounds on a card could leave the GPU
     unusable to its process, which must not be the run's. Here the real check runs apart (Pallas's interpreter in
     it) and its difference comes back; a process that dies, fails or does not answer is a failure, named, and the
@@ -166,7 +153,7 @@ def test_the_check_runs_in_a_process_of_its_own_and_its_death_or_silence_is_a_fa
     _timings(gpu, {"xla": 1.0, "pallas": 0.5})
     answers = fused.answers  # broken in this process only: the check, apart, never sees it
     gpu.setattr(fused, "answers", lambda *a, **k: answers(*a, **k) * 1.02)
-    assert fit(census).kernel == "pallas"
+    assert fit(small_census).kernel == "pallas"
     gpu.setattr(fused, "answers", answers)
     (choice,) = kernel_choice.choices().values()
     assert 0 < choice["difference"] < 1e-4  # computed in the check's process, returned here
@@ -178,6 +165,6 @@ def test_the_check_runs_in_a_process_of_its_own_and_its_death_or_silence_is_a_fa
         kernel_choice.run_apart(time.sleep, (30,), 1)
     gpu.setattr(kernel_choice, "check_kernels", lambda *a: kernel_choice.run_apart(os._exit, (9,), 60))
     kernel_choice.forget()
-    assert fit(census).kernel == "xla"  # the run goes on, on XLA's ops
+    assert fit(small_census).kernel == "xla"  # the run goes on, on XLA's ops
     (choice,) = kernel_choice.choices().values()
     assert choice["reason"] == "fused kernels failed" and "exit code 9" in choice["detail"]

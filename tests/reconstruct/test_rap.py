@@ -203,26 +203,16 @@ def test_each_once_initialisation_starts_relaxed_row_i_at_pool_row_i(problem):
         rap_rank(plan, targets, data.domain, jax.random.key(0), 1, s, init_pool=data.codes[:5])
 
 
-def test_kernel_pallas_fits_census_tables_on_the_fused_kernels(problem, monkeypatch):
+def test_kernel_pallas_fits_census_tables_on_the_fused_kernels(problem, small_census, monkeypatch):
     """attack.kernel = pallas reaches the census plan's fused kernels in the fit (its step and its end-of-block
     loss), and the fit is the XLA step's to float rounding (Pallas's interpreter here); a marginal plan ignores it."""
-    from censusrecon.microdata.census import Cell, CensusWorkload
-    from censusrecon.microdata.domain import Attribute
     from censusrecon.reconstruct import fused
-    from censusrecon.reconstruct.product_plan import ProductPlan
 
-    dom = Domain((Attribute("BLOCK", ("b0", "b1", "b2")), Attribute.range("AGE", 6), Attribute.range("SEX", 2)))
-    cells = [Cell("T", 1, "c1", (("AGE", frozenset(range(0, 3))),), "block"),
-             Cell("T", 2, "c2", (("AGE", frozenset({4})), ("SEX", frozenset({1}))), "block"),
-             Cell("T", 3, "c3", (("SEX", frozenset({0})),), "tract")]
-    w = CensusWorkload.build(dom, cells)
-    rng = np.random.default_rng(3)
-    data = Dataset(dom, np.stack([rng.integers(0, s, 40) for s in dom.sizes], axis=1))
-    plan = ProductPlan.build(w)
+    plan, census_targets, dom = small_census
     calls = {"n": 0}
     answers = fused.answers
     monkeypatch.setattr(fused, "answers", lambda *a, **k: calls.__setitem__("n", calls["n"] + 1) or answers(*a, **k))
-    fits = {k: rap_rank(plan, w.answer(data), dom, jax.random.key(4), 2, RAPSettings(rows=24, steps=6, steps_per_call=3,
+    fits = {k: rap_rank(plan, census_targets, dom, jax.random.key(4), 2, RAPSettings(rows=24, steps=6, steps_per_call=3,
                                                                                      kernel=k))
             for k in ("xla", "pallas")}
     assert calls["n"] >= 2  # traced in the step and in the block's loss
