@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import platform
 import sys
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
@@ -18,25 +16,11 @@ import pandas as pd
 import pyarrow as pa
 import yaml
 
-from censusrecon.microdata.dataset import atomic_write_table, shared_mode
+# atomic_write_text is imported from here by the commands' modules too
+from censusrecon.microdata.dataset import atomic_write_table, atomic_write_text  # noqa: F401
 from censusrecon.experiments.config import ConfigError, load_config
 
 log = logging.getLogger(__name__)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write text so a reader sees the old file or the whole new one, never a part."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        shared_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_json(path: Path, obj) -> None:

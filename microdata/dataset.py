@@ -134,6 +134,21 @@ def shared_mode(path: str | os.PathLike) -> None:
     os.chmod(path, 0o666 & ~mask)
 
 
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write text so a reader sees the old file or the whole new one, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        shared_mode(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def atomic_write_table(table: pa.Table, path: str | os.PathLike) -> None:
     """Write a Parquet file so that readers see the old file or the whole new one, never a part."""
     path = Path(path)

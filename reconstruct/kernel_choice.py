@@ -40,6 +40,8 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from censusrecon.microdata.dataset import atomic_write_text
+
 log = logging.getLogger(__name__)
 
 #: the fused kernels are kept where their first block takes at most this share of XLA's time (a choice within
@@ -305,9 +307,7 @@ def _write_file(key: str, choice: Choice) -> None:
     entries[key] = dict(asdict(choice), when=time.time())
     if len(entries) > MAX_REMEMBERED:
         entries = dict(sorted(entries.items(), key=lambda kv: kv[1].get("when", 0))[-MAX_REMEMBERED:])
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(entries, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps(entries, indent=1, sort_keys=True))
     except OSError as exc:
         log.warning("kernel choice not remembered in %s (%s)", path, exc)
