@@ -666,13 +666,12 @@ def state_bench(args, out: Figures) -> None:
     compile_s = after["compile_seconds"] - before["compile_seconds"]
     device_peak = (jax.local_devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
     # kernel auto: the first block of a shape is also run on the kernels not kept, once (choosing them)
-    made = [c for c in kernel_choice.choices().values() if c["reason"] == "measured"]
-    choose_s = sum(v for c in made for k, v in c["seconds"].items() if k != c["kernel"])
+    chosen = list(kernel_choice.choices().values())
+    choose_s = sum(v for c in chosen if c["reason"] == "measured" for k, v in c["seconds"].items() if k != c["kernel"])
     rate = len(units) / max(fit_s - compile_s - choose_s, 1e-9)
-    ran = "+".join(sorted({c["kernel"] for c in kernel_choice.choices().values()})) if args.state_kernel == "auto" \
-        else args.state_kernel
+    ran = "+".join(sorted({c["kernel"] for c in chosen})) if args.state_kernel == "auto" else args.state_kernel
     out.update(state_tracts=len(units), state_kernel=args.state_kernel, state_kernel_ran=ran,
-               state_kernel_choices=list(kernel_choice.choices().values()), state_choose_s=round(choose_s, 1),
+               state_kernel_choices=chosen, state_choose_s=round(choose_s, 1),
                state_setting=f"K={K}, T={T}, n'={rows}, block_ladder "
                f"{cfg.target.block_ladder}", state_programs=len({p for _, p, _, _ in prepared}),
                state_prep_s=round(prep_s, 1), state_fit_s=round(fit_s, 1), state_compile_s=round(compile_s, 1),
