@@ -449,6 +449,25 @@ def run_rap(plan, targets: np.ndarray, key: jax.Array, run_ids: np.ndarray,
     return _fit_pairs(plan, settings, np.broadcast_to(dense, (len(run_ids), dense.size)), run_keys, pools)[:3]
 
 
+def run_rap_each(plan, targets: np.ndarray, key: jax.Array, settings: RAPSettings) -> np.ndarray:
+    """One RAP run fitted to each row of ``targets`` (B, queries), every run keyed by ``fold_in(key, 0)``: what
+    :func:`run_rap` fits to each alone as its run 0, here in shared compiled calls of ``default_batch`` runs.
+    Returns the rounded codes (B, n', d)."""
+    targets = np.atleast_2d(np.asarray(targets, dtype=np.float32))
+    if targets.shape[1] != plan.num_queries:
+        raise CensusReconError(f"targets must have {plan.num_queries} entries (one per query), got {targets.shape[1]}")
+    dense = np.stack([plan.dense_targets(t) for t in targets])
+    batch = default_batch(settings, len(dense), plan)
+    one = jax.random.fold_in(key, 0)
+    out = []
+    for start in range(0, len(dense), batch):
+        part = dense[start:start + batch]
+        pad = np.concatenate([part, np.repeat(part[-1:], batch - len(part), axis=0)]) if len(part) < batch else part
+        run_keys = jnp.broadcast_to(one, (batch, *one.shape))
+        out.append(_fit_pairs(plan, settings, pad, run_keys, None)[0][:len(part)])
+    return np.concatenate(out)
+
+
 def rap_rank(plan: MarginalPlan | ProductPlan, targets: np.ndarray, domain: Domain, key: jax.Array, runs: int,
              settings: RAPSettings, init_pool: np.ndarray | None = None,
              on_batch: Callable[[int], None] | None = None, rng: np.random.Generator | None = None,

@@ -48,8 +48,9 @@ def _cells(data: Dataset) -> tuple[np.ndarray, np.ndarray]:
 
 
 def perturbed_histogram(data: Dataset, epsilon: float, backend, relation: Relation | str = Relation.REPLACE_ONE,
-                        rng: np.random.Generator | None = None, runs: int | None = None,
-                        dense_limit: int = DENSE_LIMIT) -> tuple[SparseHistogram | list | np.ndarray, Mechanism]:
+                        rng: np.random.Generator | None = None, runs=None,
+                        dense_limit: int = DENSE_LIMIT, cells: np.ndarray | None = None
+                        ) -> tuple[SparseHistogram | list | np.ndarray, Mechanism]:
     """Wasserman & Zhou (2010, §4.1) perturbed histogram of ``data`` over its whole domain.
 
     Privacy unit: one person (row). Relation: ``replace_one`` (the paper's: same n,
@@ -69,6 +70,8 @@ def perturbed_histogram(data: Dataset, epsilon: float, backend, relation: Relati
     The number of cells m comes from the declared domain, never from the data. ``runs``
     releases that many times (the auditor's batches, through this same code): the dense path
     then returns the clipped counts, one row per release; the sparse path a list of histograms.
+    ``cells`` (with ``runs``, dense path only): those cells' clipped counts alone, each drawn as in the whole
+    release (a keyed backend draws a cell the same whichever others are drawn).
     """
     relation = parse_relation(relation)
     m = data.domain.total_size
@@ -79,9 +82,14 @@ def perturbed_histogram(data: Dataset, epsilon: float, backend, relation: Relati
         details["backend_epsilon"] = backend_epsilon
     mech = Mechanism("perturbed_histogram", relation, delta_l1, epsilon, scale, details=details)
     keys, counts = _cells(data)
+    if cells is not None and (runs is None or m > dense_limit):
+        raise PrivacyError("cells of a histogram are drawn for a batch of releases over a domain noised densely")
     if m <= dense_limit:
         full = np.zeros(m, dtype=np.int64)
         full[keys] = counts
+        if cells is not None:
+            cells = np.asarray(cells, dtype=np.int64)
+            return np.maximum(noisy(backend, full[cells], scale, releases=releases_of(runs), cells=cells), 0), mech
         batch = noisy(backend, full, scale, releases=releases_of(runs))  # a single release: a batch of one
         if runs is not None:
             return np.maximum(batch, 0), mech

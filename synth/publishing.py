@@ -18,7 +18,8 @@ from censusrecon.synth.cellkey import NOT_DP as CELL_KEY_NOT_DP
 from censusrecon.synth.cellkey import cell_key_tables, perturbation_table
 from censusrecon.synth.histogram import DENSE_LIMIT, SparseHistogram, perturbed_histogram, smoothed_histogram
 from censusrecon.synth.mechanism import Mechanism, Relation, parse_relation
-from censusrecon.synth.release import TOTAL_PUBLIC_BY_RELATION, estimate_total, fit_synthetic, laplace_tables, workload_counts
+from censusrecon.synth.release import (TOTAL_PUBLIC_BY_RELATION, NoisyTables, estimate_total, fit_synthetic,
+                                       fit_synthetic_each, laplace_tables, release_total, workload_counts)
 from censusrecon.synth.swapping import NOT_DP as SWAPPING_NOT_DP
 from censusrecon.synth.swapping import TARGETED_NOT_DP, SwapRule, swap_records, targeted_swap
 
@@ -55,7 +56,9 @@ class Draw:
     (that many releases at once, or the listed release numbers: additive mechanisms only), ``cells`` (only those
     table cells), ``key`` (a fit's JAX key), ``dense_limit`` (the largest domain a histogram is drawn densely over),
     ``pool`` (the persons targeted swapping may bring in) and ``shared`` (a release made once for several units,
-    TopDown's root, returning this unit's share)."""
+    TopDown's root, returning this unit's share); ``fitted``: with ``runs``, a release that fits rows publishes
+    every release of the batch whole, its rows fitted in shared compiled calls (the membership game's), instead
+    of the tables it fits (the auditor's)."""
 
     backend: Any = None
     rng: np.random.Generator | None = None
@@ -65,6 +68,7 @@ class Draw:
     dense_limit: int = DENSE_LIMIT
     pool: Callable[[], Dataset] | None = None
     shared: Callable[["ReleaseInputs"], "Published"] | None = None
+    fitted: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,8 @@ class ReleaseInputs:
     ``options`` is the mechanism's own section of the release config. ``runs``/``cells`` are the auditor's
     batches and cell subsets (additive mechanisms only); ``key`` and ``rap`` a fit's JAX key and RAP settings;
     ``pool`` (targeted swapping) the persons it may swap in; ``shared`` (a release made once for several
-    units, TopDown's root) returns this unit's share of it."""
+    units, TopDown's root) returns this unit's share of it; ``fitted`` (with ``runs``): fit the rows of every
+    release of the batch (:class:`Draw`)."""
 
     data: Dataset
     workload: Any
@@ -96,6 +101,7 @@ class ReleaseInputs:
     dense_limit: int = DENSE_LIMIT
     pool: Callable[[], Dataset] | None = None
     shared: Callable[["ReleaseInputs"], Published] | None = None
+    fitted: bool = False
 
 
 def answers_of(data: Dataset, workload) -> np.ndarray:
@@ -162,12 +168,16 @@ def publish_laplace_tables(x: ReleaseInputs) -> Published:
 
 def publish_synthetic(x: ReleaseInputs) -> Published:
     """Microdata fitted by relaxed projection to the Laplace tables (post-processing: no further ε). With
-    ``runs`` (the auditor's batches) the tables alone: the fit adds nothing to audit in them."""
-    if x.runs is not None:
+    ``runs`` (the auditor's batches) the tables alone: the fit adds nothing to audit in them; with ``runs`` and
+    ``fitted`` (the membership game's), every release of the batch whole: ``output`` its rows, one Dataset per
+    release, ``counts`` their tables (one row per release)."""
+    if x.runs is not None and not x.fitted:
         return publish_laplace_tables(x)
-    tables, rec = _laplace(x)
     if x.rap is None:
         raise ReleaseError("the synthetic release fits rows by RAP and was given no RAP settings")
+    if x.runs is not None:
+        return _synthetic_batch(x)
+    tables, rec = _laplace(x)
     synth = fit_synthetic(tables, x.key, dataclasses.replace(x.rap, rows=int(tables.total), batch=1))
     rec = dataclasses.replace(rec, name="synthetic", details={
         **rec.details, "fitted_to": "laplace_tables (post-processing: no further ε)",
@@ -178,11 +188,26 @@ def publish_synthetic(x: ReleaseInputs) -> Published:
                      facts={"noisy_tables": tables.counts})  # what it fitted: the auditor checks the call that publishes
 
 
+def _synthetic_batch(x: ReleaseInputs) -> Published:
+    """Every release of a batch of synthetic files, each fitted to its own noisy tables with the published fit's
+    key and settings (:func:`synth.release.fit_synthetic_each`)."""
+    if x.cells is not None:
+        raise ReleaseError("a batch of fitted releases fits every cell of its tables: give no cells")
+    batch, rec = _laplace(x)
+    relation = parse_relation(x.relation)
+    tables = [NoisyTables(x.workload, c, *release_total(x.workload, c, len(x.data), relation, "unit_total" in x.declared))
+              for c in batch.counts]
+    rows = fit_synthetic_each(tables, x.key, dataclasses.replace(x.rap, batch=None))
+    counts = np.stack([workload_counts(r, x.workload) for r in rows]).astype(np.float64)
+    return Published("synthetic", rec, rows, None, ("rows over", tuple(x.data.domain.names), x.data.domain.sizes),
+                     *x.fit, counts, facts={"noisy_tables": batch.counts})
+
+
 def publish_perturbed_histogram(x: ReleaseInputs) -> Published:
     """Wasserman & Zhou 4.1: the noisy full histogram; the attacker's answers computed on it."""
     D = x.data
     hist, rec = perturbed_histogram(D, x.setting, x.backend, x.relation, rng=x.rng, runs=x.runs,
-                                    dense_limit=x.dense_limit)
+                                    dense_limit=x.dense_limit, cells=x.cells)
     answers = histogram_answers(hist, x.workload) if x.runs is None else None
     counts = None if x.runs is not None else answers * float(max(hist.counts.sum(), 0))
     return Published("perturbed_histogram", rec, hist, answers, ("histogram", D.domain.total_size), *x.fit, counts)

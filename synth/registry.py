@@ -71,6 +71,10 @@ class MechanismKind:
         needs_fit: it fits rows by RAP (``ReleaseInputs.rap`` and ``key``).
         needs_tables: it publishes census tables only (the first workload is ``kind: tables``).
         fitted_to: the mechanism whose tables it fits (post-processing of them: audited as they are).
+        draws: how the informed membership game draws its releases in batches: ``counts`` (its noisy counts of
+            the cells asked, each release numbered), ``fitted`` (each release's rows fitted in shared calls),
+            ``histogram`` (a noisy count of every record of the domain), ``keys`` (rows drawn, as record keys);
+            None: it has no batch path (the game says so).
     """
 
     name: str
@@ -96,6 +100,7 @@ class MechanismKind:
     needs_fit: bool = False
     fitted_to: str | None = None
     needs_tables: bool = False
+    draws: Literal["counts", "fitted", "histogram", "keys"] | None = None
 
     def __post_init__(self):
         if not self.name or not self.name.replace("_", "").isalnum():
@@ -208,12 +213,13 @@ def label(name: str, value: float) -> str:
 
 BUILT_IN = (
     MechanismKind("laplace_tables", "Laplace tables", p.publish_laplace_tables, uses=frozenset({"unit_total"}),
-                  noise="laplace", audit="tables"),
+                  noise="laplace", audit="tables", draws="counts"),
     MechanismKind("synthetic", "Synthetic microdata", p.publish_synthetic, rows=True, uses=frozenset({"unit_total"}),
-                  audit="fitted_tables", needs_fit=True, fitted_to="laplace_tables"),
-    MechanismKind("perturbed_histogram", "The perturbed histogram", p.publish_perturbed_histogram, audit="histogram"),
+                  audit="fitted_tables", needs_fit=True, fitted_to="laplace_tables", draws="fitted"),
+    MechanismKind("perturbed_histogram", "The perturbed histogram", p.publish_perturbed_histogram, audit="histogram",
+                  draws="histogram"),
     MechanismKind("smoothed_histogram", "The smoothed histogram", p.publish_smoothed_histogram, rows=True,
-                  relations=("replace_one",), audit="smoothed",
+                  relations=("replace_one",), audit="smoothed", draws="keys",
                   study_only="numpy sampling whatever the backend: a study mechanism, not for publication"),
     MechanismKind("topdown", "TopDown", p.publish_shared, rows=True, uses=frozenset({"root_total"}), audit="tree",
                   scope="root", options_field="topdown", needs_tables=True),

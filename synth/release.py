@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,18 +91,25 @@ def laplace_tables(data: Dataset, workload, epsilon: float, backend,
         details["backend_epsilon"] = backend_epsilon
     if runs is not None:
         total, source = None, "not computed for a batch of runs"
-    elif relation is Relation.REPLACE_ONE:
-        total, source = len(data), TOTAL_PUBLIC_BY_RELATION
-    elif declared_total:
-        total, source = len(data), TOTAL_DECLARED
     else:
-        total, source = estimate_total(workload, noisy_counts), TOTAL_ESTIMATED
+        total, source = release_total(workload, noisy_counts, len(data), relation, declared_total)
     if isinstance(workload, Workload):  # each table's share of ε: its own sensitivity over the scale
         details["epsilon_per_table"] = {"×".join(m): marginal_sensitivity(workload.domain, [m], relation, levels) / scale
                                         for m in workload.marginals}
     details["total"] = source
     mech = Mechanism("laplace_tables", relation, delta_l1, epsilon, scale, details=details)
     return NoisyTables(workload, noisy_counts, total, source), mech
+
+
+def release_total(workload, noisy_counts: np.ndarray, n: int, relation: Relation, declared_total: bool
+                  ) -> tuple[int, str]:
+    """The total n one release of noisy tables divides by, and how it was obtained: the true n where the relation
+    makes it public (replace-one) or the agency declared it, else estimated from the noisy counts."""
+    if relation is Relation.REPLACE_ONE:
+        return n, TOTAL_PUBLIC_BY_RELATION
+    if declared_total:
+        return n, TOTAL_DECLARED
+    return estimate_total(workload, noisy_counts), TOTAL_ESTIMATED
 
 
 def _census_sensitivity(per_person: int, relation: Relation, levels: int) -> int:
@@ -173,6 +181,25 @@ def fit_synthetic(tables: NoisyTables, key, settings: RAPSettings) -> Dataset:
     plan = plan_for(w)
     codes, _, _ = run_rap(plan, tables.answers(), key, np.arange(1), settings)
     return Dataset(w.domain, codes[0].astype(np.int64))
+
+
+def fit_synthetic_each(batch: list[NoisyTables], key, settings: RAPSettings) -> list[Dataset]:
+    """:func:`fit_synthetic` of every release of ``batch`` (each its own noisy tables and total; the same ``key``,
+    as each would be published), releases of the same total fitted together in shared compiled calls."""
+    from censusrecon.reconstruct.queries import plan_for
+    from censusrecon.reconstruct.rap import run_rap_each
+
+    out: list[Dataset | None] = [None] * len(batch)
+    by_total: dict[int, list[int]] = {}
+    for i, t in enumerate(batch):
+        by_total.setdefault(int(t.total), []).append(i)
+    for total, idx in by_total.items():
+        w = batch[idx[0]].workload
+        codes = run_rap_each(plan_for(w), np.stack([batch[i].answers() for i in idx]), key,
+                             dataclasses.replace(settings, rows=total, batch=None))
+        for i, c in zip(idx, codes):
+            out[i] = Dataset(w.domain, c.astype(np.int64))
+    return out
 
 
 def workload_counts(data: Dataset, workload) -> np.ndarray:

@@ -77,7 +77,7 @@ def release_inputs(spec: ReleaseSpec, mechanism: str, setting: float, D: Dataset
     return ReleaseInputs(D, workload, setting, draw.rng, draw.backend, spec.relation, spec.invariants,
                          kind.fit_note(draw.backend), spec.options_of(mechanism), draw.key,
                          spec.rap if kind.needs_fit else None, draw.runs, draw.cells, draw.dense_limit, draw.pool,
-                         draw.shared)
+                         draw.shared, draw.fitted)
 
 
 def publish(spec: ReleaseSpec, mechanism: str, epsilon: float, D: Dataset, workload, draw: Draw = Draw()
