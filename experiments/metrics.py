@@ -520,19 +520,41 @@ def strength_by_runs(codes: np.ndarray, encode, truth_keys: np.ndarray, u: int, 
 SATURATION_SHARE = 0.02
 
 
+def unit_saturated(rows: list[dict]) -> bool:
+    """Whether one unit's RAP-Rank had saturated (:func:`strength_by_runs`'s rows): its last doubling of K added at
+    most one person, or at most :data:`SATURATION_SHARE` of those found before it.
+
+    >>> unit_saturated([{"runs": 12, "persons": 50}, {"runs": 24, "persons": 51}])
+    True
+    >>> unit_saturated([{"runs": 12, "persons": 50}, {"runs": 24, "persons": 60}])
+    False
+    """
+    by = {int(r["runs"]): int(r["persons"]) for r in rows}
+    k = max(by)
+    if k // 2 not in by or k < 2:
+        return False
+    return by[k] - by[k // 2] <= max(1, SATURATION_SHARE * by[k // 2])
+
+
 def saturation(strength: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """Per group of ``by`` (method, variant, ...): persons reconstructed summed over units at each
-    K of the strength table, the gain of the last doubling, and whether the attack had saturated
-    (that doubling added at most :data:`SATURATION_SHARE` of the persons, and at most one per unit)."""
+    K of the strength table, the gain of every unit's last doubling, and whether the attack had saturated
+    (those doublings added at most :data:`SATURATION_SHARE` of the persons, and at most one per unit). Where K was
+    raised on some units (``attack.max_runs``), each unit's own last doubling counts; ``runs`` is the largest K."""
     rows = []
     for key, g in strength.groupby(by, sort=False):
-        per_k = g.groupby("runs")["persons"].sum().sort_index()
         units = g["unit"].nunique() if "unit" in g else 1
-        k, prev = int(per_k.index[-1]), (int(per_k.index[-2]) if len(per_k) > 1 else None)
-        gain = int(per_k.iloc[-1] - per_k.iloc[-2]) if prev is not None else None
-        saturated = prev is not None and gain <= max(units, SATURATION_SHARE * per_k.iloc[-2])
+        last_k = g.groupby("unit")["runs"].transform("max") if "unit" in g else pd.Series(g["runs"].max(), g.index)
+        last, half = g[g["runs"] == last_k], g[2 * g["runs"] == last_k]
+        shared = g.groupby("runs")["unit"].nunique() if "unit" in g else g.groupby("runs").size()
+        per_k = g.groupby("runs")["persons"].sum().sort_index()[shared == units]
+        k = int(last["runs"].max())
+        prev = k // 2 if len(half) else None
+        gain = int(last["persons"].sum() - half["persons"].sum()) if prev is not None else None
+        saturated = prev is not None and gain <= max(units, SATURATION_SHARE * int(half["persons"].sum()))
         rows.append(dict(zip(by, key if isinstance(key, tuple) else (key,)), runs=k, half=prev,
-                         persons=int(per_k.iloc[-1]), persons_half=None if prev is None else int(per_k.iloc[-2]),
+                         persons=int(last["persons"].sum()),
+                         persons_half=None if prev is None else int(half["persons"].sum()),
                          gain=gain, units=units, saturated=bool(saturated),
                          by_runs={int(r): int(p) for r, p in per_k.items()}))
     return pd.DataFrame(rows)

@@ -81,8 +81,10 @@ class UnitStore:
         return (self.inputs is None or facts.get("release_files", {}) == self.inputs) and stem.with_suffix(
             ".parquet").exists()
 
-    def save(self, task: UnitTask, curves: pd.DataFrame, facts: dict, micro: pd.DataFrame | None = None) -> dict:
-        """Write one task's result, the JSON last; returns it as :meth:`load` would."""
+    def save(self, task: UnitTask, curves: pd.DataFrame, facts: dict, micro: pd.DataFrame | None = None,
+             frames: dict[str, pd.DataFrame] | None = None) -> dict:
+        """Write one task's result, the JSON last; returns it as :meth:`load` would. ``frames``: more tables of
+        the task, each in ``<id>.<name>.parquet`` (the inference games' scores)."""
         stem = self.stem(task)
         facts = {**facts, "code_fingerprint": self.fingerprint}
         if self.inputs is not None:
@@ -91,14 +93,19 @@ class UnitStore:
         if micro is not None:  # before the JSON: a task counts as done only with all its files
             write_parquet(stem.with_suffix(".micro.parquet"), micro)
             facts["micro"] = True
+        for name, df in (frames or {}).items():
+            write_parquet(stem.with_suffix(f".{name}.parquet"), df)
+        facts["frames"] = sorted(frames or {})
         write_json(stem.with_suffix(".json"), facts)
-        return {**facts, "curves": curves, "micro_rows": micro}
+        return {**facts, "curves": curves, "micro_rows": micro, **(frames or {})}
 
     def load(self, task: UnitTask) -> dict:
         stem = self.stem(task)
         facts = json.loads(stem.with_suffix(".json").read_text())
         facts["curves"] = pd.read_parquet(stem.with_suffix(".parquet"))
         facts["micro_rows"] = pd.read_parquet(stem.with_suffix(".micro.parquet")) if facts.get("micro") else None
+        for name in facts.get("frames", []):
+            facts[name] = pd.read_parquet(stem.with_suffix(f".{name}.parquet"))
         return facts
 
 

@@ -21,6 +21,9 @@ class AttackConfig(Strict):
     the paper code's sampling and initialisation (configs/paper/ uses the paper's)."""
 
     runs: int = Field(100, ge=1, description="K")
+    max_runs: int | None = Field(None, ge=1, description="evaluate-release: the most K may be doubled to on a release "
+                                 "where doubling it still adds persons (RAP-Rank not saturated); unset: K stays as "
+                                 "given, and a release where it has not saturated cannot be published")
     rows: int = Field(rap_default("rows"), ge=1, description="n'")
     steps: int = Field(rap_default("steps"), ge=1, description="T")
     learning_rate: float = Field(rap_default("learning_rate"), gt=0, description="Adam's step size on the relaxed rows' logits")
@@ -71,6 +74,9 @@ class AttackConfig(Strict):
         if self.strength == "paper":
             for name, value in PAPER_STRENGTH.items():
                 object.__setattr__(self, name, value)
+        if self.max_runs is not None and self.max_runs < self.runs:
+            raise ValueError(f"attack.max_runs ({self.max_runs}) is the most K is raised to: give at least attack.runs "
+                             f"({self.runs}), or leave it unset")
         return self
 
     @field_validator("draws_per_run")

@@ -27,6 +27,25 @@ class ToleranceConfig(Strict):
         "each unit's excess is taken as a share of its own unique persons and their mean over units is tested")
     per_unit: float | None = Field(None, gt=0, description="the tolerance in persons per unit, the same for every "
                                                            "unit (replaces the default share_of_unique)")
+    membership_advantage: float = Field(
+        0.02, description="the realistic membership attack's advantage tolerated: its TPR minus its FPR at the "
+        "rule's FPR (release.inference.fpr), above the 0 a guess without the release gets; safe means its upper "
+        "one-sided 95% limit is below this")
+    attribute: float = Field(
+        0.02, description="attribute inference's accuracy tolerated above the best guess from outside data (a "
+        "share of persons); safe means the upper one-sided 95% limit of the excess is below this")
+    informed_membership: float | None = Field(
+        None, description="the informed adversary's advantage tolerated (TPR minus FPR at the rule's FPR). Unset (the "
+        "default): its row is shown and decides nothing; set, it decides as the realistic attacks do. The informed "
+        "adversary knows every record but the target's, as DP's definition assumes")
+
+    @field_validator("membership_advantage", "attribute", "informed_membership")
+    @classmethod
+    def _not_negative(cls, v, info):
+        if v is not None and not 0 <= v < 1:
+            raise ValueError(f"release.tolerance.{info.field_name} is a share in [0, 1), got {v:g}: give e.g. 0.02 "
+                             "for 2 percentage points")
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -88,6 +107,38 @@ class AuditConfig(Strict):
         if v != "all" and v < 4:
             raise ValueError(f"release.audit.units: {v} cannot cover the units' size range; give at least 4 (the "
                              "smallest, the median, the largest and a random one) or 'all'")
+        return v
+
+
+class InferenceConfig(Strict):
+    """The inference attacks run on every release (reconstruct/inference.py): membership by the informed and the
+    realistic adversary, and attribute inference by linear reconstruction."""
+
+    run: bool = Field(True, description="run them (false: they are not run, and no release can be published, since "
+                      "a decision rests on its strongest attacks)")
+    informed_targets: int = Field(8, ge=2, description="targets of the informed adversary per unit: half drawn at "
+                                  "random, half the most atypical persons under the outside data")
+    informed_releases: int = Field(250, ge=20, description="releases drawn with the target's record and as many "
+                                   "without it, per target, for a release whose noise is drawn in batches (noisy "
+                                   "tables, histograms)")
+    informed_fits: int = Field(8, ge=2, description="the same for a release that fits rows to its tables (synthetic): "
+                               "each release is a fit, so fewer")
+    program_releases: int = Field(50, ge=10, description="the same for a release program that declares its noise law; "
+                                  "each call is the program's own")
+    slow_units: int = Field(1, ge=0, description="the first units on which the informed game is played for a release "
+                            "slow to draw again (a fit or a program's call each); every unit for the others")
+    secret: str | None = Field(None, description="attribute inference's secret: an attribute of the data (default "
+                               "RACE where there is one, else the last attribute)")
+    atypical: float = Field(0.1, gt=0, le=0.5, description="the share of persons, the least typical under the outside "
+                            "data, reported apart as the atypical targets")
+    fpr: float = Field(0.01, description="the false-positive rate the rule reads the membership attacks at (DP's "
+                       "bound is shown beside them)")
+
+    @field_validator("fpr")
+    @classmethod
+    def _fpr(cls, v):
+        if not 0 < v < 1:
+            raise ValueError(f"release.inference.fpr is a false-positive rate in (0, 1), got {v:g}: give e.g. 0.01")
         return v
 
 
@@ -295,7 +346,10 @@ class ReleaseConfig(Strict):
         "data that has no public one; root_total = the TopDown root's total (a state total in 2020)")
     audit: AuditConfig = AuditConfig()
     tolerance: ToleranceConfig = Field(ToleranceConfig(), description="what the board accepts: extra persons "
-                                       "reconstructed beyond the best guess; safe means shown below it")
+                                       "reconstructed beyond the best guess, and the inference attacks' gains over "
+                                       "their own best guesses; safe means shown below each")
+    inference: InferenceConfig = Field(InferenceConfig(), description="the membership and attribute inference attacks "
+                                       "run on every release")
     files: list[ReleaseFileConfig] = Field(default_factory=list, description="releases made outside censusrecon "
                                            "(an agency's own tables or microdata), evaluated beside the mechanisms")
     programs: list[ReleaseProgramConfig] = Field(
@@ -345,6 +399,11 @@ class ReleaseConfig(Strict):
                                  f"{'is' if len(stray) == 1 else 'are'} not among release.epsilons "
                                  f"({', '.join(f'{e:g}' for e in self.epsilons)}): audit the ε you release at, or "
                                  "all (the default) or extremes")
+        lawless = [p.name for p in self.programs if p.noise is None]
+        if self.tolerance.informed_membership is not None and lawless:
+            raise ValueError(f"release.tolerance.informed_membership asks the informed membership attack of program "
+                             f"{lawless[0]!r}, which declares no noise law: declare release.programs[].noise (laplace "
+                             "or gaussian), or leave the informed tolerance unset")
         totals = [i for i in self.invariants if i in ("unit_total", "root_total")]
         if totals and self.relation == "add_remove":
             raise ValueError(

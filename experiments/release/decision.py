@@ -18,7 +18,16 @@ A mechanism is publishable only when every gate opens:
    so their ε stays the agency's declaration, said as a caveat;
 5. where the release publishes rows, their anonymeter risks were measured (not measured: CANNOT DECIDE);
 6. the verdict shows a setting safe (not shown safe, or an attack that is not beyond the best guess even on
-   the exact tables: CANNOT DECIDE).
+   the exact tables: CANNOT DECIDE);
+7. every realistic inference attack (membership, attribute) is shown within its tolerance at the settings PUBLISH
+   names, and the informed adversary's too where the agency declares a tolerance for it
+   (:mod:`experiments.release.inference_verdict`); an attack shown above it at the most protective setting: DO
+   NOT PUBLISH; not shown within it, or not played: CANNOT DECIDE (a file, which cannot be drawn again: a caveat);
+8. RAP-Rank had saturated at every setting PUBLISH names (doubling K stopped adding persons): an attack that could
+   still grow decides nothing (CANNOT DECIDE, naming the K to run).
+
+PUBLISH names the attack that decided: the one whose figure stopped the settings first, or, where every setting
+passed, the one closest to its tolerance.
 
 Every gate that closes is listed in ``reasons``; the first one is the headline's. With several variants
 (with and without BLOCK) a mechanism is publishable only at settings every variant shows safe.
@@ -28,13 +37,18 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import dataclasses  # noqa: F401  (its doctests use it)
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from censusrecon.experiments.metrics import CONFIDENCE, units_to_decide
+from censusrecon.experiments.release.inference_verdict import (ATTACK_WORDS, Gate, gate_words, gates,
+                                                               protective_order, risk_rows)
+from censusrecon.experiments.release.risk_report import risk_lines
 from censusrecon.experiments.release.words import (fit_words, less_protective, more_protective,
                                        persons_words, setting_label, units_advice)
 from censusrecon.experiments.config import ConfigError
@@ -98,6 +112,7 @@ class Verdict:
     table_error: float | None = None
     strength: str = ""  # what the verdict owes to the attack's strength (saturated or not)
     exact: dict | None = None  # the best attack on the exact tables (the yardstick of the attack's power)
+    unsaturated: list = field(default_factory=list)  # settings at which RAP-Rank had not saturated: [setting, K, gain]
 
 
 @dataclass
@@ -119,6 +134,9 @@ class MechanismDecision:
     units_released: int | None = None
     grid: list[float] = field(default_factory=list)  # every setting evaluated
     study: bool = False  # evaluated with the simulation backend: the verdict is a study's, said beside the headline
+    decided_by: str = ""  # the attack that decided (the one that stopped the settings, or came closest)
+    gates: list[dict] = field(default_factory=list)  # the inference attacks' gates (inference_verdict.Gate)
+    risk: list[dict] = field(default_factory=list)  # ε as risk: a row per setting (inference_verdict.risk_rows)
 
     def where(self) -> str:
         """'ε ≤ 0.5', 'ε = 0.1 or 1' (the settings covered, where the audit skipped one between), 'swap rate ≥
@@ -152,7 +170,7 @@ class MechanismDecision:
         from the simulation backend …', 'CANNOT DECIDE synthetic: …'."""
         head = f"{HEADS[self.action]} {self.mechanism}"
         if self.action == PUBLISH:
-            return f"{head} at {self.where()}"
+            return f"{head} at {self.where()}" + (f" (decided by {self.decided_by})" if self.decided_by else "")
         line = f"{head}: {self.reasons[0]}" if self.reasons else head
         return line + (f" (as a study: {self.study_verdict()})" if self.study and self.verdicts else "")
 
@@ -179,6 +197,7 @@ class Decision:
     config: str = ""
     inputs: dict = field(default_factory=dict)
     audit_when: str | None = None  # when a recorded `censusrecon audit` was taken, if one was
+    fpr: float = 0.01  # the FPR the membership attacks are read at (release.inference.fpr)
 
     @property
     def action(self) -> str:
@@ -226,7 +245,7 @@ def load_decision(run_dir: Path) -> Decision:
         verdicts = [Verdict(**v) for v in m.pop("verdicts")]
         mechs.append(MechanismDecision(**m, verdicts=verdicts))
     keep = {k: d[k] for k in ("tolerance", "units", "units_in_file", "code_fingerprint", "config", "inputs",
-                              "audit_when") if k in d}
+                              "audit_when", "fpr") if k in d}
     return Decision(mechs, **keep)
 
 
@@ -389,6 +408,10 @@ class Evidence:
     code_fingerprint: str = ""
     inputs: dict = field(default_factory=dict)
     audit_when: str | None = None
+    membership: pd.DataFrame | None = None  # the membership attacks' figures (inference.summarise_membership)
+    attribute: pd.DataFrame | None = None  # attribute inference's (inference.summarise_attribute)
+    inference_notes: pd.DataFrame | None = None  # the games not played, and why
+    persons: pd.DataFrame | None = None  # persons beyond the best guess per setting (summarise_release_persons)
 
 
 @dataclass(frozen=True)
@@ -405,6 +428,9 @@ class Standing:
     fit: bool | None
     risk: str
     unfit_why: str = ""
+    gates: tuple = ()  # the inference attacks' gates
+    decided_by: str = ""
+    unsaturated: tuple = ()  # covered settings at which RAP-Rank had not saturated: (setting, K, gain)
 
     @property
     def simulated(self) -> bool:
@@ -421,7 +447,7 @@ def decide(cfg, ev: Evidence) -> Decision:
     out = [d for mech in r.evaluated if (d := _mechanism_decision(cfg, mech, ev, measured)) is not None]
     units = max((int(_num(v.figures, "units")) for m in out for v in m.verdicts if v.figures), default=0)
     return Decision(out, r.tolerance.words(), units, ev.units_in_file, ev.code_fingerprint, cfg.digest(),
-                    ev.inputs or {}, ev.audit_when)
+                    ev.inputs or {}, ev.audit_when, r.inference.fpr)
 
 
 def _standing(cfg, mech: str, ev: Evidence, measured: set) -> Standing | None:
@@ -433,10 +459,18 @@ def _standing(cfg, mech: str, ev: Evidence, measured: set) -> Standing | None:
         if row is not None:
             verdicts.append(Verdict(v, row["status"], row["setting"], figures_of(row["x"]),
                                     figures_of(row.get("next")), row["plan"], row["text"],
-                                    row.get("table_error"), row.get("strength", ""), figures_of(row.get("exact"))))
+                                    row.get("table_error"), row.get("strength", ""), figures_of(row.get("exact")),
+                                    list(row.get("unsaturated", []))))
     if not verdicts:
         return None
     status, setting = combine(mech, verdicts)
+    gs = tuple(gates(mech, r.settings_of(mech), ev.membership, ev.attribute, ev.inference_notes, r.tolerance))
+    decided_by = _persons_attack(verdicts)
+    if status == "safe":
+        setting, decided_by = _gated(mech, setting, verdicts, gs, r.settings_of(mech))
+    covered_settings = [x for x in r.settings_of(mech) if _protects_at_least(mech, x, setting)] if setting is not None \
+        else []
+    unsaturated = tuple(u for v in verdicts for u in v.unsaturated if u[0] in covered_settings)
     coverage = None
     if status == "safe" and registry.is_dp(mech) and not registry.is_file(mech):
         coverage = audit_coverage(mech, [s for s in sorted(r.settings_of(mech)) if s <= setting],
@@ -446,7 +480,38 @@ def _standing(cfg, mech: str, ev: Evidence, measured: set) -> Standing | None:
     unfit_why = ((entry.get("not_dp") or entry.get("publication_note") or "not fit for publication")
                  if fit is False else "")
     return Standing(status, setting, verdicts, _audit_state(mech, ev.audits), coverage, fit,
-                    _risk_state(mech, ev.row_mechanisms, measured, ev.risk_note), unfit_why)
+                    _risk_state(mech, ev.row_mechanisms, measured, ev.risk_note), unfit_why, gs, decided_by,
+                    unsaturated)
+
+
+def _protects_at_least(mech: str, s: float, setting: float) -> bool:
+    """Whether setting ``s`` protects at least as much as ``setting`` (ε no larger; a swap rate no smaller)."""
+    return s <= setting if registry.is_dp(mech) else s >= setting
+
+
+def _persons_attack(verdicts: list) -> str:
+    """The attack whose persons the verdict rests on, as a decision names it."""
+    fig = next((v.figures for v in verdicts if v.figures), None) or {}
+    names = re.sub(r" \(\d+ units?\)", "", str(fig.get("best_attacks", "") or ""))
+    return f"reconstruction: {names}" if names else "reconstruction"
+
+
+def _gated(mech: str, setting: float, verdicts: list, gs: tuple, settings: list[float]) -> tuple[float | None, str]:
+    """The setting shown safe by the persons' verdict and every inference gate that passed somewhere, and the attack
+    that decided it: the one whose safe settings stop first, or, where several stop at the same one (or none
+    stops), the one closest to its tolerance there."""
+    order = protective_order(mech, settings)
+    fig = next((v.figures for v in verdicts if v.figures and v.setting == setting), None) or {}
+    tol = _num(fig, "tolerance")
+    persons_margin = (tol - _num(fig, "excess_upper")) / tol if tol and tol > 0 else math.inf
+    cands = [(order.index(setting), persons_margin if math.isfinite(persons_margin) else math.inf,
+              _persons_attack(verdicts))]
+    for g in gs:
+        if g.status == "safe" and g.setting is not None:
+            cands.append((order.index(g.setting), (g.margin or 0.0) / g.tolerance if g.tolerance > 0 else 0.0,
+                          ATTACK_WORDS[g.attack]))
+    index, _, who = min(cands, key=lambda c: (c[0], c[1]))
+    return order[index], who
 
 
 def _closing(cfg, mech: str, st: Standing, ev: Evidence) -> tuple[list[str], list[str]]:
@@ -475,6 +540,16 @@ def _closing(cfg, mech: str, st: Standing, ev: Evidence) -> tuple[list[str], lis
     elif st.status == "cannot_decide":
         closed_undecided.append("the attack is not beyond the best guess even on the exact tables, so this "
                                 "evaluation cannot tell a protected release from an unprotected one")
+    for g in st.gates:  # the inference attacks, after the reconstruction's own verdict
+        if g.status == "none_safe":
+            closed_no.append(gate_words(g, mech))
+        elif g.status == "not_shown_safe" or (g.status == "not_run" and not registry.is_file(mech)):
+            closed_undecided.append(gate_words(g, mech))
+    if st.unsaturated:
+        said = ", ".join(f"{setting_label(mech, s)} (doubling K from {k // 2} to {k} added {gain:+d} persons)"
+                         for s, k, gain in st.unsaturated[:3])
+        closed_undecided.append(f"RAP-Rank had not saturated at {said}: a stronger attack could still change the "
+                                "verdict")
     return closed_no, closed_undecided
 
 
@@ -489,8 +564,8 @@ def _mechanism_decision(cfg, mech: str, ev: Evidence, measured: set) -> Mechanis
         caveats.append("its ε is the agency's declaration: a file cannot be audited")
     if not registry.is_dp(mech):
         caveats.append("not differentially private: the verdict holds against these attacks only")
-    caveats += [v.strength.strip().replace("**", "") for v in st.verdicts
-                if v.strength and "not saturated" in v.strength]
+    caveats += [f"{gate_words(g, mech)}: a file cannot be drawn again, so the decision rests on the other attacks"
+                for g in st.gates if g.status == "not_run" and registry.is_file(mech)]
     action = DO_NOT_PUBLISH if closed_no else CANNOT_DECIDE if closed_undecided else PUBLISH
     step = _next_step(mech, st, ev)
     setting, coverage, released = st.setting, st.coverage, ev.released
@@ -505,16 +580,30 @@ def _mechanism_decision(cfg, mech: str, ev: Evidence, measured: set) -> Mechanis
             caveats.append(f"the audit checked a sample of {len(units_covered)} of the {len(released)} released "
                            "units (release.audit.units): this decision covers those units only")
     publish = action == PUBLISH
+    variant = st.verdicts[0].variant
+    risk = risk_rows(mech, cfg.release.settings_of(mech), ev.membership, ev.attribute, ev.persons, variant)
     return MechanismDecision(mech, action, setting if publish else None, closed_no + closed_undecided, step, caveats,
                              st.audit, st.fit, st.risk, st.verdicts, covered if publish else [],
                              units_covered if publish else None,
                              len(released) if publish and units_covered is not None else None,
-                             sorted(cfg.release.settings_of(mech)), st.simulated)
+                             sorted(cfg.release.settings_of(mech)), st.simulated,
+                             st.decided_by if publish else "", [g.as_dict() for g in st.gates], risk)
 
 
 def _next_step(mech: str, st: Standing, ev: Evidence) -> str:
     """What to do next, for every outcome."""
     steps = []
+    if st.unsaturated:
+        k = max(k for _, k, _ in st.unsaturated)
+        steps.append(f"raise RAP-Rank's K (attack.runs) to {2 * k} or more, until doubling it adds no persons, and "
+                     "rerun")
+    for g in st.gates:
+        if g.status == "not_run" and not registry.is_file(mech):
+            steps.append("play the inference games (release.inference.run: true; the realistic adversary needs a "
+                         "geographic baseline or chance, and a holdout half or a release that can be drawn again)")
+        elif g.status == "not_shown_safe":
+            steps.append(f"evaluate more units or {more_protective(mech)} to show {ATTACK_WORDS[g.attack]} within "
+                         "its tolerance")
     if st.coverage is not None and not st.coverage.covered and st.audit != "failed":
         steps.append(st.coverage.step)
     if st.audit == "failed":
@@ -677,6 +766,7 @@ def terminal_lines(decision: Decision, variant_names: dict | None = None) -> lis
                            f"{rule_words('next', v.next)}")
         out.append(f"  audit: {m.audit}; fit for publication: {fit_words(m.fit_for_publication)}; risks of published "
                    f"rows: {m.risks}")
+        out += risk_lines(m, decision.fpr)
         for r in m.reasons[1:]:
             out.append(f"  also: {r}")
         for c in m.caveats:

@@ -17,7 +17,7 @@ from censusrecon.reconstruct import attacks
 from censusrecon.reconstruct.attacks import RAP_RANK, AttackInputs, attack_unit
 from censusrecon.experiments.config import ConfigError, ExperimentConfig, ReidentificationConfig, parse_config
 from censusrecon.experiments.metrics import (effective_u, k_grid, match_rate_curve, strength_by_runs,
-                                 unique_persons)
+                                 unique_persons, unit_saturated)
 from censusrecon.experiments.problem import (Study, stable_seed, baseline_curves, build_workload, exact_answers, rap_settings,
                                  resolve, unit_key)
 from censusrecon.experiments.progress import UnitProgress
@@ -50,9 +50,10 @@ from censusrecon.synth.registry import BASELINE, EXACT
 from censusrecon.synth.publishing import Published, tables_published
 from censusrecon.experiments.exact_eval import agreement, reidentification
 from censusrecon.experiments.release.decision import DECISION_FILE, Decision, Evidence, decide, load_decision
-from censusrecon.experiments.release.release_report import (audits_from_dicts, exact_row, strength_sentence, summarise_release_persons,
-                                        verdict_rows)
+from censusrecon.experiments.release.release_report import (BEST_ATTACK, audits_from_dicts, exact_row, strength_sentence,
+                                                             summarise_release_persons, verdict_rows)
 from censusrecon.experiments.release.risks import frame, measure, RiskJob
+from censusrecon.experiments.release.release_games import ReleaseGames, game_summaries
 from censusrecon.reconstruct.exact import query_matrix, reconstruct_exact
 from censusrecon.reconstruct.least_deviation import reconstruct_least_deviation
 from censusrecon.synth.publishing import Draw
@@ -65,6 +66,9 @@ log = logging.getLogger(__name__)
 #: published rows' agreement by block size
 EXACT_FILES = {"status": "exact_attack", "agreement": "agreement", "reidentification": "reidentification",
                "strength": "strength", "agreement_by_size": "agreement_by_size"}
+#: the inference games' tables of every unit, each written whole to <name>_scores.parquet (membership: one row a
+#: target's score in one release; attribute: one row a person; inference_notes: a game not played, and why)
+GAME_FILES = ("membership", "attribute", "inference_notes")
 
 
 def release_dir(out_root: str | Path, cfg: ExperimentConfig) -> Path:
@@ -190,8 +194,12 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     keep_earlier(run_dir)  # a rerun (--reaudit) keeps the earlier report, audit and decision before writing its own
     got.risks, got.risk_note = measure_risks(cfg, got.micro)
     facts = _write_results(study, store, got, time.perf_counter() - t_start)
+    membership, attribute = game_summaries(cfg, got.games)
+    write_parquet(run_dir / "membership.parquet", membership)
+    write_parquet(run_dir / "attribute.parquet", attribute)
     decision = decide_release(cfg, run_dir, got.df, got.util, got.micro, Evidence(
         {}, got.audits, got.ledger.entries, risks=got.risks, risk_note=got.risk_note,
+        membership=membership, attribute=attribute, inference_notes=got.games.get("inference_notes"),
         units_in_file=study.units_in_file, released=tuple(study.units), code_fingerprint=fingerprint, inputs=inputs,
         audit_when=None if got.recorded is None else got.recorded[0].details["recorded_by_audit_command"]))
     decision.save(run_dir)
@@ -231,6 +239,7 @@ class _Gathered:
     recorded: list | None = None  # the audit command's audit of this code and config, where it stands
     risks: pd.DataFrame | None = None  # anonymeter's measures, and why there are none
     risk_note: str | None = None
+    games: dict = field(default_factory=dict)  # the inference games: membership scores, attribute rows, notes
 
 
 def _evaluate_units(study: Study, files: dict, store: UnitStore, progress: bool, ray: RayTasks | None) -> _Gathered:
@@ -266,8 +275,12 @@ def _evaluate_units(study: Study, files: dict, store: UnitStore, progress: bool,
     ledger = Ledger()
     curves, utility, micro, resumed = [], [], [], []
     exact_statuses: dict = {kind: [] for kind in EXACT_FILES}
+    games: dict = {name: [] for name in GAME_FILES}
     for task in tasks:  # every unit's result: this process's, or its files (an earlier call's, a Ray worker's)
         facts = results[task]
+        for name in GAME_FILES:
+            if facts.get(name) is not None and len(facts[name]):
+                games[name].append(facts[name])
         curves.append(facts["curves"])
         if facts["micro_rows"] is not None:
             micro.append(facts["micro_rows"])
@@ -278,7 +291,8 @@ def _evaluate_units(study: Study, files: dict, store: UnitStore, progress: bool,
         if task not in computed:
             resumed.append(facts)
     return _Gathered(pd.concat(curves, ignore_index=True), pd.DataFrame(utility), micro, ledger, exact_statuses,
-                     resumed)
+                     resumed, games={name: pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+                                     for name, parts in games.items()})
 
 
 def _write_results(study: Study, store: UnitStore, got: _Gathered, seconds: float) -> dict:
@@ -310,6 +324,8 @@ def _write_results(study: Study, store: UnitStore, got: _Gathered, seconds: floa
         earlier_failures = failed_audits(run_dir / "audit_history.jsonl", fingerprint,
                                          besides=audits[0].details["recorded_by_audit_command"])
     write_parquet(run_dir / "persons.parquet", release_persons(df))
+    for name in GAME_FILES:
+        write_parquet(run_dir / f"{name}_scores.parquet", got.games.get(name, pd.DataFrame()))
     for kind, name in EXACT_FILES.items():
         if got.exact_statuses[kind]:
             write_parquet(run_dir / f"{name}.parquet", pd.DataFrame(got.exact_statuses[kind]))
@@ -336,11 +352,12 @@ def evaluate_unit(study: Study, task: UnitTask, store: UnitStore, files: dict, b
     ``store``: the one step both backends run per unit. Returns it as :meth:`UnitStore.load` would."""
     ledger = Ledger()
     t_unit = time.perf_counter()
-    unit_curves, unit_util, unit_exact, unit_micro = _UnitRun(
-        study, task.unit, task.with_block, ledger, bar or _Quiet(), {} if topdown_cache is None else topdown_cache,
-        store.dir.parent, files).evaluate()
+    run = _UnitRun(study, task.unit, task.with_block, ledger, bar or _Quiet(),
+                   {} if topdown_cache is None else topdown_cache, store.dir.parent, files)
+    unit_curves, unit_util, unit_exact, unit_micro = run.evaluate()
     return store.save(task, unit_curves, {"utility": unit_util, "exact_attack": unit_exact, "ledger": ledger.entries,
-                                          "seconds_unit": round(time.perf_counter() - t_unit, 2)}, unit_micro)
+                                          "seconds_unit": round(time.perf_counter() - t_unit, 2)}, unit_micro,
+                      frames=run.games.frames())
 
 
 def unit_task(cfg_json: dict, base_dir: str | None, run_dir: str, fingerprint: str, inputs: dict,
@@ -364,9 +381,13 @@ def verdicts_of(persons: pd.DataFrame, util: pd.DataFrame, strengths: dict, tole
     out = {}
     for v in dict.fromkeys(persons["variant"].tolist()) if len(persons) else []:
         rows = verdict_rows(persons, util, v, strengths.get(v), tolerance, units_in_file)
+        by_k = strengths[v]["by_k"] if strengths.get(v) is not None else pd.DataFrame()
         for row in rows:
             row["strength"] = strength_sentence(strengths[v], row) if strengths.get(v) is not None else ""
             row["exact"] = exact_row(persons, v)
+            hit = by_k[(by_k["mechanism"] == row["mechanism"]) & ~by_k["saturated"].astype(bool)] if len(by_k) else by_k
+            row["unsaturated"] = [(float(h["setting"]), int(h["runs"]), int(h["gain"] or 0))
+                                  for _, h in hit.iterrows()]
         out[v] = rows
     return out
 
@@ -380,7 +401,9 @@ def decide_release(cfg: ExperimentConfig, run_dir: Path, df: pd.DataFrame, util:
     strengths = {v: release_strength(run_dir, v) for v in dict.fromkeys(df["variant"].tolist())}
     published_rows = {m for part in micro for m in part.loc[part["role"] == "release", "mechanism"].unique()}
     verdicts = verdicts_of(persons, util, strengths, cfg.release.tolerance, ev.units_in_file)
-    return decide(cfg, dataclasses.replace(ev, verdicts=verdicts, row_mechanisms=frozenset(published_rows)))
+    best = persons[persons["attack"] == BEST_ATTACK] if len(persons) else persons
+    return decide(cfg, dataclasses.replace(ev, verdicts=verdicts, row_mechanisms=frozenset(published_rows),
+                                           persons=best))
 
 
 @dataclass
@@ -426,10 +449,15 @@ class _UnitRun:
         self.extra = {"unit": unit, "with_block": wb}
         if wb:
             self.extra["block_list"] = prob.block_list_source
+        self.games = ReleaseGames(self)  # the membership and attribute games of every release
+
+    def fit_key(self, setting: float):
+        """The JAX key of a fitted release of this unit at ``setting`` (public: the unit and the setting)."""
+        return unit_key(self.cfg, "fit", self.unit, setting)
 
     def evaluate(self) -> tuple[pd.DataFrame, list, dict, pd.DataFrame | None]:
         """The unit's curves, utility rows, exact-attack facts and published rows (None: no release published
-        rows)."""
+        rows); the inference games' frames are in ``self.games``."""
         self.exact_tables()
         self.baselines()
         r = self.cfg.release
@@ -442,19 +470,27 @@ class _UnitRun:
                 pd.concat(self.micro, ignore_index=True) if published else None)
 
     def rap_curve(self, targets, tag, mech, setting, steps_settings=None) -> pd.DataFrame:
-        """RAP-Rank on published answers; its strength rows (the first k of its K runs) are kept."""
+        """RAP-Rank on published answers; its strength rows (the first k of its K runs) are kept. Where doubling K
+        still added persons and ``attack.max_runs`` allows, K is doubled (run k is the same whatever K is) until it
+        stops adding them: the evaluation decides on a saturated attack, or says it had not saturated."""
         cfg, unit, wb = self.cfg, self.unit, self.wb
         s = self.settings if steps_settings is None else steps_settings
+        runs, most = cfg.attack.runs, (cfg.attack.max_runs or cfg.attack.runs) if steps_settings is None else 0
+        seed = stable_seed("strength", cfg.seed)
         rng = (self.tie_rng if steps_settings is None
                else np.random.default_rng(stable_seed("ties", cfg.seed, unit, wb, "2T")))
-        got = attack_unit(attacks.attack(RAP_RANK), AttackInputs(
-            self.w, targets, rng, int(self.ks.max()), key=unit_key(cfg, "attack", unit, wb, tag), runs=cfg.attack.runs,
-            settings=s, plan=self.plan))
-        res = got.fit
-        seed = stable_seed("strength", cfg.seed)
+        while True:
+            got = attack_unit(attacks.attack(RAP_RANK), AttackInputs(
+                self.w, targets, rng, int(self.ks.max()), key=unit_key(cfg, "attack", unit, wb, tag), runs=runs,
+                settings=s, plan=self.plan))
+            res = got.fit
+            rows = strength_by_runs(res.codes, self.D.domain.encode, self.truth, self.u, seed, res.ranking)
+            if 2 * runs > most or unit_saturated(rows):
+                break
+            runs *= 2  # K doubled: the same runs and as many more, their ties broken afresh
+            rng = np.random.default_rng(stable_seed("ties", cfg.seed, unit, wb, tag, "K", runs))
         self.exact_status["strength"] += [
-            {"unit": unit, "variant": wb, "mechanism": mech, "setting": setting, "steps": s.steps, **r}
-            for r in strength_by_runs(res.codes, self.D.domain.encode, self.truth, self.u, seed, res.ranking)]
+            {"unit": unit, "variant": wb, "mechanism": mech, "setting": setting, "steps": s.steps, **r} for r in rows]
         return match_rate_curve(got.ranking, self.truth, self.ks, self.u)
 
     def unit_attacks(self, targets, tag, **cols) -> list[pd.DataFrame]:
@@ -509,6 +545,7 @@ class _UnitRun:
             if c is not None:
                 self.curves.append(c.assign(epsilon=math.inf, setting=math.inf, mechanism=EXACT, method="exact",
                                             utility_error=0.0, **self.common))
+        self.games.exact()
         self.bar.update(1, f"{self.unit}: exact tables")
 
     def baselines(self) -> None:
@@ -579,6 +616,7 @@ class _UnitRun:
             if c is not None:
                 self.curves.append(c.assign(epsilon=eps_col, setting=setting, mechanism=mech, method="exact",
                                             utility_error=err, **self.common))
+        self.games.release(mech, setting, pub)
 
     def publish_mechanism(self, mech: str, setting: float) -> tuple[Published, object, dict]:
         """One registered mechanism's release of the unit at ``setting`` through :func:`publish`, given what its
@@ -601,7 +639,7 @@ class _UnitRun:
             return pub
 
         pub = publish(spec, mech, setting, self.D, self.w, Draw(
-            backend, rng, key=unit_key(cfg, "fit", unit, setting) if kind.needs_fit else None,
+            backend, rng, key=self.fit_key(setting) if kind.needs_fit else None,
             pool=pool if kind.needs_pool else None, shared=shared if kind.scope == "root" else None))
         return pub, backend, facts
 

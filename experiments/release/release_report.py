@@ -15,6 +15,7 @@ import pandas as pd  # noqa: E402
 
 from censusrecon.experiments.release.release_bureau import agreement_section, bureau_section
 from censusrecon.experiments.release.release_privacy import audit_section, ledger_section, publication_section
+from censusrecon.experiments.release.risk_report import risk_section
 from censusrecon.experiments.doc import Doc  # noqa: E402
 from censusrecon.experiments.metrics import (CONFIDENCE, PLAN_POWER, SATURATION_SHARE,  # noqa: E402
                                  best_baselines, difference_words, saturation, saturation_words,
@@ -421,6 +422,7 @@ def write_report(cfg, run_dir: Path, ev: Evaluated, decision) -> Path:
     variants = list(dict.fromkeys(df["variant"].tolist()))
     doc = Doc().h(1, f"Release evaluation: {cfg.name}")
     _decision_section(doc, cfg, decision, audits, variants, run_dir)
+    risk_section(doc, decision, decision.fpr, run_dir)
     _what_ran_section(doc, cfg, facts, run_dir)
     for v in variants:
         _variant_section(doc, cfg, run_dir, (persons, util, decision), v, variants)

@@ -18,6 +18,7 @@ from censusrecon.experiments.release.decision import (CANNOT_DECIDE, DO_NOT_PUBL
 from censusrecon.experiments.release.evaluate import verdicts_of
 from censusrecon.experiments.release.release_report import release_persons, summarise_release_persons
 from censusrecon.synth.audit.statistics import AuditResult
+from tests.experiments.test_inference import inference_figures
 from tests.experiments.test_release import _hand_made
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +34,8 @@ def _cfg(**release):
                        ["release.mechanisms=[laplace_tables]", "release.epsilons=[1.0, 8.0]", *over])
 
 
+#: the attack that decides the hand-made verdicts, as a PUBLISH line names it
+DECIDED = " (decided by reconstruction: one_way_margins, rap_rank)"
 #: the hand-made units (tests/experiments/test_release.py's _hand_made)
 UNITS = ["a", "b", "c"]
 
@@ -52,14 +55,16 @@ def _audit(outcome="passed", eps=1.0, units=UNITS, with_block=False, through="la
 
 
 def _decide(persons, cfg, *, fit=True, audits=None, rows=(), risks=None, note=None, units_in_file=8,
-            released=UNITS):
+            released=UNITS, inference=None):
     entry = {"mechanism": "laplace_tables", "for_publication": fit,
              "publication_note": "OpenDP discrete Laplace" if fit else "seeded simulation noise: for studies, not for "
              "publication"}
     verdicts = verdicts_of(persons, pd.DataFrame(), {}, cfg.release.tolerance, units_in_file)
+    if inference is None:  # the inference attacks within their tolerances at every setting
+        inference = inference_figures({"laplace_tables": cfg.release.epsilons})
     return decide(cfg, Evidence(verdicts, [_audit()] if audits is None else audits, [entry], frozenset(rows),
                                 risks if risks is not None else pd.DataFrame(), note, units_in_file,
-                                released=tuple(released)))
+                                released=tuple(released), **inference))
 
 
 @pytest.fixture
@@ -75,7 +80,7 @@ def test_every_gate_decides_the_headline_and_the_exit_status(safe_at_one):
     d = _decide(persons, cfg)
     (m,) = d.mechanisms
     assert m.action == PUBLISH and m.setting == 1.0 and d.exit_status() == 0
-    assert d.lines() == ["PUBLISH laplace_tables at ε ≤ 1"]
+    assert d.lines() == ["PUBLISH laplace_tables at ε ≤ 1" + DECIDED]
     # the partial outcome's next step: the ε between, and the units that would decide ε = 8
     assert "between ε = 1 and ε = 8 were not evaluated" in m.next_step and "ε = 2.8" in m.next_step
     assert "units would show ε = 8" in m.next_step or "this file cannot show ε = 8" in m.next_step
@@ -127,14 +132,14 @@ def test_publish_names_only_the_epsilon_the_units_and_the_mechanism_the_audit_ch
         assert said in m.reasons[0] and step in m.next_step, (m.reasons, m.next_step)
     # an audit at ε = 1 that passed, and one at ε = 8 that is inconclusive: ε = 1 is what PUBLISH names
     d = _decide(persons, cfg, audits=[_audit(), _audit("inconclusive", eps=8.0)])
-    assert d.lines() == ["PUBLISH laplace_tables at ε ≤ 1"]
+    assert d.lines() == ["PUBLISH laplace_tables at ε ≤ 1" + DECIDED]
     # a sample of units, asked for: PUBLISH covers those and says so
     sample = _cfg(**{"tolerance": "{per_unit: 3}", "audit": "{units: 4}"})
     d = _decide(persons, sample, audits=[_audit(units=["a", "b"])], released=["a", "b", "c", "d", "e", "f"])
     (m,) = d.mechanisms
     assert m.action == PUBLISH and m.units_covered == ["a", "b"]
     assert d.lines() == ["PUBLISH laplace_tables at ε ≤ 1, for the 2 audited units of 6 (a, b): the others were "
-                         "not audited"]
+                         "not audited" + DECIDED]
     assert any("covers those units only" in c for c in m.caveats)
     # the grid 0.1, 1, 8 shown safe to 1, audited at its extremes: PUBLISH names ε = 0.1, and says why not 1
     grid = _cfg(**{"tolerance": "{per_unit: 3}", "epsilons": "[0.1, 1.0, 8.0]"})
@@ -143,12 +148,12 @@ def test_publish_names_only_the_epsilon_the_units_and_the_mechanism_the_audit_ch
     s = summarise_release_persons(pd.concat([low, per], ignore_index=True), ToleranceConfig(per_unit=3))
     d = _decide(s, grid, audits=[_audit(eps=0.1), _audit(eps=8.0)])
     (m,) = d.mechanisms
-    assert m.action == PUBLISH and m.setting == 0.1 and d.lines() == ["PUBLISH laplace_tables at ε ≤ 0.1"]
+    assert m.action == PUBLISH and m.setting == 0.1 and d.lines() == ["PUBLISH laplace_tables at ε ≤ 0.1" + DECIDED]
     assert any("shown safe up to ε = 1, but audit did not check ε = 1" in c for c in m.caveats), m.caveats
     d = _decide(s, grid, audits=[_audit(eps=0.1), _audit(eps=1.0)])
-    assert d.lines() == ["PUBLISH laplace_tables at ε ≤ 1"]
+    assert d.lines() == ["PUBLISH laplace_tables at ε ≤ 1" + DECIDED]
     d = _decide(s, grid, audits=[_audit(eps=1.0)])  # 0.1 not audited: PUBLISH names ε = 1 alone, not "ε ≤ 1"
-    assert d.lines() == ["PUBLISH laplace_tables at ε = 1"]
+    assert d.lines() == ["PUBLISH laplace_tables at ε = 1" + DECIDED]
 
 
 def test_shown_above_the_tolerance_is_do_not_publish_and_undecided_is_cannot_decide():
@@ -316,3 +321,70 @@ def test_a_missing_anonymeter_fails_before_any_work(tmp_path, monkeypatch, capsy
     from censusrecon.experiments.release.program import check_environments
 
     check_environments(load_config(cfg, ["release.risks=false"]))
+
+
+def test_the_strongest_attack_decides_and_publish_names_it(safe_at_one):
+    """ε = 1 is shown safe by the reconstruction's persons (ε = 8 not). A realistic inference attack not within its
+    tolerance at ε = 1 takes PUBLISH down to where it is; one above it even at the most protective ε is DO NOT
+    PUBLISH; one not played, or not shown within its tolerance anywhere, is CANNOT DECIDE; each is named."""
+    persons, _ = safe_at_one
+    cfg = _cfg(**{"tolerance": "{per_unit: 3}", "epsilons": "[0.5, 1.0, 8.0]", "audit": "{epsilons: all}"})
+    per = release_persons(_hand_made([40, 45, 42], [30, 33, 32]))
+    low = per[per.setting == 1.0].assign(setting=0.5)
+    s = summarise_release_persons(pd.concat([low, per], ignore_index=True), ToleranceConfig(per_unit=3))
+    audits = [_audit(eps=e) for e in (0.5, 1.0, 8.0)]
+    fine = inference_figures({"laplace_tables": [0.5, 1.0, 8.0]})
+    d = _decide(s, cfg, audits=audits, inference=fine)
+    assert d.lines() == ["PUBLISH laplace_tables at ε ≤ 1" + DECIDED]
+    # membership not within 2 points at ε = 1: PUBLISH stops at 0.5 and names it
+    worse = inference_figures({"laplace_tables": [0.5]})
+    at_one = inference_figures({"laplace_tables": [1.0, 8.0]}, advantage_upper=0.05)
+    mixed = {k: pd.concat([worse[k], at_one[k]], ignore_index=True) for k in worse}
+    d = _decide(s, cfg, audits=audits, inference=mixed)
+    (m,) = d.mechanisms
+    assert d.lines() == ["PUBLISH laplace_tables at ε ≤ 0.5 (decided by realistic membership inference)"]
+    assert m.decided_by == "realistic membership inference" and m.gates[0]["setting"] == 0.5
+    # attribute inference stops at ε = 1 too, closer to its line there than the persons are: it is named
+    close = inference_figures({"laplace_tables": [0.5, 1.0]}, excess_upper=0.0195)
+    far = inference_figures({"laplace_tables": [8.0]}, excess_upper=0.05)
+    close = {k: pd.concat([close[k], far[k]], ignore_index=True) for k in close}
+    d = _decide(s, cfg, audits=audits, inference=close)
+    assert d.lines() == ["PUBLISH laplace_tables at ε ≤ 1 (decided by attribute inference (linear reconstruction))"]
+    # above the tolerance even at the most protective ε: DO NOT PUBLISH
+    above = inference_figures({"laplace_tables": [0.5, 1.0, 8.0]}, excess_upper=0.3)
+    above["attribute"]["excess_lower"] = 0.2
+    (m,) = _decide(s, cfg, audits=audits, inference=above).mechanisms
+    assert m.action == DO_NOT_PUBLISH and "attribute inference" in m.reasons[0] and "shown above" in m.reasons[0]
+    # not shown within it, or not played: CANNOT DECIDE, with why and what to run
+    (m,) = _decide(s, cfg, audits=audits, inference=inference_figures(
+        {"laplace_tables": [0.5, 1.0, 8.0]}, advantage_upper=0.05)).mechanisms
+    assert m.action == CANNOT_DECIDE and "realistic membership inference is not shown within" in m.reasons[0]
+    assert "evaluate more units or smaller ε" in m.next_step
+    (m,) = _decide(s, cfg, audits=audits, inference={"membership": pd.DataFrame(),
+                                                     "attribute": fine["attribute"]}).mechanisms
+    assert m.action == CANNOT_DECIDE and "realistic membership inference was not played" in m.reasons[0]
+    # the informed adversary decides only where the agency declares a tolerance for it
+    informed = fine["membership"].assign(attack="membership_informed", advantage_upper=0.5, advantage_lower=0.4)
+    both = {"membership": pd.concat([fine["membership"], informed], ignore_index=True),
+            "attribute": fine["attribute"]}
+    assert _decide(s, cfg, audits=audits, inference=both).mechanisms[0].action == PUBLISH
+    strict = _cfg(**{"tolerance": "{per_unit: 3, informed_membership: 0.1}", "epsilons": "[0.5, 1.0, 8.0]",
+                     "audit": "{epsilons: all}"})
+    (m,) = _decide(s, strict, audits=audits, inference=both).mechanisms
+    assert m.action == DO_NOT_PUBLISH and "informed membership inference is shown above" in m.reasons[0]
+
+
+def test_an_attack_that_had_not_saturated_never_publishes(safe_at_one):
+    """RAP-Rank still adding persons when K doubled, at a setting PUBLISH would name: CANNOT DECIDE, naming the K."""
+    persons, _ = safe_at_one
+    cfg = _cfg(**{"tolerance": "{per_unit: 3}"})
+    verdicts = verdicts_of(persons, pd.DataFrame(), {False: {"by_k": pd.DataFrame([
+        {"mechanism": "laplace_tables", "setting": 1.0, "runs": 24, "half": 12, "gain": 9, "saturated": False,
+         "persons": 90, "persons_half": 81, "units": 3, "by_runs": {}}]), "by_t": None}},
+        cfg.release.tolerance, 8)
+    entry = {"mechanism": "laplace_tables", "for_publication": True, "publication_note": "OpenDP"}
+    d = decide(cfg, Evidence(verdicts, [_audit()], [entry], released=tuple(UNITS),
+                             **inference_figures({"laplace_tables": cfg.release.epsilons})))
+    (m,) = d.mechanisms
+    assert m.action == CANNOT_DECIDE and "RAP-Rank had not saturated at ε = 1" in m.reasons[0]
+    assert "attack.runs) to 48" in m.next_step

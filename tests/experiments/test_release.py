@@ -262,7 +262,9 @@ def test_evaluate_release_prints_the_answer_and_fails_on_a_failed_audit(release_
     def redecide(audits):
         verdicts = release.verdicts_of(persons, pd.DataFrame(), {}, cfg.release.tolerance, 8)
         decide(cfg, Evidence(verdicts, audits, entries, risks=pd.DataFrame({"mechanism": cfg.release.mechanisms}),
-                             units_in_file=8, released=tuple(sorted(set(per["unit"]))))).save(run)
+                             units_in_file=8, released=tuple(sorted(set(per["unit"]))),
+                             membership=pd.read_parquet(run / "membership.parquet"),
+                             attribute=pd.read_parquet(run / "attribute.parquet"))).save(run)
 
     redecide(load_audits(run))
     monkeypatch.setattr(release, "evaluate_release", lambda cfg, out, progress, reaudit, **kw: run)
