@@ -8,7 +8,8 @@ read from (tests/test_figures.py checks every marked figure against its record).
 
 For ``run`` the figures are the persons each method reconstructs over all units (unique in D, among its top u),
 the best guess's and the persons unique in D, per variant, as ``censusrecon run`` prints them; for
-``evaluate-release`` the decision's lines and each mechanism's action and covered ε; the seconds are the
+``evaluate-release`` the decision's lines, each mechanism's action and its risk to one person per setting (the
+inference attacks' figures, the attack that decided); the seconds are the
 wall time you measured (with ``time``), the machine said in ``--machine``. The record names the commit, the
 command line and the day; ``--out`` and ``--set`` are the run's own."""
 
@@ -63,8 +64,16 @@ def release_figures(config: str, out: str, overrides: list[str]) -> dict:
     run = results_dir(config, out, overrides)
     run = run if run.name == "release" else run / "release"
     d = load_decision(run)
+    keep = ("informed_tpr", "informed_tpr_low", "informed_tpr_high", "dp_bound", "epsilon_lower_bound",
+            "realistic_tpr", "realistic_advantage_upper", "attribute_accuracy", "guess_accuracy", "persons_excess",
+            "atypical_informed_tpr", "atypical_realistic_tpr", "atypical_attribute_accuracy")
+    risk = {m.mechanism: {"decided_by": m.decided_by, "gates": {g["attack"]: g["status"] + (
+        f" up to {g['setting']:g}" if g["status"] == "safe" else "") for g in m.gates},
+        "by_setting": {("exact" if r["setting"] == float("inf") else f"{r['setting']:g}"): {
+            k: round(float(r[k]), 4) for k in keep if r.get(k) is not None and r[k] == r[k]} for r in m.risk}}
+        for m in d.mechanisms if m.risk}
     return {"decision_lines": d.lines(), "exit_status": d.exit_status(),
-            "actions": {m.mechanism: m.action for m in d.mechanisms}}
+            "actions": {m.mechanism: m.action for m in d.mechanisms}, **({"risk": risk} if risk else {})}
 
 
 def gpu_record(path: str) -> tuple[dict, dict, str]:

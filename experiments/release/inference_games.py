@@ -27,7 +27,8 @@ import pandas as pd
 
 from censusrecon.baselines.attribute import best_guess_secret
 from censusrecon.experiments.metrics import CONFIDENCE
-from censusrecon.synth.audit.roc import GameError, auc, dp_tpr_bound, epsilon_lower_bound, tpr_at_fpr
+from censusrecon.synth.audit.roc import (GameError, auc, dp_tpr_bound, epsilon_lower_bound, releases_needed,
+                                        tpr_at_fpr)
 from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.seeds import stable_seed
 from censusrecon.reconstruct.inference import (NoiseLaw, cell_incidence, density_ratio_scores, informed_scores,
@@ -244,7 +245,7 @@ def default_secret(names) -> str:
 
 #: the columns a summary row of a membership attack carries (beside variant, mechanism, setting, attack, group)
 MEMBERSHIP_FIGURES = ("members", "non_members", "tpr_low_fpr", "tpr", "tpr_low", "tpr_high", "fpr", "advantage",
-                      "advantage_upper", "advantage_lower", "auc", "epsilon_lower_bound", "dp_bound", "units")
+                      "advantage_upper", "advantage_lower", "auc", "epsilon_lower_bound", "dp_bound", "units", "needs")
 
 
 def summarise_membership(scores: pd.DataFrame, fpr: float, delta_of: Callable[[str, float], float] | None = None,
@@ -252,7 +253,8 @@ def summarise_membership(scores: pd.DataFrame, fpr: float, delta_of: Callable[[s
     """Per (variant, mechanism, setting, attack, group): TPR at ``fpr`` (the rule's) with its exact interval, the
     advantage TPR − FPR with one-sided 95% limits, TPR at 0.1% FPR, AUC, the ε the success implies, and DP's own
     bound on TPR at the upper limit of the FPR the test met (``delta_of(mechanism, setting)`` gives δ; 0 by
-    default): what DP allows at the rate measured. The group ``random`` is every
+    default): what DP allows at the rate measured. A game with fewer non-members than the FPR needs
+    (:func:`synth.audit.roc.releases_needed`, ``needs``) reads no TPR at it (NaN); its AUC and ε shown still stand. The group ``random`` is every
     target, ``atypical`` the least typical ones."""
     if scores is None or not len(scores):
         return pd.DataFrame()
@@ -268,14 +270,19 @@ def summarise_membership(scores: pd.DataFrame, fpr: float, delta_of: Callable[[s
             op = tpr_at_fpr(ins, outs, fpr, one_sided, rng)
             low = tpr_at_fpr(ins, outs, FPRS[0], one_sided, np.random.default_rng(stable_seed("roc0", v, m, s, a, group)))
             delta = delta_of(m, s) if delta_of is not None else 0.0
-            out.append({"variant": v, "mechanism": m, "setting": float(s), "attack": a, "adversary": ADVERSARY[a],
-                        "group": group, "members": ins.size, "non_members": outs.size, "tpr_low_fpr": low.tpr,
-                        "tpr": op.tpr, "tpr_low": op.tpr_low, "tpr_high": op.tpr_high, "fpr": op.fpr,
-                        "advantage": op.advantage, "advantage_upper": op.tpr_high - op.fpr,
-                        "advantage_lower": op.tpr_low - op.fpr, "auc": auc(ins, outs),
-                        "epsilon_lower_bound": epsilon_lower_bound(op, delta),
-                        "dp_bound": dp_tpr_bound(float(s), op.fpr_high, delta) if math.isfinite(float(s)) else 1.0,
-                        "units": int(part["unit"].nunique())})
+            row = {"variant": v, "mechanism": m, "setting": float(s), "attack": a, "adversary": ADVERSARY[a],
+                   "group": group, "members": ins.size, "non_members": outs.size,
+                   "tpr_low_fpr": low.tpr if outs.size >= releases_needed(FPRS[0]) else math.nan,
+                   "tpr": op.tpr, "tpr_low": op.tpr_low, "tpr_high": op.tpr_high, "fpr": op.fpr,
+                   "advantage": op.advantage, "advantage_upper": op.tpr_high - op.fpr,
+                   "advantage_lower": op.tpr_low - op.fpr, "auc": auc(ins, outs),
+                   "epsilon_lower_bound": epsilon_lower_bound(op, delta),
+                   "dp_bound": dp_tpr_bound(float(s), op.fpr_high, delta) if math.isfinite(float(s)) else 1.0,
+                   "units": int(part["unit"].nunique()), "needs": releases_needed(fpr)}
+            if outs.size < releases_needed(fpr):  # too few non-members to meet the FPR: no TPR read at it
+                row.update({k: math.nan for k in ("tpr", "tpr_low", "tpr_high", "fpr", "advantage", "advantage_upper",
+                                                  "advantage_lower", "dp_bound")})
+            out.append(row)
     return pd.DataFrame(out)
 
 

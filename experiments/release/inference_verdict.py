@@ -73,6 +73,11 @@ def gates(mech: str, settings: list[float], membership: pd.DataFrame, attribute:
                 note = _why_not(notes, mech, s, attack)
                 break
             upper = float(at[f"{figure}_upper"].max())  # the worst variant
+            if math.isnan(upper):  # too few non-members to read the rule's FPR
+                status = "not_run"
+                note = (f"too few non-members to read TPR at its FPR ({int(at['non_members'].min()):,}; it needs "
+                        f"{int(at['needs'].max()):,}): evaluate more units, or more persons per unit")
+                break
             if upper < tol:
                 last, margin = s, tol - upper
                 continue
@@ -112,7 +117,8 @@ def risk_rows(mech: str, settings: list[float], membership: pd.DataFrame, attrib
             for attack, key in ((INFORMED, "informed"), (REALISTIC, "realistic")):
                 m = _one(membership, variant, mechanism, setting, attack, group)
                 if m is not None:
-                    row.update({f"{tag}{key}_tpr": m["tpr"], f"{tag}{key}_tpr_low": m["tpr_low"],
+                    row.update({f"{tag}{key}_non_members": m["non_members"],
+                                f"{tag}{key}_tpr": m["tpr"], f"{tag}{key}_tpr_low": m["tpr_low"],
                                 f"{tag}{key}_tpr_high": m["tpr_high"], f"{tag}{key}_fpr": m["fpr"],
                                 f"{tag}{key}_advantage_upper": m["advantage_upper"],
                                 f"{tag}{key}_auc": m["auc"], f"{tag}{key}_tpr_low_fpr": m["tpr_low_fpr"]})

@@ -18,6 +18,11 @@ ADVERSARIES = ("The informed adversary knows every person's record but the targe
                "attributes.")
 
 
+def _num(x) -> bool:
+    """Whether ``x`` is a figure (not missing, not NaN)."""
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
 def _pct(x) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * float(x):.1f}%"
 
@@ -38,7 +43,9 @@ def risk_table(m, fpr: float) -> tuple[list[str], list[list[str]]]:
             persons = (_pct(r["persons_excess"]) if r.get("persons_scale") == "share" else
                        f"{r['persons_excess']:+.1f} per unit")
         informed = (f"{_pct(r['informed_tpr'])} ({_pct(r['informed_tpr_low'])}–{_pct(r['informed_tpr_high'])})"
-                    if "informed_tpr" in r else ("always (no noise)" if not math.isfinite(r["setting"]) else "–"))
+                    if _num(r.get("informed_tpr")) else
+                    f"– (AUC {r['informed_auc']:.2f}; {r.get('informed_non_members', 0):,.0f} releases)"
+                    if "informed_auc" in r else ("always (no noise)" if not math.isfinite(r["setting"]) else "–"))
         rows.append([_setting(m.mechanism, r["setting"]), informed, _pct(r.get("dp_bound")) if "dp_bound" in r else "–",
                      f"{r['epsilon_lower_bound']:.2f}" if "epsilon_lower_bound" in r else "–",
                      _pct(r.get("realistic_tpr")) if "realistic_tpr" in r else "–",
@@ -109,7 +116,7 @@ def plot_risk(decision, fpr: float, run_dir: Path) -> Path | None:
         rows = sorted((r for r in m.risk if math.isfinite(r["setting"])), key=lambda r: r["setting"])
         eps = np.array([r["setting"] for r in rows])
         for key, style in (("informed", "o-"), ("realistic", "s-")):
-            pts = [(r["setting"], max(r[f"{key}_tpr"], fpr / 3)) for r in rows if f"{key}_tpr" in r]
+            pts = [(r["setting"], max(r[f"{key}_tpr"], fpr / 3)) for r in rows if _num(r.get(f"{key}_tpr"))]
             if pts:
                 ax.plot(*zip(*pts), style, label=f"{key} membership")
         grid = np.geomspace(eps.min(), eps.max(), 60) if len(eps) > 1 else eps

@@ -70,6 +70,16 @@ class Operating:
         return {**asdict(self), "advantage": self.advantage}
 
 
+def releases_needed(fpr: float) -> int:
+    """The non-members a game needs to read TPR at ``fpr``: its test is set on half of them, which must hold at
+    least 1/FPR (one call allowed), and counted on the other half.
+
+    >>> releases_needed(0.01), releases_needed(0.001)
+    (200, 2000)
+    """
+    return 2 * int(math.ceil(1 / check_fpr(fpr) - 1e-9))
+
+
 def tpr_at_fpr(scores_in: np.ndarray, scores_out: np.ndarray, fpr: float, confidence: float = 0.95,
                rng: np.random.Generator | None = None) -> Operating:
     """The test that calls the high scores members, at the FPR asked, measured without bias: its threshold is set on

@@ -174,3 +174,21 @@ def inference_figures(settings: dict, advantage_upper: float = 0.0, excess_upper
                           "guess_accuracy": 0.6, "excess": excess_upper - 0.05, "excess_upper": excess_upper,
                           "excess_lower": excess_upper - 0.1, "units": 3})
     return {"membership": pd.DataFrame(m), "attribute": pd.DataFrame(a)}
+
+
+def test_too_few_non_members_read_no_tpr_at_the_fpr_and_the_gate_says_why():
+    """A game of 64 releases a world cannot set a test at 1% FPR (its calibration half holds 32): no TPR is read
+    there, its AUC still is, and the rule's gate says what is missing instead of passing."""
+    from censusrecon.experiments.release.inference_verdict import gates
+    from censusrecon.synth.release_settings import ToleranceConfig
+
+    rng = np.random.default_rng(0)
+    scores = pd.DataFrame({"attack": REALISTIC, "group": "random", "target": 0, "unit": "u", "variant": False,
+                           "mechanism": "laplace_tables", "setting": 1.0,
+                           "member": np.r_[np.ones(64, bool), np.zeros(64, bool)],
+                           "score": np.r_[rng.normal(1, 1, 64), rng.normal(0, 1, 64)]})
+    m = summarise_membership(scores, 0.01)
+    row = m[m["group"] == "random"].iloc[0]
+    assert math.isnan(row["tpr"]) and row["needs"] == 200 and 0.6 < row["auc"] < 0.9
+    (g, _) = gates("laplace_tables", [1.0], m, pd.DataFrame(), pd.DataFrame(), ToleranceConfig())
+    assert g.attack == REALISTIC and g.status == "not_run" and "too few non-members" in g.note and "200" in g.note
