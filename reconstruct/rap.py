@@ -457,7 +457,8 @@ def run_rap_each(plan, targets: np.ndarray, key: jax.Array, settings: RAPSetting
     if targets.shape[1] != plan.num_queries:
         raise CensusReconError(f"targets must have {plan.num_queries} entries (one per query), got {targets.shape[1]}")
     dense = np.stack([plan.dense_targets(t) for t in targets])
-    batch = default_batch(settings, len(dense), plan)
+    # a batch of fixed size whatever the number of fits (the last call padded): one program for every call
+    batch = default_batch(settings, 1 << 20, plan)
     one = jax.random.fold_in(key, 0)
     out = []
     for start in range(0, len(dense), batch):

@@ -14,7 +14,8 @@ from censusrecon.microdata.example import write_agency_example
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["attack.runs=2", "attack.steps=20", "attack.rows=60", "target.units=2", "grid_points=10",
-         "release.epsilons=[1.0, 8.0]", "release.audit.runs=5000", "release.mechanisms=[laplace_tables, synthetic]"]
+         "release.epsilons=[1.0, 8.0]", "release.audit.runs=5000", "release.mechanisms=[laplace_tables, synthetic]",
+         "release.inference.informed_targets=4", "release.inference.informed_fits=2"]
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,11 @@ def test_the_agency_config_runs_and_evaluates_a_release_end_to_end(agency, capsy
     assert "every person of each unit" in text and "all 2-way marginals" not in text
     assert f"the person file {over[-2].split('=', 1)[1]}" in text and "state ⊃ county ⊃ tract ⊃ block" in text
     page = (rel / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 3 and "<table>" in page  # decision.png first
+    assert page.count("data:image/png;base64,") == 4 and "<table>" in page  # decision.png first, then risk_tpr.png
+    # whole units: the realistic game draws each release again for half of each unit, the other half non-members
+    assert "risk to one person" in said and "What each ε means for one person" in text
+    scores = pd.read_parquet(rel / "membership_scores.parquet")
+    assert {"membership_realistic", "membership_informed"} <= set(scores["attack"])
     ledger = json.loads((rel / "ledger.json").read_text())
     assert all("blocks.csv" in e["block_list"] and e["relation"] == "add_remove" for e in ledger["entries"])
     # report and plot accept the release directory as well as the run directory
