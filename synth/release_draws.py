@@ -25,13 +25,15 @@ class Drawer:
     ``space``: ``workload`` (the published cells) or ``histogram`` (one cell per record of the domain). ``law``: the
     noise law the release declares (None: the adversary counts rows, having no law to weigh them by); ``fit_law``:
     the law's family, its scale fitted from draws (a program that declares its family only); ``releases``: how many
-    of each world per target."""
+    of each world per target; ``slow``: each release is a fit or a program's call, so the game plays half its
+    targets (one random, one atypical at least)."""
 
     draw: Callable[[Dataset, list, np.ndarray], np.ndarray]
     space: str = "workload"
     law: NoiseLaw | None = None
     fit_law: str | None = None
     releases: int = 250
+    slow: bool = False  # each release a fit or a program's call: the game plays half its targets
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ def mechanism_drawer(spec: ReleaseSpec, mech: str, setting: float, workload, sca
     if kind.draws == "fitted":
         return Drawer(lambda data, releases, cells: pub(data, Draw(keyed, rng0, key=fit_key, runs=releases,
                                                                    fitted=True)).counts[:, cells],
-                      releases=batches.fits), ""
+                      releases=batches.fits, slow=True), ""
     if kind.draws == "histogram":
         if workload.domain.total_size > DENSE_LIMIT:
             return None, f"the histogram's domain is over {DENSE_LIMIT:,} cells: too large to draw in batches"
@@ -94,4 +96,5 @@ def program_drawer(values: Callable[[Dataset, int, int], np.ndarray], to_queries
 
     def draw(data, rel, cells):
         return to_queries(values(data, len(rel), rel[0]))[:, cells]
-    return Drawer(draw, fit_law="discrete_laplace" if noise == "laplace" else "gaussian", releases=releases), ""
+    return Drawer(draw, fit_law="discrete_laplace" if noise == "laplace" else "gaussian", releases=releases,
+                  slow=True), ""

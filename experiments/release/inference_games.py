@@ -113,7 +113,11 @@ class UnitGames:
         rows = []
         R = drawer.releases
         dom = self.D.domain
-        for t, (i, group, alt) in enumerate(self._targets):
+        targets = self._targets
+        if drawer.slow:  # half the targets, as many atypical as random
+            half = max(1, len(targets) // 4)
+            targets = [x for x in targets if x[1] == "atypical"][:half] + [x for x in targets if x[1] == "random"][:half]
+        for t, (i, group, alt) in enumerate(targets):
             keep = np.ones(len(self.D), bool)
             keep[i] = False
             out_codes = np.vstack([self.D.codes[keep], alt[None, :]]) if self.replace else self.D.codes[keep]
