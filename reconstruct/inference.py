@@ -163,14 +163,19 @@ def reference_log_density(incidence: sparse.spmatrix, reference: np.ndarray, smo
     return np.asarray(incidence @ np.log(share)).ravel()
 
 
+#: the most unknowns (classes × secret values) a linear reconstruction takes on: beyond, it is refused as too large
+MAX_UNKNOWNS = 30_000
+
+
 def linear_reconstruction(workload, published: np.ndarray, codes: np.ndarray, secret: int,
-                          time_limit: float = 60.0) -> np.ndarray:
+                          time_limit: float = 60.0, max_unknowns: int = MAX_UNKNOWNS) -> np.ndarray:
     """Attribute inference by linear reconstruction (Annamalai, Gadotti and Rocher 2024): the adversary knows
     every person's quasi-identifiers (their ``codes`` but column ``secret``, which is ignored) and the release's
     cell counts ``published`` (workload order). Persons with the same quasi-identifiers form a class; the
     unknowns are how many of each class hold each secret value. The linear program (HiGHS, through SciPy)
     chooses them to minimise the absolute gap to every published cell that depends on the secret. Each person
-    is predicted the secret value its class holds most.
+    is predicted the secret value its class holds most. More than ``max_unknowns`` unknowns are refused
+    (:class:`InferenceError`): the program's size, not its answer, would decide how long an evaluation takes.
 
     Returns the predicted secret code of each person.
 
@@ -194,6 +199,10 @@ def linear_reconstruction(workload, published: np.ndarray, codes: np.ndarray, se
     classes, cls_of, n_of = np.unique(qi, axis=0, return_inverse=True, return_counts=True)
     cls_of = cls_of.ravel()
     V, K = sizes[secret], len(classes)
+    if K * V > max_unknowns:
+        raise InferenceError(f"the linear reconstruction would have {K * V:,} unknowns ({K:,} classes of persons × "
+                             f"{V} secret values), over {max_unknowns:,}: choose a secret with fewer values "
+                             "(release.inference.secret)")
     # every (class, secret value) pair as a record: which cells it lies in
     pairs = np.insert(np.repeat(classes, V, axis=0), secret, np.tile(np.arange(V), K), axis=1)
     inc = cell_incidence(workload, pairs).T.tocsr()  # (cells × K·V)

@@ -192,3 +192,12 @@ def test_too_few_non_members_read_no_tpr_at_the_fpr_and_the_gate_says_why():
     assert math.isnan(row["tpr"]) and row["needs"] == 200 and 0.6 < row["auc"] < 0.9
     (g, _) = gates("laplace_tables", [1.0], m, pd.DataFrame(), pd.DataFrame(), ToleranceConfig())
     assert g.attack == REALISTIC and g.status == "not_run" and "too few non-members" in g.note and "200" in g.note
+
+
+def test_a_linear_reconstruction_too_large_to_solve_is_refused_in_one_line():
+    dom = Domain.from_sizes({"A": 50, "S": 10})
+    codes = np.stack([np.arange(50), np.zeros(50, np.int64)], axis=1)
+    w = Workload(dom, (("A", "S"),))
+    with pytest.raises(InferenceError, match=r"500 unknowns .* over 100: choose a secret with fewer values") as e:
+        linear_reconstruction(w, workload_counts(Dataset(dom, codes), w), codes, 1, max_unknowns=100)
+    assert "\n" not in str(e.value)
