@@ -164,7 +164,7 @@ test: $(STAMP) $(RISK_STAMP) browser
 	@mkdir -p .envs && rm -f .envs/done && \
 	  { { $(MAKE) --no-print-directory gpu-dry-env; $(MAKE) --no-print-directory tumult-env; \
 	      $(MAKE) --no-print-directory smartnoise-env; } > .envs/build.log 2>&1; touch .envs/done; } &
-	CENSUSRECON_ENVS_BUILDING=$(CURDIR)/.envs/done $(BIN)/python -m pytest -q -n 2 --dist loadfile
+	CENSUSRECON_ENVS_BUILDING=$(CURDIR)/.envs/done $(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=10
 
 # the slow tier: the same contracts at the shipped settings (tens of minutes); with CENSUSRECON_TEST_DEADLINE
 # (an epoch second, as .ci/run sets it) a test starts only when its expected time still fits before it
