@@ -84,7 +84,8 @@ class UnitGames:
         who differs from the target in all of them (any who differs, where none does)."""
         n = len(self.D)
         k = min(self.settings.informed_targets, n)
-        atypical = list(np.argsort(typical, kind="stable")[: k // 2])
+        # no outside data: nobody is known to be atypical, every target is drawn at random
+        atypical = list(np.argsort(typical, kind="stable")[: k // 2]) if self.ref_counts is not None else []
         rest = np.setdiff1d(np.arange(n), atypical)
         chosen = [(int(i), "atypical") for i in atypical]
         chosen += [(int(i), "random") for i in rng.choice(rest, size=min(k - len(chosen), len(rest)), replace=False)]

@@ -538,6 +538,7 @@ def test_an_epsilon_the_audit_skipped_is_never_named_by_publish(root, tiny_pop, 
     """The grid 0.1, 1, 10 audited at its extremes, Laplace tables at half their noise at ε = 1 alone: the audit
     passes (it never drew ε = 1); a verdict showing ε ≤ 1 safe gives PUBLISH at ε ≤ 0.1 at most, never ε = 1."""
     from censusrecon.experiments.release.decision import PUBLISH, Evidence, decide
+    from tests.experiments.test_inference import inference_figures
 
     real = synth.release.noise_scale
     monkeypatch.setattr(synth.release, "noise_scale", lambda d, e, b: (real(d, e, b)[0] / (2 if e == 1.0 else 1), None))
@@ -549,12 +550,13 @@ def test_an_epsilon_the_audit_skipped_is_never_named_by_publish(root, tiny_pop, 
     row = {"mechanism": "laplace_tables", "status": "safe", "setting": 1.0, "x": {"setting": 1.0, "units": 1},
            "next": None, "plan": "", "text": ""}
     entry = {"mechanism": "laplace_tables", "for_publication": True}
-    d = decide(cfg, Evidence({False: [row]}, audits, [entry], released=tuple(study.units)))
+    games = inference_figures({"laplace_tables": [0.1, 1.0, 10.0]})  # the inference attacks within tolerance
+    d = decide(cfg, Evidence({False: [row]}, audits, [entry], released=tuple(study.units), **games))
     (m,) = d.mechanisms
     assert m.action == PUBLISH and m.setting == 0.1 and m.covered == [0.1], d.lines()
     assert any("ε = 1" in c and "release.audit.epsilons" in c for c in m.caveats)
     d = decide(cfg, Evidence({False: [row]}, [r for r in audits if r.declared_epsilon == 10.0], [entry],
-                             released=tuple(study.units)))
+                             released=tuple(study.units), **games))
     assert d.mechanisms[0].action != PUBLISH
 
 
