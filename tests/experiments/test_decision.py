@@ -258,7 +258,8 @@ def example_inputs(tmp_path_factory):
     persons, blocks = write_agency_example(d / "inputs")
     small = ["attack.runs=2", "attack.steps=20", "attack.rows=60", "target.units=2", "grid_points=10",
              "release.epsilons=[8.0]", "release.audit.runs=5000", "release.mechanisms=[laplace_tables, synthetic]",
-             f"data.path={persons}", f"data.units_file={blocks}"]
+             "release.inference.informed_targets=2", "release.inference.informed_releases=40",
+             "release.inference.informed_fits=2", f"data.path={persons}", f"data.units_file={blocks}"]
     return d, small
 
 
