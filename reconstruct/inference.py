@@ -50,17 +50,26 @@ def cell_incidence(workload, codes: np.ndarray) -> sparse.csr_matrix:
 
     member, index = product_structure(workload)
     codes = np.asarray(codes, dtype=np.int64).reshape(-1, index.shape[1])
-    step = max(1, _CHUNK_CELLS // max(index.shape[0], 1))
-    parts = []
-    for start in range(0, len(codes), step):
-        c = codes[start:start + step]
-        hit = np.ones((len(c), index.shape[0]), dtype=bool)
-        for j, m in enumerate(member):
-            hit &= m[c[:, j]][:, index[:, j]].astype(bool)
-        parts.append(sparse.csr_matrix(hit, dtype=np.int64))
-    if not parts:
-        return sparse.csr_matrix((0, index.shape[0]), dtype=np.int64)
-    return sparse.vstack(parts, format="csr")
+    n_cells = index.shape[0]
+    if not len(codes):
+        return sparse.csr_matrix((0, n_cells), dtype=np.int64)
+    # per attribute, each value's published cells (values × cells): a record's row is then one gather an attribute
+    allowed = [np.ascontiguousarray(np.asarray(m, dtype=bool)[:, index[:, j]]) for j, m in enumerate(member)]
+    # records sharing every value share their cells: each distinct record is worked out once
+    distinct, back = np.unique(codes, axis=0, return_inverse=True)
+    step = max(1, _CHUNK_CELLS // max(n_cells, 1))
+    rows, cols = [], []
+    for start in range(0, len(distinct), step):
+        c = distinct[start:start + step]
+        hit = allowed[0][c[:, 0]]
+        for j in range(1, len(allowed)):
+            hit &= allowed[j][c[:, j]]
+        r, k = np.nonzero(hit)
+        rows.append(r + start)
+        cols.append(k)
+    r, k = np.concatenate(rows), np.concatenate(cols)
+    ones = sparse.csr_matrix((np.ones(len(r), np.int64), (r, k)), shape=(len(distinct), n_cells))
+    return ones[np.asarray(back).ravel()]
 
 
 @dataclass(frozen=True)
