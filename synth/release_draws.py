@@ -26,14 +26,14 @@ class Drawer:
     noise law the release declares (None: the adversary counts rows, having no law to weigh them by); ``fit_law``:
     the law's family, its scale fitted from draws (a program that declares its family only); ``releases``: how many
     of each world per target; ``slow``: each release is a fit or a program's call, so the game plays half its
-    targets (one random, one atypical at least)."""
+    targets (at least one of each group it has)."""
 
     draw: Callable[[Dataset, list, np.ndarray], np.ndarray]
     space: str = "workload"
     law: NoiseLaw | None = None
     fit_law: str | None = None
     releases: int = 250
-    slow: bool = False  # each release a fit or a program's call: the game plays half its targets
+    slow: bool = False
 
 
 @dataclass(frozen=True)

@@ -115,9 +115,11 @@ class UnitGames:
         R = drawer.releases
         dom = self.D.domain
         targets = self._targets
-        if drawer.slow:  # half the targets, as many atypical as random
-            half = max(1, len(targets) // 4)
-            targets = [x for x in targets if x[1] == "atypical"][:half] + [x for x in targets if x[1] == "random"][:half]
+        if drawer.slow:  # half the targets, as many of each group as of the other
+            groups = [[x for x in targets if x[1] == g] for g in ("atypical", "random")]
+            groups = [g for g in groups if g]
+            half = max(1, len(targets) // (2 * len(groups)))
+            targets = [x for g in groups for x in g[:half]]
         for t, (i, group, alt) in enumerate(targets):
             keep = np.ones(len(self.D), bool)
             keep[i] = False
