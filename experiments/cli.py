@@ -410,11 +410,19 @@ def _audit(args) -> int:
         for r in results:
             print(json.dumps(r.as_dict()))
     else:
-        print(f"{'mechanism':<22}{'declared ε':>12}{'audited ε ≥':>14}   {'runs':>7}   {'outcome':<13} checks")
+        print(f"{'mechanism':<22}{'declared ε':>12}{'black box ≥':>13}{'white box ≥':>13}{'share':>7}   {'runs':>7}   "
+              f"{'outcome':<13} checks")
         for r in results:
+            m = r.measured
             flag = "" if r.epsilon_lower_bound <= r.declared_epsilon else "   EXCEEDS THE DECLARED ε"
-            print(f"{r.mechanism:<22}{r.declared_epsilon:>12g}{r.epsilon_lower_bound:>14.3f}   {r.runs:>7}   "
+            print(f"{r.mechanism:<22}{r.declared_epsilon:>12g}{r.epsilon_lower_bound:>13.3f}"
+                  f"{_white_box_cell(m['white_box']):>13}{m['share']:>7.0%}   {r.runs:>7}   "
                   f"{r.outcome.upper():<13} " + r.checks_summary() + flag)
+        loose = [f"{r.mechanism} at ε = {r.declared_epsilon:g}" for r in results
+                 if r.outcome == "passed" and not r.measured["tight"]]
+        if loose:
+            print("measured below half the declared ε (the audit could miss a mechanism spending up to twice it): "
+                  + "; ".join(loose))
         if results:
             d = results[0].details
             roles = d.get("unit_roles") or {}
@@ -439,6 +447,13 @@ def _audit(args) -> int:
               file=sys.stderr)
         return EXIT_UNDECIDED
     return 0
+
+
+def _white_box_cell(wb: dict | None) -> str:
+    """The white box of an audit result in a table cell: its ε, or μ for Gaussian noise; a dash where none."""
+    if wb is None:
+        return "–"
+    return f"{wb['value']:.3f}" if wb["law"] == "laplace" else f"μ {wb['value']:.3f}"
 
 
 def _inconclusive_words(r) -> str:

@@ -226,7 +226,7 @@ class ReleaseProgramConfig(Strict):
     noise: Literal["laplace", "gaussian"] | None = Field(
         None, description="the noise family the program declares (independent noise on each cell's count): the audit "
         "then also checks the noise's scale and shape from output minus truth; null: the statistical bound alone")
-    delta: float | None = Field(None, gt=0, lt=1, description="noise: gaussian: the δ of the (ε, δ) each ε of the "
+    delta: float | None = Field(None, description="noise: gaussian: the δ of the (ε, δ) each ε of the "
                                 "grid means (default params.delta); the audit checks its noise against the zCDP ρ "
                                 "that OpenDP's conversion gives for them")
     audit_runs: int | None = Field(None, ge=10, description="releases per neighbour in its audit (default "
@@ -260,6 +260,9 @@ class ReleaseProgramConfig(Strict):
         if self.noise == "gaussian" and self.delta_of() is None:
             raise ValueError(f"release.programs {self.name!r}: Gaussian noise spends a zCDP ρ that depends on the δ of "
                              "its (ε, δ): give release.programs[].delta (or params.delta)")
+        if self.delta_of() is not None and not 0 < self.delta_of() < 1:
+            raise ValueError(f"release.programs {self.name!r}: an (ε, δ) states its ε only at a δ in (0, 1), got δ = "
+                             f"{self.delta_of()}: set delta (or params.delta) to the program's δ, e.g. 1e-9")
         if self.delta is not None and "delta" in self.params and float(self.params["delta"]) != self.delta:
             raise ValueError(f"release.programs {self.name!r}: params.delta ({self.params['delta']}) and delta "
                              f"({self.delta}) must be the same δ")

@@ -137,6 +137,8 @@ class MechanismDecision:
     decided_by: str = ""  # the attack that decided (the one that stopped the settings, or came closest)
     gates: list[dict] = field(default_factory=list)  # the inference attacks' gates (inference_verdict.Gate)
     risk: list[dict] = field(default_factory=list)  # ε as risk: a row per setting (inference_verdict.risk_rows)
+    #: the audit's measured ε per audited ε: declared, measured (the larger of its black and white box), share, by
+    measured: list[dict] = field(default_factory=list)
 
     def where(self) -> str:
         """'ε ≤ 0.5', 'ε = 0.1 or 1' (the settings covered, where the audit skipped one between), 'swap rate ≥
@@ -580,6 +582,13 @@ def _mechanism_decision(cfg, mech: str, ev: Evidence, measured: set) -> Mechanis
             caveats.append(f"the audit checked a sample of {len(units_covered)} of the {len(released)} released "
                            "units (release.audit.units): this decision covers those units only")
     publish = action == PUBLISH
+    measured = [{"declared": a.declared_epsilon, **{k: a.measured[k] for k in ("epsilon", "share", "by", "tight")}}
+                for a in ev.audits if a.mechanism == mech]
+    loose = [m for m in measured if not m["tight"] and (not publish or m["declared"] in covered)]
+    if loose and st.audit == "passed":
+        caveats.append("the audit measured only " + ", ".join(f"{m['share']:.0%} of ε = {m['declared']:g}"
+                                                             for m in loose)
+                       + ": below half, it could miss code that spends twice its ε")
     variant = st.verdicts[0].variant
     risk = risk_rows(mech, cfg.release.settings_of(mech), ev.membership, ev.attribute, ev.persons, variant)
     return MechanismDecision(mech, action, setting if publish else None, closed_no + closed_undecided, step, caveats,
@@ -587,7 +596,7 @@ def _mechanism_decision(cfg, mech: str, ev: Evidence, measured: set) -> Mechanis
                              units_covered if publish else None,
                              len(released) if publish and units_covered is not None else None,
                              sorted(cfg.release.settings_of(mech)), st.simulated,
-                             st.decided_by if publish else "", [g.as_dict() for g in st.gates], risk)
+                             st.decided_by if publish else "", [g.as_dict() for g in st.gates], risk, measured)
 
 
 def _next_step(mech: str, st: Standing, ev: Evidence) -> str:
@@ -766,6 +775,9 @@ def terminal_lines(decision: Decision, variant_names: dict | None = None) -> lis
                            f"{rule_words('next', v.next)}")
         out.append(f"  audit: {m.audit}; fit for publication: {fit_words(m.fit_for_publication)}; risks of published "
                    f"rows: {m.risks}")
+        if m.measured:
+            out.append("  measured ε: " + "; ".join(f"{x['epsilon']:.3g} at ε = {x['declared']:g} ({x['share']:.0%}, "
+                                                    f"{x['by']})" for x in m.measured))
         out += risk_lines(m, decision.fpr)
         for r in m.reasons[1:]:
             out.append(f"  also: {r}")

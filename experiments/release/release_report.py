@@ -709,7 +709,7 @@ def audits_from_dicts(items: list[dict]) -> list:
     known = {"mechanism", "declared_epsilon", "epsilon_lower_bound", "runs", "confidence", "event", "checks"}
     return [AuditResult(a["mechanism"], a["declared_epsilon"], a["epsilon_lower_bound"], a["runs"], a["confidence"],
                         a["event"], a.get("checks", {}),
-                        {k: v for k, v in a.items() if k not in known | {"passed", "outcome"}})
+                        {k: v for k, v in a.items() if k not in known | {"passed", "outcome", "measured"}})
             for a in items]
 
 

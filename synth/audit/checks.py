@@ -12,6 +12,7 @@ from censusrecon.microdata.dataset import Dataset
 from censusrecon.microdata.seeds import stable_seed
 from censusrecon.synth import registry
 from censusrecon.synth.audit.neighbours import far_datasets, real_pairs
+from censusrecon.synth.audit.measured import best_white_box
 from censusrecon.synth.audit.source import AuditSource
 from censusrecon.synth.audit.statistics import (
     AuditResult,
@@ -216,9 +217,9 @@ def whole_checks(spec, noise: WholeNoise, sensitivity: dict, gaussian: bool, bud
             continue  # too few draws for a trustworthy bound; its cells are in larger groups
         t = gaussian_sigma_upper_stats(n, sq, level) if gaussian else laplace_scale_upper_stats(n, sa, sq, level)
         if meas not in per_meas or t < per_meas[meas][0]:
-            per_meas[meas] = (t, group)
+            per_meas[meas] = (t, group, n)
     spent, details = 0.0, {}
-    for meas, (t, group) in per_meas.items():
+    for meas, (t, group, _) in per_meas.items():
         d = sensitivity[meas]
         e = (d / (2 * t * t) if gaussian else d / t) if t > 0 else math.inf
         spent += e
@@ -246,7 +247,7 @@ def whole_checks(spec, noise: WholeNoise, sensitivity: dict, gaussian: bool, bud
                                     f"p = {p_ind:.2g}); correlated or reused noise")
     info = {("rho" if gaussian else "epsilon") + "_from_noise_scale": round(spent, 6), "per_measurement": details,
             "noise_shape_p_value": p_shape, "noise_tail_p_value": p_tail, "independence_p_value": p_ind,
-            "whole_releases": a.whole_releases}
+            "whole_releases": a.whole_releases, "noise_draws": int(sum(v[2] for v in per_meas.values()))}
     return checks, info
 
 
@@ -380,6 +381,13 @@ def combine_units(mech: str, eps: float, results: list) -> AuditResult:
                 checks[k] = f"{v} [{unit}]" if state in ("fail", "not run") else v
     details = {"per_unit": {str(x.details.get("unit") or x.details.get("root")): x.as_dict() for x in results},
                "event_unit": str(worst.details.get("unit") or worst.details.get("root"))}
+    boxes = [x.details.get("white_box") for x in results if x.details.get("white_box")]
+    if boxes:  # the unit whose noise was shown to spend the most (its share of what is declared)
+        details["white_box"] = best_white_box(boxes).as_dict()
+    else:
+        why = next((x.details["white_box_why_not"] for x in results if x.details.get("white_box_why_not")), None)
+        if why:
+            details["white_box_why_not"] = why
     needed = [x.details["runs_to_certify"] for x in results if x.details.get("runs_to_certify")]
     if needed:  # the releases per neighbour that would let the bound certify ε on every unit
         details["runs_to_certify"] = max(needed)

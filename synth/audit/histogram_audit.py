@@ -25,6 +25,7 @@ from censusrecon.synth.audit.checks import (
     with_real_law,
 )
 from censusrecon.synth.audit.families import AuditFamily, FamilyCall, register_family
+from censusrecon.synth.audit.measured import laplace_white_box
 from censusrecon.synth.audit.source import AuditSource
 from censusrecon.synth.audit.statistics import (
     AuditResult,
@@ -101,7 +102,10 @@ def _audit_perturbed(src: AuditSource, mech: str, eps: float, small, seed: int) 
               f"range: p = {p_shape:.2g})"}
     details = {f"epsilon_lower_bound_{p.replace('-', '_')}_path": round(r.epsilon_lower_bound, 6) for p, r in results.items()}
     details.update(histogram_cells=D.domain.total_size, epsilon_from_noise_scale=round(eps_noise, 6),
-                   noise_shape_p_value=p_shape)
+                   noise_shape_p_value=p_shape, white_box=laplace_white_box(
+                       eps_noise, eps, f"the noise above the clip at zero of the worst-case pair's {len(cells)} "
+                       f"differing cells ({a.runs} releases of each side): each cell's scale bounded above, its "
+                       "distance over it, summed", int(sum(excess[j].size for j in cells))).as_dict())
     return AuditResult(mech, eps, best.epsilon_lower_bound, best.runs, a.confidence,
                        f"{path} path: {best.event}", checks, details)
 
@@ -125,7 +129,9 @@ def _audit_smoothed(src: AuditSource, mech: str, eps: float, small, seed: int) -
                         a.confidence)
     checks = {"structure": structure_check(src, Release(mech, eps, w, D), D2)}
     return AuditResult(mech, eps, res.epsilon_lower_bound, a.runs, a.confidence, res.event, checks,
-                       {"histogram_cells": D.domain.total_size, "draws": len(D)})
+                       {"histogram_cells": D.domain.total_size, "draws": len(D), "white_box_why_not": (
+                           "its releases are draws from a smoothed histogram, not noisy measurements: only the black "
+                           "box measures it, at the worst case where one event reaches its whole loss")})
 
 
 def _histogram_law_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: float, seed: int,

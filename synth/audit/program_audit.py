@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from censusrecon.microdata.seeds import stable_seed
 from censusrecon.synth.audit.checks import INDEPENDENCE_COLUMNS, combine_units, noise_epsilon, unit_instance
 from censusrecon.synth.audit.families import AuditFamily, FamilyCall, register_family
+from censusrecon.synth.audit.measured import gaussian_white_box, laplace_white_box
 from censusrecon.synth.audit.neighbours import canary_neighbour
 from censusrecon.synth.audit.source import AuditSource
 from censusrecon.synth.audit.spending import WIDTH, check_spending
@@ -57,6 +60,9 @@ def audit_program(call: FamilyCall, spec, unit: str, *, index: int = 0):
         # too few to certify the declared ε the audit is inconclusive (bound_power below)
         for k in ("noise_scale", "noise_shape", "noise_tail", "noise_independence"):
             checks[k] = "not applicable: the program declares no noise family (release.programs[].noise)"
+        if spec.spending is None:
+            info["white_box_why_not"] = ("the program declares no noise family (release.programs[].noise) and keeps no "
+                                         "spending ledger: only the black box measures it")
     else:
         _noise_law_checks(spec, d, a.confidence, checks, info)
     _stage_checks(src, spec, d, checks, info)
@@ -129,7 +135,7 @@ def _draw_program(src: AuditSource, spec, at: _Where, cache: dict, index: int) -
              [(what, pair_counts[i], pair_inputs[i], i) for i, (what, _) in enumerate(pairs)])
     d = _ProgramDraws(at, runs, PROGRAM_PREFIX + spec.name, layout, inputs, pair_inputs, pairs, exact, row_query,
                       y1_rows, noise, single_rows, single, one_per_call, shape_here,
-                      1 - (1 - a.confidence) / max(len(pairs), 1), whole)
+                      1 - (1 - a.confidence) / max(2 * len(pairs), 1), whole)  # a pair's two bounds: cells, whole
     d.every_noise = [noise] + ([single] if single is not None else [])
     y1 = layout.to_queries(y1_rows)
     for what, c2, inputs2, key in whole:
@@ -141,6 +147,10 @@ def _draw_program(src: AuditSource, spec, at: _Where, cache: dict, index: int) -
         y2 = layout.to_queries(y2_rows)
         res = audit_outputs(y1[:, idx], y2[:, idx], exact[idx], (c2 - exact)[idx], eps, d.mech, d.pair_conf)
         d.bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
+        whole_res = whole_output_bound(d.layout, d.y1_rows, y2_rows, exact, c2, eps, d.mech, d.pair_conf)
+        if whole_res is not None:
+            d.bounds.append((whole_res.epsilon_lower_bound, f"{what}, over the whole output: {whole_res.event}",
+                             int(idx.size)))
         if spec.noise is not None:  # every published copy of every moved cell, its own scale bounded above
             moved = np.flatnonzero(np.isin(row_query, idx))
             distance = np.abs(c2 - exact)[row_query[moved]]
@@ -148,8 +158,63 @@ def _draw_program(src: AuditSource, spec, at: _Where, cache: dict, index: int) -
                 if x is not None:
                     e = (gaussian_rho_spent(x[:, moved], distance, d.pair_conf) if spec.noise == "gaussian" else
                          noise_epsilon(x[:, moved], distance, d.pair_conf)[0])
-                    d.spent.append((e, what + shape))
+                    d.spent.append((e, what + shape, int(x[:, moved].size)))
     return d
+
+
+def output_statistics(layout, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Statistics of whole releases (``rows``: releases × the published rows) that events on single cells cannot see:
+    each table's sum at each place, the sum of everything, the fractional parts of all values summed, and the sum of
+    all values modulo 2. A program that keeps a total exact, or hides a count in the low bits of its numbers, leaks
+    through one of them. Returns (releases × statistics, their names).
+
+    >>> import pandas as pd
+    >>> lay = type("L", (), {"rows": pd.DataFrame({"table": ["t", "t", "u"], "geography": ["a", "a", "a"]})})()
+    >>> s, names = output_statistics(lay, np.array([[1.0, 2.5, 4.0]]))
+    >>> dict(zip(names, s[0].tolist()))
+    {'sum of table t at a': 3.5, 'sum of table u at a': 4.0, 'sum of every value': 7.5, 'fractional parts summed': 0.5, 'sum of every value mod 2': 1.5}
+    """
+    rows = np.asarray(rows, dtype=np.float64)
+    groups = layout.rows["table"].astype(str) + " at " + layout.rows["geography"].astype(str)
+    codes, names = pd.factorize(groups, sort=True)
+    sums = np.zeros((rows.shape[0], len(names)))
+    np.add.at(sums.T, codes, rows.T)
+    total = rows.sum(axis=1)
+    frac = (rows - np.floor(rows)).sum(axis=1)
+    stats = np.column_stack([sums, total, frac, np.mod(total, 2.0)])
+    return stats, [f"sum of table {n}" for n in names] + ["sum of every value", "fractional parts summed",
+                                                          "sum of every value mod 2"]
+
+
+def whole_output_bound(layout, y1_rows: np.ndarray, y2_rows: np.ndarray, exact: np.ndarray, c2: np.ndarray,
+                       eps: float, mech: str, confidence: float) -> AuditResult | None:
+    """The bound over whole releases of D (``y1_rows``) and a neighbour (``y2_rows``), on :func:`output_statistics`
+    rather than on the cells the pair moves: events on each statistic and on a discriminant of them, chosen on the
+    first half of the releases and certified on the second (:func:`audit_outputs`). A statistic's direction is its
+    true change where the pair changes it (a table's sum at a place), else the sign of its mean change on the
+    selection half; statistics that neither change nor vary are left out. None where none is left."""
+    s1, names = output_statistics(layout, y1_rows)
+    s2, _ = output_statistics(layout, y2_rows)
+    q = layout.rows["query"].to_numpy()
+    t1, _ = output_statistics(layout, exact[q][None, :])
+    t2, _ = output_statistics(layout, c2[q][None, :])
+    half = len(s1) // 2  # what is chosen from the releases is chosen on the selection half (audit_outputs' first)
+    change = t2[0] - t1[0]
+    seen = s2[:half].mean(0) - s1[:half].mean(0)
+    direction = np.where(change != 0, np.sign(change), np.sign(seen))
+    spread = np.sqrt((s1[:half].var(0) + s2[:half].var(0)) / 2)
+    keep = np.flatnonzero((direction != 0) & ((change != 0) | (spread > 0)))
+    if not keep.size:
+        return None
+    # each statistic in units of its spread on the selection half (a count hidden in the low bits moves its
+    # statistic by many spreads though by a millionth); one that does not vary, in units of its change
+    unit = np.where(spread > 0, spread, np.where(change != 0, np.abs(change), np.abs(seen)))[keep]
+    ref = np.where(change[keep] != 0, t1[0][keep], s1[:half, keep].mean(0))
+    res = audit_outputs(s1[:, keep] / unit, s2[:, keep] / unit, ref / unit, direction[keep], eps, mech, confidence)
+    if res.event.startswith("at least"):  # name the statistic when one alone decides
+        res = dataclasses.replace(res, event=res.event + f" (statistics: {', '.join(names[i] for i in keep[:4])}"
+                                  + (", …" if keep.size > 4 else "") + ")")
+    return res
 
 
 def _call_checks(src: AuditSource, spec, d: _ProgramDraws, checks: dict, info: dict) -> None:
@@ -186,17 +251,23 @@ def _noise_law_checks(spec, d: _ProgramDraws, confidence: float, checks: dict, i
     if not np.allclose(noise, np.rint(noise)):
         checks["noise_shape"] = (f"fail: the program declares discrete {family} noise on counts, but its outputs "
                                  "are not integers")
-    worst = max(d.spent, default=(0.0, "none"))
+    worst = max(d.spent, default=(0.0, "none", 0))
+    measured = (f"the noise of {d.runs} releases of the program on {worst[1]}: every published copy of each moved "
+                "cell, its scale bounded above from its own draws")
     if gaussian:  # ρ from the declared (ε, δ) by OpenDP's conversion, never the program's own figure
         budget, what = opendp_rho(eps, spec.delta_of()), "ρ"
         info.update(rho_from_noise_scale=round(worst[0], 8), rho_declared=round(budget, 8), delta=spec.delta_of())
         how = "each moved cell's change² over twice an upper bound on its noise variance, summed"
         declared = f"ρ = {budget:.4g} that ε = {eps:g}, δ = {spec.delta_of():g} allows (OpenDP's conversion)"
+        info["white_box"] = gaussian_white_box(worst[0], eps, spec.delta_of(), measured + ", its change² over twice "
+                                               "the variance, summed", worst[2], declared_rho=budget).as_dict()
     else:
         budget, what = eps, "ε"
         info["epsilon_from_noise_scale"] = round(worst[0], 6)
         how = "each moved cell's change over an upper bound on its noise scale, summed"
         declared = f"declared {eps:g}"
+        info["white_box"] = laplace_white_box(worst[0], eps, measured + ", its change over the scale, summed",
+                                              worst[2]).as_dict()
     checks["noise_scale"] = ("pass" if worst[0] <= budget else
                              f"fail: the noise added spends {what} ≥ {worst[0]:.4g} on {worst[1]} ({how}), over "
                              f"the {declared}")
@@ -279,7 +350,16 @@ def _ledger_checks(src: AuditSource, spec, inputs: tuple, eps: float,
     ledger = src.run_program(stage, inputs, eps, spec.spending.runs, program_seed(*where, "spending"),
                          width=WIDTH)
     checks, info = check_spending(ledger, eps, spec.spending.delta, src.spec.audit.confidence)
-    return checks, {"spending_" + k: v for k, v in info.items()}
+    out = {"spending_" + k: v for k, v in info.items()}
+    if "rho_measured_lower" in info:
+        out["white_box"] = gaussian_white_box(
+            info["rho_measured_lower"], eps, spec.spending.delta,
+            f"the Gaussian measurements of {len(ledger)} fits of the unit's D, as the synthesizer recorded them: the "
+            "ρ they record over an upper bound on their noise's variance (as a share of the σ² each declares); its "
+            "selections are not counted", info["noise_cells"]).as_dict()
+    else:
+        out["white_box_why_not"] = "its ledger recorded no measured cell"
+    return checks, out
 
 
 def _audit_ledger_only(src: AuditSource, spec, at: _Where, cache: dict) -> AuditResult:

@@ -88,11 +88,20 @@ class AuditResult:
         rest = [f"{k} {v}" for k, v in self.checks.items() if check_state(v) == "informational"]
         return "; ".join(([f"pass: {', '.join(passed)}"] if passed else []) + missing + rest) or "no checks"
 
+    @property
+    def measured(self) -> dict:
+        """The measured ε beside the declared one: the black box (:attr:`epsilon_lower_bound`), the white box from
+        the noise the code added where its law allows (``details["white_box"]``), the larger, its share of the
+        declared ε (:func:`synth.audit.measured.measured_summary`)."""
+        from censusrecon.synth.audit.measured import measured_summary
+
+        return measured_summary(self)
+
     def as_dict(self) -> dict:
         return {"mechanism": self.mechanism, "declared_epsilon": self.declared_epsilon,
                 "epsilon_lower_bound": self.epsilon_lower_bound, "runs": self.runs,
                 "confidence": self.confidence, "event": self.event, "checks": dict(self.checks),
-                "passed": self.passed, "outcome": self.outcome, **self.details}
+                "passed": self.passed, "outcome": self.outcome, **self.details, "measured": self.measured}
 
 
 def overall_outcome(results: list) -> str:

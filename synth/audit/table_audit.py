@@ -29,6 +29,7 @@ from censusrecon.synth.audit.checks import (
     whole_checks,
 )
 from censusrecon.synth.audit.families import AuditFamily, FamilyCall, register_family
+from censusrecon.synth.audit.measured import laplace_white_box
 from censusrecon.synth.audit.neighbours import far_datasets, replay_neighbours
 from censusrecon.synth.audit.source import AuditSource
 from censusrecon.synth.audit.statistics import AuditResult, NoiseGroups, audit_outputs, laplace_scale_upper
@@ -66,6 +67,10 @@ def _audit_tables_unit(src: AuditSource, mech: str, unit: str, wb: bool, eps: fl
     checks, info = whole_checks(spec, WholeNoise(groups.sums, np.concatenate(groups.sample), [noise], noise[:, cols],
                                                  pair_tail), {"tables": t.sens.l1}, False, eps)
     info["sensitivity"] = t.sens.as_dict()
+    info["white_box"] = laplace_white_box(
+        info["epsilon_from_noise_scale"], eps, f"the noise of {a.whole_releases} whole releases of the unit's D: the "
+        "tables' one Laplace scale bounded above from its least-noised table, band of true counts or place, the "
+        "tables' L1 sensitivity over it", info["noise_draws"]).as_dict()
     # the replay: recorded whole releases, many neighbours of the real data (a fitted file's tables: its batch branch)
     far = far_datasets(t.D, a.replay_far, rng)
     neighbours = replay_neighbours(t.D, parse_relation(spec.relation), t.areas, a.replay_pairs, rng) + far

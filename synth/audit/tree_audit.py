@@ -25,6 +25,7 @@ from censusrecon.synth.audit.checks import (
     whole_checks,
 )
 from censusrecon.synth.audit.families import AuditFamily, FamilyCall, register_family
+from censusrecon.synth.audit.measured import gaussian_white_box, laplace_white_box
 from censusrecon.synth.audit.neighbours import add_row, drop_row, far_datasets, types_of, with_type
 from censusrecon.synth.audit.source import AuditSource
 from censusrecon.synth.audit.statistics import (
@@ -199,6 +200,12 @@ def _audit_topdown_root(src: AuditSource, mech: str, units: list[str], wb: bool,
     checks, info = whole_checks(spec, WholeNoise(whole.groups.sums, np.zeros(0, np.int64), [], np.array(whole.indep)),
                                 sens, gaussian, budget)
     _tree_law_checks(a.confidence, gaussian, td, whole, checks, info)
+    how = (f"the noise of {a.whole_releases} whole releases of the production tree: each level's measurements' "
+           "scale bounded above from its least-noised node, table or band of true counts, their sensitivity over it, "
+           "summed over levels")
+    info["white_box"] = (gaussian_white_box(info["rho_from_noise_scale"], eps, delta, how, info["noise_draws"],
+                                            declared_rho=budget) if gaussian else
+                         laplace_white_box(info["epsilon_from_noise_scale"], eps, how, info["noise_draws"])).as_dict()
     # accounting by the library
     meas = whole.recorded[0]
     checks["accounting"], acc = opendp_accounting(

@@ -44,6 +44,8 @@ _scale, _delta, _sens = synth.noise.laplace_scale, synth.histogram.smoothed_delt
 BUGS = {
     "noise 25% too small": ([], {(synth.noise, "laplace_scale"): lambda d, e: 0.75 * _scale(d, e)},
                             {"laplace_tables", "synthetic", "perturbed_histogram"}),
+    "noise at 0.7 of its scale": ([], {(synth.noise, "laplace_scale"): lambda d, e: 0.7 * _scale(d, e)},
+                                  {"laplace_tables", "synthetic", "perturbed_histogram"}),
     "the replace-one factor 2 forgotten": (
         [], {(synth.release, "marginal_sensitivity"): lambda dom, m, rel, lv=1: _sens(dom, m, "add_remove", lv),
              (synth.histogram, "histogram_sensitivity"): lambda rel, cells: 1},
@@ -73,11 +75,29 @@ def test_each_injected_bug_is_caught_by_the_audit(bug, root, monkeypatch):
 
 
 def test_the_unmodified_mechanisms_pass_the_audit_with_and_without_block(root):
+    """Every mechanism passes, and the noise each one's code adds is measured to spend most of its declared ε (the
+    white box, at least 90% here, never above it); the smoothed histogram, which adds no noise, has none."""
     for over in ([], ["target.with_block=[true]", "release.relation=add_remove",
                       "release.mechanisms=[laplace_tables, synthetic, perturbed_histogram]"]):
         results = audit_release(resolve(_cfg(root, *over)))
         assert results and not _failures(results), _failures(results)
         assert all(r.checks for r in results)
+        for r in results:
+            wb = r.measured["white_box"]
+            if r.mechanism == "smoothed_histogram":
+                assert wb is None and "smoothed histogram" in r.measured["white_box_why_not"]
+            else:
+                assert 0.9 <= wb["ratio"] <= 1 and r.measured["tight"], (r.mechanism, r.measured)
+
+
+def test_noise_at_07_of_its_scale_is_measured_to_spend_about_143_percent_of_its_epsilon(root, monkeypatch):
+    """The white box is the figure that fails it: about 1/0.7 of the declared ε (its upper confidence bound on the
+    scale keeps it a little below), where the black box alone stays under the declared ε."""
+    monkeypatch.setattr(synth.noise, "laplace_scale", lambda d, e: 0.7 * _scale(d, e))
+    [r] = audit_release(resolve(_cfg(root, "release.mechanisms=[laplace_tables]")))
+    wb = r.measured["white_box"]
+    assert r.outcome == "failed" and 1.3 < wb["ratio"] <= 1 / 0.7 and r.measured["by"] == "white box", r.measured
+    assert r.checks["noise_scale"].startswith("fail")
 
 
 def test_audit_cli_audits_every_epsilon_of_the_config_and_says_which_checks_ran(root, capsys):

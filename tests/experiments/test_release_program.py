@@ -31,6 +31,30 @@ def halved(persons, cells, domain, epsilon, runs, seed, relation, **params):
     return opendp_tables.release(persons, cells, domain, 2 * epsilon, runs, seed, relation)
 
 
+def at_07_scale(persons, cells, domain, epsilon, runs, seed, relation, **params):
+    """The OpenDP adapter with its noise at 0.7 of its scale (ε-DP claimed, ε / 0.7 spent)."""
+    return opendp_tables.release(persons, cells, domain, epsilon / 0.7, runs, seed, relation)
+
+
+def exact_total(persons, cells, domain, epsilon, runs, seed, relation, **params):
+    """The OpenDP adapter's noisy cells, but the first table's cells at each place sum to their true total (its last
+    cell takes what the others' noise leaves): one exact statistic beside noisy cells, no noise law declared."""
+    y = np.asarray(opendp_tables.release(persons, cells, domain, epsilon, runs, seed, relation), dtype=np.float64)
+    truth = true_counts(persons, cells, list(domain["attributes"]))
+    first = (cells["table"] == cells["table"].iloc[0]).to_numpy()
+    for g in sorted(set(cells["geography"][first])):
+        sel = np.flatnonzero(first & (cells["geography"] == g).to_numpy())
+        y[:, sel[-1]] = truth[sel].sum() - y[:, sel[:-1]].sum(axis=1)
+    return y
+
+
+def low_bits(persons, cells, domain, epsilon, runs, seed, relation, **params):
+    """The OpenDP adapter's noisy cells, each with the unit's true number of persons hidden in its low bits (a
+    millionth of it added): an exact count that no cell's noise covers."""
+    y = np.asarray(opendp_tables.release(persons, cells, domain, epsilon, runs, seed, relation), dtype=np.float64)
+    return y + len(persons) * 1e-6
+
+
 def halved_when_single(persons, cells, domain, epsilon, runs, seed, relation, **params):
     """The OpenDP adapter, honest in batches, at half its noise scale when asked for one release (as publication
     asks): the batch-branch class on the path agencies use."""
@@ -57,13 +81,13 @@ def seeded(persons, cells, domain, epsilon, runs, seed, relation, **params):
     return counts[None, :] + rng.geometric(q, (runs, len(cells))) - rng.geometric(q, (runs, len(cells)))
 
 
-def gaussian_half_sigma(persons, cells, domain, epsilon, runs, seed, relation, **params):
-    """OpenDP's discrete Gaussian adapter with half its σ (the noise of an (ε, δ) claim at four times the ρ)."""
+def gaussian_07_sigma(persons, cells, domain, epsilon, runs, seed, relation, **params):
+    """OpenDP's discrete Gaussian adapter at 0.7 of its σ (the noise of an (ε, δ) claim at about twice the ρ)."""
     meas = opendp_tables.gaussian_measurement(most_cells_per_person(cells, domain) * (2 if relation == "replace_one"
                                                                                       else 1), epsilon, params["delta"])
     counts = true_counts(persons, cells, list(domain["attributes"]))
     noise = np.asarray(meas(np.zeros(runs * len(cells), dtype=int).tolist()), dtype=np.float64).reshape(runs, -1)
-    return counts[None, :] + np.round(noise / 2)
+    return counts[None, :] + np.round(0.7 * noise)
 
 
 def doubled_on_small_units(persons, cells, domain, epsilon, runs, seed, relation, **params):
@@ -98,10 +122,40 @@ def test_a_copy_of_the_opendp_adapter_with_half_its_noise_fails_its_black_box_au
     assert not caught.passed and caught.checks["noise_scale"].startswith("fail"), caught.checks_summary()
 
 
-def test_gaussian_programs_are_checked_like_laplace_ones_honest_passes_half_sigma_fails(agency):
+def test_a_copy_of_the_opendp_adapter_at_07_of_its_scale_is_measured_to_spend_more_than_it_declares(agency):
+    """Its white box, from the noise of every published copy of the cells the worst pair moves, is about 1/0.7 of
+    the declared ε; the adapter as shipped measures close to its ε, never above."""
+    d, over = agency
+    for name, low, high in (("at_07_scale", 1.2, 1 / 0.7), ("release", 0.6, 1.0)):
+        where = f"'{Path(__file__)}:{name}'" if name != "release" else "'censusrecon.synth.adapters.opendp_tables:release'"
+        cfg = load_config(CONFIG, over + ["release.audit.runs=1000", f"release.programs=[{{name: p, function: {where}, "
+                                          "noise: laplace, calls: batch, single_runs: 20}]"])
+        [r] = audit_release(resolve(cfg, load_population(cfg)), seed=3)
+        assert low <= r.measured["white_box"]["ratio"] <= high, (name, r.measured)
+        assert (r.outcome == "failed") == (name != "release"), r.checks_summary()
+
+
+def test_an_undeclared_program_publishing_one_exact_total_beside_noisy_cells_is_never_passed(agency):
+    """No noise law declared, so only the black box can see it: failed where the releases can certify more than the
+    declared ε, inconclusive (CANNOT DECIDE) where they cannot, never passed. A table's total kept exact shows in the
+    cells one person moves; a count hidden in the low bits of every number shows only in the whole output's
+    statistics (their fractional parts)."""
+    d, over = agency
+    for name in ("exact_total", "low_bits"):
+        spec = f"{{name: leak, function: '{Path(__file__)}:{name}', calls: batch, single_runs: 10, audit_runs: 600}}"
+        cfg = load_config(CONFIG, over + ["release.epsilons=[0.5, 8.0]", f"release.programs=[{spec}]"])
+        lo, hi = audit_release(resolve(cfg, load_population(cfg)), seed=3)
+        assert lo.outcome == "failed" and hi.outcome in ("failed", "inconclusive"), (name, lo.event, hi.checks_summary())
+        assert lo.measured["white_box"] is None and "declares no noise family" in lo.measured["white_box_why_not"]
+        if name == "low_bits":  # no cell's events see a millionth: only the whole output's statistics do
+            assert "over the whole output" in lo.event, lo.event
+
+
+def test_gaussian_programs_are_checked_like_laplace_ones_honest_passes_07_sigma_fails(agency):
     """A program declaring discrete Gaussian noise: σ from output − truth against the ρ its (ε, δ) allows by OpenDP's
-    conversion, its shape and far tail, as Laplace programs are; OpenDP's Gaussian as shipped passes, a copy at half
-    σ fails noise_scale (the bound alone, at these runs, could not tell)."""
+    conversion, its shape and far tail, as Laplace programs are; OpenDP's Gaussian as shipped passes, a copy at 0.7
+    σ fails noise_scale (the bound alone, at these runs, could not tell): its μ measured about 1/0.7 of the μ the
+    declared (ε, δ) allows (less the width of its bound from 200 releases), the honest one's at most that μ."""
     d, over = agency
     gauss = "noise: gaussian, params: {noise: gaussian, delta: 1.0e-9}, calls: batch, single_runs: 10, audit_runs: 200"
     honest = load_config(CONFIG, over + ["release.programs=[{name: gauss, function: "
@@ -112,12 +166,18 @@ def test_gaussian_programs_are_checked_like_laplace_ones_honest_passes_half_sigm
     assert {ok.checks[k] for k in ("noise_scale", "noise_shape", "noise_tail")} == {"pass"}
     assert 0 < ok.details["per_unit"][study.units[0]]["rho_from_noise_scale"] <= ok.details["per_unit"][
         study.units[0]]["rho_declared"]
-    bad = load_config(CONFIG, over + ["release.programs=[{name: half, function: "
-                                      f"'{Path(__file__)}:gaussian_half_sigma', {gauss}}}]"])
+    assert ok.measured["white_box"]["law"] == "gaussian" and 0.6 <= ok.measured["white_box"]["ratio"] <= 1
+    bad = load_config(CONFIG, over + ["release.programs=[{name: low, function: "
+                                      f"'{Path(__file__)}:gaussian_07_sigma', {gauss}}}]"])
     [caught] = audit_release(resolve(bad, load_population(bad)), seed=3)
     assert caught.outcome == "failed" and caught.checks["noise_scale"].startswith("fail: the noise added spends ρ")
+    assert 1 < caught.measured["white_box"]["ratio"] <= 1 / 0.7 + 0.02, caught.measured  # 200 releases: 1.12
     with pytest.raises(ConfigError, match="give release.programs\\[\\].delta"):
         load_config(CONFIG, over + ["release.programs=[{name: g, function: 'x:y', noise: gaussian}]"])
+    for zero in ("params: {delta: 0}", "delta: 0"):  # a δ of 0 states no ε for Gaussian noise: one line, the fix
+        with pytest.raises(ConfigError, match="δ in \\(0, 1\\).*set delta") as e:
+            load_config(CONFIG, over + [f"release.programs=[{{name: g, function: 'x:y', noise: gaussian, {zero}}}]"])
+        assert "\n" not in str(e.value).strip(), str(e.value)
 
 
 def ledger_toy(persons, cells, domain, epsilon, runs, seed, relation, **params):
