@@ -209,6 +209,23 @@ class ProgramSpendingConfig(Strict):
                          "params.delta, if it has one, must be the same)")
 
 
+class ProgramPostProcessingConfig(Strict):
+    """A program that post-processes its noisy measurements (rakes them to a noisy total, rounds, makes them
+    consistent), declared so that the audit checks each step for what it is. Given ``measure`` besides its own params,
+    the program returns its noisy measurements of every published cell before any post-processing (a release's shape;
+    their noise follows the declared law). Given ``post`` besides its own params, ``measurements`` (one release's, a
+    list of numbers) and no persons at all, it returns what it would publish from them. The audit checks the law on
+    the measurements, never on the published output, and that a release is exactly the post-processing of the
+    measurements drawn with the same seed (``replays`` seeds): so the output depends on the data only through them."""
+
+    measure: dict = Field(default_factory=lambda: {"stage": "measure"}, description="given to the program besides its "
+                          "own params to have it return its noisy measurements of every published cell")
+    post: dict = Field(default_factory=lambda: {"stage": "post"}, description="given to the program besides its own "
+                       "params, with the measurements (params.measurements) and no persons, to have it post-process them")
+    replays: int = Field(5, ge=1, description="seeds whose release is checked to be the post-processing of the "
+                         "measurements drawn with the same seed")
+
+
 class ReleaseProgramConfig(Strict):
     """A release program made outside censusrecon, run by it over the ε grid, attacked and audited as
     a black box. The contract (docs: Evaluate your own release): ``release(persons, cells, domain,
@@ -238,6 +255,10 @@ class ReleaseProgramConfig(Strict):
     spending: ProgramSpendingConfig | None = Field(
         None, description="audit the synthesizer where its privacy is spent: every measurement and selection of real "
         "fits, recorded (synth/audit/spending.py)")
+    post_processing: ProgramPostProcessingConfig | None = Field(
+        None, description="the program post-processes noisy measurements: it returns them when asked (measure), and "
+        "post-processes given ones without the data (post); the audit checks the noise law on the measurements and that "
+        "each release is their post-processing")
     calls: Literal["single", "batch"] = Field(
         "single", description="how the audit calls it. single: one release per call, each call with a seed of its own, "
         "as publication calls it; batch: audit_runs releases per call (for a program too slow to start once per "
@@ -260,6 +281,9 @@ class ReleaseProgramConfig(Strict):
         if self.noise == "gaussian" and self.delta_of() is None:
             raise ValueError(f"release.programs {self.name!r}: Gaussian noise spends a zCDP ρ that depends on the δ of "
                              "its (ε, δ): give release.programs[].delta (or params.delta)")
+        if self.post_processing is not None and self.noise is None:
+            raise ValueError(f"release.programs {self.name!r}: post_processing declares noisy measurements whose law the "
+                             "audit checks: give noise (laplace or gaussian), the law they follow")
         if self.delta_of() is not None and not 0 < self.delta_of() < 1:
             raise ValueError(f"release.programs {self.name!r}: an (ε, δ) states its ε only at a δ in (0, 1), got δ = "
                              f"{self.delta_of()}: set delta (or params.delta) to the program's δ, e.g. 1e-9")

@@ -108,6 +108,8 @@ class _ProgramDraws:
     bounds: list = field(default_factory=list)
     spent: list = field(default_factory=list)
     every_noise: list = field(default_factory=list)
+    law_noise: np.ndarray | None = None  # the noise the law is checked on: the measurements' where post-processing
+    # is declared (release.programs[].post_processing), else the published releases' (``noise``)
 
 
 def _draw_program(src: AuditSource, spec, at: _Where, cache: dict, index: int) -> _ProgramDraws:
@@ -137,6 +139,12 @@ def _draw_program(src: AuditSource, spec, at: _Where, cache: dict, index: int) -
                       y1_rows, noise, single_rows, single, one_per_call, shape_here,
                       1 - (1 - a.confidence) / max(2 * len(pairs), 1), whole)  # a pair's two bounds: cells, whole
     d.every_noise = [noise] + ([single] if single is not None else [])
+    if spec.post_processing is not None:  # the law holds for the measurements; the published output is theirs, processed
+        measured = program_draws(src, _stage(spec, spec.post_processing.measure), inputs, eps, runs,
+                                 (seed, unit, wb, eps, "measure"))
+        d.law_noise = measured - exact[row_query][None, :]
+    else:
+        d.law_noise = noise
     y1 = layout.to_queries(y1_rows)
     for what, c2, inputs2, key in whole:
         idx = np.flatnonzero(c2 - exact)
@@ -154,7 +162,9 @@ def _draw_program(src: AuditSource, spec, at: _Where, cache: dict, index: int) -
         if spec.noise is not None:  # every published copy of every moved cell, its own scale bounded above
             moved = np.flatnonzero(np.isin(row_query, idx))
             distance = np.abs(c2 - exact)[row_query[moved]]
-            for shape, x in (("", noise), (" (the releases drawn one per call)", single)):
+            shapes = ((" (its measurements, before post-processing)", d.law_noise),) if spec.post_processing else (
+                ("", noise), (" (the releases drawn one per call)", single))
+            for shape, x in shapes:
                 if x is not None:
                     e = (gaussian_rho_spent(x[:, moved], distance, d.pair_conf) if spec.noise == "gaussian" else
                          noise_epsilon(x[:, moved], distance, d.pair_conf)[0])
@@ -245,7 +255,7 @@ def _call_checks(src: AuditSource, spec, d: _ProgramDraws, checks: dict, info: d
 def _noise_law_checks(spec, d: _ProgramDraws, confidence: float, checks: dict, info: dict) -> None:
     """The program's declared noise family against output minus truth: the ε (ρ) its noise spends per pair, the
     shape and far tail per table, independence across cells and releases."""
-    eps, noise = d.at.eps, d.noise
+    eps, noise = d.at.eps, d.law_noise
     gaussian = spec.noise == "gaussian"
     family = "Gaussian" if gaussian else "Laplace"
     if not np.allclose(noise, np.rint(noise)):
@@ -307,6 +317,8 @@ def _stage_checks(src: AuditSource, spec, d: _ProgramDraws, checks: dict, info: 
         info.update(stage_info)
         checks["post_processing"] = ("not applicable: the steps after its first measurements (selecting marginals, "
                                      "fitting the model, sampling) show only in its whole releases' bound")
+    elif spec.post_processing is not None:
+        checks["post_processing"], info["post_processing"] = _declared_post_processing(src, spec, d)
     else:
         checks["post_processing"] = ("not applicable: a black box shows its outputs only, not the measurements it "
                                      "post-processes; its outputs are what the bound and the noise checks test")
@@ -335,6 +347,39 @@ def _bound_power(spec, d: _ProgramDraws, checks: dict, info: dict) -> None:
                                      + ("(its first measurements' are only its first step)" if spec.measurements else
                                         "(declare its noise family: release.programs[].noise)")
                                      + f"; {needed:,} releases per neighbour would certify it")
+
+
+def _stage(spec, params: dict):
+    """The program asked for one of its stages: ``params`` besides its own."""
+    return spec.model_copy(update={"params": {**spec.params, **params}})
+
+
+def _declared_post_processing(src: AuditSource, spec, d: _ProgramDraws) -> tuple[str, dict]:
+    """A program that declares its post-processing: for each of ``post_processing.replays`` seeds, its release as
+    published (one call) must be exactly its post-processing (the ``post`` stage, given no persons) of the
+    measurements it draws with the same seed (the ``measure`` stage). Its noise must then be a function of its seed;
+    one that draws fresh randomness cannot be replayed, and the check does not run."""
+    at, pp = d.at, spec.post_processing
+    persons, cells, domain = d.inputs
+    nobody = (persons.iloc[:0], cells, domain)
+    one = d.one_per_call
+    worst = 0.0
+    for r in range(pp.replays):
+        seed = program_seed(at.seed, at.unit, at.wb, at.eps, "post", r)
+        published = src.run_program(one, d.inputs, at.eps, 1, seed)[0]
+        measured = src.run_program(_stage(one, pp.measure), d.inputs, at.eps, 1, seed)[0]
+        again = src.run_program(_stage(one, pp.measure), d.inputs, at.eps, 1, seed)[0]
+        if not np.array_equal(measured, again):
+            return ("not run: its measurements are not a function of the seed it is given (two calls with one seed "
+                    "differ), so its release cannot be replayed from them"), {"replays": r}
+        post = src.run_program(_stage(one, {**pp.post, "measurements": measured.tolist()}), nobody, at.eps, 1, seed)[0]
+        worst = max(worst, float(np.max(np.abs(post - published))) if post.size else 0.0)
+    info = {"replays": pp.replays, "largest_difference": worst}
+    if worst > 0:
+        return (f"fail: a release as published is not the post-processing of the measurements drawn with its seed "
+                f"(largest difference {worst:.4g} over {pp.replays} seeds): the output reads the data beside its "
+                "measurements"), info
+    return "pass", info
 
 
 #: the post-processing check's line for a synthesizer audited by its spending ledger
