@@ -255,6 +255,10 @@ class ReleaseProgramConfig(Strict):
     spending: ProgramSpendingConfig | None = Field(
         None, description="audit the synthesizer where its privacy is spent: every measurement and selection of real "
         "fits, recorded (synth/audit/spending.py)")
+    pair_units: int | None = Field(None, ge=1, description="the first units of the audit on which its neighbours' "
+                                   "releases are drawn too (the black box); on the others D's releases alone, whose "
+                                   "noise the white box and the law checks read at each neighbour's moved cells. For a "
+                                   "program slow to call (a Spark job); null: every unit. Needs noise")
     post_processing: ProgramPostProcessingConfig | None = Field(
         None, description="the program post-processes noisy measurements: it returns them when asked (measure), and "
         "post-processes given ones without the data (post); the audit checks the noise law on the measurements and that "
@@ -281,6 +285,9 @@ class ReleaseProgramConfig(Strict):
         if self.noise == "gaussian" and self.delta_of() is None:
             raise ValueError(f"release.programs {self.name!r}: Gaussian noise spends a zCDP ρ that depends on the δ of "
                              "its (ε, δ): give release.programs[].delta (or params.delta)")
+        if self.pair_units is not None and self.noise is None:
+            raise ValueError(f"release.programs {self.name!r}: pair_units leaves the units past it with no neighbour "
+                             "drawn, audited by their noise's law alone: give noise (laplace or gaussian)")
         if self.post_processing is not None and self.noise is None:
             raise ValueError(f"release.programs {self.name!r}: post_processing declares noisy measurements whose law the "
                              "audit checks: give noise (laplace or gaussian), the law they follow")

@@ -45,7 +45,8 @@ def audit_program(call: FamilyCall, spec, unit: str, *, index: int = 0):
     synthesizer audited by its spending ledger (``spec.spending``) has its ledger checked on every unit, and
     whole releases (D and its canary neighbour, the worst case for a synthesizer: each is a fit) drawn only on the first
     ``spending.whole_units``; a program called in batches has its releases one per call (the call shape) drawn
-    on the first ``single_units`` (default every unit)."""
+    on the first ``single_units`` (default every unit), and one whose neighbours are drawn on the first ``pair_units``
+    only has D's releases alone on the others (the white box and its noise checks there)."""
     src, wb, eps, seed, cache = call.src, call.with_block, call.epsilon, call.seed, call.cache
     a = src.spec.audit
     at = _Where(unit, wb, eps, seed)
@@ -55,6 +56,9 @@ def audit_program(call: FamilyCall, spec, unit: str, *, index: int = 0):
     checks: dict = {}
     info: dict = {"program_calls": (f"{d.runs} releases per call (a batch), and {spec.single_runs} of D one per call"
                                     if d.single is not None else f"one release per call, {d.runs} calls per input")}
+    if spec.pair_units is not None and index >= spec.pair_units:
+        info["black_box"] = (f"not drawn on this unit: its neighbours' releases are drawn on the first {spec.pair_units} "
+                             "unit(s) of the audit (release.programs[].pair_units); D's noise is checked here")
     _call_checks(src, spec, d, checks, info)
     if spec.noise is None:  # no law to check the noise against: the bound alone decides, and where its releases are
         # too few to certify the declared ε the audit is inconclusive (bound_power below)
@@ -150,15 +154,16 @@ def _draw_program(src: AuditSource, spec, at: _Where, cache: dict, index: int) -
         idx = np.flatnonzero(c2 - exact)
         if not idx.size:
             continue
-        y2_rows = program_draws(src, spec, inputs2, eps, runs, (seed, unit, wb, eps, key))
-        d.every_noise.append(y2_rows - c2[row_query][None, :])
-        y2 = layout.to_queries(y2_rows)
-        res = audit_outputs(y1[:, idx], y2[:, idx], exact[idx], (c2 - exact)[idx], eps, d.mech, d.pair_conf)
-        d.bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
-        whole_res = whole_output_bound(d.layout, d.y1_rows, y2_rows, exact, c2, eps, d.mech, d.pair_conf)
-        if whole_res is not None:
-            d.bounds.append((whole_res.epsilon_lower_bound, f"{what}, over the whole output: {whole_res.event}",
-                             int(idx.size)))
+        if spec.pair_units is None or index < spec.pair_units:  # the black box: the neighbour's releases too
+            y2_rows = program_draws(src, spec, inputs2, eps, runs, (seed, unit, wb, eps, key))
+            d.every_noise.append(y2_rows - c2[row_query][None, :])
+            y2 = layout.to_queries(y2_rows)
+            res = audit_outputs(y1[:, idx], y2[:, idx], exact[idx], (c2 - exact)[idx], eps, d.mech, d.pair_conf)
+            d.bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
+            whole_res = whole_output_bound(d.layout, d.y1_rows, y2_rows, exact, c2, eps, d.mech, d.pair_conf)
+            if whole_res is not None:
+                d.bounds.append((whole_res.epsilon_lower_bound, f"{what}, over the whole output: {whole_res.event}",
+                                 int(idx.size)))
         if spec.noise is not None:  # every published copy of every moved cell, its own scale bounded above
             moved = np.flatnonzero(np.isin(row_query, idx))
             distance = np.abs(c2 - exact)[row_query[moved]]

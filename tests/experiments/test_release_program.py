@@ -420,6 +420,26 @@ def test_a_program_whose_seed_is_written_in_it_fails_on_its_repeated_noise(agenc
         assert unit["noise_repeats"]["identical_pairs"] > 0 and r.checks["seed_use"].startswith("declared")
 
 
+def test_a_program_whose_neighbours_are_drawn_on_its_first_unit_only_has_every_units_noise_checked(agency):
+    """pair_units: 1 (for a program slow to call): the second unit audited draws D's releases alone, no neighbour's,
+    and says so; the noise its program adds there is still checked, so a program at twice its ε on small units fails
+    on the small unit audited second."""
+    _, over = agency
+    spec = f"{{name: small, function: '{Path(__file__)}:doubled_on_small_units', noise: laplace, calls: batch, " \
+           "single_runs: 10, audit_runs: 100, pair_units: 1}"
+    cfg, study = _program(over, spec, "release.audit.runs=1000", "target.units=all")
+    sizes = {u: int(study.pop.geography.mask("tract", u).sum()) for u in study.units}
+    largest, smallest = max(sizes, key=sizes.get), min(sizes, key=sizes.get)
+    [r] = audit_release(study, units=[largest, smallest], seed=5)
+    assert r.outcome == "failed" and r.checks["noise_scale"].startswith("fail") and f"[{smallest}]" in r.checks[
+        "noise_scale"], r.checks_summary()
+    per = r.details["per_unit"]
+    assert "not drawn on this unit" in per[smallest]["black_box"] and per[smallest]["differing_cells"] == []
+    assert "black_box" not in per[largest] and per[largest]["differing_cells"]
+    with pytest.raises(ConfigError, match="pair_units leaves.*give noise"):
+        load_config(CONFIG, over + ["release.programs=[{name: p, function: 'x:y', pair_units: 1}]"])
+
+
 def test_a_program_at_twice_its_epsilon_on_small_units_fails_an_audit_covering_the_size_range(agency):
     """Class 4: the old default audited the largest unit alone, where this program is honest. Every released unit is
     audited by default; a sample the user asks for (release.audit.units) covers the size range."""
