@@ -46,6 +46,7 @@ def main() -> None:
     ap.add_argument("--from", dest="given", help="the JSON lines of an audit already run (censusrecon audit --json)")
     ap.add_argument("--seconds", type=float, help="with --from: the audit's wall-clock seconds")
     ap.add_argument("--note", default="", help="how the machine was loaded, what else ran")
+    ap.add_argument("--commit", help="with --from: the commit the audit ran at (default HEAD)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     if args.given:
@@ -59,7 +60,8 @@ def main() -> None:
             cli(["audit", args.config, "--seed", str(args.seed), "--json"])
         seconds, lines = time.perf_counter() - t0, buf.getvalue().splitlines()
     results = [json.loads(x) for x in lines if x.strip().startswith("{")]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                           text=True).stdout.strip()
     figs = figures(results)
     record = {
         "record": f"censusrecon audit {args.config} --seed {args.seed} --json at commit {commit}, {date.today()}",
