@@ -90,21 +90,17 @@ def laplace_white_box(epsilon: float, declared: float, how: str, draws: int) -> 
     return WhiteBox("laplace", float(epsilon), float(declared), 0.0, how, int(draws))
 
 
-def gaussian_white_box(rho: float, epsilon: float, delta: float, how: str, draws: int,
-                       declared_rho: float | None = None) -> WhiteBox:
-    """The white box of Gaussian noise: ``rho`` (Σ Δ² / 2σ², bounded below) as μ = √(2ρ), against the μ the declared
-    (``epsilon``, ``delta``) allows by OpenDP's conversion (``declared_rho`` where the caller has it).
+def gaussian_white_box(rho: float, declared_rho: float, delta: float, how: str, draws: int) -> WhiteBox:
+    """The white box of Gaussian noise: ``rho`` (Σ Δ² / 2σ², bounded below) as μ = √(2ρ), against the μ of
+    ``declared_rho``, the ρ the declared (ε, ``delta``) allows (by OpenDP's conversion,
+    :func:`synth.audit.statistics.opendp_rho`, or the conversion a mechanism declares).
 
-    >>> round(gaussian_white_box(0.5, 1.0, 1e-6, "m", 10, declared_rho=0.5).value, 6)
+    >>> round(gaussian_white_box(0.5, 0.5, 1e-6, "m", 10).value, 6)
     1.0
     """
     if not 0 < delta < 1:
         raise ValueError(f"Gaussian noise needs a δ in (0, 1) to state an ε, got δ = {delta!r}: set the program's "
                          "or TopDown's delta")
-    if declared_rho is None:
-        from censusrecon.synth.audit.statistics import opendp_rho
-
-        declared_rho = opendp_rho(epsilon, delta)
     mu = math.sqrt(2 * rho) if math.isfinite(rho) else math.inf
     return WhiteBox("gaussian", mu, math.sqrt(2 * declared_rho), float(delta), how, int(draws))
 

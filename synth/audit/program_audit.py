@@ -160,7 +160,7 @@ def _draw_program(src: AuditSource, spec, at: _Where, cache: dict, index: int) -
             y2 = layout.to_queries(y2_rows)
             res = audit_outputs(y1[:, idx], y2[:, idx], exact[idx], (c2 - exact)[idx], eps, d.mech, d.pair_conf)
             d.bounds.append((res.epsilon_lower_bound, f"{what}: {res.event}", int(idx.size)))
-            whole_res = whole_output_bound(d.layout, d.y1_rows, y2_rows, exact, c2, eps, d.mech, d.pair_conf)
+            whole_res = whole_output_bound(d, y2_rows, c2)
             if whole_res is not None:
                 d.bounds.append((whole_res.epsilon_lower_bound, f"{what}, over the whole output: {whole_res.event}",
                                  int(idx.size)))
@@ -201,14 +201,15 @@ def output_statistics(layout, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
                                                           "sum of every value mod 2"]
 
 
-def whole_output_bound(layout, y1_rows: np.ndarray, y2_rows: np.ndarray, exact: np.ndarray, c2: np.ndarray,
-                       eps: float, mech: str, confidence: float) -> AuditResult | None:
-    """The bound over whole releases of D (``y1_rows``) and a neighbour (``y2_rows``), on :func:`output_statistics`
+def whole_output_bound(d: _ProgramDraws, y2_rows: np.ndarray, c2: np.ndarray) -> AuditResult | None:
+    """The bound over whole releases of D (``d.y1_rows``) and a neighbour (``y2_rows``, its true counts ``c2``), at
+    the pairs' confidence, on :func:`output_statistics`
     rather than on the cells the pair moves: events on each statistic and on a discriminant of them, chosen on the
     first half of the releases and certified on the second (:func:`audit_outputs`). A statistic's direction is its
     true change where the pair changes it (a table's sum at a place), else the sign of its mean change on the
     selection half; statistics that neither change nor vary are left out. None where none is left."""
-    s1, names = output_statistics(layout, y1_rows)
+    layout, exact = d.layout, d.exact
+    s1, names = output_statistics(layout, d.y1_rows)
     s2, _ = output_statistics(layout, y2_rows)
     q = layout.rows["query"].to_numpy()
     t1, _ = output_statistics(layout, exact[q][None, :])
@@ -225,7 +226,8 @@ def whole_output_bound(layout, y1_rows: np.ndarray, y2_rows: np.ndarray, exact: 
     # statistic by many spreads though by a millionth); one that does not vary, in units of its change
     unit = np.where(spread > 0, spread, np.where(change != 0, np.abs(change), np.abs(seen)))[keep]
     ref = np.where(change[keep] != 0, t1[0][keep], s1[:half, keep].mean(0))
-    res = audit_outputs(s1[:, keep] / unit, s2[:, keep] / unit, ref / unit, direction[keep], eps, mech, confidence)
+    res = audit_outputs(s1[:, keep] / unit, s2[:, keep] / unit, ref / unit, direction[keep], d.at.eps, d.mech,
+                        d.pair_conf)
     if res.event.startswith("at least"):  # name the statistic when one alone decides
         res = dataclasses.replace(res, event=res.event + f" (statistics: {', '.join(names[i] for i in keep[:4])}"
                                   + (", …" if keep.size > 4 else "") + ")")
@@ -274,8 +276,8 @@ def _noise_law_checks(spec, d: _ProgramDraws, confidence: float, checks: dict, i
         info.update(rho_from_noise_scale=round(worst[0], 8), rho_declared=round(budget, 8), delta=spec.delta_of())
         how = "each moved cell's change² over twice an upper bound on its noise variance, summed"
         declared = f"ρ = {budget:.4g} that ε = {eps:g}, δ = {spec.delta_of():g} allows (OpenDP's conversion)"
-        info["white_box"] = gaussian_white_box(worst[0], eps, spec.delta_of(), measured + ", its change² over twice "
-                                               "the variance, summed", worst[2], declared_rho=budget).as_dict()
+        info["white_box"] = gaussian_white_box(worst[0], budget, spec.delta_of(), measured + ", its change² over "
+                                               "twice the variance, summed", worst[2]).as_dict()
     else:
         budget, what = eps, "ε"
         info["epsilon_from_noise_scale"] = round(worst[0], 6)
@@ -403,7 +405,7 @@ def _ledger_checks(src: AuditSource, spec, inputs: tuple, eps: float,
     out = {"spending_" + k: v for k, v in info.items()}
     if "rho_measured_lower" in info:
         out["white_box"] = gaussian_white_box(
-            info["rho_measured_lower"], eps, spec.spending.delta,
+            info["rho_measured_lower"], opendp_rho(eps, spec.spending.delta), spec.spending.delta,
             f"the Gaussian measurements of {len(ledger)} fits of the unit's D, as the synthesizer recorded them: the "
             "ρ they record over an upper bound on their noise's variance (as a share of the σ² each declares); its "
             "selections are not counted", info["noise_cells"]).as_dict()

@@ -97,11 +97,8 @@ def check_spending(rows: np.ndarray, epsilon: float, delta: float, confidence: f
     p_noise = float(chi2.cdf(ss, cells)) if cells else 1.0
     info.update(noise_cells=int(cells), noise_ss_over_cells=round(ss / cells, 6) if cells else None,
                 noise_p_value=p_noise)
-    if cells:  # the ρ the measurements' noise is shown to spend: each fit's recorded ρ over an upper bound on the
-        # noise's variance as a share of the declared σ² (Σ(noise/σ)² / v is χ² with one degree of freedom a cell)
-        v_up = ss / float(chi2.ppf(1 - confidence, cells))
-        info["rho_measured_lower"] = round(float(c["rho_measurements"].min()) / v_up, 10) if v_up > 0 else math.inf
-        info["variance_share_upper"] = round(v_up, 6)
+    if cells:
+        info.update(_measured_rho(float(c["rho_measurements"].min()), ss, cells, confidence))
     checks["measurement_noise"] = ("pass" if p_noise >= 1 - confidence else
                                    f"fail: its measurements' noise is smaller than the σ they declare (Σ(noise/σ)² = "
                                    f"{ss:.4g} over {int(cells):,} cells, p = {p_noise:.2g}): they spend more than "
@@ -124,6 +121,21 @@ def check_spending(rows: np.ndarray, epsilon: float, delta: float, confidence: f
     if not c["selections"].sum():
         checks["selection_law"] = "not applicable: no selection was recorded"
     return checks, info
+
+
+def _measured_rho(rho: float, ss: float, cells: float, confidence: float) -> dict:
+    """The ρ the measurements' noise is shown to spend: a fit's recorded ``rho`` over an upper bound on the noise's
+    variance as a share of the declared σ² (``ss`` = Σ(noise/σ)² over ``cells`` cells: over that share, χ² with one
+    degree of freedom a cell).
+
+    >>> _measured_rho(0.01, 4.0, 4, 0.5)["variance_share_upper"]  # ss at χ²'s median: the share's bound is ss / median
+    1.191649
+    """
+    from scipy.stats import chi2
+
+    v_up = ss / float(chi2.ppf(1 - confidence, cells))
+    return {"rho_measured_lower": round(rho / v_up, 10) if v_up > 0 else math.inf,
+            "variance_share_upper": round(v_up, 6)}
 
 
 def poisson_binomial_sf(chances: np.ndarray, k: int) -> float:

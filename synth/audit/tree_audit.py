@@ -203,8 +203,8 @@ def _audit_topdown_root(src: AuditSource, mech: str, units: list[str], wb: bool,
     how = (f"the noise of {a.whole_releases} whole releases of the production tree: each level's measurements' "
            "scale bounded above from its least-noised node, table or band of true counts, their sensitivity over it, "
            "summed over levels")
-    info["white_box"] = (gaussian_white_box(info["rho_from_noise_scale"], eps, delta, how, info["noise_draws"],
-                                            declared_rho=budget) if gaussian else
+    info["white_box"] = (gaussian_white_box(info["rho_from_noise_scale"], budget, delta, how, info["noise_draws"])
+                         if gaussian else
                          laplace_white_box(info["epsilon_from_noise_scale"], eps, how, info["noise_draws"])).as_dict()
     # accounting by the library
     meas = whole.recorded[0]

@@ -34,7 +34,7 @@ def test_the_epsilon_of_gaussian_dp_is_the_closed_forms_and_never_above_it(mu, d
 
 def test_a_gaussian_white_box_is_mu_from_rho_against_the_declared_mu():
     """ρ = Δ²/2σ² is μ = √(2ρ): ρ = 0.5 is μ = 1; against a declared ρ of 0.72, μ 1.2; the share 1/1.2."""
-    wb = gaussian_white_box(0.5, 2.0, 1e-9, "hand-made", 10, declared_rho=0.72)
+    wb = gaussian_white_box(0.5, 0.72, 1e-9, "hand-made", 10)
     assert wb.value == pytest.approx(1.0) and wb.declared == pytest.approx(1.2)
     assert wb.ratio == pytest.approx(1 / 1.2) and wb.epsilon == pytest.approx(_exact_gdp_epsilon(1.0, 1e-9), rel=2e-3)
     assert WhiteBox.of(wb.as_dict()).value == pytest.approx(wb.value)
@@ -55,7 +55,7 @@ def test_the_measured_epsilon_is_the_larger_bound_and_its_share_of_the_declared_
     s = measured_summary(white)
     assert (s["epsilon"], s["share"], s["tight"], s["by"]) == (1.8, 0.9, True, "white box")
     # Gaussian: the share compares μ with the declared μ; the ε is the white box's at δ unless the black box is larger
-    g = gaussian_white_box(0.32, 4.0, 1e-9, "g", 5, declared_rho=0.5)
+    g = gaussian_white_box(0.32, 0.5, 1e-9, "g", 5)
     s = measured_summary(AuditResult("m", 4.0, 0.1, 10, 0.95, "e", {}, {"white_box": g.as_dict()}))
     assert s["share"] == pytest.approx(0.8) and s["epsilon"] == pytest.approx(g.epsilon, abs=1e-6)
     assert best_white_box([None, g.as_dict(), laplace_white_box(3.0, 4.0, "t", 1)]).law == "gaussian"  # 0.8 > 0.75
