@@ -387,6 +387,7 @@ def _audit(args) -> int:
     from censusrecon.experiments.config import ConfigError, load_config
     from censusrecon.experiments.problem import resolve
     from censusrecon.experiments.release.audit import audit_release
+    from censusrecon.synth.audit.measured import white_box_words
 
     cfg = load_config(args.config, args.overrides)
     if cfg.release is None:
@@ -416,7 +417,7 @@ def _audit(args) -> int:
             m = r.measured
             flag = "" if r.epsilon_lower_bound <= r.declared_epsilon else "   EXCEEDS THE DECLARED ε"
             print(f"{r.mechanism:<22}{r.declared_epsilon:>12g}{r.epsilon_lower_bound:>13.3f}"
-                  f"{_white_box_cell(m['white_box']):>13}{m['share']:>7.0%}   {r.runs:>7}   "
+                  f"{white_box_words(m['white_box'], full=False):>13}{m['share']:>7.0%}   {r.runs:>7}   "
                   f"{r.outcome.upper():<13} " + r.checks_summary() + flag)
         loose = [f"{r.mechanism} at ε = {r.declared_epsilon:g}" for r in results
                  if r.outcome == "passed" and not r.measured["tight"]]
@@ -447,13 +448,6 @@ def _audit(args) -> int:
               file=sys.stderr)
         return EXIT_UNDECIDED
     return 0
-
-
-def _white_box_cell(wb: dict | None) -> str:
-    """The white box of an audit result in a table cell: its ε, or μ for Gaussian noise; a dash where none."""
-    if wb is None:
-        return "–"
-    return f"{wb['value']:.3f}" if wb["law"] == "laplace" else f"μ {wb['value']:.3f}"
 
 
 def _inconclusive_words(r) -> str:

@@ -582,9 +582,9 @@ def _mechanism_decision(cfg, mech: str, ev: Evidence, measured: set) -> Mechanis
             caveats.append(f"the audit checked a sample of {len(units_covered)} of the {len(released)} released "
                            "units (release.audit.units): this decision covers those units only")
     publish = action == PUBLISH
-    measured = [{"declared": a.declared_epsilon, **{k: a.measured[k] for k in ("epsilon", "share", "by", "tight")}}
-                for a in ev.audits if a.mechanism == mech]
-    loose = [m for m in measured if not m["tight"] and (not publish or m["declared"] in covered)]
+    audited = [{"declared": a.declared_epsilon, **{k: a.measured[k] for k in ("epsilon", "share", "by", "tight")}}
+               for a in ev.audits if a.mechanism == mech]
+    loose = [m for m in audited if not m["tight"] and (not publish or m["declared"] in covered)]
     if loose and st.audit == "passed":
         caveats.append("the audit measured only " + ", ".join(f"{m['share']:.0%} of ε = {m['declared']:g}"
                                                              for m in loose)
@@ -596,7 +596,7 @@ def _mechanism_decision(cfg, mech: str, ev: Evidence, measured: set) -> Mechanis
                              units_covered if publish else None,
                              len(released) if publish and units_covered is not None else None,
                              sorted(cfg.release.settings_of(mech)), st.simulated,
-                             st.decided_by if publish else "", [g.as_dict() for g in st.gates], risk, measured)
+                             st.decided_by if publish else "", [g.as_dict() for g in st.gates], risk, audited)
 
 
 def _next_step(mech: str, st: Standing, ev: Evidence) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from censusrecon.experiments.doc import Doc
 from censusrecon.experiments.release.words import (fit_words)
 from censusrecon.synth import registry
+from censusrecon.synth.audit.measured import white_box_words
 
 
 def publication_section(doc: Doc, cfg, entries: list) -> None:
@@ -129,21 +130,6 @@ def spending_rows(audits: list) -> list[list]:
                     f"({sum(u['spending_best_expected'] for u in units):.3g})",
                     sum(u["spending_fits"] for u in units), a.outcome if a.passed else f"**{a.outcome}**"])
     return out
-
-
-def white_box_words(wb: dict | None) -> str:
-    """A white-box bound in a table cell: ε for Laplace noise, μ against the declared μ for Gaussian noise.
-
-    >>> white_box_words({"law": "gaussian", "value": 0.91, "declared": 1.02, "epsilon": 3.1, "delta": 1e-9})
-    'μ 0.910 of 1.020 (ε 3.100 at δ 1e-09)'
-    >>> white_box_words(None)
-    '–'
-    """
-    if wb is None:
-        return "–"
-    if wb["law"] == "laplace":
-        return f"{wb['value']:.3f}"
-    return f"μ {wb['value']:.3f} of {wb['declared']:.3f} (ε {wb['epsilon']:.3f} at δ {wb['delta']:g})"
 
 
 def confidence_words(c: float) -> str:

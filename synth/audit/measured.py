@@ -98,9 +98,6 @@ def gaussian_white_box(rho: float, declared_rho: float, delta: float, how: str, 
     >>> round(gaussian_white_box(0.5, 0.5, 1e-6, "m", 10).value, 6)
     1.0
     """
-    if not 0 < delta < 1:
-        raise ValueError(f"Gaussian noise needs a δ in (0, 1) to state an ε, got δ = {delta!r}: set the program's "
-                         "or TopDown's delta")
     mu = math.sqrt(2 * rho) if math.isfinite(rho) else math.inf
     return WhiteBox("gaussian", mu, math.sqrt(2 * declared_rho), float(delta), how, int(draws))
 
@@ -129,6 +126,23 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     dist = pld.from_gaussian_mechanism(standard_deviation=1.0 / mu, sensitivity=1.0, pessimistic_estimate=False,
                                        use_connect_dots=False, value_discretization_interval=1e-4)
     return float(dist.get_epsilon_for_delta(delta))
+
+
+def white_box_words(wb: dict | None, full: bool = True) -> str:
+    """A white-box bound (:meth:`WhiteBox.as_dict`) in a table cell: ε for Laplace noise; for Gaussian noise μ, with
+    (``full``) the declared μ and the ε at δ beside it; a dash where there is none.
+
+    >>> white_box_words({"law": "gaussian", "value": 0.91, "declared": 1.02, "epsilon": 3.1, "delta": 1e-9})
+    'μ 0.910 of 1.020 (ε 3.100 at δ 1e-09)'
+    >>> white_box_words({"law": "gaussian", "value": 0.91}, full=False), white_box_words(None)
+    ('μ 0.910', '–')
+    """
+    if wb is None:
+        return "–"
+    if wb["law"] == "laplace":
+        return f"{wb['value']:.3f}"
+    short = f"μ {wb['value']:.3f}"
+    return f"{short} of {wb['declared']:.3f} (ε {wb['epsilon']:.3f} at δ {wb['delta']:g})" if full else short
 
 
 def best_white_box(boxes) -> WhiteBox | None:

@@ -56,7 +56,7 @@ def audit_program(call: FamilyCall, spec, unit: str, *, index: int = 0):
     checks: dict = {}
     info: dict = {"program_calls": (f"{d.runs} releases per call (a batch), and {spec.single_runs} of D one per call"
                                     if d.single is not None else f"one release per call, {d.runs} calls per input")}
-    if spec.pair_units is not None and index >= spec.pair_units:
+    if not d.pairs_here:
         info["black_box"] = (f"not drawn on this unit: its neighbours' releases are drawn on the first {spec.pair_units} "
                              "unit(s) of the audit (release.programs[].pair_units); D's noise is checked here")
     _call_checks(src, spec, d, checks, info)
@@ -112,6 +112,7 @@ class _ProgramDraws:
     bounds: list = field(default_factory=list)
     spent: list = field(default_factory=list)
     every_noise: list = field(default_factory=list)
+    pairs_here: bool = True  # the neighbours' releases are drawn on this unit (release.programs[].pair_units)
     law_noise: np.ndarray | None = None  # the noise the law is checked on: the measurements' where post-processing
     # is declared (release.programs[].post_processing), else the published releases' (``noise``)
 
@@ -143,6 +144,7 @@ def _draw_program(src: AuditSource, spec, at: _Where, cache: dict, index: int) -
                       y1_rows, noise, single_rows, single, one_per_call, shape_here,
                       1 - (1 - a.confidence) / max(2 * len(pairs), 1), whole)  # a pair's two bounds: cells, whole
     d.every_noise = [noise] + ([single] if single is not None else [])
+    d.pairs_here = spec.pair_units is None or index < spec.pair_units
     if spec.post_processing is not None:  # the law holds for the measurements; the published output is theirs, processed
         measured = program_draws(src, _stage(spec, spec.post_processing.measure), inputs, eps, runs,
                                  (seed, unit, wb, eps, "measure"))
@@ -154,7 +156,7 @@ def _draw_program(src: AuditSource, spec, at: _Where, cache: dict, index: int) -
         idx = np.flatnonzero(c2 - exact)
         if not idx.size:
             continue
-        if spec.pair_units is None or index < spec.pair_units:  # the black box: the neighbour's releases too
+        if d.pairs_here:  # the black box: the neighbour's releases too
             y2_rows = program_draws(src, spec, inputs2, eps, runs, (seed, unit, wb, eps, key))
             d.every_noise.append(y2_rows - c2[row_query][None, :])
             y2 = layout.to_queries(y2_rows)
