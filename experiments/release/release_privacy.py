@@ -65,7 +65,7 @@ def audit_section(doc: Doc, cfg, audits: list, facts: dict) -> None:
             doc.p("Units audited, chosen to cover the size range: " + ", ".join(f"{u} ({r})" for u, r in roles.items())
                   + ".")
         doc.p("Two lower bounds on what each mechanism spends. The black box is the best event telling the worst-case "
-              "neighbours apart in the released outputs; it assumes nothing, so it is loose where a person moves many "
+              "neighbours apart in the released outputs. It assumes nothing, so it is loose where a person moves many "
               "cells. The white box is what the noise the code really added spends: each measurement's noise scale "
               "bounded above from its own draws, its sensitivity over it, summed (for Gaussian noise a μ in Gaussian "
               "DP, beside the μ the declared (ε, δ) allows). It holds where the noise checks pass. The share is the "
