@@ -153,6 +153,10 @@ def run_program(cfg, spec, inputs: tuple, epsilon: float, runs: int,
     if out.ndim == 1 and runs == 1:
         out = out[None, :]
     want = len(cells) if width is None else width
+    if width is not None and out.shape == (runs, len(cells)) != (runs, width):
+        raise ConfigError(f"release.programs {spec.name!r} returned releases where its recorded measurements were asked "
+                          f"for (params {spec.params}): it records none, so its white box cannot be read; make it return "
+                          "its ledger when asked (synth/audit/spending.py's LEDGER), or remove release.programs[].spending")
     if out.shape != (runs, want):
         raise ConfigError(f"release.programs {spec.name!r} returned an array of shape {out.shape}; the contract is "
                           f"({runs} releases × {want} {'cells' if width is None else 'columns'})")

@@ -95,6 +95,10 @@ class AuditConfig(Strict):
         "local", exclude=True, description="where `censusrecon audit` runs the audit unless --backend says: local (one "
         "process) or ray (each (BLOCK variant, ε, mechanism or program) a task on a local Ray cluster of sweep.num_cpus "
         "CPUs: the same results); not part of the config's digest")
+    canary: dict[str, str | int] | None = Field(
+        None, description="the worst-case record a synthesizer's whole releases are audited with, by attribute (e.g. "
+        "{AGE: 97, RACE: Native Hawaiian and Other Pacific Islander alone}): each a value of that attribute's domain; "
+        "those left out, and the type when none is given, are the rarest in the unit's data (a region it leaves empty)")
     units: Literal["all"] | int = Field("all", description="the units audited: all released units (the default: "
                                         "a decision to publish covers only what was audited), or a sample of this "
                                         "many (at least 4): the smallest, the median, the largest and one drawn with "

@@ -30,6 +30,16 @@ from censusrecon.synth.audit.timing import task_order, timing_key, expected_fini
 log = logging.getLogger(__name__)
 
 
+def check_canary(study: Study) -> None:
+    """``release.audit.canary`` checked against the audited data's domain: a one-line error naming what is outside."""
+    from censusrecon.synth.audit.neighbours import canary_codes
+
+    try:
+        canary_codes(study.pop.domain.project(study.attributes), study.cfg.release.audit.canary)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 def audit_release(study: Study, units: list[str] | None = None, progress: bool = False,
                   seed: int | None = None, backend: str | None = None, address: str | None = None,
                   history: Path | None = None) -> list[AuditResult]:
@@ -67,6 +77,7 @@ def audit_release(study: Study, units: list[str] | None = None, progress: bool =
         seed, seed_source = (r.audit.seed, "given") if r.audit.seed is not None else (secrets.randbits(31), "fresh")
     else:
         seed_source = "given"
+    check_canary(study)  # a named canary outside the domain: one line now, not an error an hour in
     spec = AuditSpec.of(cfg)  # the DP mechanisms (swapping is not DP: no ε to audit) and programs (black boxes)
     if units is None:
         roles = unit_roles(StudySource(study, spec), study.units, seed)

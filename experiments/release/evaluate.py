@@ -21,7 +21,7 @@ from censusrecon.experiments.metrics import (effective_u, k_grid, match_rate_cur
 from censusrecon.experiments.problem import (Study, stable_seed, baseline_curves, build_workload, exact_answers, rap_settings,
                                  resolve, unit_key)
 from censusrecon.experiments.progress import UnitProgress
-from censusrecon.experiments.release.audit import audit_release
+from censusrecon.experiments.release.audit import audit_release, check_canary
 from censusrecon.synth.audit.timing import failed_audits, record_audit
 from censusrecon.experiments.release.files import file_published, read_release_files, unit_layout
 from censusrecon.synth.release_files import FILE_NOTE
@@ -164,6 +164,7 @@ def evaluate_release(cfg: ExperimentConfig, out_root: str | Path = "results", pr
     t_start = time.perf_counter()
     check_environments(cfg)  # a program's missing environment fails in the first second, not after minutes
     study = _checked_study(cfg)  # resolved once against its data; bad data fails before anything is written
+    check_canary(study)  # as the audit at the end reads it: a canary outside the domain fails now
     files = read_release_files(study, study.units)  # a file that does not fit fails here, before anything runs
     # a unit's result is for these files and programs only
     inputs = {**{f"{m}@{s:g}": tf.digest for (m, s), tf in files.items()}, **program_digests(cfg)}

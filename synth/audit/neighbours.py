@@ -167,15 +167,50 @@ def real_pairs(D: Dataset, workload, relation: Relation, areas: dict | None) -> 
     return pairs
 
 
-def canary_neighbour(D: Dataset, relation: Relation) -> tuple[str, Dataset]:
+def canary_codes(domain: Domain, canary: dict | None) -> dict[str, int]:
+    """The codes of a named canary's values (``release.audit.canary``: attribute → value label) in ``domain``, or a
+    one-line error naming the attribute or value outside it and the fix.
+
+    >>> from censusrecon.microdata.domain import Attribute
+    >>> dom = Domain((Attribute("AGE", tuple(map(str, range(116)))), Attribute("SEX", ("male", "female"))))
+    >>> canary_codes(dom, {"AGE": 97, "SEX": "female"})
+    {'AGE': 97, 'SEX': 1}
+    >>> canary_codes(dom, {"AGE": 130})
+    Traceback (most recent call last):
+    ...
+    ValueError: release.audit.canary: AGE = 130 is outside its domain (0 … 115): give one of its values, or leave AGE out for the rarest
+    """
+    out = {}
+    for name, value in (canary or {}).items():
+        if name == "BLOCK" or name not in domain.names:
+            raise ValueError(f"release.audit.canary: {name!r} is not an attribute of the audited data (it has "
+                             f"{', '.join(n for n in domain.names if n != 'BLOCK')}): name one of them")
+        values = domain.attribute(name).values
+        if str(value) not in values:
+            shown = f"{values[0]} … {values[-1]}" if len(values) > 8 else ", ".join(values)
+            raise ValueError(f"release.audit.canary: {name} = {value} is outside its domain ({shown}): give one of its "
+                             f"values, or leave {name} out for the rarest")
+        out[name] = values.index(str(value))
+    return out
+
+
+def canary_neighbour(D: Dataset, relation: Relation, canary: dict | None = None) -> tuple[str, Dataset]:
     """The worst-case neighbour of D for a synthesizer (Annamalai, Ganev and De Cristofaro 2024: a record in a
     region of the domain the data leaves empty): a person of a type nobody of D has, the one whose values are
     rarest in D (the least sum of its values' counts, one attribute at a time; the first such type breaking
     ties), in the block with the fewest persons. Added under add/remove; under replace-one it replaces a person
-    of the commonest type. With every type present, the rarest one."""
+    of the commonest type. With every type present, the rarest one. ``canary`` (``release.audit.canary``: attribute
+    → value label) fixes those values; the rest are chosen as above among the types that have them."""
     dom, types = types_of(D)
     counts = np.bincount(types, minlength=dom.total_size) if len(D) else np.zeros(dom.total_size, np.int64)
-    empty = np.flatnonzero(counts == counts.min())
+    fixed = canary_codes(dom, canary)
+    allowed = np.arange(dom.total_size)
+    if fixed:
+        every = dom.decode(allowed)
+        keep = np.all([every[:, dom.index(n)] == c for n, c in fixed.items()], axis=0)
+        allowed = allowed[keep]
+    least = counts[allowed].min()
+    empty = allowed[counts[allowed] == least]
     values = dom.decode(empty)
     rarity = np.zeros(len(empty), dtype=np.int64)
     for j, name in enumerate(dom.names):
@@ -186,7 +221,8 @@ def canary_neighbour(D: Dataset, relation: Relation) -> tuple[str, Dataset]:
     if "BLOCK" in D.domain:
         block = int(np.argmin(np.bincount(D.column("BLOCK"), minlength=D.domain.size("BLOCK"))))
     label = ", ".join(f"{n}={dom.attribute(n).values[v]}" for n, v in zip(dom.names, values[pick]))
-    what = (f"a canary ({label}: a type nobody has"
+    what = (f"a canary ({label}: " + ("a type nobody has" if least == 0 else f"a type {least} persons have")
+            + (", as release.audit.canary names it" if fixed else "")
             + (f", in the block with fewest persons" if block is not None else "") + ")")
     if relation is Relation.ADD_REMOVE or not len(D):
         return what + " added", add_row(D, dom, t, block)

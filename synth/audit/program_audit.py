@@ -435,7 +435,7 @@ def _canary_instance(src: AuditSource, unit: str, wb: bool, cache: dict) -> tupl
     if key not in cache:
         D, areas, workload, *_ = unit_instance(src, unit, wb, cache)
         layout = _program_instance(src, unit, wb, cache)[0]  # the unit's published cells, laid out once
-        what, D2 = canary_neighbour(D, parse_relation(src.spec.relation))
+        what, D2 = canary_neighbour(D, parse_relation(src.spec.relation), src.spec.audit.canary)
         blocks = src.blocks(unit)[0] if wb else None
         cache[key] = (what, workload_counts(D2, workload), src.program_inputs(D2, unit, layout, blocks, areas), "canary")
     return cache[key]

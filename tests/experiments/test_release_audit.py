@@ -2,6 +2,7 @@
 injected, the unmodified mechanisms pass, and no release depends on what it does not account for."""
 
 import json
+import re
 
 import pandas as pd
 
@@ -372,3 +373,11 @@ def test_the_canary_neighbour_is_a_type_nobody_has_with_the_rarest_values_in_the
     what, replaced = canary_neighbour(D, Relation.REPLACE_ONE)
     assert len(replaced) == 4 and replaced.codes[0].tolist() == [2, 1, 2]  # the first of the commonest type, (M, 0)
     assert np.array_equal(replaced.codes[1:], D.codes[1:]) and D.codes[0].tolist() == [0, 0, 0]  # D left as it was
+    what, named = canary_neighbour(D, Relation.ADD_REMOVE, {"SEX": "M"})  # (M, 2): 3 + 0, the rarest with SEX=M
+    assert named.codes[-1].tolist() == [2, 0, 2] and "SEX=M, AGE=2: a type nobody has, as release.audit.canary" in what
+    what, named = canary_neighbour(D, Relation.ADD_REMOVE, {"SEX": "M", "AGE": 0})  # a type 2 persons have
+    assert named.codes[-1].tolist() == [2, 0, 0] and "a type 2 persons have" in what
+    for bad, said in (({"AGE": 3}, "AGE = 3 is outside its domain (0, 1, 2)"), ({"BLOCK": "b1"}, "'BLOCK' is not an"),
+                      ({"INCOME": 1}, "'INCOME' is not an attribute of the audited data (it has SEX, AGE)")):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            canary_neighbour(D, Relation.ADD_REMOVE, bad)

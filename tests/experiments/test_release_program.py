@@ -350,6 +350,17 @@ def test_a_program_that_breaks_the_contract_is_a_one_line_error(agency, tmp_path
         audit_release(resolve(cfg, load_population(cfg)), seed=1)
     with pytest.raises(ConfigError, match="give exactly one of function and command"):
         load_config(CONFIG, over + ["release.programs=[{name: n}]"])
+    ledgerless = load_config(CONFIG, over + ["release.programs=[{name: l, function: "
+                                             "'censusrecon.synth.adapters.opendp_tables:release', audit_runs: 10, "
+                                             "spending: {runs: 2, delta: 1.0e-9}}]"])
+    with pytest.raises(ConfigError, match=r"returned releases where its recorded measurements were asked for .* "
+                                          r"it records none, so its white box cannot be read.*remove release.programs"):
+        audit_release(resolve(ledgerless, load_population(ledgerless)), seed=1)
+    outside = load_config(CONFIG, over + ["release.programs=[{name: o, function: "
+                                          "'censusrecon.synth.adapters.opendp_tables:release', audit_runs: 10}]",
+                                          "release.audit.canary={AGE: 200}"])
+    with pytest.raises(ConfigError, match=r"^release.audit.canary: AGE = 200 is outside its domain \(0 … 115\)"):
+        audit_release(resolve(outside, load_population(outside)), seed=1)
     cfg = load_config(CONFIG, over + ["release.programs=[{name: m, command: [/no/such/python, x.py]}]"])
     with pytest.raises(ConfigError, match="cannot run /no/such/python"):
         audit_release(resolve(cfg, load_population(cfg)), seed=1)
