@@ -64,7 +64,9 @@ def _audit_one(seed: int) -> dict:
     results = audit_release(_WORKER["study"], seed=seed)
     bad = [r for r in results if r.outcome == "failed"]
     reasons = sorted({k for r in bad for k in (list(r.failed_checks()) or ["bound"])})
-    return {"seed": seed, "failed": bool(bad), "reasons": reasons,
+    by = {r.mechanism: sorted(r.failed_checks()) or ["bound"] for r in bad}  # each kind's own false alarms
+    return {"seed": seed, "failed": bool(bad), "reasons": reasons, "failed_by": by,
+            "audited": sorted({r.mechanism for r in results}),
             "inconclusive": sorted({k for r in results if r.outcome == "inconclusive" for k in r.unchecked()})}
 
 
@@ -125,11 +127,16 @@ def main() -> None:
     for r in recs:
         for k in r["reasons"]:
             reasons[k] = reasons.get(k, 0) + 1
+    kinds = sorted({m for r in recs for m in r.get("audited", [])})
+    by_kind = {}
+    for m in kinds:  # each kind audited in every one of the audits: its own rate and limit
+        k = sum(m in r.get("failed_by", {}) for r in recs)
+        by_kind[m] = {"failed": k, "upper95_one_sided": round(float(beta.ppf(0.95, k + 1, n - k)) if k < n else 1.0, 4)}
     lo, hi = clopper_pearson(failed, n)
     upper = 1.0 if failed == n else float(beta.ppf(0.95, failed + 1, n - failed))  # one-sided 95% upper limit
     out = {"audits": n, "failed": failed, "rate": failed / n, "ci95": [round(lo, 4), round(hi, 4)],
            "upper95_one_sided": round(upper, 4), "met": upper < 0.01, "inconclusive": inconclusive,
-           "target": base.release.audit.false_alarm, "reasons": reasons, "runs_per_audit": args.runs,
+           "target": base.release.audit.false_alarm, "reasons": reasons, "by_kind": by_kind, "runs_per_audit": args.runs,
            "epsilons": base.release.epsilons, "mechanisms": args.mechanisms, "config": args.config, "set": args.set,
            "log": str(log), "seconds_this_run": round(time.perf_counter() - t0, 1)}
     print(f"{failed} of {n} audits of correct mechanisms failed: {100 * failed / n:.2f}% "

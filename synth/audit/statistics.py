@@ -671,7 +671,27 @@ def gaussian_sigma_upper_stats(n: int, sum_sq: float, confidence: float) -> floa
     degrees of freedom)."""
     if n < 2:
         return math.inf
+    if sum_sq == 0:  # every draw 0: the chi-square bound would say no noise; P(all n at 0) ≥ 1 − confidence instead
+        return _discrete_gaussian_all_zero_upper(n, confidence)
     return math.sqrt(sum_sq / chi2.ppf(1 - confidence, n))
+
+
+def _discrete_gaussian_all_zero_upper(n: int, confidence: float) -> float:
+    """The largest σ of a discrete Gaussian under which n draws all at 0 still have chance 1 − confidence:
+    p₀(σ)ⁿ = 1 − confidence, p₀(σ) = 1 / Σ_k e^{−k²/2σ²} (falls as σ grows).
+
+    >>> s = _discrete_gaussian_all_zero_upper(10, 0.95)
+    >>> p0 = 1 / sum(math.exp(-k * k / (2 * s * s)) for k in range(-50, 51))
+    >>> round(p0 ** 10, 6)
+    0.05
+    """
+    target = (1 - confidence) ** (1 / n)
+
+    def p0(sigma: float) -> float:
+        k = np.arange(-int(40 * sigma) - 2, int(40 * sigma) + 3)
+        return float(1 / np.exp(-k * k / (2 * sigma * sigma)).sum())
+
+    return float(brentq(lambda sg: p0(sg) - target, 1e-3, 1e4))
 
 
 def tail_threshold(n: int, mean_abs: float, mean_sq: float, gaussian: bool, expected: float = 30.0

@@ -154,3 +154,21 @@ def test_the_shape_test_s_far_bin_is_never_nearly_empty_and_still_sees_a_clipped
     lap = _discrete_laplace(rng, t, 1_000_000)
     assert laplace_shape_pvalue(lap) > 1e-3
     assert laplace_shape_pvalue(np.clip(lap, -8 * t, 8 * t)) < 1e-6
+
+
+def test_few_draws_all_at_zero_bound_the_scale_above_zero_not_at_no_noise():
+    """A cell drawn 10 times at ε = 8 (discrete Laplace of scale 0.5: 0 three times in four) is often 0 every time. A
+    normal bound took that for no noise (scale 0, ε spent ∞: an honest program failed); the exact bound keeps the
+    largest scale under which ten zeros still have chance 1 − confidence. The same for a discrete Gaussian's σ."""
+    from censusrecon.synth.audit.checks import noise_epsilon
+    from censusrecon.synth.audit.statistics import gaussian_sigma_upper_stats
+
+    zeros = np.zeros((10, 3))
+    eps, smallest = noise_epsilon(zeros, np.ones(3), 0.95)
+    r = math.exp(-1 / smallest)  # P(0) = (1 − r) / (1 + r); ten zeros in each of 3 cells at (1 − 0.05/3) jointly
+    assert math.isclose(((1 - r) / (1 + r)) ** 10, 0.05 / 3, rel_tol=1e-3) and eps == 3 / smallest < 8
+    sigma = gaussian_sigma_upper_stats(10, 0.0, 0.95)
+    p0 = 1 / sum(math.exp(-k * k / (2 * sigma * sigma)) for k in range(-60, 61))
+    assert 0.3 < sigma < 2 and math.isclose(p0**10, 0.05, rel_tol=1e-6)
+    ones = np.ones((10, 1))  # |x| = 1 each time: the scale is bounded above by something finite and positive
+    assert 0 < noise_epsilon(ones, np.ones(1), 0.95)[1] < math.inf
