@@ -250,9 +250,10 @@ class ReleaseProgramConfig(Strict):
     delta: float | None = Field(None, description="noise: gaussian: the δ of the (ε, δ) each ε of the "
                                 "grid means (default params.delta); the audit checks its noise against the zCDP ρ "
                                 "that OpenDP's conversion gives for them")
-    audit_runs: int | None = Field(None, ge=10, description="releases per neighbour in its audit (default "
+    audit_runs: int | None = Field(None, ge=2, description="releases per neighbour in its audit (default "
                                    "release.audit.runs); each is a whole release of the unit. Few runs reach only a "
-                                   "small ε: the audit says how far (bound_power)")
+                                   "small ε: the audit says how far (bound_power). At least 10, or 2 for a synthesizer "
+                                   "audited by its spending ledger (its whole releases certify no ε: the ledger decides)")
     measurements: ProgramMeasurementsConfig | None = Field(
         None, description="audit also the program's first (Gaussian) measurements, many times: for a synthesizer "
         "whose whole releases are too slow to audit with power")
@@ -272,12 +273,13 @@ class ReleaseProgramConfig(Strict):
         "as publication calls it; batch: audit_runs releases per call (for a program too slow to start once per "
         "release, e.g. a Spark session), and single_runs releases of the unit one per call besides, whose noise must "
         "be the same law as the batches' (a program that behaves differently when asked for one release fails)")
-    single_runs: int = Field(50, ge=10, description="calls: batch: the releases drawn one per call (each its own seed) "
-                             "beside the batches")
+    single_runs: int = Field(50, ge=5, description="calls: batch: the releases drawn one per call (each its own seed) "
+                             "beside the batches (each release's mean noise over its cells is compared with the "
+                             "batches': 5 tell a halved noise apart)")
     single_units: int | None = Field(None, ge=1, description="calls: batch: the first units of the audit on which those "
-                                     "releases one per call are drawn (the call-shape check); null: every unit. For a "
-                                     "program slow to call (a Spark job each), whose call shape does not depend on "
-                                     "the unit")
+                                     "releases one per call are drawn (the call-shape and seed checks); null: every unit. "
+                                     "For a program slow to call (a Spark job each), whose call shape and use of its "
+                                     "seed do not depend on the unit")
 
     @model_validator(mode="after")
     def _one(self):
@@ -289,6 +291,9 @@ class ReleaseProgramConfig(Strict):
         if self.noise == "gaussian" and self.delta_of() is None:
             raise ValueError(f"release.programs {self.name!r}: Gaussian noise spends a zCDP ρ that depends on the δ of "
                              "its (ε, δ): give release.programs[].delta (or params.delta)")
+        if self.audit_runs is not None and self.audit_runs < 10 and self.spending is None:
+            raise ValueError(f"release.programs {self.name!r}: audit_runs {self.audit_runs} certifies nothing; give at "
+                             "least 10 (fewer only for a synthesizer audited by its spending ledger)")
         if self.pair_units is not None and self.noise is None:
             raise ValueError(f"release.programs {self.name!r}: pair_units leaves the units past it with no neighbour "
                              "drawn, audited by their noise's law alone: give noise (laplace or gaussian)")

@@ -134,10 +134,9 @@ def _draw_program(src: AuditSource, spec, at: _Where, cache: dict, index: int) -
     noise = y1_rows - exact[row_query][None, :]
     single = single_rows = None
     one_per_call = spec if spec.calls == "single" else spec.model_copy(update={"calls": "single"})
-    if spec.calls == "batch":
-        single_rows = program_draws(src, one_per_call, inputs, eps, spec.single_runs if shape_here else 1,
-                                    (seed, unit, wb, eps, "single"))
-        single = single_rows - exact[row_query][None, :] if shape_here else None
+    if spec.calls == "batch" and shape_here:  # past single_units: the call shape and the seed's use were checked there
+        single_rows = program_draws(src, one_per_call, inputs, eps, spec.single_runs, (seed, unit, wb, eps, "single"))
+        single = single_rows - exact[row_query][None, :]
     whole = ([_canary_instance(src, unit, wb, cache)] if spec.spending is not None else
              [(what, pair_counts[i], pair_inputs[i], i) for i, (what, _) in enumerate(pairs)])
     d = _ProgramDraws(at, runs, PROGRAM_PREFIX + spec.name, layout, inputs, pair_inputs, pairs, exact, row_query,
@@ -242,6 +241,11 @@ def _call_checks(src: AuditSource, spec, d: _ProgramDraws, checks: dict, info: d
     releases one per call (as publication calls it) follow the same law as its batches."""
     a, at = src.spec.audit, d.at
     checks["noise_repeats"], info["noise_repeats"] = _repeats_check(d.every_noise, a.confidence)
+    if spec.calls == "batch" and not d.shape_here:  # how it uses its seed does not depend on the unit (single_units)
+        checks["seed_use"] = checks["call_shape"] = (
+            f"not applicable: its releases one per call were drawn on the first {spec.single_units} unit(s) of the "
+            "audit (release.programs[].single_units), where its call shape and its seed's use were checked")
+        return
     first = d.y1_rows[0] if d.single_rows is None else d.single_rows[0]  # the first call: drawn again with its seed
     again = program_draws(src, d.one_per_call, d.inputs, at.eps, 1,
                           (at.seed, at.unit, at.wb, at.eps, "D" if d.single_rows is None else "single"))[0]
@@ -250,10 +254,7 @@ def _call_checks(src: AuditSource, spec, d: _ProgramDraws, checks: dict, info: d
                           "operating system's randomness, written nowhere), and so must whoever publishes with it"
                           if np.array_equal(again, first) else
                           "not applicable: two calls with the same seed gave different releases (fresh randomness)")
-    if spec.calls == "batch" and not d.shape_here:
-        checks["call_shape"] = (f"not applicable: its releases one per call were drawn on the first {spec.single_units} "
-                                "unit(s) of the audit (release.programs[].single_units)")
-    elif d.single is not None:
+    if d.single is not None:
         checks["call_shape"], info["call_shape_p_value"] = _call_shape_check(d.noise, d.single, a.confidence,
                                                                                spec.single_runs)
     else:

@@ -505,7 +505,8 @@ SHIPPED_BUGS = {"halved_when_single": "call_shape", "fixed_seed": "noise_repeats
 @pytest.mark.parametrize("bug", list(SHIPPED_BUGS))
 def test_each_program_bug_fails_the_audit_at_the_shipped_settings_of_own_release(bug, program_agency):
     """configs/agency/own_release.yaml as shipped (its 6 tracts, every one audited; its two extreme ε; the OpenDP
-    program's audit settings: 2,000 releases per call and 50 one per call), with its OpenDP program replaced by a
+    program's audit settings: 1,000 releases per call, 50 one per call, neighbours drawn on the first tract), with
+    its OpenDP program replaced by a
     buggy copy: the audit fails on the check that sees the bug. Tumult's and SmartNoise's programs, which need their
     environments, are left out: the bug is in the program, not in them."""
     _, data = program_agency
@@ -556,7 +557,11 @@ def test_the_call_shape_is_drawn_on_the_first_single_units_and_still_catches_a_p
     assert first["checks"]["call_shape"].startswith("fail"), first["checks"]
     assert second["checks"]["call_shape"].startswith("not applicable: its releases one per call were drawn on the "
                                                      "first 1 unit(s)"), second["checks"]
+    assert second["checks"]["seed_use"] == second["checks"]["call_shape"]  # no call of its own there: checked on the first
+    assert not first["checks"]["seed_use"].startswith("not applicable: its releases one per call")
     assert r.outcome == "failed" and r.checks["call_shape"].startswith("fail")
+    with pytest.raises(ConfigError, match="audit_runs 3 certifies nothing; give at least 10"):
+        load_config(CONFIG, over + ["release.programs=[{name: p, function: 'x:y', audit_runs: 3}]"])
 
 
 def test_an_audit_split_per_mechanism_and_program_as_ray_runs_it_gives_the_whole_jobs_results(agency):
