@@ -56,6 +56,11 @@ AUDIT_CODE = ("synth/audit/*.py", "synth/keyed.py", "experiments/release/audit.p
 _WORKER: dict = {}
 
 
+def one_sided_upper(failed: int, n: int) -> float:
+    """The one-sided upper 95% limit of the rate behind ``failed`` of ``n``."""
+    return 1.0 if failed == n else float(beta.ppf(0.95, failed + 1, n - failed))
+
+
 def _init_worker(base) -> None:
     _WORKER["study"] = resolve(base)
 
@@ -131,9 +136,9 @@ def main() -> None:
     by_kind = {}
     for m in kinds:  # each kind audited in every one of the audits: its own rate and limit
         k = sum(m in r.get("failed_by", {}) for r in recs)
-        by_kind[m] = {"failed": k, "upper95_one_sided": round(float(beta.ppf(0.95, k + 1, n - k)) if k < n else 1.0, 4)}
+        by_kind[m] = {"failed": k, "upper95_one_sided": round(one_sided_upper(k, n), 4)}
     lo, hi = clopper_pearson(failed, n)
-    upper = 1.0 if failed == n else float(beta.ppf(0.95, failed + 1, n - failed))  # one-sided 95% upper limit
+    upper = one_sided_upper(failed, n)
     out = {"audits": n, "failed": failed, "rate": failed / n, "ci95": [round(lo, 4), round(hi, 4)],
            "upper95_one_sided": round(upper, 4), "met": upper < 0.01, "inconclusive": inconclusive,
            "target": base.release.audit.false_alarm, "reasons": reasons, "by_kind": by_kind, "runs_per_audit": args.runs,
